@@ -1,0 +1,127 @@
+// Arena: the bounded store of file-data blocks.
+//
+// Memory is carved into fixed-size, page-aligned blocks from large mappings made on demand and
+// never returned to the kernel while the arena lives: a freed block goes to a LIFO free list and
+// is handed out again already faulted in. At most `capacity` bytes of blocks are ever in use.
+//
+// Writers reserve blocks before they take any file lock (Reserve). When the arena is full, the
+// reclaimer is asked to drop clean blocks, the pressure callback tells the flusher to hurry, and
+// the writer waits until blocks are freed: back-pressure instead of ENOMEM.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+namespace ckptfs {
+
+inline constexpr size_t kBlockSize = 64 * 1024;
+
+class Arena;
+
+// One block of file data; reference-counted. A block referenced more than once is shared
+// between a live file and sealed versions and must be copied before it is written.
+struct Block {
+  char* data = nullptr;
+  Arena* arena = nullptr;
+  std::atomic<int> refs{0};
+};
+
+// Owning reference to a Block; returns the block to its arena when the last reference goes.
+class BlockRef {
+ public:
+  BlockRef() = default;
+  explicit BlockRef(Block* block);  // Adopts a block with refs == 0.
+  BlockRef(const BlockRef& other);
+  BlockRef(BlockRef&& other) noexcept : block_(other.block_) { other.block_ = nullptr; }
+  BlockRef& operator=(BlockRef other) noexcept {
+    std::swap(block_, other.block_);
+    return *this;
+  }
+  ~BlockRef();
+
+  char* data() const { return block_->data; }
+  bool shared() const { return block_->refs.load(std::memory_order_acquire) > 1; }
+  explicit operator bool() const { return block_ != nullptr; }
+
+ private:
+  Block* block_ = nullptr;
+};
+
+// A promise of `count` blocks, made by Arena::Reserve. Unused blocks go back on destruction.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(Arena* arena, size_t count) : arena_(arena), count_(count) {}
+  Reservation(Reservation&& other) noexcept;
+  Reservation& operator=(Reservation&& other) noexcept;
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+  ~Reservation();
+
+  size_t count() const { return count_; }
+  // Takes one reserved block (contents unspecified). Requires count() > 0.
+  BlockRef Take();
+
+ private:
+  void Release();
+
+  Arena* arena_ = nullptr;
+  size_t count_ = 0;
+};
+
+class Arena {
+ public:
+  // Frees up to `wanted` clean blocks; returns how many it freed. Called with no arena lock held.
+  using Reclaimer = std::function<size_t(size_t wanted)>;
+
+  explicit Arena(uint64_t capacity_bytes);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  // Set once before use.
+  void SetReclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
+  void SetPressureCallback(std::function<void()> callback) { on_pressure_ = std::move(callback); }
+
+  // Reserves `count` blocks, waiting while the arena is full. `count` must not exceed
+  // capacity_blocks(). Thread-safe; must be called without file locks held.
+  Reservation Reserve(size_t count);
+  // Reserves `count` blocks only if they are free now. With `reclaim`, may first ask the
+  // reclaimer for clean blocks (then no file lock may be held).
+  bool TryReserve(size_t count, Reservation* out, bool reclaim);
+
+  size_t capacity_blocks() const { return capacity_blocks_; }
+  size_t used_blocks() const;      // Blocks held by files and reservations.
+  size_t mapped_blocks() const;    // Blocks ever faulted in (peak footprint).
+  size_t waiting_writers() const;  // Writers blocked in Reserve right now.
+
+ private:
+  friend class BlockRef;
+  friend class Reservation;
+
+  bool TryReserveLocked(size_t count);
+  Block* TakeBlock();                // For a reserved slot.
+  void ReturnBlock(Block* block);    // Last reference dropped.
+  void Unreserve(size_t count);
+  void MapSlabLocked();
+
+  const size_t capacity_blocks_;
+  Reclaimer reclaimer_;
+  std::function<void()> on_pressure_;
+
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  size_t used_ = 0;                       // Guarded by mu_.
+  size_t mapped_ = 0;                     // Guarded by mu_.
+  size_t waiting_ = 0;                    // Guarded by mu_.
+  std::vector<Block*> free_;              // Guarded by mu_. LIFO: hot blocks first.
+  std::vector<std::pair<void*, size_t>> slabs_;  // Guarded by mu_.
+  std::vector<Block*> headers_;           // Guarded by mu_. Owns every Block header.
+};
+
+}  // namespace ckptfs

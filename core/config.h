@@ -1,0 +1,26 @@
+// Settings of one mount, parsed from the command line by fs/options.cc.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ckptfs {
+
+enum class FsyncMode { kWait, kDefer };
+
+struct Config {
+  std::string backing_dir;
+  uint64_t cache_size = 0;  // Bytes of file data held in memory at most.
+  std::chrono::milliseconds flush_delay{300};  // Quiet time after a seal before flushing.
+  FsyncMode fsync_mode = FsyncMode::kWait;
+  unsigned queue_depth = 64;
+  bool direct_io = false;  // O_DIRECT on backing files written by the flusher.
+  // How long unmount keeps retrying failed flushes before it saves data to the rescue directory.
+  std::chrono::milliseconds unmount_retry{10000};
+};
+
+// Smallest cache_size accepted: a few maximal FUSE writes must fit at once.
+inline constexpr uint64_t kMinCacheSize = 16ull << 20;
+
+}  // namespace ckptfs

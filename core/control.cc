@@ -1,0 +1,158 @@
+// The control directory (.ckptfs/ at the mount root) and the end of a mount's life.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/filesystem.h"
+
+namespace ckptfs {
+namespace {
+
+// Creates every directory of `rel` below `root_fd`; returns the fd of the last one.
+int MakeDirs(int root_fd, const std::string& rel) {
+  int fd = dup(root_fd);
+  size_t pos = 0;
+  while (fd >= 0 && pos < rel.size()) {
+    size_t slash = rel.find('/', pos);
+    std::string part = rel.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
+    pos = slash == std::string::npos ? rel.size() : slash + 1;
+    if (part.empty()) continue;
+    mkdirat(fd, part.c_str(), 0700);
+    int next = openat(fd, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(fd);
+    fd = next;
+  }
+  return fd;
+}
+
+Status WriteAll(int fd, const FileContent& content) {
+  std::vector<char> buf(1 << 20);
+  for (uint64_t off = 0; off < content.size(); off += buf.size()) {
+    Result<size_t> n = content.ReadInto(off, buf.size(), buf.data());
+    if (!n.ok()) return n.status();
+    for (size_t done = 0; done < *n;) {
+      ssize_t w = pwrite(fd, buf.data() + done, *n - done, static_cast<off_t>(off + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return Status::FromErrno("write");
+      done += static_cast<size_t>(w);
+    }
+  }
+  return fsync(fd) == 0 ? Status::Ok() : Status::FromErrno("fsync");
+}
+
+}  // namespace
+
+Result<uint64_t> Filesystem::ControlLookup(const std::string& name) const {
+  if (name == "stats") return kStatsIno;
+  if (name == "sync") return kSyncIno;
+  return Status::Error(ENOENT, name);
+}
+
+Attr Filesystem::ControlAttr(uint64_t ino) const {
+  Attr a;
+  a.ino = ino;
+  a.uid = geteuid();
+  a.gid = getegid();
+  a.atime = a.mtime = a.ctime = start_time_;
+  if (ino == kControlDirIno) {
+    a.mode = S_IFDIR | 0755;
+    a.nlink = 2;
+    a.size = 4096;
+  } else {
+    // Sizes are unknown until generated; reads are direct, so 0 does not truncate them.
+    a.mode = S_IFREG | (ino == kSyncIno ? 0400 : 0444);
+    a.nlink = 1;
+  }
+  return a;
+}
+
+std::string Filesystem::StatsJson() {
+  nlohmann::json j;
+  uint64_t pending_bytes, pending_entries;
+  std::string last_error;
+  {
+    std::lock_guard lock(ns_mu_);
+    pending_bytes = journal_.pending_bytes();
+    pending_entries = journal_.pending_entries();
+    last_error = flusher_->last_error_locked().ok() ? "" : flusher_->last_error_locked().ToString();
+  }
+  double busy_s = static_cast<double>(stats_.flush_busy_ns.load()) / 1e9;
+  j["backend"] = flusher_->backend_name();
+  j["cache_size"] = config_.cache_size;
+  j["memory_used"] = arena_.used_blocks() * kBlockSize;
+  j["memory_mapped"] = arena_.mapped_blocks() * kBlockSize;
+  j["writers_waiting"] = arena_.waiting_writers();
+  j["dirty_bytes"] = pending_bytes;
+  j["pending_entries"] = pending_entries;
+  j["bytes_written"] = stats_.bytes_written.load();
+  j["bytes_read"] = stats_.bytes_read.load();
+  j["bytes_flushed"] = stats_.bytes_flushed.load();
+  j["files_flushed"] = stats_.files_flushed.load();
+  j["versions_skipped"] = stats_.versions_skipped.load();
+  j["flush_batches"] = stats_.flush_batches.load();
+  j["flush_errors"] = stats_.flush_errors.load();
+  j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
+  j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
+  j["last_error"] = last_error;
+  return j.dump(2) + "\n";
+}
+
+Status Filesystem::Shutdown() {
+  {
+    std::lock_guard lock(ns_mu_);
+    for (auto& [ino, inode] : inodes_) SealLocked(inode);
+  }
+  Status st = flusher_->Drain(config_.unmount_retry);
+  if (st.ok()) return st;
+  std::lock_guard lock(ns_mu_);
+  std::vector<std::string> files;
+  Result<std::string> where = RescueLocked(&files);
+  std::string list;
+  for (const std::string& f : files) list += (list.empty() ? "" : ", ") + f;
+  if (!where.ok()) {
+    return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                       ") and could not save them: " + where.status().ToString());
+  }
+  return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                     "); their contents were saved to " + *where);
+}
+
+Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
+  char stamp[32];
+  time_t t = time(nullptr);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
+  std::string name = std::string("rescue-") + stamp + "-" + std::to_string(getpid());
+  std::string dir = config_.backing_dir + "/" + kReservedName + "/" + name;
+  int dfd = MakeDirs(root_fd_, std::string(kReservedName) + "/" + name);
+  if (dfd < 0) {
+    dir = "/var/tmp/ckptfs-" + name;
+    int tmp = open("/var/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    dfd = tmp < 0 ? -1 : MakeDirs(tmp, "ckptfs-" + name);
+    if (tmp >= 0) close(tmp);
+    if (dfd < 0) return Status::FromErrno("create rescue directory " + dir);
+  }
+  Status result;
+  for (const EntryRef& e : journal_.pending()) {
+    if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
+    std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
+    files->push_back(path);
+    size_t slash = path.rfind('/');
+    int parent = slash == std::string::npos ? dup(dfd) : MakeDirs(dfd, path.substr(0, slash));
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    int fd = parent < 0 ? -1 : openat(parent, base.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+    Status st = fd < 0 ? Status::FromErrno("create " + path) : WriteAll(fd, e->snapshot);
+    if (fd >= 0) close(fd);
+    if (parent >= 0) close(parent);
+    if (!st.ok() && result.ok()) result = st;
+  }
+  fsync(dfd);
+  close(dfd);
+  if (!result.ok()) return result;
+  return dir;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,170 @@
+#include "core/file_content.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckptfs {
+namespace {
+
+// pread that retries short reads; bytes past EOF of the base are zero-filled.
+Status PreadFull(int fd, char* dst, size_t length, uint64_t offset) {
+  size_t done = 0;
+  while (done < length) {
+    ssize_t n = ::pread(fd, dst + done, length - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read of backing file");
+    }
+    if (n == 0) {
+      std::memset(dst + done, 0, length - done);
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+size_t FileContent::BlocksNeededForWrite(uint64_t offset, size_t length) const {
+  if (length == 0) return 0;
+  size_t needed = 0;
+  for (uint64_t i = offset / kBlockSize; i <= (offset + length - 1) / kBlockSize; ++i) {
+    auto it = blocks_.find(i);
+    if (it == blocks_.end() || it->second.shared()) ++needed;
+  }
+  return needed;
+}
+
+Status FileContent::FillBlock(uint64_t index, char* dst, size_t skip_from, size_t skip_to) const {
+  const uint64_t block_start = index * kBlockSize;
+  auto fill = [&](size_t from, size_t to) -> Status {
+    if (from >= to) return Status::Ok();
+    uint64_t abs_from = block_start + from;
+    uint64_t base_end = std::min<uint64_t>(base_len_, block_start + to);
+    size_t from_base = abs_from < base_end ? static_cast<size_t>(base_end - abs_from) : 0;
+    if (from_base > 0) {
+      Status s = PreadFull(base_->fd(), dst + from, from_base, abs_from);
+      if (!s.ok()) return s;
+    }
+    std::memset(dst + from + from_base, 0, to - from - from_base);
+    return Status::Ok();
+  };
+  Status s = fill(0, skip_from);
+  if (!s.ok()) return s;
+  return fill(skip_to, kBlockSize);
+}
+
+Status FileContent::Write(uint64_t offset, const char* data, size_t length,
+                          Reservation& reservation) {
+  uint64_t end = offset + length;
+  uint64_t pos = offset;
+  while (pos < end) {
+    uint64_t index = pos / kBlockSize;
+    size_t in_block = static_cast<size_t>(pos % kBlockSize);
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - in_block, end - pos));
+    auto it = blocks_.find(index);
+    if (it == blocks_.end()) {
+      BlockRef block = reservation.Take();
+      Status s = FillBlock(index, block.data(), in_block, in_block + n);
+      if (!s.ok()) return s;
+      it = blocks_.emplace(index, std::move(block)).first;
+    } else if (it->second.shared()) {
+      BlockRef copy = reservation.Take();
+      std::memcpy(copy.data(), it->second.data(), kBlockSize);
+      it->second = std::move(copy);
+    }
+    std::memcpy(it->second.data() + in_block, data + (pos - offset), n);
+    pos += n;
+  }
+  // Bytes between the old size and `offset` were zero (invariant) or hole: nothing to do.
+  size_ = std::max(size_, end);
+  return Status::Ok();
+}
+
+std::vector<ReadSegment> FileContent::Read(uint64_t offset, size_t length) const {
+  std::vector<ReadSegment> out;
+  if (offset >= size_) return out;
+  uint64_t end = std::min<uint64_t>(size_, offset + length);
+  uint64_t pos = offset;
+  while (pos < end) {
+    uint64_t index = pos / kBlockSize;
+    size_t in_block = static_cast<size_t>(pos % kBlockSize);
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - in_block, end - pos));
+    ReadSegment seg;
+    seg.length = n;
+    auto it = blocks_.find(index);
+    if (it != blocks_.end()) {
+      seg.kind = ReadSegment::Kind::kMemory;
+      seg.block = it->second;
+      seg.data = it->second.data() + in_block;
+    } else if (pos < base_len_) {
+      seg.kind = ReadSegment::Kind::kBacking;
+      seg.length = static_cast<size_t>(std::min<uint64_t>(n, base_len_ - pos));
+      seg.file = base_;
+      seg.file_offset = pos;
+    }
+    pos += seg.length;
+    // Merge with the previous segment where contiguous (large backing reads, long zero runs).
+    ReadSegment* last = out.empty() ? nullptr : &out.back();
+    bool mergeable = last && seg.kind != ReadSegment::Kind::kMemory && last->kind == seg.kind &&
+                     (seg.kind == ReadSegment::Kind::kZeros ||
+                      last->file_offset + last->length == seg.file_offset);
+    if (mergeable) {
+      last->length += seg.length;
+    } else {
+      out.push_back(std::move(seg));
+    }
+  }
+  return out;
+}
+
+Result<size_t> FileContent::ReadInto(uint64_t offset, size_t length, char* out) const {
+  size_t done = 0;
+  for (const ReadSegment& seg : Read(offset, length)) {
+    if (seg.kind == ReadSegment::Kind::kMemory) {
+      std::memcpy(out + done, seg.data, seg.length);
+    } else if (seg.kind == ReadSegment::Kind::kBacking) {
+      Status s = PreadFull(seg.file->fd(), out + done, seg.length, seg.file_offset);
+      if (!s.ok()) return s;
+    } else {
+      std::memset(out + done, 0, seg.length);
+    }
+    done += seg.length;
+  }
+  return done;
+}
+
+size_t FileContent::BlocksNeededForTruncate(uint64_t new_size) const {
+  if (new_size >= size_ || new_size % kBlockSize == 0) return 0;
+  auto it = blocks_.find(new_size / kBlockSize);
+  return it != blocks_.end() && it->second.shared() ? 1 : 0;
+}
+
+void FileContent::Truncate(uint64_t new_size, Reservation& reservation) {
+  if (new_size < size_) {
+    uint64_t first_dropped = (new_size + kBlockSize - 1) / kBlockSize;
+    blocks_.erase(blocks_.lower_bound(first_dropped), blocks_.end());
+    size_t in_block = static_cast<size_t>(new_size % kBlockSize);
+    auto it = blocks_.find(new_size / kBlockSize);
+    if (in_block != 0 && it != blocks_.end()) {
+      if (it->second.shared()) {
+        BlockRef copy = reservation.Take();
+        std::memcpy(copy.data(), it->second.data(), in_block);
+        it->second = std::move(copy);
+      }
+      std::memset(it->second.data() + in_block, 0, kBlockSize - in_block);
+    }
+    base_len_ = std::min(base_len_, new_size);
+  }
+  size_ = new_size;
+  if (base_len_ == 0) base_.reset();
+}
+
+void FileContent::ReplaceWithBase(std::shared_ptr<BackingFile> base) {
+  blocks_.clear();
+  base_ = std::move(base);
+  base_len_ = size_;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,941 @@
+#include "core/filesystem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+
+namespace ckptfs {
+namespace {
+
+timespec Now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts;
+}
+
+constexpr size_t kNameMax = 255;
+
+Status CheckName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return Status::Error(EINVAL, "bad name");
+  }
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, name);
+  return Status::Ok();
+}
+
+// Blocks a write of [offset, offset+length) may need, whatever the file holds.
+size_t WorstCaseBlocks(uint64_t offset, size_t length) {
+  if (length == 0) return 0;
+  return (offset + length - 1) / kBlockSize - offset / kBlockSize + 1;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Filesystem>> Filesystem::Create(const Config& config,
+                                                       std::unique_ptr<Backend> backend) {
+  int root = open(config.backing_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    int err = errno;
+    if (err == ENOTDIR) {
+      return Status::Error(err, "backing directory " + config.backing_dir + " is not a directory");
+    }
+    return Status::Error(err, "cannot open backing directory " + config.backing_dir);
+  }
+  if (faccessat(root, ".", W_OK | X_OK, AT_EACCESS) != 0) {
+    Status st = Status::Error(errno, "backing directory " + config.backing_dir + " is not writable");
+    close(root);
+    return st;
+  }
+  auto fail = [&](const std::string& what) {
+    Status st = Status::FromErrno(what + " in backing directory " + config.backing_dir);
+    close(root);
+    return st;
+  };
+  if (mkdirat(root, kReservedName, 0700) != 0 && errno != EEXIST) return fail("cannot create .ckptfs");
+  int own = openat(root, kReservedName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (own < 0) return fail("cannot open .ckptfs");
+  if (mkdirat(own, "staging", 0700) != 0 && errno != EEXIST) {
+    close(own);
+    return fail("cannot create .ckptfs/staging");
+  }
+  int staging = openat(own, "staging", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  close(own);
+  if (staging < 0) return fail("cannot open .ckptfs/staging");
+  // Staged files of a daemon that was killed never reached a final name: drop them.
+  if (DIR* d = fdopendir(dup(staging))) {
+    size_t removed = 0;
+    while (dirent* de = readdir(d)) {
+      if (std::strcmp(de->d_name, ".") == 0 || std::strcmp(de->d_name, "..") == 0) continue;
+      removed += unlinkat(staging, de->d_name, 0) == 0;
+    }
+    closedir(d);
+    if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
+  }
+  return std::unique_ptr<Filesystem>(new Filesystem(config, root, staging, std::move(backend)));
+}
+
+Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
+                       std::unique_ptr<Backend> backend)
+    : config_(config),
+      root_fd_(root_fd),
+      staging_fd_(staging_fd),
+      start_time_(Now()),
+      arena_(config.cache_size) {
+  auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
+  struct stat st {};
+  fstat(root_fd_, &st);
+  root->mode = st.st_mode & 07777;
+  root->uid = st.st_uid;
+  root->gid = st.st_gid;
+  root->atime = st.st_atim;
+  root->mtime = st.st_mtim;
+  root->ctime = st.st_ctim;
+  root->nlink = 2;
+  root->on_backing = true;
+  root->dir_fd = std::make_shared<BackingFile>(dup(root_fd_));
+  inodes_[kRootIno] = root;
+
+  Flusher::Hooks hooks;
+  hooks.on_clean = [this](const InodeRef& inode) { clean_.push_back(inode); };
+  hooks.path_of = [this](const InodeRef& inode) { return PathLocked(inode); };
+  hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
+  flusher_ = std::make_unique<Flusher>(config_, std::move(backend), staging_fd_, ns_mu_, journal_,
+                                       stats_, std::move(hooks));
+  arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
+  arena_.SetPressureCallback([this] { flusher_->Hurry(); });
+}
+
+Filesystem::~Filesystem() {
+  flusher_.reset();
+  {
+    std::lock_guard lock(ns_mu_);
+    for (auto& [ino, inode] : inodes_) {
+      inode->children.clear();
+      inode->names.clear();
+      inode->last_entry.reset();
+    }
+    inodes_.clear();
+    clean_.clear();
+  }
+  close(staging_fd_);
+  close(root_fd_);
+}
+
+void Filesystem::Start() {
+  flusher_->Start();
+  spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespace helpers (ns_mu_ held).
+
+InodeRef Filesystem::FindLocked(uint64_t ino) const {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second;
+}
+
+Result<InodeRef> Filesystem::DirLocked(uint64_t ino) const {
+  InodeRef dir = FindLocked(ino);
+  if (!dir) return Status::Error(ENOENT, "no such inode");
+  if (dir->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+  return dir;
+}
+
+InodeRef Filesystem::NewInodeLocked(FileType type, uint32_t mode, const Caller& c) {
+  auto inode = std::make_shared<Inode>(next_ino_++, type);
+  inode->mode = mode & 07777;
+  inode->uid = c.uid;
+  inode->gid = c.gid;
+  inode->atime = inode->mtime = inode->ctime = Now();
+  inode->nlink = type == FileType::kDirectory ? 2 : 1;
+  inodes_[inode->ino] = inode;
+  return inode;
+}
+
+Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string& name) {
+  if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
+  if (dir->complete || !dir->dir_fd || dir->whiteouts.count(name) ||
+      (dir->ino == kRootIno && name == kReservedName)) {
+    return Status::Error(ENOENT, name);
+  }
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  int dfd = dir->dir_fd->fd();
+  struct stat st {};
+  if (fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Status::FromErrno(name);
+  }
+  FileType type;
+  if (S_ISDIR(st.st_mode)) {
+    type = FileType::kDirectory;
+  } else if (S_ISREG(st.st_mode)) {
+    type = FileType::kRegular;
+  } else if (S_ISLNK(st.st_mode)) {
+    type = FileType::kSymlink;
+  } else {
+    return Status::Error(ENOENT, name + ": special files on the backing store are not shown");
+  }
+  auto inode = std::make_shared<Inode>(next_ino_++, type);
+  inode->mode = st.st_mode & 07777;
+  inode->uid = st.st_uid;
+  inode->gid = st.st_gid;
+  inode->atime = st.st_atim;
+  inode->mtime = st.st_mtim;
+  inode->ctime = st.st_ctim;
+  inode->nlink = type == FileType::kDirectory ? 2 : 1;
+  inode->on_backing = true;
+  if (type == FileType::kDirectory) {
+    int fd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(name);
+    inode->dir_fd = std::make_shared<BackingFile>(fd);
+  } else if (type == FileType::kRegular) {
+    inode->origin_dir = dir->dir_fd;
+    inode->origin_name = name;
+    inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
+  } else {
+    std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+    ssize_t n = readlinkat(dfd, name.c_str(), target.data(), target.size());
+    if (n < 0) return Status::FromErrno(name);
+    target.resize(static_cast<size_t>(n));
+    inode->symlink_target = std::move(target);
+  }
+  inodes_[inode->ino] = inode;
+  dir->children[name] = inode;
+  inode->names.insert({dir, name});
+  return inode;
+}
+
+void Filesystem::LoadDirLocked(const InodeRef& dir) {
+  if (dir->complete) return;
+  if (!dir->dir_fd) {
+    dir->complete = true;
+    return;
+  }
+  DIR* d = fdopendir(dup(dir->dir_fd->fd()));
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* de = readdir(d)) {
+    std::string name = de->d_name;
+    if (name == "." || name == "..") continue;
+    if (dir->ino == kRootIno && name == kReservedName) continue;
+    if (dir->children.count(name) || dir->whiteouts.count(name)) continue;
+    names.push_back(std::move(name));
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    Result<InodeRef> child = ChildLocked(dir, name);
+    (void)child;  // Entries that vanished or are special files are simply not listed.
+  }
+  dir->complete = true;
+  dir->whiteouts.clear();
+}
+
+void Filesystem::AddNameLocked(const InodeRef& dir, const std::string& name,
+                               const InodeRef& inode) {
+  dir->children[name] = inode;
+  dir->whiteouts.erase(name);
+  inode->names.insert({dir, name});
+  std::lock_guard lock(dir->mu);
+  dir->mtime = dir->ctime = Now();
+}
+
+void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
+                                  const InodeRef& inode) {
+  dir->children.erase(name);
+  if (!dir->complete && (inode->on_backing || JournaledLocked(inode))) dir->whiteouts.insert(name);
+  inode->names.erase({dir, name});
+  std::lock_guard lock(dir->mu);
+  dir->mtime = dir->ctime = Now();
+}
+
+Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
+  if (!inode->origin_dir) return Status::Ok();
+  int fd = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
+                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open backing file " + inode->origin_name);
+  struct stat st {};
+  fstat(fd, &st);
+  {
+    std::lock_guard lock(inode->mu);
+    inode->content = FileContent(std::make_shared<BackingFile>(fd), static_cast<uint64_t>(st.st_size));
+  }
+  inode->origin_dir.reset();
+  inode->origin_name.clear();
+  return Status::Ok();
+}
+
+bool Filesystem::JournaledLocked(const InodeRef& inode) const {
+  return inode->on_backing || (inode->last_entry && !inode->last_entry->done);
+}
+
+uint64_t Filesystem::AppendLocked(EntryRef entry) {
+  entry->sealed_at = Clock::now();
+  entry->inode->last_entry = entry;
+  uint64_t seq = journal_.Append(std::move(entry));
+  flusher_->NotifyLocked();
+  return seq;
+}
+
+uint64_t Filesystem::SealLocked(const InodeRef& inode) {
+  if (inode->type != FileType::kRegular) return 0;
+  auto entry = std::make_shared<JournalEntry>();
+  {
+    std::lock_guard lock(inode->mu);
+    if (inode->version == inode->sealed_version) return 0;
+    inode->sealed_version = inode->version;
+    if (inode->names.empty()) return 0;  // Deleted: nothing to publish.
+    entry->kind = JournalEntry::Kind::kPublish;
+    entry->inode = inode;
+    entry->snapshot = inode->content;
+    entry->version = inode->version;
+    entry->names.assign(inode->names.begin(), inode->names.end());
+    entry->parent = entry->names.front().parent;
+    entry->name = entry->names.front().name;
+    entry->mode = inode->mode;
+    entry->uid = inode->uid;
+    entry->gid = inode->gid;
+    entry->atime = inode->atime;
+    entry->mtime = inode->mtime;
+  }
+  const EntryRef& last = inode->last_entry;
+  if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
+    journal_.Cancel(last);
+    stats_.versions_skipped++;
+  }
+  return AppendLocked(std::move(entry));
+}
+
+std::string Filesystem::PathLocked(const InodeRef& inode) const {
+  std::vector<std::string> parts;
+  const Inode* cur = inode.get();
+  while (cur && cur->ino != kRootIno) {
+    if (cur->names.empty()) {
+      parts.push_back("(deleted)");
+      break;
+    }
+    parts.push_back(cur->names.begin()->name);
+    cur = cur->names.begin()->parent.get();
+  }
+  std::string path;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) path += (path.empty() ? "" : "/") + *it;
+  return path.empty() ? "/" : path;
+}
+
+Attr Filesystem::AttrOf(const Inode& inode) const {
+  Attr a;
+  a.ino = inode.ino;
+  a.nlink = inode.nlink;
+  std::lock_guard lock(inode.mu);
+  a.mode = inode.TypeBits() | inode.mode;
+  a.uid = inode.uid;
+  a.gid = inode.gid;
+  a.atime = inode.atime;
+  a.mtime = inode.mtime;
+  a.ctime = inode.ctime;
+  switch (inode.type) {
+    case FileType::kRegular: a.size = inode.content.size(); break;
+    case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
+    case FileType::kDirectory: a.size = 4096; break;
+  }
+  return a;
+}
+
+void Filesystem::MaybeDropLocked(const InodeRef& inode) {
+  if (inode->nlink == 0 && inode->lookups == 0 && inode->open_handles == 0) {
+    inodes_.erase(inode->ino);
+  }
+}
+
+size_t Filesystem::Reclaim(size_t wanted) {
+  std::lock_guard lock(ns_mu_);
+  size_t freed = 0;
+  while (freed < wanted && !clean_.empty()) {
+    InodeRef inode = clean_.front().lock();
+    clean_.pop_front();
+    if (!inode) continue;
+    std::unique_lock ilock(inode->mu, std::try_to_lock);
+    if (!ilock.owns_lock()) {
+      clean_.push_back(inode);
+      break;
+    }
+    if (inode->durable_version != inode->version || !inode->published) continue;
+    size_t blocks = inode->content.memory_blocks();
+    inode->content.ReplaceWithBase(inode->published);
+    freed += blocks;
+    stats_.evicted_blocks += blocks;
+  }
+  return freed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations.
+
+Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
+  if (parent == kRootIno && name == kReservedName) return ControlAttr(kControlDirIno);
+  if (parent == kControlDirIno) {
+    Result<uint64_t> c = ControlLookup(name);
+    if (!c.ok()) return c.status();
+    return ControlAttr(*c);
+  }
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  Result<InodeRef> child = ChildLocked(*dir, name);
+  if (!child.ok()) return child.status();
+  (*child)->lookups++;
+  return AttrOf(**child);
+}
+
+void Filesystem::Forget(uint64_t ino, uint64_t count) {
+  if (ino < kFirstIno) return;
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return;
+  inode->lookups -= std::min(inode->lookups, count);
+  MaybeDropLocked(inode);
+}
+
+Result<Attr> Filesystem::GetAttr(uint64_t ino) {
+  if (ino != kRootIno && ino < kFirstIno) return ControlAttr(ino);
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  return AttrOf(*inode);
+}
+
+Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
+  if (ino != kRootIno && ino < kFirstIno) return Status::Error(EPERM, "control files are fixed");
+  Reservation reservation;
+  if (req.size) reservation = arena_.Reserve(1);
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  timespec now = Now();
+  if (req.size) {
+    if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
+    if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
+    Status st = LoadOriginLocked(inode);
+    if (!st.ok()) return st;
+    std::lock_guard ilock(inode->mu);
+    inode->content.Truncate(*req.size, reservation);
+    inode->version++;
+    inode->mtime = inode->ctime = now;
+  }
+  bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
+  if (meta) {
+    std::lock_guard ilock(inode->mu);
+    if (req.mode) inode->mode = *req.mode & 07777;
+    if (req.uid) inode->uid = *req.uid;
+    if (req.gid) inode->gid = *req.gid;
+    if (req.atime) inode->atime = req.atime->tv_nsec == UTIME_NOW ? now : *req.atime;
+    if (req.mtime) inode->mtime = req.mtime->tv_nsec == UTIME_NOW ? now : *req.mtime;
+    inode->ctime = now;
+  }
+  if (req.size && inode->open_handles == 0) SealLocked(inode);
+  if (meta && JournaledLocked(inode) && !inode->names.empty()) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kSetAttr;
+    e->inode = inode;
+    e->parent = inode->names.begin()->parent;
+    e->name = inode->names.begin()->name;
+    std::lock_guard ilock(inode->mu);
+    e->set_mode = req.mode.has_value();
+    e->set_owner = req.uid || req.gid;
+    e->set_times = req.atime || req.mtime;
+    e->mode = inode->mode;
+    e->uid = inode->uid;
+    e->gid = inode->gid;
+    e->atime = inode->atime;
+    e->mtime = inode->mtime;
+    AppendLocked(std::move(e));
+  } else if (meta && inode->ino == kRootIno) {
+    spdlog::debug("attributes of the mount root are not written to the backing directory");
+  }
+  return AttrOf(*inode);
+}
+
+Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+                               const Caller& c) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  Result<InodeRef> existing = ChildLocked(*dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, name);
+  if (existing.status().err() != ENOENT) return existing.status();
+  InodeRef inode = NewInodeLocked(FileType::kDirectory, mode, c);
+  inode->complete = true;
+  AddNameLocked(*dir, name, inode);
+  (*dir)->nlink++;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kMkdir;
+  e->inode = inode;
+  e->parent = *dir;
+  e->name = name;
+  e->mode = inode->mode;
+  e->uid = inode->uid;
+  e->gid = inode->gid;
+  AppendLocked(std::move(e));
+  inode->lookups++;
+  return AttrOf(*inode);
+}
+
+Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
+  if (parent == kControlDirIno) return Status::Error(EPERM, name);
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  Result<InodeRef> child = ChildLocked(*dir, name);
+  if (!child.ok()) return child.status();
+  InodeRef inode = *child;
+  if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
+  if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
+    Status st = LoadOriginLocked(inode);
+    if (!st.ok()) return st;
+  }
+  if (JournaledLocked(inode)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kUnlink;
+    e->inode = *dir;
+    e->parent = *dir;
+    e->name = name;
+    e->victim = inode;
+    AppendLocked(std::move(e));
+  }
+  RemoveNameLocked(*dir, name, inode);
+  inode->nlink--;
+  {
+    std::lock_guard ilock(inode->mu);
+    inode->ctime = Now();
+  }
+  if (inode->nlink == 0) {
+    stats_.versions_skipped += journal_.CancelUnsent(inode);
+    MaybeDropLocked(inode);
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
+  if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  Result<InodeRef> child = ChildLocked(*dir, name);
+  if (!child.ok()) return child.status();
+  InodeRef inode = *child;
+  if (inode->type != FileType::kDirectory) return Status::Error(ENOTDIR, name);
+  LoadDirLocked(inode);
+  if (!inode->children.empty()) return Status::Error(ENOTEMPTY, name);
+  if (JournaledLocked(inode)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kRmdir;
+    e->inode = *dir;
+    e->parent = *dir;
+    e->name = name;
+    e->victim = inode;
+    AppendLocked(std::move(e));
+  }
+  RemoveNameLocked(*dir, name, inode);
+  inode->nlink = 0;
+  (*dir)->nlink--;
+  stats_.versions_skipped += journal_.CancelUnsent(inode);
+  MaybeDropLocked(inode);
+  return Status::Ok();
+}
+
+Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
+                                 const std::string& target, const Caller& c) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  Result<InodeRef> existing = ChildLocked(*dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, name);
+  if (existing.status().err() != ENOENT) return existing.status();
+  InodeRef inode = NewInodeLocked(FileType::kSymlink, 0777, c);
+  inode->symlink_target = target;
+  AddNameLocked(*dir, name, inode);
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kSymlink;
+  e->inode = inode;
+  e->parent = *dir;
+  e->name = name;
+  e->symlink_target = target;
+  e->uid = c.uid;
+  e->gid = c.gid;
+  AppendLocked(std::move(e));
+  inode->lookups++;
+  return AttrOf(*inode);
+}
+
+Result<std::string> Filesystem::Readlink(uint64_t ino) {
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (inode->type != FileType::kSymlink) return Status::Error(EINVAL, "not a symlink");
+  return inode->symlink_target;
+}
+
+Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                          const std::string& new_name, unsigned flags) {
+  if ((parent == kRootIno && name == kReservedName) ||
+      (new_parent == kRootIno && new_name == kReservedName) || parent == kControlDirIno ||
+      new_parent == kControlDirIno) {
+    return Status::Error(EPERM, "the control directory cannot be renamed");
+  }
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
+    return Status::Error(EINVAL, "only RENAME_NOREPLACE is supported");
+  }
+  Status bad = CheckName(new_name);
+  if (!bad.ok()) return bad;
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> src = DirLocked(parent);
+  if (!src.ok()) return src.status();
+  Result<InodeRef> dst = DirLocked(new_parent);
+  if (!dst.ok()) return dst.status();
+  Result<InodeRef> child_r = ChildLocked(*src, name);
+  if (!child_r.ok()) return child_r.status();
+  InodeRef child = *child_r;
+  Result<InodeRef> victim_r = ChildLocked(*dst, new_name);
+  if (!victim_r.ok() && victim_r.status().err() != ENOENT) return victim_r.status();
+  InodeRef victim = victim_r.ok() ? *victim_r : nullptr;
+  if (victim == child) return Status::Ok();
+  if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
+  if (child->type == FileType::kDirectory) {
+    for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
+         cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
+      if (cur == child.get()) return Status::Error(EINVAL, "directory moved into itself");
+    }
+    if (victim) {
+      if (victim->type != FileType::kDirectory) return Status::Error(ENOTDIR, new_name);
+      LoadDirLocked(victim);
+      if (!victim->children.empty()) return Status::Error(ENOTEMPTY, new_name);
+    }
+  } else if (victim && victim->type == FileType::kDirectory) {
+    return Status::Error(EISDIR, new_name);
+  }
+  Status st = LoadOriginLocked(child);
+  if (!st.ok()) return st;
+  if (victim && (victim->nlink > 1 || victim->open_handles > 0 || victim->lookups > 0)) {
+    st = LoadOriginLocked(victim);
+    if (!st.ok()) return st;
+  }
+  if (JournaledLocked(child)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kRename;
+    e->inode = child;
+    e->parent = *src;
+    e->name = name;
+    e->new_parent = *dst;
+    e->new_name = new_name;
+    e->victim = victim;
+    AppendLocked(std::move(e));
+  } else if (victim && JournaledLocked(victim)) {
+    // The new file reaches the backing store at its seal; until then the old one must go.
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = victim->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
+                                                   : JournalEntry::Kind::kUnlink;
+    e->inode = *dst;
+    e->parent = *dst;
+    e->name = new_name;
+    e->victim = victim;
+    AppendLocked(std::move(e));
+  }
+  RemoveNameLocked(*src, name, child);
+  if (victim) {
+    RemoveNameLocked(*dst, new_name, victim);
+    victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
+    if (victim->type == FileType::kDirectory) (*dst)->nlink--;
+  }
+  AddNameLocked(*dst, new_name, child);
+  if (child->type == FileType::kDirectory && *src != *dst) {
+    (*src)->nlink--;
+    (*dst)->nlink++;
+  }
+  {
+    std::lock_guard ilock(child->mu);
+    child->ctime = Now();
+  }
+  if (victim && victim->nlink == 0) {
+    stats_.versions_skipped += journal_.CancelUnsent(victim);
+    MaybeDropLocked(victim);
+  }
+  return Status::Ok();
+}
+
+Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
+  if (ino < kFirstIno) return Status::Error(EPERM, "hard link of a control file");
+  if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
+  Status bad = CheckName(new_name);
+  if (!bad.ok()) return bad;
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
+  Result<InodeRef> dst = DirLocked(new_parent);
+  if (!dst.ok()) return dst.status();
+  Result<InodeRef> existing = ChildLocked(*dst, new_name);
+  if (existing.ok()) return Status::Error(EEXIST, new_name);
+  if (existing.status().err() != ENOENT) return existing.status();
+  if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
+  SealLocked(inode);
+  if (JournaledLocked(inode)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kLink;
+    e->inode = inode;
+    e->parent = inode->names.begin()->parent;
+    e->name = inode->names.begin()->name;
+    e->new_parent = *dst;
+    e->new_name = new_name;
+    AppendLocked(std::move(e));
+  }
+  AddNameLocked(*dst, new_name, inode);
+  inode->nlink++;
+  inode->lookups++;
+  {
+    std::lock_guard ilock(inode->mu);
+    inode->ctime = Now();
+  }
+  return AttrOf(*inode);
+}
+
+Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,
+                                    int flags, const Caller& c) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  uint64_t existing_ino = 0;
+  {
+    std::lock_guard lock(ns_mu_);
+    Result<InodeRef> dir = DirLocked(parent);
+    if (!dir.ok()) return dir.status();
+    Result<InodeRef> existing = ChildLocked(*dir, name);
+    if (existing.ok()) {
+      if (flags & O_EXCL) return Status::Error(EEXIST, name);
+      (*existing)->lookups++;
+      existing_ino = (*existing)->ino;
+    } else if (existing.status().err() != ENOENT) {
+      return existing.status();
+    } else {
+      InodeRef inode = NewInodeLocked(FileType::kRegular, mode, c);
+      AddNameLocked(*dir, name, inode);
+      inode->lookups++;
+      inode->open_handles++;
+      auto* h = new Handle(inode, flags);
+      return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
+    }
+  }
+  Result<OpenFile> opened = Open(existing_ino, flags);
+  if (!opened.ok()) Forget(existing_ino, 1);
+  return opened;
+}
+
+Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
+  if (ino == kStatsIno || ino == kSyncIno) {
+    if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "control files are read-only");
+    auto* h = new Handle;
+    h->control_ino = ino;
+    if (ino == kStatsIno) h->content = StatsJson();
+    {
+      std::lock_guard lock(ns_mu_);
+      h->sync_seq = journal_.last_seq();
+    }
+    return OpenFile{ControlAttr(ino), reinterpret_cast<uint64_t>(h), true};
+  }
+  if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
+  Reservation reservation;
+  if (flags & O_TRUNC) reservation = arena_.Reserve(1);
+  std::lock_guard lock(ns_mu_);
+  InodeRef inode = FindLocked(ino);
+  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
+  if (inode->type != FileType::kRegular) return Status::Error(ELOOP, "open of a symlink");
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+    std::lock_guard ilock(inode->mu);
+    if (inode->content.size() > 0 || inode->origin_dir) {
+      inode->content = FileContent();
+      inode->version++;
+      inode->mtime = inode->ctime = Now();
+    }
+    inode->origin_dir.reset();
+  } else {
+    Status st = LoadOriginLocked(inode);
+    if (!st.ok()) return st;
+  }
+  inode->open_handles++;
+  auto* h = new Handle(inode, flags);
+  return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
+}
+
+Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
+  Handle* h = HandleOf(handle);
+  ReadData out;
+  if (!h->inode) {
+    if (h->control_ino == kSyncIno && h->content.empty()) {
+      Status st = flusher_->WaitDurable(h->sync_seq);
+      h->content = st.ok() ? "ok\n" : "error: " + st.ToString() + "\n";
+    }
+    if (offset < h->content.size()) out.owned = h->content.substr(offset, size);
+    return out;
+  }
+  {
+    std::lock_guard lock(h->inode->mu);
+    out.segments = h->inode->content.Read(offset, size);
+  }
+  for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;
+  return out;
+}
+
+Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
+                                 size_t size) {
+  Handle* h = HandleOf(handle);
+  if (!h->inode) return Status::Error(EBADF, "control files are read-only");
+  Inode& inode = *h->inode;
+  Reservation reservation;
+  std::unique_lock lock(inode.mu);
+  while (true) {
+    uint64_t at = (h->flags & O_APPEND) ? inode.content.size() : offset;
+    size_t needed = inode.content.BlocksNeededForWrite(at, size);
+    if (reservation.count() >= needed ||
+        arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
+      Status st = inode.content.Write(at, data, size, reservation);
+      if (!st.ok()) return st;
+      break;
+    }
+    lock.unlock();
+    reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(offset, size)));
+    lock.lock();
+  }
+  inode.version++;
+  inode.mtime = inode.ctime = Now();
+  stats_.bytes_written += size;
+  return size;
+}
+
+Status Filesystem::Flush(uint64_t handle) {
+  Handle* h = HandleOf(handle);
+  if (!h->inode) return Status::Ok();
+  std::lock_guard lock(ns_mu_);
+  SealLocked(h->inode);
+  std::lock_guard ilock(h->inode->mu);
+  if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
+    h->inode->flush_error_reported = true;
+    return h->inode->flush_error;
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::Release(uint64_t handle) {
+  Handle* h = HandleOf(handle);
+  if (h->inode) {
+    std::lock_guard lock(ns_mu_);
+    SealLocked(h->inode);
+    h->inode->open_handles--;
+    MaybeDropLocked(h->inode);
+  }
+  delete h;
+  return Status::Ok();
+}
+
+Status Filesystem::Fsync(uint64_t handle) {
+  Handle* h = HandleOf(handle);
+  if (!h->inode) return Status::Ok();
+  uint64_t seq;
+  {
+    std::lock_guard lock(ns_mu_);
+    SealLocked(h->inode);
+    seq = journal_.last_seq();
+  }
+  if (config_.fsync_mode == FsyncMode::kDefer) {
+    std::lock_guard ilock(h->inode->mu);
+    return h->inode->flush_error;
+  }
+  Status st = flusher_->WaitDurable(seq);
+  if (!st.ok()) {
+    std::lock_guard ilock(h->inode->mu);
+    if (!h->inode->flush_error.ok()) return h->inode->flush_error;
+  }
+  return st;
+}
+
+Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) {
+  Handle* h = HandleOf(handle);
+  if (!h->inode) return Status::Error(EBADF, "control file");
+  if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
+  std::lock_guard lock(h->inode->mu);
+  if (offset + length > h->inode->content.size()) {
+    Reservation none;
+    h->inode->content.Truncate(offset + length, none);
+    h->inode->version++;
+    h->inode->mtime = h->inode->ctime = Now();
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
+  auto* dh = new DirHandle;
+  if (ino == kControlDirIno) {
+    dh->entries = {{".", kControlDirIno, S_IFDIR}, {"..", kRootIno, S_IFDIR},
+                   {"stats", kStatsIno, S_IFREG}, {"sync", kSyncIno, S_IFREG}};
+    return reinterpret_cast<uint64_t>(dh);
+  }
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(ino);
+  if (!dir.ok()) {
+    delete dh;
+    return dir.status();
+  }
+  LoadDirLocked(*dir);
+  uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
+  dh->entries.push_back({".", ino, S_IFDIR});
+  dh->entries.push_back({"..", parent_ino, S_IFDIR});
+  for (const auto& [name, child] : (*dir)->children) {
+    dh->entries.push_back({name, child->ino, child->TypeBits()});
+  }
+  return reinterpret_cast<uint64_t>(dh);
+}
+
+Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {
+  auto* dh = reinterpret_cast<DirHandle*>(dir_handle);
+  if (offset >= dh->entries.size()) return std::vector<DirEntry>{};
+  return std::vector<DirEntry>(dh->entries.begin() + static_cast<ptrdiff_t>(offset),
+                               dh->entries.end());
+}
+
+void Filesystem::ReleaseDir(uint64_t dir_handle) { delete reinterpret_cast<DirHandle*>(dir_handle); }
+
+Status Filesystem::FsyncDir(uint64_t ino) {
+  if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();
+  return Sync();
+}
+
+Result<struct statvfs> Filesystem::StatFs() {
+  struct statvfs st {};
+  if (fstatvfs(root_fd_, &st) != 0) return Status::FromErrno("statfs of backing directory");
+  return st;
+}
+
+Status Filesystem::Sync() {
+  uint64_t seq;
+  {
+    std::lock_guard lock(ns_mu_);
+    seq = journal_.last_seq();
+  }
+  return flusher_->WaitDurable(seq);
+}
+
+}  // namespace ckptfs

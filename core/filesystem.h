@@ -1,0 +1,187 @@
+// Filesystem: ckptfs without FUSE. Every FUSE operation is one call here; the adapter only
+// decodes requests and replies with what these calls return (values or the exact errno).
+//
+// The namespace is the backing directory, looked up lazily, overlaid with what clients changed
+// through the mount. Data written through the mount is held in the Arena; sealed versions and
+// namespace changes go to the Journal, which the Flusher replays on the backing store in order.
+//
+// Thread-safe: any FUSE worker thread may call any method. Lock order: ns_mu_, then Inode::mu.
+#pragma once
+
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <deque>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/config.h"
+#include "core/flusher.h"
+#include "core/inode.h"
+#include "core/journal.h"
+#include "core/stats.h"
+#include "iouring/backend.h"
+
+namespace ckptfs {
+
+inline constexpr uint64_t kRootIno = 1;
+inline constexpr uint64_t kControlDirIno = 2;
+inline constexpr uint64_t kStatsIno = 3;
+inline constexpr uint64_t kSyncIno = 4;
+inline constexpr uint64_t kFirstIno = 16;
+// The reserved name at the root: the control directory in the mount, ckptfs' own files
+// (staging, rescue) in the backing directory.
+inline constexpr const char* kReservedName = ".ckptfs";
+
+// Who asks (from the FUSE request).
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t umask = 022;
+};
+
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<timespec> atime;  // tv_nsec == UTIME_NOW means now.
+  std::optional<timespec> mtime;
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+  uint32_t type_bits;  // S_IFDIR etc.
+};
+
+struct OpenFile {
+  Attr attr;
+  uint64_t handle = 0;
+  bool direct_io = false;  // Bypass the kernel page cache (control files).
+};
+
+// The bytes of a read. Memory segments keep their blocks alive until this is destroyed.
+struct ReadData {
+  std::vector<ReadSegment> segments;
+  std::string owned;  // Control-file content, when the read is served from a string.
+};
+
+class Filesystem {
+ public:
+  // Checks the backing directory (exists, is a directory, writable), prepares the staging
+  // directory and removes what a killed daemon left there. Does not start threads.
+  static Result<std::unique_ptr<Filesystem>> Create(const Config& config,
+                                                    std::unique_ptr<Backend> backend);
+  ~Filesystem();
+
+  // Starts the flusher thread (after the daemon has forked).
+  void Start();
+  // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
+  // to a rescue directory and returns an error naming the files and where they went.
+  Status Shutdown();
+
+  Result<Attr> Lookup(uint64_t parent, const std::string& name);
+  void Forget(uint64_t ino, uint64_t count);
+  Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
+  Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c);
+  Status Unlink(uint64_t parent, const std::string& name);
+  Status Rmdir(uint64_t parent, const std::string& name);
+  Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
+                       const Caller& c);
+  Result<std::string> Readlink(uint64_t ino);
+  Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned flags);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name);
+
+  Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
+                          const Caller& c);
+  Result<OpenFile> Open(uint64_t ino, int flags);
+  Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size);
+  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
+  // close(): seals the file if it changed, and reports a flush error not reported yet.
+  Status Flush(uint64_t handle);
+  Status Release(uint64_t handle);
+  Status Fsync(uint64_t handle);
+  Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length);
+
+  Result<uint64_t> OpenDir(uint64_t ino);
+  // Entries from index `offset` on (index i has cookie i + 1), "." and ".." included.
+  Result<std::vector<DirEntry>> ReadDir(uint64_t dir_handle, uint64_t offset);
+  void ReleaseDir(uint64_t dir_handle);
+  Status FsyncDir(uint64_t ino);
+
+  Result<struct statvfs> StatFs();
+
+  // Waits until everything sealed before the call is durable; the error names the file.
+  Status Sync();
+  std::string backend_name() const { return flusher_->backend_name(); }
+  // JSON figures for .ckptfs/stats.
+  std::string StatsJson();
+
+ private:
+  struct Handle {
+    Handle() = default;
+    Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
+    InodeRef inode;  // Null for control files.
+    int flags = 0;
+    uint64_t control_ino = 0;
+    uint64_t sync_seq = 0;  // .ckptfs/sync: what its reader waits for.
+    std::string content;    // Control files: generated at open (stats) or first read (sync).
+  };
+  struct DirHandle {
+    std::vector<DirEntry> entries;
+  };
+
+  Filesystem(const Config& config, int root_fd, int staging_fd, std::unique_ptr<Backend> backend);
+
+  // --- Called with ns_mu_ held ---
+  InodeRef FindLocked(uint64_t ino) const;
+  Result<InodeRef> DirLocked(uint64_t ino) const;
+  // The child named `name` of `dir`, looking it up on the backing store if needed.
+  Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name);
+  InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c);
+  void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
+  void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
+  // Opens the backing content of a file found on the backing store, before its name changes.
+  Status LoadOriginLocked(const InodeRef& inode);
+  void LoadDirLocked(const InodeRef& dir);
+  bool JournaledLocked(const InodeRef& inode) const;
+  uint64_t AppendLocked(EntryRef entry);
+  // Seals the current version of a regular file if it changed; returns the seq to wait for.
+  uint64_t SealLocked(const InodeRef& inode);
+  std::string PathLocked(const InodeRef& inode) const;
+  Attr AttrOf(const Inode& inode) const;  // Takes inode.mu.
+  void MaybeDropLocked(const InodeRef& inode);
+
+  // Control directory entries: their inode numbers and attributes.
+  Result<uint64_t> ControlLookup(const std::string& name) const;
+  Attr ControlAttr(uint64_t ino) const;
+  // Writes every unflushed file version to a rescue directory; returns its path.
+  Result<std::string> RescueLocked(std::vector<std::string>* files);
+  size_t Reclaim(size_t wanted);
+  Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
+
+  const Config config_;
+  const int root_fd_;
+  const int staging_fd_;
+  const timespec start_time_;
+  Stats stats_;
+  Arena arena_;
+
+  mutable std::mutex ns_mu_;
+  std::unordered_map<uint64_t, InodeRef> inodes_;  // Guarded by ns_mu_.
+  uint64_t next_ino_ = kFirstIno;                  // Guarded by ns_mu_.
+  Journal journal_;                                // Guarded by ns_mu_.
+  std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
+  std::unique_ptr<Flusher> flusher_;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,101 @@
+// Inode: one file, directory or symlink as the mount shows it.
+//
+// Lock order: Filesystem::ns_mu_ before Inode::mu. The namespace fields (children, names, nlink,
+// lookups, open counts, journal links) are guarded by Filesystem::ns_mu_; attributes and content
+// by Inode::mu. Inode numbers are never reused (64-bit counter), so the generation is always 0.
+#pragma once
+
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/file_content.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct JournalEntry;
+
+enum class FileType { kRegular, kDirectory, kSymlink };
+
+// What getattr returns.
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // Type and permission bits.
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  timespec atime{}, mtime{}, ctime{};
+};
+
+struct Inode {
+  struct Name {
+    std::shared_ptr<Inode> parent;
+    std::string name;
+    bool operator<(const Name& o) const {
+      return parent != o.parent ? parent < o.parent : name < o.name;
+    }
+  };
+
+  Inode(uint64_t ino_in, FileType type_in) : ino(ino_in), type(type_in) {}
+
+  const uint64_t ino;
+  const FileType type;
+
+  // --- Guarded by Filesystem::ns_mu_ ---
+  uint32_t nlink = 1;
+  uint64_t lookups = 0;
+  uint32_t open_handles = 0;
+  // Names of a non-directory (several with hard links); the one name of a directory.
+  std::set<Name> names;
+  // Present on the backing store under some name (found there, or published/created there).
+  bool on_backing = false;
+  // A regular file found on the backing store whose content was not opened yet: where to open it.
+  std::shared_ptr<BackingFile> origin_dir;
+  std::string origin_name;
+  // The newest journal entry about this inode, and whether it is unsent.
+  std::shared_ptr<JournalEntry> last_entry;
+  // Directory: children by name, names removed here that may still exist on the backing store,
+  // whether every backing entry has been loaded, and the backing directory once it exists.
+  std::map<std::string, std::shared_ptr<Inode>> children;
+  std::set<std::string> whiteouts;
+  bool complete = false;
+  std::shared_ptr<BackingFile> dir_fd;  // Set by lookup, or by the flusher when it creates the dir.
+  std::string symlink_target;
+
+  // --- Guarded by mu ---
+  mutable std::mutex mu;
+  uint32_t mode = 0;  // Permission bits only.
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  timespec atime{}, mtime{}, ctime{};
+  FileContent content;
+  uint64_t version = 0;         // Bumped by every change of content.
+  uint64_t sealed_version = 0;  // Version of the newest sealed snapshot.
+  uint64_t durable_version = 0; // Version the backing store holds durably.
+  // The durable backing file that holds `version`, while durable_version == version: lets the
+  // reclaimer drop the blocks and read from it instead.
+  std::shared_ptr<BackingFile> published;
+  Status flush_error;           // Last failed flush of this file; cleared when one succeeds.
+  bool flush_error_reported = false;  // The error was returned by a close already.
+
+  uint32_t TypeBits() const {
+    switch (type) {
+      case FileType::kDirectory: return S_IFDIR;
+      case FileType::kSymlink: return S_IFLNK;
+      default: return S_IFREG;
+    }
+  }
+};
+
+using InodeRef = std::shared_ptr<Inode>;
+
+}  // namespace ckptfs

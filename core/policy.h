@@ -1,0 +1,42 @@
+// Flush policy: pure functions of sizes, ages and events, so they can be tested with no clock.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace ckptfs::policy {
+
+// Batches are bounded so that one slow batch does not hold back sync waiters for long.
+inline constexpr size_t kMaxBatchEntries = 1024;
+inline constexpr uint64_t kMaxBatchBytes = 1ull << 30;
+// Above this many files in a batch, one syncfs replaces per-file fdatasync and directory fsync.
+inline constexpr size_t kSyncfsThreshold = 32;
+
+// Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
+inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {
+  unsigned shift = std::min(consecutive_failures > 0 ? consecutive_failures - 1 : 0u, 6u);
+  return std::min(std::chrono::milliseconds(100) * (1u << shift), std::chrono::milliseconds(5000));
+}
+
+// Whether the flusher should ignore flush_delay for everything pending: writers are waiting for
+// memory, a sync asked for it, or the mount is being unmounted.
+inline bool FlushEverythingNow(size_t waiting_writers, bool sync_requested, bool draining) {
+  return waiting_writers > 0 || sync_requested || draining;
+}
+
+// errnos after which a failed flush is retried (the condition may go away).
+inline bool IsTransient(int err) {
+  switch (err) {
+    case 0: return false;
+    case ENOENT: case EEXIST: case ENOTEMPTY: case ENOTDIR: case EISDIR: case EINVAL:
+    case ENAMETOOLONG: case ELOOP: case EXDEV: case EMLINK: case EPERM:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace ckptfs::policy

@@ -1,0 +1,21 @@
+// Counters shown in .ckptfs/stats. Updated lock-free from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace ckptfs {
+
+struct Stats {
+  std::atomic<uint64_t> bytes_written{0};     // Accepted from clients.
+  std::atomic<uint64_t> bytes_read{0};        // Served to clients.
+  std::atomic<uint64_t> bytes_flushed{0};     // Written to the backing store.
+  std::atomic<uint64_t> files_flushed{0};     // Versions published.
+  std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.
+  std::atomic<uint64_t> flush_batches{0};
+  std::atomic<uint64_t> flush_errors{0};
+  std::atomic<uint64_t> flush_busy_ns{0};     // Time spent in flush batches.
+  std::atomic<uint64_t> evicted_blocks{0};
+};
+
+}  // namespace ckptfs

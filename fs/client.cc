@@ -1,0 +1,137 @@
+#include "fs/client.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+namespace ckptfs {
+namespace {
+
+// Reads a whole control file; false with errno set when it cannot be read.
+bool ReadControl(const std::string& path, std::string* out) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out->clear();
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
+  int err = errno;
+  close(fd);
+  errno = err;
+  return n == 0;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+int Sync(const std::string& mountpoint, bool progress) {
+  std::atomic<bool> done{false};
+  std::thread reporter;
+  if (progress) {
+    reporter = std::thread([&] {
+      while (!done) {
+        std::string text;
+        if (ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
+          auto j = nlohmann::json::parse(text, nullptr, false);
+          if (!j.is_discarded()) {
+            std::fprintf(stderr, "\r%s left in %llu pending entries   ",
+                         HumanBytes(j.value("dirty_bytes", 0.0)).c_str(),
+                         static_cast<unsigned long long>(j.value("pending_entries", 0ull)));
+          }
+        }
+        for (int i = 0; i < 5 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      std::fprintf(stderr, "\n");
+    });
+  }
+  std::string answer;
+  bool ok = ReadControl(mountpoint + "/.ckptfs/sync", &answer);
+  int err = errno;
+  done = true;
+  if (reporter.joinable()) reporter.join();
+  if (!ok) {
+    std::fprintf(stderr, "ckptfs sync: %s is not a ckptfs mount or cannot be read: %s\n",
+                 mountpoint.c_str(), std::strerror(err));
+    return 1;
+  }
+  if (answer.rfind("ok", 0) == 0) return 0;
+  std::fprintf(stderr, "ckptfs sync: %s", answer.c_str());
+  return 1;
+}
+
+int PrintStatus(const std::string& mountpoint, bool json) {
+  std::string text;
+  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
+    std::fprintf(stderr, "ckptfs status: %s is not a ckptfs mount or cannot be read: %s\n",
+                 mountpoint.c_str(), std::strerror(errno));
+    return 1;
+  }
+  if (json) {
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "ckptfs status: unreadable stats from %s\n", mountpoint.c_str());
+    return 1;
+  }
+  std::printf("backend          %s\n", j.value("backend", "").c_str());
+  std::printf("memory           %s used of %s\n", HumanBytes(j.value("memory_used", 0.0)).c_str(),
+              HumanBytes(j.value("cache_size", 0.0)).c_str());
+  std::printf("not yet durable  %s in %llu entries\n", HumanBytes(j.value("dirty_bytes", 0.0)).c_str(),
+              static_cast<unsigned long long>(j.value("pending_entries", 0ull)));
+  std::printf("written          %s\n", HumanBytes(j.value("bytes_written", 0.0)).c_str());
+  std::printf("flushed          %s in %llu files (%s/s)\n",
+              HumanBytes(j.value("bytes_flushed", 0.0)).c_str(),
+              static_cast<unsigned long long>(j.value("files_flushed", 0ull)),
+              HumanBytes(j.value("flush_throughput", 0.0)).c_str());
+  std::printf("versions skipped %llu\n", static_cast<unsigned long long>(j.value("versions_skipped", 0ull)));
+  std::printf("flush errors     %llu%s%s\n", static_cast<unsigned long long>(j.value("flush_errors", 0ull)),
+              j.value("last_error", "").empty() ? "" : ", now failing: ",
+              j.value("last_error", "").c_str());
+  return 0;
+}
+
+}  // namespace
+
+int RunClient(int argc, char** argv) {
+  CLI::App app{"ckptfs client commands"};
+  app.require_subcommand(1);
+  std::string mountpoint;
+  bool progress = false, json = false;
+  CLI::App* sync = app.add_subcommand("sync", "Wait until everything closed so far is durable");
+  sync->add_option("MOUNTPOINT", mountpoint)->required();
+  sync->add_flag("--progress", progress, "Show the bytes left while waiting");
+  CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
+  status->add_option("MOUNTPOINT", mountpoint)->required();
+  status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (sync->parsed()) return Sync(mountpoint, progress);
+  return PrintStatus(mountpoint, json);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,10 @@
+// The client subcommands that talk to a running mount through its .ckptfs/ control directory.
+#pragma once
+
+namespace ckptfs {
+
+// `ckptfs sync MOUNTPOINT [--progress]` and `ckptfs status MOUNTPOINT [--json]`.
+// Returns the process exit code.
+int RunClient(int argc, char** argv);
+
+}  // namespace ckptfs

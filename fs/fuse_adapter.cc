@@ -1,0 +1,386 @@
+#include "fs/fuse_adapter.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "core/filesystem.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr double kAttrTimeout = 1.0;
+constexpr double kEntryTimeout = 1.0;
+constexpr unsigned kMaxWrite = 1u << 20;
+// Zero bytes served for holes.
+alignas(4096) const char kZeros[kBlockSize] = {};
+
+Filesystem& Fs(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
+
+struct stat ToStat(const Attr& a) {
+  struct stat st {};
+  st.st_ino = a.ino;
+  st.st_mode = a.mode;
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blksize = 1 << 20;
+  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_atim = a.atime;
+  st.st_mtim = a.mtime;
+  st.st_ctim = a.ctime;
+  return st;
+}
+
+fuse_entry_param ToEntry(const Attr& a) {
+  fuse_entry_param e {};
+  e.ino = a.ino;
+  e.generation = 0;
+  e.attr = ToStat(a);
+  e.attr_timeout = kAttrTimeout;
+  e.entry_timeout = kEntryTimeout;
+  return e;
+}
+
+Caller CallerOf(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  return Caller{ctx->uid, ctx->gid, ctx->umask};
+}
+
+void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.ok() ? 0 : st.err()); }
+
+void ReplyEntry(fuse_req_t req, const Result<Attr>& r) {
+  if (!r.ok()) {
+    fuse_reply_err(req, r.status().err());
+    return;
+  }
+  fuse_entry_param e = ToEntry(*r);
+  fuse_reply_entry(req, &e);
+}
+
+void ReplyAttr(fuse_req_t req, const Result<Attr>& r) {
+  if (!r.ok()) {
+    fuse_reply_err(req, r.status().err());
+    return;
+  }
+  struct stat st = ToStat(*r);
+  fuse_reply_attr(req, &st, kAttrTimeout);
+}
+
+// Runs a handler body; an escaping exception is logged and answered with EIO.
+template <typename F>
+void Guard(fuse_req_t req, const char* op, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: unexpected failure: {}", op, e.what());
+    fuse_reply_err(req, EIO);
+  }
+}
+
+void Init(void* userdata, fuse_conn_info* conn) {
+  conn->max_write = kMaxWrite;
+  conn->max_readahead = std::max(conn->max_readahead, kMaxWrite);
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+  // Locks are kept by the kernel for this mount; readdirplus is not implemented.
+  conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_READDIRPLUS |
+                  FUSE_CAP_WRITEBACK_CACHE);
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, "lookup", [&] { ReplyEntry(req, Fs(req).Lookup(parent, name)); });
+}
+
+void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  Fs(req).Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) Fs(req).Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  Guard(req, "getattr", [&] { ReplyAttr(req, Fs(req).GetAttr(ino)); });
+}
+
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+  Guard(req, "setattr", [&] {
+    SetAttrRequest r;
+    if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
+    if (to_set & FUSE_SET_ATTR_UID) r.uid = attr->st_uid;
+    if (to_set & FUSE_SET_ATTR_GID) r.gid = attr->st_gid;
+    if (to_set & FUSE_SET_ATTR_SIZE) r.size = static_cast<uint64_t>(attr->st_size);
+    if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+      r.atime = timespec{0, UTIME_NOW};
+    } else if (to_set & FUSE_SET_ATTR_ATIME) {
+      r.atime = attr->st_atim;
+    }
+    if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+      r.mtime = timespec{0, UTIME_NOW};
+    } else if (to_set & FUSE_SET_ATTR_MTIME) {
+      r.mtime = attr->st_mtim;
+    }
+    ReplyAttr(req, Fs(req).SetAttr(ino, r));
+  });
+}
+
+void Readlink(fuse_req_t req, fuse_ino_t ino) {
+  Guard(req, "readlink", [&] {
+    Result<std::string> r = Fs(req).Readlink(ino);
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+    } else {
+      fuse_reply_readlink(req, r->c_str());
+    }
+  });
+}
+
+void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  Guard(req, "mkdir", [&] { ReplyEntry(req, Fs(req).Mkdir(parent, name, mode, CallerOf(req))); });
+}
+
+void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, "unlink", [&] { ReplyStatus(req, Fs(req).Unlink(parent, name)); });
+}
+
+void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Guard(req, "rmdir", [&] { ReplyStatus(req, Fs(req).Rmdir(parent, name)); });
+}
+
+void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
+  Guard(req, "symlink",
+        [&] { ReplyEntry(req, Fs(req).Symlink(parent, name, target, CallerOf(req))); });
+}
+
+void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
+            const char* new_name, unsigned flags) {
+  Guard(req, "rename",
+        [&] { ReplyStatus(req, Fs(req).Rename(parent, name, new_parent, new_name, flags)); });
+}
+
+void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
+  Guard(req, "link", [&] { ReplyEntry(req, Fs(req).Link(ino, new_parent, new_name)); });
+}
+
+void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const Result<OpenFile>& r, bool create) {
+  if (!r.ok()) {
+    fuse_reply_err(req, r.status().err());
+    return;
+  }
+  fi->fh = r->handle;
+  fi->direct_io = r->direct_io;
+  fi->keep_cache = 0;
+  if (create) {
+    fuse_entry_param e = ToEntry(r->attr);
+    if (fuse_reply_create(req, &e, fi) != 0) (void)Fs(req).Release(r->handle);
+  } else if (fuse_reply_open(req, fi) != 0) {
+    (void)Fs(req).Release(r->handle);
+  }
+}
+
+void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  Guard(req, "create", [&] {
+    ReplyOpen(req, fi, Fs(req).Create(parent, name, mode, fi->flags, CallerOf(req)), true);
+  });
+}
+
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  Guard(req, "mknod", [&] {
+    if (!S_ISREG(mode)) {
+      fuse_reply_err(req, EPERM);
+      return;
+    }
+    Result<OpenFile> r = Fs(req).Create(parent, name, mode, O_WRONLY | O_EXCL, CallerOf(req));
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+      return;
+    }
+    Status released = Fs(req).Release(r->handle);
+    (void)released;
+    fuse_entry_param e = ToEntry(r->attr);
+    fuse_reply_entry(req, &e);
+  });
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, "open", [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags), false); });
+}
+
+void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  Guard(req, "read", [&] {
+    Result<ReadData> r = Fs(req).Read(fi->fh, static_cast<uint64_t>(off), size);
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+      return;
+    }
+    if (r->segments.empty()) {
+      fuse_reply_buf(req, r->owned.data(), r->owned.size());
+      return;
+    }
+    size_t pieces = 0;
+    for (const ReadSegment& s : r->segments) {
+      pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
+    }
+    size_t bytes = sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf);
+    auto* bv = static_cast<fuse_bufvec*>(std::calloc(1, bytes));
+    if (!bv) {
+      fuse_reply_err(req, ENOMEM);
+      return;
+    }
+    bv->count = pieces;
+    size_t i = 0;
+    for (const ReadSegment& s : r->segments) {
+      if (s.kind == ReadSegment::Kind::kMemory) {
+        bv->buf[i++] = fuse_buf{s.length, fuse_buf_flags{}, const_cast<char*>(s.data), -1, 0};
+      } else if (s.kind == ReadSegment::Kind::kBacking) {
+        bv->buf[i++] = fuse_buf{s.length,
+                                static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK),
+                                nullptr, s.file->fd(), static_cast<off_t>(s.file_offset)};
+      } else {
+        for (size_t left = s.length; left > 0;) {
+          size_t n = std::min(left, kBlockSize);
+          bv->buf[i++] = fuse_buf{n, fuse_buf_flags{}, const_cast<char*>(kZeros), -1, 0};
+          left -= n;
+        }
+      }
+    }
+    fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+    std::free(bv);
+  });
+}
+
+void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
+           fuse_file_info* fi) {
+  Guard(req, "write", [&] {
+    Result<size_t> r = Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size);
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+    } else {
+      fuse_reply_write(req, *r);
+    }
+  });
+}
+
+void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Guard(req, "flush", [&] { ReplyStatus(req, Fs(req).Flush(fi->fh)); });
+}
+
+void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Guard(req, "release", [&] { ReplyStatus(req, Fs(req).Release(fi->fh)); });
+}
+
+void Fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  Guard(req, "fsync", [&] { ReplyStatus(req, Fs(req).Fsync(fi->fh)); });
+}
+
+void Fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length,
+               fuse_file_info* fi) {
+  Guard(req, "fallocate", [&] {
+    ReplyStatus(req, Fs(req).Fallocate(fi->fh, mode, static_cast<uint64_t>(offset),
+                                       static_cast<uint64_t>(length)));
+  });
+}
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Guard(req, "opendir", [&] {
+    Result<uint64_t> r = Fs(req).OpenDir(ino);
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+      return;
+    }
+    fi->fh = *r;
+    if (fuse_reply_open(req, fi) != 0) Fs(req).ReleaseDir(*r);
+  });
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  Guard(req, "readdir", [&] {
+    Result<std::vector<DirEntry>> r = Fs(req).ReadDir(fi->fh, static_cast<uint64_t>(off));
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+      return;
+    }
+    std::vector<char> buf(size);
+    size_t used = 0;
+    off_t next = off;
+    for (const DirEntry& d : *r) {
+      struct stat st {};
+      st.st_ino = d.ino;
+      st.st_mode = d.type_bits;
+      ++next;
+      size_t n = fuse_add_direntry(req, buf.data() + used, size - used, d.name.c_str(), &st, next);
+      if (n > size - used) break;
+      used += n;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  });
+}
+
+void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  Fs(req).ReleaseDir(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void FsyncDir(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
+  Guard(req, "fsyncdir", [&] { ReplyStatus(req, Fs(req).FsyncDir(ino)); });
+}
+
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  Guard(req, "statfs", [&] {
+    Result<struct statvfs> r = Fs(req).StatFs();
+    if (!r.ok()) {
+      fuse_reply_err(req, r.status().err());
+    } else {
+      fuse_reply_statfs(req, &*r);
+    }
+  });
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops {};
+  ops.init = Init;
+  ops.lookup = Lookup;
+  ops.forget = Forget;
+  ops.forget_multi = ForgetMulti;
+  ops.getattr = GetAttr;
+  ops.setattr = SetAttr;
+  ops.readlink = Readlink;
+  ops.mknod = Mknod;
+  ops.mkdir = Mkdir;
+  ops.unlink = Unlink;
+  ops.rmdir = Rmdir;
+  ops.symlink = Symlink;
+  ops.rename = Rename;
+  ops.link = Link;
+  ops.open = Open;
+  ops.read = Read;
+  ops.write = Write;
+  ops.flush = Flush;
+  ops.release = Release;
+  ops.fsync = Fsync;
+  ops.opendir = OpenDir;
+  ops.readdir = ReadDir;
+  ops.releasedir = ReleaseDir;
+  ops.fsyncdir = FsyncDir;
+  ops.statfs = StatFs;
+  ops.create = Create;
+  ops.fallocate = Fallocate;
+  return ops;
+}
+
+}  // namespace
+
+const fuse_lowlevel_ops& FuseOperations() {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  return ops;
+}
+
+}  // namespace ckptfs

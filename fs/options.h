@@ -1,0 +1,34 @@
+// Command-line options of the ckptfs program.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace ckptfs {
+
+struct MountOptions {
+  Config config;
+  std::string mountpoint;
+  bool foreground = false;
+  bool debug = false;  // -d: libfuse request tracing and log_level=debug; implies foreground.
+  std::string log_level = "info";
+  std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
+  std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
+};
+
+// Applies one `-o` list ("cache_size=8G,fsync=defer,allow_other") to `out`. Unknown or
+// malformed options give EINVAL with a message naming the option.
+Status ApplyMountOptions(const std::string& list, MountOptions* out);
+
+// "8G", "512M", "1048576", "64KiB" -> bytes.
+Result<uint64_t> ParseSize(const std::string& text);
+// "300ms", "2s", "500" (milliseconds) -> milliseconds.
+Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
+
+// Default cache size: a quarter of physical memory, at least kMinCacheSize.
+uint64_t DefaultCacheSize();
+
+}  // namespace ckptfs
