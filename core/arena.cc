@@ -88,9 +88,12 @@ Reservation Arena::Reserve(size_t count) {
   assert(count <= capacity_blocks_);
   Reservation out;
   while (!TryReserve(count, &out, /*reclaim=*/true)) {
+    {
+      std::lock_guard lock(mu_);
+      ++waiting_;  // Before the callback, so that the flusher sees a waiter when it wakes.
+    }
     if (on_pressure_) on_pressure_();
     std::unique_lock lock(mu_);
-    ++waiting_;
     freed_.wait_for(lock, std::chrono::milliseconds(50),
                     [&] { return used_ + count <= capacity_blocks_; });
     --waiting_;

@@ -97,6 +97,7 @@ std::string Filesystem::StatsJson() {
   j["flush_errors"] = stats_.flush_errors.load();
   j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
   j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
+  j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
   j["last_error"] = last_error;
   return j.dump(2) + "\n";
 }

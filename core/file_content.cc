@@ -167,4 +167,54 @@ void FileContent::ReplaceWithBase(std::shared_ptr<BackingFile> base) {
   base_len_ = size_;
 }
 
+Status CopyFilePrefix(int from, int to, uint64_t length) {
+  loff_t in = 0, out = 0;
+  while (static_cast<uint64_t>(in) < length) {
+    ssize_t n = copy_file_range(from, &in, to, &out, length - in, 0);
+    if (n > 0) continue;
+    if (n == 0) break;
+    if (errno == EINTR) continue;
+    if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+      return Status::FromErrno("copy of unchanged bytes");
+    }
+    std::vector<char> buf(1 << 20);
+    while (static_cast<uint64_t>(in) < length) {
+      ssize_t r = pread(from, buf.data(), std::min<uint64_t>(buf.size(), length - in), in);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return r == 0 ? Status::Ok() : Status::FromErrno("read of unchanged bytes");
+      for (ssize_t w = 0; w < r;) {
+        ssize_t k = pwrite(to, buf.data() + w, r - w, in + w);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return Status::FromErrno("copy of unchanged bytes");
+        w += k;
+      }
+      in += r;
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<std::pair<uint64_t, BlockRef>> FileContent::SpillCandidates() const {
+  std::vector<std::pair<uint64_t, BlockRef>> out;
+  for (const auto& [index, block] : blocks_) {
+    if ((index + 1) * kBlockSize <= size_) out.emplace_back(index, block);
+  }
+  return out;
+}
+
+size_t FileContent::AdoptSpill(std::shared_ptr<BackingFile> spill,
+                               const std::vector<std::pair<uint64_t, BlockRef>>& spilled) {
+  size_t dropped = 0;
+  for (const auto& [index, block] : spilled) {
+    auto it = blocks_.find(index);
+    if (it != blocks_.end() && it->second.data() == block.data()) {
+      blocks_.erase(it);
+      ++dropped;
+    }
+  }
+  base_ = std::move(spill);
+  base_len_ = size_;
+  return dropped;
+}
+
 }  // namespace ckptfs

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,20 +20,25 @@
 
 #include "core/arena.h"
 #include "core/status.h"
+#include "iouring/backend.h"
 
 namespace ckptfs {
 
-// An open read-only descriptor of a file on the backing store; closed with the last reference.
+// An open descriptor of a file on the backing store; closed with the last reference. A spill
+// file is ckptfs' own anonymous scratch file that holds content evicted from memory before the
+// file was sealed; only spill files are ever written through a BackingFile.
 class BackingFile {
  public:
-  explicit BackingFile(int fd) : fd_(fd) {}
+  explicit BackingFile(int fd, bool spill = false) : fd_(fd), spill_(spill) {}
   ~BackingFile() { ::close(fd_); }
   BackingFile(const BackingFile&) = delete;
   BackingFile& operator=(const BackingFile&) = delete;
   int fd() const { return fd_; }
+  bool spill() const { return spill_; }
 
  private:
   const int fd_;
+  const bool spill_;
 };
 
 // One piece of a read: memory (keeps its block alive), a backing file range, or zeros.
@@ -82,6 +88,14 @@ class FileContent {
 
   size_t memory_blocks() const { return blocks_.size(); }
 
+  // Spilling (streaming a file larger than memory): the blocks worth moving to a spill file,
+  // every full block; then, once their bytes are in `spill` at the same offsets and `spill`
+  // holds the base bytes [0, base_len()) and zeros beyond, AdoptSpill drops those blocks and
+  // reads them from `spill`. Returns the number of blocks dropped.
+  std::vector<std::pair<uint64_t, BlockRef>> SpillCandidates() const;
+  size_t AdoptSpill(std::shared_ptr<BackingFile> spill,
+                    const std::vector<std::pair<uint64_t, BlockRef>>& spilled);
+
  private:
   // Fills `dst` (one block at `index`) with base bytes or zeros for the parts of the block
   // that [skip_from, skip_to) will not overwrite.
@@ -92,5 +106,30 @@ class FileContent {
   std::shared_ptr<BackingFile> base_;
   uint64_t base_len_ = 0;
 };
+
+// Copies bytes [0, length) of file `from` to the same offsets of `to` (in-kernel where possible).
+Status CopyFilePrefix(int from, int to, uint64_t length);
+
+// Write requests that put `blocks` (index -> block) of a file of `size` bytes into `fd`, about
+// 1 MiB each. With `direct`, lengths are rounded up to 4 KiB (the caller truncates to size).
+template <typename BlockRange>
+std::vector<WriteRequest> BlockWriteRequests(const BlockRange& blocks, uint64_t size, int fd,
+                                             bool direct) {
+  constexpr size_t kBlocksPerRequest = 16;
+  constexpr size_t kDirectAlign = 4096;
+  std::vector<WriteRequest> out;
+  uint64_t next = UINT64_MAX;
+  for (const auto& [index, block] : blocks) {
+    if (out.empty() || index != next || out.back().iov.size() >= kBlocksPerRequest) {
+      out.push_back(WriteRequest{fd, index * kBlockSize, {}});
+    }
+    uint64_t start = index * kBlockSize;
+    size_t len = static_cast<size_t>(std::min<uint64_t>(kBlockSize, size - start));
+    if (direct) len = (len + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    out.back().iov.push_back({block.data(), len});
+    next = index + 1;
+  }
+  return out;
+}
 
 }  // namespace ckptfs

@@ -105,6 +105,7 @@ Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
   hooks.on_clean = [this](const InodeRef& inode) { clean_.push_back(inode); };
   hooks.path_of = [this](const InodeRef& inode) { return PathLocked(inode); };
   hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
+  hooks.spill = [this](Backend& backend) { return Spill(backend); };
   flusher_ = std::make_unique<Flusher>(config_, std::move(backend), staging_fd_, ns_mu_, journal_,
                                        stats_, std::move(hooks));
   arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
@@ -370,6 +371,60 @@ size_t Filesystem::Reclaim(size_t wanted) {
     freed += blocks;
     stats_.evicted_blocks += blocks;
   }
+  return freed;
+}
+
+size_t Filesystem::Spill(Backend& backend) {
+  InodeRef victim;
+  {
+    std::lock_guard lock(ns_mu_);
+    size_t most = 0;
+    for (const auto& [ino, inode] : inodes_) {
+      if (inode->type != FileType::kRegular) continue;
+      std::unique_lock ilock(inode->mu, std::try_to_lock);
+      if (!ilock.owns_lock() || inode->version == inode->sealed_version) continue;
+      if (inode->content.memory_blocks() > most) {
+        most = inode->content.memory_blocks();
+        victim = inode;
+      }
+    }
+  }
+  if (!victim) return 0;
+  // The file's lock is held throughout: its content cannot change under the spill.
+  std::lock_guard ilock(victim->mu);
+  FileContent& content = victim->content;
+  auto spilled = content.SpillCandidates();
+  if (spilled.empty()) return 0;
+  std::shared_ptr<BackingFile> file = content.base();
+  // Reusable only when no sealed version shares it (then this copy and the content's are all).
+  bool reuse = file && file->spill() && file.use_count() == 2;
+  if (reuse) {
+    if (ftruncate(file->fd(), static_cast<off_t>(content.base_len())) != 0) return 0;
+  } else {
+    int fd = openat(staging_fd_, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      spdlog::error("cannot create a spill file: {}", std::strerror(errno));
+      return 0;
+    }
+    file = std::make_shared<BackingFile>(fd, /*spill=*/true);
+    if (content.base() && content.base_len() > 0) {
+      Status st = CopyFilePrefix(content.base()->fd(), fd, content.base_len());
+      if (!st.ok()) {
+        spdlog::error("cannot spill: {}", st.ToString());
+        return 0;
+      }
+    }
+  }
+  std::vector<WriteRequest> requests =
+      BlockWriteRequests(spilled, content.size(), file->fd(), /*direct=*/false);
+  for (const Status& st : backend.Write(requests)) {
+    if (!st.ok()) {
+      spdlog::error("cannot spill: {}", st.ToString());
+      return 0;
+    }
+  }
+  size_t freed = content.AdoptSpill(std::move(file), spilled);
+  stats_.spilled_blocks += freed;
   return freed;
 }
 

@@ -167,6 +167,9 @@ class Filesystem {
   // Writes every unflushed file version to a rescue directory; returns its path.
   Result<std::string> RescueLocked(std::vector<std::string>* files);
   size_t Reclaim(size_t wanted);
+  // Moves the full blocks of the largest file still being written to its spill file (flusher
+  // thread only). Returns the blocks freed.
+  size_t Spill(Backend& backend);
   Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
 
   const Config config_;

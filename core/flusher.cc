@@ -13,37 +13,6 @@
 namespace ckptfs {
 namespace {
 
-constexpr size_t kBlocksPerRequest = 16;  // 1 MiB writes.
-constexpr size_t kDirectAlign = 4096;
-
-// Copies [0, length) of `from` into `to` at the same offsets.
-Status CopyPrefix(int from, int to, uint64_t length) {
-  loff_t in = 0, out = 0;
-  while (static_cast<uint64_t>(in) < length) {
-    ssize_t n = copy_file_range(from, &in, to, &out, length - in, 0);
-    if (n > 0) continue;
-    if (n == 0) break;
-    if (errno == EINTR) continue;
-    if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-      return Status::FromErrno("copy of unchanged bytes");
-    }
-    std::vector<char> buf(1 << 20);
-    while (static_cast<uint64_t>(in) < length) {
-      ssize_t r = pread(from, buf.data(), std::min<uint64_t>(buf.size(), length - in), in);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return r == 0 ? Status::Ok() : Status::FromErrno("read of unchanged bytes");
-      for (ssize_t w = 0; w < r;) {
-        ssize_t k = pwrite(to, buf.data() + w, r - w, in + w);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return Status::FromErrno("copy of unchanged bytes");
-        w += k;
-      }
-      in += r;
-    }
-  }
-  return Status::Ok();
-}
-
 // Staging state of one publish entry during a batch.
 struct Staged {
   int fd = -1;
@@ -111,6 +80,12 @@ void Flusher::Run() {
       batch = journal_.TakeBatch(now, config_.flush_delay, force, policy::kMaxBatchEntries,
                                  policy::kMaxBatchBytes);
     }
+    if (batch.empty() && hooks_.spill && hooks_.waiting_writers() > 0) {
+      lock.unlock();
+      size_t freed = hooks_.spill(*backend_);
+      lock.lock();
+      if (freed > 0) continue;
+    }
     if (batch.empty()) {
       if (stop_ || (draining_ && journal_.pending_entries() == 0)) {
         stopped_ = true;
@@ -157,23 +132,10 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     const FileContent& c = e.snapshot;
     uint64_t size = c.size();
     if (c.base() && c.base_len() > 0) {
-      s.status = CopyPrefix(c.base()->fd(), s.fd, std::min(c.base_len(), size));
+      s.status = CopyFilePrefix(c.base()->fd(), s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
     }
-    auto it = c.blocks().begin();
-    while (it != c.blocks().end()) {
-      WriteRequest req;
-      req.fd = s.fd;
-      req.offset = it->first * kBlockSize;
-      uint64_t next = it->first;
-      while (it != c.blocks().end() && it->first == next && req.iov.size() < kBlocksPerRequest) {
-        uint64_t start = it->first * kBlockSize;
-        size_t len = static_cast<size_t>(std::min<uint64_t>(kBlockSize, size - start));
-        if (config_.direct_io) len = (len + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-        req.iov.push_back({it->second.data(), len});
-        ++it;
-        ++next;
-      }
+    for (WriteRequest& req : BlockWriteRequests(c.blocks(), size, s.fd, config_.direct_io)) {
       requests.push_back(std::move(req));
       request_owner.push_back(i);
     }

@@ -35,6 +35,9 @@ class Flusher {
     std::function<std::string(const InodeRef& inode)> path_of;
     // Number of writers waiting for memory.
     std::function<size_t()> waiting_writers;
+    // Called without locks when writers wait and nothing is due: frees memory held by files that
+    // are still being written, through `backend`. Returns the blocks freed.
+    std::function<size_t(Backend& backend)> spill;
   };
 
   Flusher(const Config& config, std::unique_ptr<Backend> backend, int staging_fd,

@@ -16,6 +16,7 @@ struct Stats {
   std::atomic<uint64_t> flush_errors{0};
   std::atomic<uint64_t> flush_busy_ns{0};     // Time spent in flush batches.
   std::atomic<uint64_t> evicted_blocks{0};
+  std::atomic<uint64_t> spilled_blocks{0};   // Moved out of memory before their file was sealed.
 };
 
 }  // namespace ckptfs

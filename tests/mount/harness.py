@@ -1,0 +1,336 @@
+"""Harness for mount tests: runs a ckptfs daemon in the foreground on temp directories.
+
+Usage:
+
+    with CkptfsMount(options=["flush_delay=5s"]) as m:
+        ...                     # m.mnt, m.backing, m.stats(), m.sync(), m.unmount()
+    # Leaving the block always unmounts, reaps the daemon it started (killing only that pid if it
+    # does not exit), removes the temp dirs it made, and fails when the daemon logged an [error]
+    # line that the test did not announce with expect_errors=[regex, ...].
+
+The ckptfs binary comes from $CKPTFS_BIN (CTest sets it), else build*/ckptfs in the source tree.
+Only the absence of /dev/fuse makes a test skip (require_fuse()).
+"""
+
+import errno
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+
+MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
+EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.
+
+
+def ckptfs_bin():
+    path = os.environ.get("CKPTFS_BIN")
+    if path:
+        return path
+    for candidate in ["build/ckptfs", "build-mount/ckptfs"] + sorted(glob.glob("build*/ckptfs")):
+        full = os.path.join(SOURCE_ROOT, candidate)
+        if os.access(full, os.X_OK):
+            return full
+    raise RuntimeError("set CKPTFS_BIN to the ckptfs binary")
+
+
+def require_fuse():
+    """Skip (visibly) when this machine has no FUSE device."""
+    if not os.path.exists("/dev/fuse"):
+        raise unittest.SkipTest("/dev/fuse is absent: FUSE mount tests cannot run here")
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("needs root (runs processes as uid 65534)")
+
+
+def _unescape_mountinfo(field):
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_entry(path):
+    """The /proc/self/mountinfo fields of the mount at `path` (last one wins), or None.
+
+    Reads mountinfo only, so it never sends a request to a (possibly hung) FUSE daemon.
+    """
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if _unescape_mountinfo(fields[4]) == path:
+                sep = fields.index("-")
+                found = {"dev": fields[2], "fstype": fields[sep + 1], "source": fields[sep + 2]}
+    return found
+
+
+def is_mounted(path):
+    return mount_entry(path) is not None
+
+
+def force_unmount(path):
+    """fusermount3 -u, then umount -l, then abort the FUSE connection. True when unmounted."""
+    for cmd in (["fusermount3", "-u", path], ["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
+        if not is_mounted(path):
+            return True
+        try:
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            pass
+    return not is_mounted(path)
+
+
+def walk_tree(root, skip_root_names=(".ckptfs",), with_nlink=True):
+    """{relative path: description} of every entry under root (root itself excluded).
+
+    Files: ("f", mode, size, bytes[, nlink]); dirs: ("d", mode); symlinks: ("l", target).
+    """
+    tree = {}
+
+    def visit(rel):
+        full = os.path.join(root, rel) if rel else root
+        for name in sorted(os.listdir(full)):
+            if not rel and name in skip_root_names:
+                continue
+            r = os.path.join(rel, name) if rel else name
+            p = os.path.join(root, r)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                tree[r] = ("l", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                tree[r] = ("d", oct(stat.S_IMODE(st.st_mode)))
+                if with_nlink:
+                    tree[r] += (st.st_nlink,)
+                visit(r)
+            elif stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as f:
+                    data = f.read()
+                desc = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, data)
+                if with_nlink:
+                    desc += (st.st_nlink,)
+                tree[r] = desc
+            else:
+                tree[r] = ("?", st.st_mode)
+
+    visit("")
+    return tree
+
+
+def describe_tree_diff(a, b, name_a="expected", name_b="actual"):
+    """A short human-readable list of differences between two walk_tree() results."""
+    lines = []
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            lines.append(f"only in {name_a}: {k} {_short(a[k])}")
+        elif k not in a:
+            lines.append(f"only in {name_b}: {k} {_short(b[k])}")
+        elif a[k] != b[k]:
+            lines.append(f"differs: {k}: {name_a}={_short(a[k])} {name_b}={_short(b[k])}")
+    return "\n".join(lines)
+
+
+def _short(desc):
+    out = []
+    for x in desc:
+        if isinstance(x, bytes) and len(x) > 40:
+            out.append(f"<{len(x)} bytes {x[:16]!r}...>")
+        else:
+            out.append(repr(x))
+    return "(" + ", ".join(out) + ")"
+
+
+class CkptfsMount:
+    """A ckptfs daemon run with -f on a temp mount point, over a temp (or given) backing dir."""
+
+    def __init__(self, options=(), backing=None, expect_errors=(), mount_timeout=MOUNT_TIMEOUT,
+                 exit_timeout=EXIT_TIMEOUT, mnt=None):
+        self.options = list(options)
+        self.expect_errors = [re.compile(e) for e in expect_errors]
+        self.mount_timeout = mount_timeout
+        self.exit_timeout = exit_timeout
+        self.workdir = os.path.realpath(tempfile.mkdtemp(prefix="ckptfs-mt-"))
+        os.chmod(self.workdir, 0o755)  # Other users (permission tests) must reach the mount.
+        self._own_backing = backing is None
+        self.backing = backing or os.path.join(self.workdir, "backing")
+        if self._own_backing:
+            os.mkdir(self.backing, 0o755)
+        self._own_mnt = mnt is None
+        self.mnt = mnt or os.path.join(self.workdir, "mnt")
+        if self._own_mnt:
+            os.mkdir(self.mnt, 0o755)
+        self.log_file = os.path.join(self.workdir, "daemon.log")
+        self.stderr_file = os.path.join(self.workdir, "daemon.stderr")
+        self.proc = None
+        self.returncode = None
+        self.killed = False
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def start(self):
+        """Starts the daemon (again, e.g. after kill9) and waits until the mount is live."""
+        opts = ",".join(["log_file=" + self.log_file] + self.options)
+        cmd = [ckptfs_bin(), self.backing, self.mnt, "-f", "-o", opts]
+        self._stderr = open(self.stderr_file, "ab")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr,
+                                     stderr=self._stderr)
+        self.returncode = None
+        self.killed = False
+        deadline = time.monotonic() + self.mount_timeout
+        while not is_mounted(self.mnt):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ckptfs exited with {self.proc.returncode} before mounting:\n"
+                                     + self.daemon_output())
+            if time.monotonic() > deadline:
+                raise AssertionError(f"ckptfs did not mount within {self.mount_timeout}s:\n"
+                                     + self.daemon_output())
+            time.sleep(0.02)
+        entry = mount_entry(self.mnt)
+        if not entry["fstype"].startswith("fuse"):
+            raise AssertionError(f"unexpected mount at {self.mnt}: {entry}")
+
+    def unmount(self, timeout=None):
+        """Unmounts cleanly and waits for the daemon; returns its exit code."""
+        if self.proc is None:
+            return self.returncode
+        if is_mounted(self.mnt):
+            r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True, text=True,
+                               timeout=30)
+            if r.returncode != 0 and is_mounted(self.mnt):
+                raise AssertionError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
+        return self.wait_exit(timeout)
+
+    def wait_exit(self, timeout=None):
+        """Waits for the daemon this harness started; kills that pid when it does not exit."""
+        if self.proc is None:
+            return self.returncode
+        try:
+            self.returncode = self.proc.wait(timeout=timeout or self.exit_timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # Only the pid we started.
+            self.returncode = self.proc.wait()
+            self.proc = None
+            self._stderr.close()
+            raise AssertionError(f"ckptfs did not exit within {timeout or self.exit_timeout}s "
+                                 "after unmount; killed it\n" + self.daemon_output())
+        self.proc = None
+        self._stderr.close()
+        return self.returncode
+
+    def kill9(self):
+        """SIGKILLs the daemon (a crash), reaps it, and detaches the dead mount."""
+        pid = self.proc.pid
+        os.kill(pid, signal.SIGKILL)
+        self.returncode = self.proc.wait()
+        self.proc = None
+        self._stderr.close()
+        self.killed = True
+        if not force_unmount(self.mnt):
+            raise AssertionError(f"cannot unmount the dead mount {self.mnt}")
+        return self.returncode
+
+    def __exit__(self, exc_type, exc, tb):
+        problems = self._cleanup()
+        if exc_type is None and problems:
+            raise AssertionError(problems)
+        return False
+
+    def _cleanup(self):
+        problems = []
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                if is_mounted(self.mnt):
+                    force_unmount(self.mnt)
+                try:
+                    self.returncode = self.proc.wait(timeout=self.exit_timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()  # Only the pid we started.
+                    self.returncode = self.proc.wait()
+                    problems.append("ckptfs did not exit after unmount; killed it")
+                self._stderr.close()
+                self.proc = None
+            elif self.proc is not None:
+                self.returncode = self.proc.wait()
+                self._stderr.close()
+                self.proc = None
+            if is_mounted(self.mnt) and not force_unmount(self.mnt):
+                problems.append(f"{self.mnt} is still mounted")
+            errors = self.unexpected_errors()
+            if errors:
+                problems.append("the daemon logged unexpected errors:\n" + "\n".join(errors))
+        finally:
+            if problems or os.environ.get("CKPTFS_KEEP_LOGS"):
+                sys.stderr.write(f"\n--- daemon output ({self.workdir}) ---\n"
+                                 + self.daemon_output()[-4000:] + "\n")
+            if not is_mounted(self.mnt):
+                if self._own_backing:
+                    shutil.rmtree(self.backing, ignore_errors=True)
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        return "\n".join(problems)
+
+    # --- inspection ---------------------------------------------------------------------------
+
+    def daemon_output(self):
+        text = ""
+        for path in (self.log_file, self.stderr_file):
+            try:
+                with open(path, errors="replace") as f:
+                    text += f.read()
+            except FileNotFoundError:
+                pass
+        return text
+
+    def error_lines(self):
+        return [l for l in self.daemon_output().splitlines() if "[error]" in l or "[critical]" in l]
+
+    def unexpected_errors(self):
+        return [l for l in self.error_lines() if not any(e.search(l) for e in self.expect_errors)]
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def bpath(self, *parts):
+        return os.path.join(self.backing, *parts)
+
+    def stats(self):
+        with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
+            return json.load(f)
+
+    def sync(self, timeout=60):
+        """Runs `ckptfs sync MNT`; fails the test when it does not exit 0."""
+        r = run_ckptfs(["sync", self.mnt], timeout=timeout)
+        if r.returncode != 0:
+            raise AssertionError(f"ckptfs sync failed ({r.returncode}): {r.stderr.strip()}")
+        return r
+
+    def staging_files(self):
+        try:
+            return sorted(os.listdir(os.path.join(self.backing, ".ckptfs", "staging")))
+        except FileNotFoundError:
+            return []
+
+
+def run_ckptfs(args, timeout=30):
+    return subprocess.run([ckptfs_bin()] + list(args), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def errno_name(e):
+    return errno.errorcode.get(e.errno, str(e.errno))

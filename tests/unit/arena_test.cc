@@ -1,0 +1,281 @@
+// Tests of Arena: reservations, block reuse, the capacity bound and back-pressure.
+#include "core/arena.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Waits (bounded) until `pred` holds; returns whether it did. Used to wait for a state, never
+// as the assertion of a timing.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::seconds limit = std::chrono::seconds(20)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(ArenaTest, CapacityIsRoundedDownToBlocksAndAtLeastOne) {
+  EXPECT_EQ(Arena(10 * kBlockSize + 100).capacity_blocks(), 10u);
+  EXPECT_EQ(Arena(100).capacity_blocks(), 1u);
+}
+
+TEST(ArenaTest, ReservationCountsAsUsedUntilReleased) {
+  Arena arena(8 * kBlockSize);
+  EXPECT_EQ(arena.used_blocks(), 0u);
+  {
+    Reservation r = arena.Reserve(3);
+    EXPECT_EQ(r.count(), 3u);
+    EXPECT_EQ(arena.used_blocks(), 3u);
+    BlockRef b = r.Take();
+    EXPECT_EQ(r.count(), 2u);
+    EXPECT_EQ(arena.used_blocks(), 3u);  // 2 reserved + 1 held.
+    r = Reservation();                   // Unused reserved blocks go back.
+    EXPECT_EQ(arena.used_blocks(), 1u);
+  }
+  EXPECT_EQ(arena.used_blocks(), 0u);
+}
+
+TEST(ArenaTest, MovedReservationReleasesOnce) {
+  Arena arena(8 * kBlockSize);
+  Reservation a = arena.Reserve(4);
+  Reservation b = std::move(a);
+  EXPECT_EQ(a.count(), 0u);
+  EXPECT_EQ(b.count(), 4u);
+  Reservation c = arena.Reserve(2);
+  c = std::move(b);  // c's own 2 are released, b's 4 move over.
+  EXPECT_EQ(arena.used_blocks(), 4u);
+  c = Reservation();
+  EXPECT_EQ(arena.used_blocks(), 0u);
+}
+
+TEST(ArenaTest, TryReserveFailsWhenFullAndSucceedsAfterFree) {
+  Arena arena(4 * kBlockSize);
+  Reservation all;
+  ASSERT_TRUE(arena.TryReserve(4, &all, false));
+  Reservation more;
+  EXPECT_FALSE(arena.TryReserve(1, &more, false));
+  EXPECT_EQ(more.count(), 0u);
+  EXPECT_EQ(arena.used_blocks(), 4u);
+  BlockRef held = all.Take();
+  all = Reservation();
+  EXPECT_TRUE(arena.TryReserve(3, &more, false));
+  EXPECT_FALSE(arena.TryReserve(1, &all, false));
+}
+
+TEST(ArenaTest, SharedBlockReturnsWithLastReference) {
+  Arena arena(4 * kBlockSize);
+  Reservation r = arena.Reserve(1);
+  BlockRef a = r.Take();
+  EXPECT_FALSE(a.shared());
+  {
+    BlockRef b = a;
+    EXPECT_TRUE(a.shared());
+    EXPECT_TRUE(b.shared());
+    EXPECT_EQ(a.data(), b.data());
+  }
+  EXPECT_FALSE(a.shared());
+  EXPECT_EQ(arena.used_blocks(), 1u);
+  a = BlockRef();
+  EXPECT_EQ(arena.used_blocks(), 0u);
+}
+
+TEST(ArenaTest, BlocksAreReusedLifo) {
+  Arena arena(16 * kBlockSize);
+  Reservation r = arena.Reserve(3);
+  BlockRef a = r.Take(), b = r.Take(), c = r.Take();
+  char* pa = a.data();
+  char* pb = b.data();
+  char* pc = c.data();
+  EXPECT_NE(pa, pb);
+  EXPECT_NE(pb, pc);
+  a = BlockRef();
+  c = BlockRef();
+  b = BlockRef();  // Freed in order a, c, b: handed out again as b, c, a.
+  Reservation r2 = arena.Reserve(3);
+  EXPECT_EQ(r2.Take().data(), pb);
+  // The block just taken was dropped at once: it is the hottest again.
+  BlockRef x = r2.Take();
+  EXPECT_EQ(x.data(), pb);
+  BlockRef y = r2.Take();
+  EXPECT_EQ(y.data(), pc);
+}
+
+TEST(ArenaTest, MappedBlocksDoNotGrowWhenFreedBlocksAreReused) {
+  // Large enough capacity that the first mapping (64 MiB) does not cover it: a second mapping
+  // would be made if freed blocks were not reused.
+  Arena arena(256ull << 20);
+  const size_t n = 900;
+  std::vector<BlockRef> file;
+  {
+    Reservation r = arena.Reserve(n);
+    for (size_t i = 0; i < n; ++i) file.push_back(r.Take());
+  }
+  size_t mapped = arena.mapped_blocks();
+  EXPECT_GE(mapped, n);
+  EXPECT_LT(mapped, 2 * n);
+  for (int round = 0; round < 5; ++round) {
+    file.clear();  // The file is deleted...
+    Reservation r = arena.Reserve(n);
+    for (size_t i = 0; i < n; ++i) file.push_back(r.Take());  // ...and written again.
+    EXPECT_EQ(arena.mapped_blocks(), mapped) << "round " << round;
+  }
+  std::set<char*> distinct;
+  for (const BlockRef& b : file) distinct.insert(b.data());
+  EXPECT_EQ(distinct.size(), n);
+}
+
+TEST(ArenaTest, BlocksAreWritableAndDistinct) {
+  Arena arena(8 * kBlockSize);
+  Reservation r = arena.Reserve(8);
+  std::vector<BlockRef> blocks;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(r.Take());
+    memset(blocks.back().data(), i + 1, kBlockSize);
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(blocks[i].data()[0], i + 1);
+    EXPECT_EQ(blocks[i].data()[kBlockSize - 1], i + 1);
+  }
+}
+
+TEST(ArenaTest, UsedNeverExceedsCapacityUnderConcurrency) {
+  const size_t cap = 32;
+  Arena arena(cap * kBlockSize);
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> max_seen{0};
+  std::thread monitor([&] {
+    while (!stop.load()) {
+      size_t u = arena.used_blocks();
+      size_t m = max_seen.load();
+      while (u > m && !max_seen.compare_exchange_weak(m, u)) {
+      }
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < 2000; ++i) {
+        size_t want = 1 + rng() % 12;
+        Reservation r = arena.Reserve(want);
+        std::vector<BlockRef> held;
+        size_t take = rng() % (want + 1);
+        for (size_t k = 0; k < take; ++k) held.push_back(r.Take());
+        if (arena.used_blocks() > cap) max_seen = cap + 1000;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  stop = true;
+  monitor.join();
+  EXPECT_LE(max_seen.load(), cap);
+  EXPECT_LE(arena.mapped_blocks(), cap);
+  EXPECT_EQ(arena.used_blocks(), 0u);
+}
+
+TEST(ArenaTest, WriterBlocksUntilAnotherThreadFreesBlocks) {
+  Arena arena(4 * kBlockSize);
+  std::vector<BlockRef> held;
+  {
+    Reservation r = arena.Reserve(4);
+    for (int i = 0; i < 4; ++i) held.push_back(r.Take());
+  }
+  std::atomic<bool> returned{false};
+  auto writer = std::async(std::launch::async, [&] {
+    Reservation r = arena.Reserve(2);
+    returned = true;
+    return r.count();
+  });
+  ASSERT_TRUE(Eventually([&] { return arena.waiting_writers() == 1; }));
+  EXPECT_FALSE(returned.load());
+  held.pop_back();  // One block is not enough for the writer.
+  EXPECT_FALSE(returned.load());
+  EXPECT_EQ(arena.used_blocks(), 3u);
+  held.pop_back();
+  ASSERT_EQ(writer.wait_for(20s), std::future_status::ready) << "writer never woke up";
+  EXPECT_EQ(writer.get(), 2u);
+  EXPECT_EQ(arena.waiting_writers(), 0u);
+}
+
+TEST(ArenaTest, ReclaimerIsAskedBeforeWaiting) {
+  Arena arena(4 * kBlockSize);
+  std::mutex mu;
+  std::vector<BlockRef> clean;  // Blocks the reclaimer may drop.
+  {
+    Reservation r = arena.Reserve(4);
+    for (int i = 0; i < 4; ++i) clean.push_back(r.Take());
+  }
+  std::atomic<int> calls{0};
+  std::atomic<size_t> asked{0};
+  std::atomic<int> pressure{0};
+  arena.SetReclaimer([&](size_t wanted) {
+    calls++;
+    asked = wanted;
+    std::lock_guard lock(mu);
+    size_t freed = 0;
+    while (freed < wanted && !clean.empty()) {
+      clean.pop_back();
+      ++freed;
+    }
+    return freed;
+  });
+  arena.SetPressureCallback([&] { pressure++; });
+  Reservation r = arena.Reserve(3);
+  EXPECT_EQ(r.count(), 3u);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(asked.load(), 3u);
+  EXPECT_EQ(pressure.load(), 0) << "the flusher was hurried although reclaim sufficed";
+  EXPECT_EQ(arena.waiting_writers(), 0u);
+  EXPECT_EQ(clean.size(), 1u);
+
+  // TryReserve without `reclaim` never calls it.
+  Reservation none;
+  EXPECT_FALSE(arena.TryReserve(1, &none, /*reclaim=*/false));
+  EXPECT_EQ(calls.load(), 1);
+  // With `reclaim`, it does.
+  EXPECT_TRUE(arena.TryReserve(1, &none, /*reclaim=*/true));
+  EXPECT_EQ(calls.load(), 2);
+}
+
+TEST(ArenaTest, PressureCallbackRunsWhenReclaimIsNotEnough) {
+  Arena arena(4 * kBlockSize);
+  std::mutex mu;
+  std::vector<BlockRef> dirty;  // Only "the flusher" (the pressure callback) can free these.
+  {
+    Reservation r = arena.Reserve(4);
+    for (int i = 0; i < 4; ++i) dirty.push_back(r.Take());
+  }
+  std::atomic<int> reclaims{0}, pressure{0};
+  arena.SetReclaimer([&](size_t) {
+    reclaims++;
+    return size_t{0};
+  });
+  arena.SetPressureCallback([&] {
+    pressure++;
+    std::lock_guard lock(mu);
+    dirty.clear();
+  });
+  auto writer = std::async(std::launch::async, [&] { return arena.Reserve(4).count(); });
+  ASSERT_EQ(writer.wait_for(20s), std::future_status::ready);
+  EXPECT_EQ(writer.get(), 4u);
+  EXPECT_GE(pressure.load(), 1);
+  EXPECT_GE(reclaims.load(), 1);
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,43 @@
+// Tests of the pure flush-policy functions.
+#include "core/policy.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptfs::policy {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(PolicyTest, RetryDelayDoublesFrom100msAndCapsAt5s) {
+  EXPECT_EQ(RetryDelay(0), milliseconds(100));
+  EXPECT_EQ(RetryDelay(1), milliseconds(100));
+  EXPECT_EQ(RetryDelay(2), milliseconds(200));
+  EXPECT_EQ(RetryDelay(3), milliseconds(400));
+  EXPECT_EQ(RetryDelay(4), milliseconds(800));
+  EXPECT_EQ(RetryDelay(5), milliseconds(1600));
+  EXPECT_EQ(RetryDelay(6), milliseconds(3200));
+  EXPECT_EQ(RetryDelay(7), milliseconds(5000));
+  EXPECT_EQ(RetryDelay(100), milliseconds(5000));
+  EXPECT_EQ(RetryDelay(~0u), milliseconds(5000));
+  for (unsigned f = 1; f < 64; ++f) EXPECT_LE(RetryDelay(f), RetryDelay(f + 1)) << f;
+}
+
+TEST(PolicyTest, IsTransient) {
+  for (int err : {ENOSPC, EIO, EDQUOT, EAGAIN, EINTR, ENOMEM, ETIMEDOUT}) {
+    EXPECT_TRUE(IsTransient(err)) << err;
+  }
+  for (int err : {0, ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR, EINVAL, ENAMETOOLONG, ELOOP,
+                  EXDEV, EMLINK, EPERM}) {
+    EXPECT_FALSE(IsTransient(err)) << err;
+  }
+}
+
+TEST(PolicyTest, FlushEverythingNow) {
+  EXPECT_FALSE(FlushEverythingNow(0, false, false));
+  EXPECT_TRUE(FlushEverythingNow(1, false, false));
+  EXPECT_TRUE(FlushEverythingNow(0, true, false));
+  EXPECT_TRUE(FlushEverythingNow(0, false, true));
+}
+
+}  // namespace
+}  // namespace ckptfs::policy
