@@ -247,7 +247,17 @@ void Filesystem::AddNameLocked(const InodeRef& dir, const std::string& name,
 }
 
 void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
-                                  const InodeRef& inode) {
+                                  const InodeRef& inode, bool journal) {
+  if (journal && JournaledLocked(inode)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = inode->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
+                                                  : JournalEntry::Kind::kUnlink;
+    e->inode = dir;
+    e->parent = dir;
+    e->name = name;
+    e->victim = inode;
+    AppendLocked(std::move(e));
+  }
   dir->children.erase(name);
   if (!dir->complete && (inode->on_backing || JournaledLocked(inode))) dir->whiteouts.insert(name);
   inode->names.erase({dir, name});
@@ -557,15 +567,6 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
-  if (JournaledLocked(inode)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kUnlink;
-    e->inode = *dir;
-    e->parent = *dir;
-    e->name = name;
-    e->victim = inode;
-    AppendLocked(std::move(e));
-  }
   RemoveNameLocked(*dir, name, inode);
   inode->nlink--;
   {
@@ -591,15 +592,6 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
   if (inode->type != FileType::kDirectory) return Status::Error(ENOTDIR, name);
   LoadDirLocked(inode);
   if (!inode->children.empty()) return Status::Error(ENOTEMPTY, name);
-  if (JournaledLocked(inode)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kRmdir;
-    e->inode = *dir;
-    e->parent = *dir;
-    e->name = name;
-    e->victim = inode;
-    AppendLocked(std::move(e));
-  }
   RemoveNameLocked(*dir, name, inode);
   inode->nlink = 0;
   (*dir)->nlink--;
@@ -698,20 +690,12 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     e->new_name = new_name;
     e->victim = victim;
     AppendLocked(std::move(e));
-  } else if (victim && JournaledLocked(victim)) {
-    // The new file reaches the backing store at its seal; until then the old one must go.
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = victim->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
-                                                   : JournalEntry::Kind::kUnlink;
-    e->inode = *dst;
-    e->parent = *dst;
-    e->name = new_name;
-    e->victim = victim;
-    AppendLocked(std::move(e));
   }
-  RemoveNameLocked(*src, name, child);
+  RemoveNameLocked(*src, name, child, /*journal=*/false);
   if (victim) {
-    RemoveNameLocked(*dst, new_name, victim);
+    // Unless the rename itself replaces it on the backing store, the old file must go there now:
+    // the new one reaches the backing store only at its seal.
+    RemoveNameLocked(*dst, new_name, victim, /*journal=*/!JournaledLocked(child));
     victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
     if (victim->type == FileType::kDirectory) (*dst)->nlink--;
   }

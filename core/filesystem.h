@@ -149,7 +149,9 @@ class Filesystem {
   Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name);
   InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c);
   void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
-  void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
+  // Removes a name; with `journal`, also from the backing store (when the inode may be there).
+  void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode,
+                        bool journal = true);
   // Opens the backing content of a file found on the backing store, before its name changes.
   Status LoadOriginLocked(const InodeRef& inode);
   void LoadDirLocked(const InodeRef& dir);
