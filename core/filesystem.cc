@@ -172,6 +172,17 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
   if (fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return Status::FromErrno(name);
   }
+  const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
+  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+    // Another name of a hard-linked file seen already: the same inode.
+    auto it = backing_links_.find(backing_id);
+    InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
+    if (linked && linked->nlink > 0) {
+      dir->children[name] = linked;
+      linked->names.insert({dir, name});
+      return linked;
+    }
+  }
   FileType type;
   if (S_ISDIR(st.st_mode)) {
     type = FileType::kDirectory;
@@ -189,8 +200,9 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
   inode->atime = st.st_atim;
   inode->mtime = st.st_mtim;
   inode->ctime = st.st_ctim;
-  inode->nlink = type == FileType::kDirectory ? 2 : 1;
+  inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
+  if (type == FileType::kRegular && st.st_nlink > 1) backing_links_[backing_id] = inode;
   if (type == FileType::kDirectory) {
     int fd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return Status::FromErrno(name);
@@ -301,6 +313,11 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     if (inode->version == inode->sealed_version) return 0;
     inode->sealed_version = inode->version;
     if (inode->names.empty()) return 0;  // Deleted: nothing to publish.
+    if (inode->nlink > inode->names.size()) {
+      spdlog::warn("{} has {} hard links on the backing store not opened through the mount; "
+                   "they keep the old content", inode->names.begin()->name,
+                   inode->nlink - inode->names.size());
+    }
     entry->kind = JournalEntry::Kind::kPublish;
     entry->inode = inode;
     entry->snapshot = inode->content;
@@ -320,6 +337,15 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     stats_.versions_skipped++;
   }
   return AppendLocked(std::move(entry));
+}
+
+void Filesystem::SealHandleLocked(Handle* h) {
+  bool changed;
+  {
+    std::lock_guard lock(h->inode->mu);
+    changed = h->wrote_version > h->inode->sealed_version;
+  }
+  if (changed) SealLocked(h->inode);
 }
 
 std::string Filesystem::PathLocked(const InodeRef& inode) const {
@@ -474,7 +500,7 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   return AttrOf(*inode);
 }
 
-Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
+Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t handle) {
   if (ino != kRootIno && ino < kFirstIno) return Status::Error(EPERM, "control files are fixed");
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
@@ -491,6 +517,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     inode->content.Truncate(*req.size, reservation);
     inode->version++;
     inode->mtime = inode->ctime = now;
+    if (handle != 0) HandleOf(handle)->wrote_version = inode->version;
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
@@ -502,7 +529,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req) {
     if (req.mtime) inode->mtime = req.mtime->tv_nsec == UTIME_NOW ? now : *req.mtime;
     inode->ctime = now;
   }
-  if (req.size && inode->open_handles == 0) SealLocked(inode);
+  if (req.size && handle == 0) SealLocked(inode);
   if (meta && JournaledLocked(inode) && !inode->names.empty()) {
     auto e = std::make_shared<JournalEntry>();
     e->kind = JournalEntry::Kind::kSetAttr;
@@ -774,7 +801,9 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       AddNameLocked(*dir, name, inode);
       inode->lookups++;
       inode->open_handles++;
+      inode->version = 1;  // A new file is a change even when nothing is written to it.
       auto* h = new Handle(inode, flags);
+      h->wrote_version = 1;
       return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
     }
   }
@@ -817,6 +846,10 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
   }
   inode->open_handles++;
   auto* h = new Handle(inode, flags);
+  if (flags & O_TRUNC) {
+    std::lock_guard ilock(inode->mu);
+    h->wrote_version = inode->version;
+  }
   return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
 }
 
@@ -861,6 +894,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   }
   inode.version++;
   inode.mtime = inode.ctime = Now();
+  h->wrote_version = inode.version;
   stats_.bytes_written += size;
   return size;
 }
@@ -869,7 +903,7 @@ Status Filesystem::Flush(uint64_t handle) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return Status::Ok();
   std::lock_guard lock(ns_mu_);
-  SealLocked(h->inode);
+  SealHandleLocked(h);
   std::lock_guard ilock(h->inode->mu);
   if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
     h->inode->flush_error_reported = true;
@@ -882,7 +916,7 @@ Status Filesystem::Release(uint64_t handle) {
   Handle* h = HandleOf(handle);
   if (h->inode) {
     std::lock_guard lock(ns_mu_);
-    SealLocked(h->inode);
+    SealHandleLocked(h);
     h->inode->open_handles--;
     MaybeDropLocked(h->inode);
   }
@@ -920,6 +954,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
     Reservation none;
     h->inode->content.Truncate(offset + length, none);
     h->inode->version++;
+    h->wrote_version = h->inode->version;
     h->inode->mtime = h->inode->ctime = Now();
   }
   return Status::Ok();

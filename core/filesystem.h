@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,8 @@ class Filesystem {
   Result<Attr> Lookup(uint64_t parent, const std::string& name);
   void Forget(uint64_t ino, uint64_t count);
   Result<Attr> GetAttr(uint64_t ino);
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request);
+  // `handle` is the open file the change comes through (ftruncate), or 0 (truncate by path).
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, uint64_t handle = 0);
   Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c);
   Status Unlink(uint64_t parent, const std::string& name);
   Status Rmdir(uint64_t parent, const std::string& name);
@@ -132,6 +134,10 @@ class Filesystem {
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
     InodeRef inode;  // Null for control files.
     int flags = 0;
+    // The file's version after this handle's latest change (guarded by inode->mu). Its close
+    // seals the file only when that change is not sealed yet: a reader's close, or the late
+    // release of an earlier open, never publishes a version another handle is still writing.
+    uint64_t wrote_version = 0;
     uint64_t control_ino = 0;
     uint64_t sync_seq = 0;  // .ckptfs/sync: what its reader waits for.
     std::string content;    // Control files: generated at open (stats) or first read (sync).
@@ -159,6 +165,8 @@ class Filesystem {
   uint64_t AppendLocked(EntryRef entry);
   // Seals the current version of a regular file if it changed; returns the seq to wait for.
   uint64_t SealLocked(const InodeRef& inode);
+  // Seals the file of `h` if a change made through `h` is not sealed yet.
+  void SealHandleLocked(Handle* h);
   std::string PathLocked(const InodeRef& inode) const;
   Attr AttrOf(const Inode& inode) const;  // Takes inode.mu.
   void MaybeDropLocked(const InodeRef& inode);
@@ -186,6 +194,8 @@ class Filesystem {
   uint64_t next_ino_ = kFirstIno;                  // Guarded by ns_mu_.
   Journal journal_;                                // Guarded by ns_mu_.
   std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
+  // Guarded by ns_mu_. Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;
   std::unique_ptr<Flusher> flusher_;
 };
 

@@ -111,7 +111,7 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Guard(req, "getattr", [&] { ReplyAttr(req, Fs(req).GetAttr(ino)); });
 }
 
-void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
+void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
   Guard(req, "setattr", [&] {
     SetAttrRequest r;
     if (to_set & FUSE_SET_ATTR_MODE) r.mode = attr->st_mode;
@@ -128,7 +128,7 @@ void SetAttr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse
     } else if (to_set & FUSE_SET_ATTR_MTIME) {
       r.mtime = attr->st_mtim;
     }
-    ReplyAttr(req, Fs(req).SetAttr(ino, r));
+    ReplyAttr(req, Fs(req).SetAttr(ino, r, fi ? fi->fh : 0));
   });
 }
 

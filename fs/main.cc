@@ -159,7 +159,7 @@ int Mount(int argc, char** argv) {
     return 1;
   }
   spdlog::info("all data is durable in {}", backing);
-  return loop_result == 0 ? 0 : 1;
+  return loop_result < 0 ? 1 : 0;  // A positive result is the signal that ended the loop.
 }
 
 }  // namespace

@@ -173,6 +173,11 @@ class CkptfsMount:
         self.proc = None
         self.returncode = None
         self.killed = False
+        self._exit_hooks = []
+
+    def on_exit(self, fn):
+        """Runs fn() when the mount context is left, before the temp dirs are removed."""
+        self._exit_hooks.append(fn)
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -276,6 +281,11 @@ class CkptfsMount:
             if errors:
                 problems.append("the daemon logged unexpected errors:\n" + "\n".join(errors))
         finally:
+            for fn in reversed(self._exit_hooks):
+                try:
+                    fn()
+                except Exception as e:  # Keep cleaning up.
+                    problems.append(f"exit hook failed: {e}")
             if problems or os.environ.get("CKPTFS_KEEP_LOGS"):
                 sys.stderr.write(f"\n--- daemon output ({self.workdir}) ---\n"
                                  + self.daemon_output()[-4000:] + "\n")

@@ -237,23 +237,27 @@ class NamespaceTest(unittest.TestCase):
         self.ref_tree = walk_tree(self.ref)
 
     def compare_logs(self, got):
-        for (label, want), (label2, value) in zip(self.ref_log, got):
-            self.assertEqual(label, label2)
-            self.assertEqual(value, want, f"operation '{label}' differs from a plain directory")
-        self.assertEqual(len(got), len(self.ref_log))
+        self.assertEqual([l for l, _ in got], [l for l, _ in self.ref_log])
+        diffs = [f"  '{label}': plain dir gave {want!r:.120}, mount gave {value!r:.120}"
+                 for (label, want), (_, value) in zip(self.ref_log, got) if want != value]
+        if diffs:
+            self.fail("operations that differ from a plain directory:\n" + "\n".join(diffs))
 
     def assert_tree(self, root, where):
         tree = walk_tree(root)
         diff = describe_tree_diff(self.ref_tree, tree, "plain dir", where)
-        self.assertFalse(diff, f"{where} differs from the plain directory:\n{diff}")
+        if diff:
+            self.fail(f"{where} differs from the plain directory:\n{diff}")
 
     def test_ops_like_plain_dir(self):
         """Test 1: the same operations on a plain dir and on the mount give the same results."""
         with CkptfsMount(options=["flush_delay=200"]) as m:
             populate_existing(m.backing)
             log = op_sequence(m.mnt)
-            self.compare_logs(log)
-            self.assert_tree(m.mnt, "mount")
+            with self.subTest("operation results"):
+                self.compare_logs(log)
+            with self.subTest("tree"):
+                self.assert_tree(m.mnt, "mount")
             # The control directory is hidden from the root listing but can be used.
             self.assertNotIn(".ckptfs", os.listdir(m.mnt))
             self.assertTrue(os.path.isdir(m.path(".ckptfs")))
@@ -273,9 +277,12 @@ class NamespaceTest(unittest.TestCase):
         """Test 2: after sync, and after unmount, BACKING holds exactly the tree, no staging."""
         with CkptfsMount(options=["flush_delay=60s"]) as m:
             populate_existing(m.backing)
-            self.compare_logs(op_sequence(m.mnt))
+            log = op_sequence(m.mnt)
+            with self.subTest("operation results"):
+                self.compare_logs(log)
             m.sync()
-            self.assert_tree(m.backing, "backing after sync")
+            with self.subTest("backing after sync"):
+                self.assert_tree(m.backing, "backing after sync")
             self.assertEqual(m.staging_files(), [])
             self.assertEqual(os.stat(m.bpath("d", "f1")).st_mtime_ns, 1_500_000_000_987_654_321)
             # More changes after the sync reach BACKING at unmount.
@@ -286,11 +293,13 @@ class NamespaceTest(unittest.TestCase):
                 f.write(b"written after sync")
             self.assertEqual(m.unmount(), 0)
             self.ref_tree["e/late"] = ("f", "0o644", 18, b"written after sync", 1)
-            self.assert_tree(m.backing, "backing after unmount")
+            with self.subTest("backing after unmount"):
+                self.assert_tree(m.backing, "backing after unmount")
             self.assertEqual(m.staging_files(), [])
             # A new mount on the same BACKING shows the same tree.
             with CkptfsMount(backing=m.backing) as m2:
-                self.assert_tree(m2.mnt, "remount")
+                with self.subTest("remount"):
+                    self.assert_tree(m2.mnt, "remount")
                 self.assertEqual(m2.unmount(), 0)
 
 
