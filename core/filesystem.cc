@@ -271,7 +271,8 @@ void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
     AppendLocked(std::move(e));
   }
   dir->children.erase(name);
-  if (!dir->complete && (inode->on_backing || JournaledLocked(inode))) dir->whiteouts.insert(name);
+  // The backing store may still hold this name until the journal says otherwise.
+  if (!dir->complete) dir->whiteouts.insert(name);
   inode->names.erase({dir, name});
   std::lock_guard lock(dir->mu);
   dir->mtime = dir->ctime = Now();

@@ -42,16 +42,27 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
   }
   size_t versions = 0;
   for (const EntryRef& e : pending_) {
-    if (about(*e) && !e->done) {
-      versions += e->kind == JournalEntry::Kind::kPublish;
-      Cancel(e);
+    if (!about(*e) || e->done) continue;
+    if (e->kind == JournalEntry::Kind::kRename && e->victim) {
+      // The renamed file need not reach the backing store, but what it replaced must still go.
+      e->kind = e->victim->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
+                                                        : JournalEntry::Kind::kUnlink;
+      e->inode = e->new_parent;
+      e->parent = e->new_parent;
+      e->name = e->new_name;
+      e->new_parent.reset();
+      e->new_name.clear();
+      continue;
     }
+    versions += e->kind == JournalEntry::Kind::kPublish;
+    Cancel(e);
   }
   AdvanceDurable();
   return versions;
 }
 
 void Journal::Cancel(const EntryRef& e) {
+  if (e->started || e->done) return;  // The flusher owns a started entry.
   if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
   e->snapshot = FileContent();
   e->cancelled = true;

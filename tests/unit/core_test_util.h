@@ -122,7 +122,7 @@ inline std::map<std::string, std::string> HostTree(const std::string& root) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
        it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::string rel = std::filesystem::relative(it->path(), root).string();
+    std::string rel = it->path().lexically_relative(root).string();
     if (rel == kReservedName) {
       it.disable_recursion_pending();
       continue;
@@ -136,6 +136,25 @@ inline std::map<std::string, std::string> HostTree(const std::string& root) {
     }
   }
   return out;
+}
+
+// Compares two trees (path -> content); reports only the paths that differ.
+inline ::testing::AssertionResult SameTree(const std::map<std::string, std::string>& actual,
+                                           const std::map<std::string, std::string>& expected) {
+  std::string diffs;
+  for (const auto& [p, c] : expected) {
+    auto it = actual.find(p);
+    if (it == actual.end()) {
+      diffs += "\n  missing: " + p;
+    } else if (it->second != c) {
+      diffs += "\n  differs: " + p + " (" + std::string(SameBytes(it->second, c).message()) + ")";
+    }
+  }
+  for (const auto& [p, c] : actual) {
+    if (!expected.count(p)) diffs += "\n  unexpected: " + p + " (" + std::to_string(c.size()) + " bytes)";
+  }
+  if (diffs.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "trees differ:" << diffs;
 }
 
 // Names in a host directory (empty if it does not exist).
@@ -326,9 +345,9 @@ inline Result<std::vector<DirEntry>> ListDir(Filesystem& fs, uint64_t ino) {
 }
 
 // Figures from StatsJson().
-inline nlohmann::json Stats(Filesystem& fs) { return nlohmann::json::parse(fs.StatsJson()); }
+inline nlohmann::json StatsOf(Filesystem& fs) { return nlohmann::json::parse(fs.StatsJson()); }
 inline uint64_t StatOf(Filesystem& fs, const std::string& key) {
-  return Stats(fs).at(key).get<uint64_t>();
+  return StatsOf(fs).at(key).get<uint64_t>();
 }
 
 }  // namespace ckptfs::testing_util

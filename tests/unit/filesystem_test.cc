@@ -1,0 +1,697 @@
+// Tests of Filesystem (core, no FUSE) over a real temporary backing directory with the real
+// io_uring backend (FaultInjectingBackend wrapped around it for the error tests). Results are
+// checked by reading the backing directory itself after Sync(), Fsync() or Shutdown().
+#include "core/filesystem.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_util;
+using Tree = std::map<std::string, std::string>;
+
+class FilesystemTest : public ::testing::Test {
+ protected:
+  void Mount(FsOptions o = {}) {
+    fs_ = StartFs(backing_.path(), o, &fault_);
+    ASSERT_NE(fs_, nullptr);
+  }
+  void TearDown() override {
+    if (fs_ && !shut_down_) {
+      Status st = fs_->Shutdown();
+      (void)st;
+    }
+    fs_.reset();
+  }
+  Status Shutdown() {
+    shut_down_ = true;
+    return fs_->Shutdown();
+  }
+  Tree Backing() const { return HostTree(backing_.path()); }
+  std::vector<std::string> StagingLeftovers() const {
+    return HostList(backing_.path() + "/.ckptfs/staging");
+  }
+  std::string B(const std::string& rel) const { return backing_ / rel; }
+  uint64_t Ino(const std::string& path) {
+    Result<Attr> a = Resolve(*fs_, path);
+    EXPECT_TRUE(a.ok()) << path << ": " << a.status().ToString();
+    return a.ok() ? a->ino : 0;
+  }
+  Result<Attr> Mkdir(const std::string& path, uint32_t mode = 0755) {
+    auto p = ParentOf(*fs_, path);
+    if (!p.ok()) return p.status();
+    return fs_->Mkdir(p->first, p->second, mode, Me());
+  }
+  Status Unlink(const std::string& path) {
+    auto p = ParentOf(*fs_, path);
+    if (!p.ok()) return p.status();
+    return fs_->Unlink(p->first, p->second);
+  }
+  Status Rename(const std::string& from, const std::string& to, unsigned flags = 0) {
+    auto a = ParentOf(*fs_, from);
+    auto b = ParentOf(*fs_, to);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    return fs_->Rename(a->first, a->second, b->first, b->second, flags);
+  }
+
+  TempDir backing_;
+  std::unique_ptr<Filesystem> fs_;
+  FaultInjectingBackend* fault_ = nullptr;
+  bool shut_down_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Basic data path.
+
+TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Mkdir("ckpt").ok());
+  ASSERT_TRUE(Mkdir("ckpt/iter_0000100").ok());
+  std::string big = Pattern(1, 3 * kBlockSize + 1234);
+  Result<uint64_t> h = CreatePath(*fs_, "ckpt/iter_0000100/model.pt");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, big).ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, big.size() + 5000, "tail").ok());  // Leaves a hole.
+  std::string want = big + std::string(5000, '\0') + "tail";
+  // Readable through the mount before it is closed.
+  Result<std::string> early = ReadHandle(*fs_, *h, want.size() + 10);
+  ASSERT_TRUE(early.ok());
+  EXPECT_TRUE(SameBytes(*early, want));
+  EXPECT_EQ(fs_->GetAttr(Ino("ckpt/iter_0000100/model.pt"))->size, want.size());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(WriteFile(*fs_, "latest_checkpointed_iteration.txt", "100").ok());
+
+  ASSERT_TRUE(fs_->Sync().ok());
+  Tree expected = {{"ckpt", "<dir>"},
+                   {"ckpt/iter_0000100", "<dir>"},
+                   {"ckpt/iter_0000100/model.pt", want},
+                   {"latest_checkpointed_iteration.txt", "100"}};
+  EXPECT_TRUE(SameTree(Backing(), expected));
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("ckpt/iter_0000100/model.pt")), want));
+  EXPECT_TRUE(StagingLeftovers().empty());
+  // Still readable through the mount after the flush.
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "ckpt/iter_0000100/model.pt"), want));
+
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), expected));
+  EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "a", Pattern(2, 100000)).ok());
+  Result<uint64_t> h = CreatePath(*fs_, "open");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "still open").ok());
+  EXPECT_TRUE(Backing().empty()) << "flushed before its delay";
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"a", Pattern(2, 100000)}, {"open", "still open"}})));
+  EXPECT_TRUE(StagingLeftovers().empty());
+  EXPECT_TRUE(fs_->Release(*h).ok());
+}
+
+TEST_F(FilesystemTest, EmptyNewFileReachesBacking) {
+  // touch(1): create and close with no write.
+  Mount({.flush_delay = 1h});
+  Result<uint64_t> h = CreatePath(*fs_, "empty");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(Mkdir("d").ok());
+  h = CreatePath(*fs_, "d/marker");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(fs_->Fsync(*h).ok());
+  EXPECT_TRUE(HostExists(B("d/marker"))) << "fsync of an empty new file returned before it was durable";
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"empty", ""}, {"d", "<dir>"}, {"d/marker", ""}})));
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"empty", ""}, {"d", "<dir>"}, {"d/marker", ""}})));
+}
+
+TEST_F(FilesystemTest, OverwriteTruncateAndExtend) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "f", Pattern(3, 200000)).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  uint64_t ino = Ino("f");
+  SetAttrRequest shrink;
+  shrink.size = 1000;
+  ASSERT_TRUE(fs_->SetAttr(ino, shrink).ok());
+  SetAttrRequest grow;
+  grow.size = 150000;
+  ASSERT_TRUE(fs_->SetAttr(ino, grow).ok());
+  std::string want = Pattern(3, 1000) + std::string(149000, '\0');
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "f"), want));
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("f")), want));
+  // O_TRUNC reopen then a short write.
+  Result<OpenFile> o = fs_->Open(ino, O_RDWR | O_TRUNC);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, o->handle, 0, "xy").ok());
+  ASSERT_TRUE(Close(*fs_, o->handle).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(*ReadHostFile(B("f")), "xy");
+  EXPECT_EQ(*ReadFile(*fs_, "f"), "xy");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files that exist on the backing store before the mount.
+
+TEST_F(FilesystemTest, PreExistingFilesAreVisibleLazilyAndModifiable) {
+  std::string a = Pattern(10, 3 * kBlockSize + 17);
+  WriteHostFile(B("old/a.bin"), a);
+  WriteHostFile(B("old/b.bin"), "bbbbbbbbbb");
+  WriteHostFile(B("old/c.bin"), "to be deleted");
+  WriteHostFile(B("old/d.bin"), "to be renamed");
+  WriteHostFile(B("top.txt"), "top");
+  ASSERT_EQ(symlink("top.txt", B("link").c_str()), 0);
+  Mount({.flush_delay = 1h});
+
+  Result<std::vector<DirEntry>> root = ListDir(*fs_, kRootIno);
+  ASSERT_TRUE(root.ok());
+  std::set<std::string> names;
+  for (const DirEntry& e : *root) names.insert(e.name);
+  EXPECT_EQ(names, (std::set<std::string>{"old", "top.txt", "link"}));  // .ckptfs is hidden.
+  EXPECT_EQ(fs_->Readlink(Ino("link")).value(), "top.txt");
+  EXPECT_EQ(fs_->GetAttr(Ino("old/a.bin"))->size, a.size());
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "old/a.bin"), a));
+
+  // Overlay a write in the middle of the existing file.
+  Result<OpenFile> o = fs_->Open(Ino("old/a.bin"), O_RDWR);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, o->handle, kBlockSize + 3, "PATCH").ok());
+  ASSERT_TRUE(Close(*fs_, o->handle).ok());
+  std::string a2 = a;
+  a2.replace(kBlockSize + 3, 5, "PATCH");
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "old/a.bin"), a2));
+  // Truncate, unlink, rename.
+  SetAttrRequest t;
+  t.size = 4;
+  ASSERT_TRUE(fs_->SetAttr(Ino("old/b.bin"), t).ok());
+  ASSERT_TRUE(Unlink("old/c.bin").ok());
+  EXPECT_EQ(Resolve(*fs_, "old/c.bin").status().err(), ENOENT);
+  ASSERT_TRUE(Rename("old/d.bin", "renamed.bin").ok());
+  EXPECT_EQ(*ReadFile(*fs_, "renamed.bin"), "to be renamed");
+  // The backing store is untouched until the flush.
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("old/a.bin")), a));
+  ASSERT_TRUE(fs_->Sync().ok());
+  Tree expected = {{"old", "<dir>"},          {"old/a.bin", a2},
+                   {"old/b.bin", "bbbb"},     {"renamed.bin", "to be renamed"},
+                   {"top.txt", "top"},        {"link", "<link:top.txt>"}};
+  EXPECT_TRUE(SameTree(Backing(), expected));
+  EXPECT_TRUE(StagingLeftovers().empty());
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), expected));
+}
+
+TEST_F(FilesystemTest, StagingLeftoversOfAKilledRunAreRemoved) {
+  WriteHostFile(B(".ckptfs/staging/17"), "half a file");
+  Mount();
+  EXPECT_TRUE(StagingLeftovers().empty());
+  EXPECT_EQ(Resolve(*fs_, ".ckptfs").ok(), true);  // The control directory, not the backing one.
+  EXPECT_EQ(Resolve(*fs_, ".ckptfs/staging").status().err(), ENOENT);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespace operations.
+
+TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Mkdir("d").ok());
+  ASSERT_TRUE(Mkdir("e").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "d/x", "xxx").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "e/victim", "victim").ok());
+  ASSERT_TRUE(Rename("d/x", "e/victim").ok());  // Over an existing file.
+  EXPECT_EQ(*ReadFile(*fs_, "e/victim"), "xxx");
+  EXPECT_EQ(Resolve(*fs_, "d/x").status().err(), ENOENT);
+  EXPECT_EQ(Rename("e/victim", "d", 0).err(), EISDIR);
+  ASSERT_TRUE(WriteFile(*fs_, "d/y", "y").ok());
+  EXPECT_EQ(Rename("d/y", "e/victim", RENAME_NOREPLACE).err(), EEXIST);
+  auto link = fs_->Link(Ino("e/victim"), Ino("d"), "hard");
+  ASSERT_TRUE(link.ok());
+  EXPECT_EQ(link->nlink, 2u);
+  ASSERT_TRUE(fs_->Symlink(kRootIno, "sym", "e/victim", Me()).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 0600;
+  ASSERT_TRUE(fs_->SetAttr(Ino("d/y"), chmod).ok());
+  ASSERT_TRUE(Mkdir("gone").ok());
+  ASSERT_TRUE(fs_->Rmdir(kRootIno, "gone").ok());
+  EXPECT_EQ(fs_->Rmdir(kRootIno, "d").err(), ENOTEMPTY);
+  ASSERT_TRUE(Rename("e", "f").ok());  // A directory.
+
+  ASSERT_TRUE(fs_->Sync().ok());
+  Tree expected = {{"d", "<dir>"},   {"d/y", "y"}, {"d/hard", "xxx"}, {"f", "<dir>"},
+                   {"f/victim", "xxx"}, {"sym", "<link:e/victim>"}};
+  EXPECT_TRUE(SameTree(Backing(), expected));
+  struct stat s1 {}, s2 {}, sy {};
+  ASSERT_EQ(stat(B("d/hard").c_str(), &s1), 0);
+  ASSERT_EQ(stat(B("f/victim").c_str(), &s2), 0);
+  EXPECT_EQ(s1.st_ino, s2.st_ino) << "hard link published as two files";
+  ASSERT_EQ(stat(B("d/y").c_str(), &sy), 0);
+  EXPECT_EQ(sy.st_mode & 07777, 0600u);
+  EXPECT_TRUE(StagingLeftovers().empty());
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), expected));
+}
+
+TEST_F(FilesystemTest, ReadDirListsEverything) {
+  WriteHostFile(B("dir/on_disk"), "1");
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "dir/in_memory", "2").ok());
+  ASSERT_TRUE(Mkdir("dir/sub").ok());
+  uint64_t dir = Ino("dir");
+  Result<uint64_t> dh = fs_->OpenDir(dir);
+  ASSERT_TRUE(dh.ok());
+  Result<std::vector<DirEntry>> all = fs_->ReadDir(*dh, 0);
+  ASSERT_TRUE(all.ok());
+  std::map<std::string, uint32_t> got;
+  for (const DirEntry& e : *all) got[e.name] = e.type_bits;
+  EXPECT_EQ(got, (std::map<std::string, uint32_t>{{".", S_IFDIR}, {"..", S_IFDIR},
+                                                  {"on_disk", S_IFREG}, {"in_memory", S_IFREG},
+                                                  {"sub", S_IFDIR}}));
+  // Offsets resume after the given index.
+  Result<std::vector<DirEntry>> rest = fs_->ReadDir(*dh, 2);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->size(), 3u);
+  EXPECT_TRUE(fs_->ReadDir(*dh, 5)->empty());
+  fs_->ReleaseDir(*dh);
+}
+
+// Regression: a name deleted on the mount while its deletion is not yet flushed must not come
+// back from the backing store when the name is reused and deleted again.
+TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuse) {
+  WriteHostFile(B("a"), "OLD");
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Resolve(*fs_, "a").ok());
+  ASSERT_TRUE(Unlink("a").ok());
+  Result<uint64_t> h = CreatePath(*fs_, "a");  // Reused (empty, never written)...
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(Unlink("a").ok());  // ...and deleted again.
+  Result<Attr> again = Resolve(*fs_, "a");
+  EXPECT_EQ(again.status().err(), ENOENT) << "the old backing file came back";
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_FALSE(HostExists(B("a")));
+}
+
+// Same, with the re-created file written but deleted while still open (never sealed).
+TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuseWhileOpen) {
+  WriteHostFile(B("dir/a"), "OLD");
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Unlink("dir/a").ok());
+  Result<uint64_t> h = CreatePath(*fs_, "dir/a");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "NEW").ok());
+  ASSERT_TRUE(Unlink("dir/a").ok());
+  EXPECT_EQ(Resolve(*fs_, "dir/a").status().err(), ENOENT) << "the old backing file came back";
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  Result<std::vector<DirEntry>> list = ListDir(*fs_, Ino("dir"));
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty()) << "listed: " << (*list)[0].name;
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_FALSE(HostExists(B("dir/a")));
+}
+
+// Regression (reference model, seed 87): same as above with rename instead of unlink. A backing
+// file is renamed away; a new file takes the name and is renamed away too before anything is
+// flushed: the old file must not reappear under the name.
+TEST_F(FilesystemTest, RegressionRenamedBackingNameStaysGoneAfterReuse) {
+  WriteHostFile(B("c"), "OLD");
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Rename("c", "moved").ok());
+  Result<uint64_t> h = CreatePath(*fs_, "c");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "NEW").ok());
+  ASSERT_TRUE(Rename("c", "moved2").ok());  // Still open, never sealed.
+  EXPECT_EQ(Resolve(*fs_, "c").status().err(), ENOENT) << "the old backing file came back";
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"moved", "OLD"}, {"moved2", "NEW"}})));
+}
+
+// Regression (reference model, seed 51): a file that never reached the backing store is renamed
+// over a file that is there, then deleted. Cancelling the new file's journal entries must not
+// cancel the removal of the file it replaced.
+TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverBackingFile) {
+  WriteHostFile(B("ckpt"), "OLD");
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "ckpt.tmp", "NEW").ok());  // Sealed, not flushed yet.
+  ASSERT_TRUE(Rename("ckpt.tmp", "ckpt").ok());           // Replaces the backing file.
+  ASSERT_TRUE(Unlink("ckpt").ok());
+  EXPECT_EQ(Resolve(*fs_, "ckpt").status().err(), ENOENT);
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), Tree{})) << "the replaced file survived on the backing store";
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameTree(Backing(), Tree{}));
+}
+
+// Same, when the replaced file reached the backing store through the mount.
+TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverFlushedFile) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "b", "OLD").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  ASSERT_TRUE(WriteFile(*fs_, "x.tmp", "NEW").ok());
+  ASSERT_TRUE(Rename("x.tmp", "b").ok());
+  ASSERT_TRUE(Unlink("b").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), Tree{})) << "the replaced file survived on the backing store";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering and durability.
+
+TEST_F(FilesystemTest, FsyncMakesTheFileAndEverythingClosedBeforeItDurable) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(WriteFile(*fs_, "data0", Pattern(1, 70000)).ok());
+  ASSERT_TRUE(WriteFile(*fs_, "data1", Pattern(2, 70000)).ok());
+  Result<uint64_t> h = CreatePath(*fs_, "tracker");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "1").ok());
+  EXPECT_FALSE(HostExists(B("data0")));
+  ASSERT_TRUE(fs_->Fsync(*h).ok());
+  EXPECT_TRUE(SameBytes(ReadHostFile(B("data0")).value_or("<missing>"), Pattern(1, 70000)));
+  EXPECT_TRUE(SameBytes(ReadHostFile(B("data1")).value_or("<missing>"), Pattern(2, 70000)));
+  EXPECT_EQ(ReadHostFile(B("tracker")).value_or("<missing>"), "1");
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+}
+
+TEST_F(FilesystemTest, FilesArePublishedInCloseOrder) {
+  Mount({.flush_delay = 0ms});
+  constexpr int kFiles = 40;
+  const size_t kSize = 256 * 1024 + 7;
+  std::atomic<bool> done{false};
+  std::atomic<int> violations{0}, torn{0}, observations{0};
+  std::string first_violation;
+  std::thread poller([&] {
+    while (!done.load()) {
+      // Newest first: if file k exists now, every file closed before it existed already and
+      // must still exist when we look at it next.
+      bool seen_newer = false;
+      int newer = -1;
+      for (int i = kFiles - 1; i >= 0; --i) {
+        struct stat st {};
+        bool exists = stat(B("f" + std::to_string(i)).c_str(), &st) == 0;
+        if (exists && static_cast<size_t>(st.st_size) != kSize) torn++;
+        if (exists && !seen_newer) {
+          seen_newer = true;
+          newer = i;
+          observations++;
+        } else if (!exists && seen_newer) {
+          if (violations++ == 0) {
+            first_violation = "f" + std::to_string(newer) + " published before f" +
+                              std::to_string(i);
+          }
+        }
+      }
+    }
+  });
+  for (int i = 0; i < kFiles; ++i) {
+    Status st = WriteFile(*fs_, "f" + std::to_string(i), Pattern(i, kSize));
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  done = true;
+  poller.join();
+  EXPECT_EQ(violations.load(), 0) << first_violation;
+  EXPECT_EQ(torn.load(), 0) << "a file was visible under its final name with the wrong size";
+  for (int i = 0; i < kFiles; ++i) {
+    EXPECT_TRUE(SameBytes(ReadHostFile(B("f" + std::to_string(i))).value_or(""),
+                          Pattern(i, kSize)));
+  }
+  EXPECT_TRUE(StagingLeftovers().empty());
+  RecordProperty("observations", observations.load());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coalescing.
+
+TEST_F(FilesystemTest, FileCreatedAndDeletedBeforeFlushNeverReachesBacking) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Mkdir("tmpdir").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "tmpdir/scratch", Pattern(5, 300000)).ok());
+  ASSERT_TRUE(WriteFile(*fs_, "keep", "k").ok());
+  ASSERT_TRUE(Unlink("tmpdir/scratch").ok());
+  ASSERT_TRUE(fs_->Rmdir(kRootIno, "tmpdir").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"keep", "k"}})));
+  EXPECT_EQ(StatOf(*fs_, "files_flushed"), 1u);
+  EXPECT_GE(StatOf(*fs_, "versions_skipped"), 1u);
+  EXPECT_LT(StatOf(*fs_, "bytes_flushed"), 300000u) << "the deleted file was written";
+  EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+TEST_F(FilesystemTest, FileRewrittenManyTimesBeforeFlushIsWrittenOnce) {
+  Mount({.flush_delay = 1h});
+  constexpr int kRewrites = 10;
+  for (int i = 0; i < kRewrites; ++i) {
+    ASSERT_TRUE(WriteFile(*fs_, "chunk", Pattern(100 + i, 100000)).ok());
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("chunk")), Pattern(100 + kRewrites - 1, 100000)));
+  EXPECT_EQ(StatOf(*fs_, "files_flushed"), 1u);
+  EXPECT_EQ(StatOf(*fs_, "versions_skipped"), static_cast<uint64_t>(kRewrites - 1));
+  EXPECT_EQ(StatOf(*fs_, "bytes_flushed"), 100000u);
+}
+
+TEST_F(FilesystemTest, TempFileAndRenameRewritesAreWrittenOnce) {
+  // zarr's way: write <chunk>.tmp, rename over <chunk>; many times before the flush.
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Mkdir("arr").ok());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(WriteFile(*fs_, "arr/0.0.tmp", Pattern(200 + i, 90000)).ok());
+    ASSERT_TRUE(Rename("arr/0.0.tmp", "arr/0.0").ok());
+  }
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"arr", "<dir>"}, {"arr/0.0", Pattern(207, 90000)}})));
+  EXPECT_EQ(StatOf(*fs_, "files_flushed"), 1u);
+  EXPECT_EQ(StatOf(*fs_, "versions_skipped"), 7u);
+  EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded memory. Run in a child process with a deadline, so that a writer stuck in
+// back-pressure fails the test instead of hanging the suite.
+
+// Runs `body` in a forked child; returns "" on success, else what went wrong.
+std::string RunWithDeadline(std::chrono::seconds limit, const std::function<std::string()>& body) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(pipefd[0]);
+    std::string err;
+    try {
+      err = body();
+    } catch (const std::exception& e) {
+      err = std::string("exception: ") + e.what();
+    }
+    if (!err.empty()) (void)!write(pipefd[1], err.data(), err.size());
+    close(pipefd[1]);
+    _exit(err.empty() ? 0 : 1);
+  }
+  close(pipefd[1]);
+  std::string msg;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  bool timed_out = false;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{pipefd[0], POLLIN, 0};
+    int r = poll(&p, 1, static_cast<int>(left.count()));
+    if (r <= 0) continue;
+    char buf[512];
+    ssize_t n = read(pipefd[0], buf, sizeof buf);
+    if (n <= 0) break;  // EOF: the child finished.
+    msg.append(buf, static_cast<size_t>(n));
+  }
+  close(pipefd[0]);
+  if (timed_out) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return "timed out after " + std::to_string(limit.count()) + " s (writer stuck?) " + msg;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status)) return "child died: " + std::to_string(status) + " " + msg;
+  if (WEXITSTATUS(status) != 0) return msg.empty() ? "child failed" : msg;
+  return "";
+}
+
+TEST_F(FilesystemTest, FileLargerThanTheCacheStreamsThroughWithinTheBound) {
+  constexpr uint64_t kCache = 16ull << 20;
+  constexpr size_t kMiB = 1 << 20;
+  constexpr int kTotalMiB = 100;
+  const std::string backing = backing_.path();
+  std::string err = RunWithDeadline(120s, [&]() -> std::string {
+    std::unique_ptr<Filesystem> fs =
+        StartFs(backing, {.cache_size = kCache, .flush_delay = 300ms});
+    if (!fs) return "mount failed";
+    Result<uint64_t> h = CreatePath(*fs, "huge.bin");
+    if (!h.ok()) return "create: " + h.status().ToString();
+    uint64_t peak = 0;
+    for (int i = 0; i < kTotalMiB; ++i) {
+      std::string piece = Pattern(1000 + i, kMiB);
+      Status st = WriteHandle(*fs, *h, uint64_t(i) * kMiB, piece);
+      if (!st.ok()) return "write " + std::to_string(i) + ": " + st.ToString();
+      auto stats = StatsOf(*fs);
+      peak = std::max(peak, stats.at("memory_used").get<uint64_t>());
+      if (stats.at("memory_used").get<uint64_t>() > kCache ||
+          stats.at("memory_mapped").get<uint64_t>() > kCache) {
+        return "memory above the cache size after MiB " + std::to_string(i) + ": " + fs->StatsJson();
+      }
+    }
+    // Read back a few pieces through the mount while still open.
+    for (int i : {0, 37, kTotalMiB - 1}) {
+      Result<ReadData> r = fs->Read(*h, uint64_t(i) * kMiB, kMiB);
+      if (!r.ok()) return "read: " + r.status().ToString();
+      std::string got = Materialize(*r);
+      if (got != Pattern(1000 + i, kMiB)) return "read back MiB " + std::to_string(i) + " differs";
+    }
+    Status st = Close(*fs, *h);
+    if (!st.ok()) return "close: " + st.ToString();
+    st = fs->Sync();
+    if (!st.ok()) return "sync: " + st.ToString();
+    st = fs->Shutdown();
+    if (!st.ok()) return "shutdown: " + st.ToString();
+    int fd = open((backing + "/huge.bin").c_str(), O_RDONLY);
+    if (fd < 0) return "huge.bin missing on the backing store";
+    std::string buf(kMiB, '\0');
+    for (int i = 0; i < kTotalMiB; ++i) {
+      ssize_t n = pread(fd, buf.data(), kMiB, off_t(i) * kMiB);
+      if (n != ssize_t(kMiB) || buf != Pattern(1000 + i, kMiB)) {
+        close(fd);
+        return "backing huge.bin differs in MiB " + std::to_string(i);
+      }
+    }
+    struct stat stbuf {};
+    fstat(fd, &stbuf);
+    close(fd);
+    if (uint64_t(stbuf.st_size) != uint64_t(kTotalMiB) * kMiB) return "backing huge.bin has the wrong size";
+    if (!HostList(backing + "/.ckptfs/staging").empty()) return "staging leftovers";
+    return "";
+  });
+  EXPECT_EQ(err, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+TEST_F(FilesystemTest, FlushErrorsAreReportedAndDataLandsAfterHealing) {
+  Mount({.flush_delay = 0ms, .fault = true});
+  ASSERT_NE(fault_, nullptr);
+  ASSERT_TRUE(Mkdir("ckpt").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  fault_->FailWritesFrom(0, ENOSPC);
+  std::string data = Pattern(42, 300000);
+  Result<uint64_t> h = CreatePath(*fs_, "ckpt/data.bin");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, data).ok());
+
+  Status fs1 = fs_->Fsync(*h);
+  EXPECT_EQ(fs1.err(), ENOSPC) << fs1.ToString();
+  EXPECT_NE(fs1.message().find("ckpt/data.bin"), std::string::npos) << fs1.ToString();
+  Status sync = fs_->Sync();
+  EXPECT_EQ(sync.err(), ENOSPC) << sync.ToString();
+  EXPECT_NE(sync.message().find("ckpt/data.bin"), std::string::npos) << sync.ToString();
+  // close() reports it once.
+  Status c1 = fs_->Flush(*h);
+  EXPECT_EQ(c1.err(), ENOSPC) << c1.ToString();
+  EXPECT_NE(c1.message().find("ckpt/data.bin"), std::string::npos) << c1.ToString();
+  EXPECT_TRUE(fs_->Flush(*h).ok()) << "the same error reported twice by close";
+  EXPECT_TRUE(fs_->Release(*h).ok());
+  // Visible in the stats; the data is still served from memory; nothing torn on disk.
+  auto stats = StatsOf(*fs_);
+  EXPECT_GE(stats.at("flush_errors").get<uint64_t>(), 1u);
+  EXPECT_NE(stats.at("last_error").get<std::string>().find("ckpt/data.bin"), std::string::npos)
+      << stats.dump();
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "ckpt/data.bin"), data));
+  EXPECT_FALSE(HostExists(B("ckpt/data.bin")));
+
+  fault_->Heal();
+  // One retry that started before Heal() may still fail; the next one must succeed.
+  Status healed = fs_->Sync();
+  if (!healed.ok()) healed = fs_->Sync();
+  ASSERT_TRUE(healed.ok()) << healed.ToString();
+  EXPECT_TRUE(SameBytes(ReadHostFile(B("ckpt/data.bin")).value_or("<missing>"), data));
+  EXPECT_EQ(StatsOf(*fs_).at("last_error").get<std::string>(), "");
+  EXPECT_TRUE(StagingLeftovers().empty());
+  ASSERT_TRUE(Shutdown().ok());
+  EXPECT_TRUE(SameBytes(ReadHostFile(B("ckpt/data.bin")).value_or("<missing>"), data));
+}
+
+TEST_F(FilesystemTest, CloseAfterAFailedFlushReportsIt) {
+  Mount({.flush_delay = 0ms, .fault = true});
+  fault_->FailWritesFrom(0, EIO);
+  ASSERT_TRUE(WriteFile(*fs_, "first", Pattern(1, 1000)).ok());  // Sealed, then fails.
+  Status sync = fs_->Sync();
+  EXPECT_EQ(sync.err(), EIO);
+  // Reopen and close the failed file: the close returns the error, once.
+  Result<OpenFile> o = fs_->Open(Ino("first"), O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  Status c = fs_->Flush(o->handle);
+  EXPECT_EQ(c.err(), EIO) << c.ToString();
+  EXPECT_TRUE(fs_->Flush(o->handle).ok());
+  EXPECT_TRUE(fs_->Release(o->handle).ok());
+  fault_->Heal();
+  Status healed = fs_->Sync();
+  if (!healed.ok()) healed = fs_->Sync();
+  ASSERT_TRUE(healed.ok()) << healed.ToString();
+  EXPECT_EQ(ReadHostFile(B("first")).value_or("<missing>"), Pattern(1, 1000));
+}
+
+TEST_F(FilesystemTest, ShutdownWithAFailingBackendSavesFilesToARescueDirectory) {
+  Mount({.flush_delay = 0ms, .unmount_retry = 300ms, .fault = true});
+  ASSERT_TRUE(Mkdir("run").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  fault_->FailWritesFrom(0, EIO);
+  std::string a = Pattern(7, 200000), b = Pattern(8, 5000), c = "unclosed";
+  ASSERT_TRUE(WriteFile(*fs_, "run/a.bin", a).ok());
+  ASSERT_TRUE(WriteFile(*fs_, "b.bin", b).ok());
+  Result<uint64_t> h = CreatePath(*fs_, "run/c.bin");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, c).ok());
+
+  Status st = Shutdown();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err(), EIO) << st.ToString();
+  for (const char* name : {"run/a.bin", "b.bin", "run/c.bin"}) {
+    EXPECT_NE(st.message().find(name), std::string::npos) << name << " not named: " << st.ToString();
+  }
+  const std::string marker = "saved to ";
+  size_t at = st.message().find(marker);
+  ASSERT_NE(at, std::string::npos) << st.ToString();
+  std::string rescue = st.message().substr(at + marker.size());
+  EXPECT_TRUE(SameBytes(ReadHostFile(rescue + "/run/a.bin").value_or("<missing>"), a));
+  EXPECT_TRUE(SameBytes(ReadHostFile(rescue + "/b.bin").value_or("<missing>"), b));
+  EXPECT_EQ(ReadHostFile(rescue + "/run/c.bin").value_or("<missing>"), c);
+  // Nothing half-written under a final name.
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"run", "<dir>"}})));
+  EXPECT_TRUE(StagingLeftovers().empty());
+  EXPECT_TRUE(fs_->Release(*h).ok());
+}
+
+}  // namespace
+}  // namespace ckptfs

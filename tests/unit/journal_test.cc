@@ -193,7 +193,7 @@ TEST_F(JournalTest, CancelUnsentNeverCancelsStartedEntries) {
   auto second = Publish(f, root_, 20);
   j_.Append(first);
   j_.Append(second);
-  auto batch = j_.TakeBatch(t0_, 0s, /*force_seq=*/1, 100, 1 << 30);
+  auto batch = j_.TakeBatch(t0_, 1h, /*force_seq=*/1, 100, 1 << 30);
   ASSERT_EQ(Seqs(batch), (std::vector<uint64_t>{1}));
   EXPECT_EQ(j_.CancelUnsent(f), 0u);
   EXPECT_FALSE(first->cancelled);
@@ -260,6 +260,35 @@ TEST_F(JournalTest, CancelledOrDoneEntriesAreIgnoredByCancelUnsent) {
   j_.CancelUnsent(dir);
   EXPECT_TRUE(mkdir->cancelled);
   EXPECT_EQ(j_.durable_seq(), 3u);
+}
+
+// Regression (see FilesystemTest.RegressionUnlinkOfUnflushedFileRenamedOverBackingFile): a file
+// that never reached the store was renamed over one that is there; cancelling the new file's
+// entries must keep the removal of the replaced file.
+TEST_F(JournalTest, CancelUnsentKeepsTheRemovalOfARenameVictim) {
+  InodeRef old_file = NewInode();
+  old_file->on_backing = true;
+  InodeRef f = NewInode();
+  j_.Append(Publish(f, root_, 3));  // "x.tmp"
+  auto rename = Op(Kind::kRename, f, root_);
+  rename->name = "x.tmp";
+  rename->new_parent = root_;
+  rename->new_name = "b";
+  rename->victim = old_file;
+  j_.Append(rename);
+  auto unlink = Op(Kind::kUnlink, root_, root_);
+  unlink->name = "b";
+  unlink->victim = f;
+  j_.Append(unlink);
+  j_.CancelUnsent(f);
+  bool removes_old = false;
+  for (const EntryRef& e : j_.pending()) {
+    if (e->done) continue;
+    bool renames_over = e->kind == Kind::kRename && e->victim == old_file;
+    bool unlinks = e->kind == Kind::kUnlink && e->new_name.empty() && e->name == "b";
+    removes_old |= renames_over || unlinks;
+  }
+  EXPECT_TRUE(removes_old) << "nothing pending removes \"b\" from the backing store any more";
 }
 
 }  // namespace
