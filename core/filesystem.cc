@@ -121,6 +121,7 @@ Filesystem::~Filesystem() {
       inode->names.clear();
       inode->last_entry.reset();
     }
+    handles_.clear();  // Files the kernel never released (the mount went away).
     inodes_.clear();
     clean_.clear();
   }
@@ -295,7 +296,8 @@ Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
 }
 
 bool Filesystem::JournaledLocked(const InodeRef& inode) const {
-  return inode->on_backing || (inode->last_entry && !inode->last_entry->done);
+  EntryRef last = inode->last_entry.lock();
+  return inode->on_backing || (last && !last->done);
 }
 
 uint64_t Filesystem::AppendLocked(EntryRef entry) {
@@ -332,12 +334,18 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     entry->atime = inode->atime;
     entry->mtime = inode->mtime;
   }
-  const EntryRef& last = inode->last_entry;
+  EntryRef last = inode->last_entry.lock();
   if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
     journal_.Cancel(last);
     stats_.versions_skipped++;
   }
   return AppendLocked(std::move(entry));
+}
+
+uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
+  Handle* h = handle.get();
+  handles_.emplace(h, std::move(handle));
+  return reinterpret_cast<uint64_t>(h);
 }
 
 void Filesystem::SealHandleLocked(Handle* h) {
@@ -803,9 +811,9 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       inode->lookups++;
       inode->open_handles++;
       inode->version = 1;  // A new file is a change even when nothing is written to it.
-      auto* h = new Handle(inode, flags);
+      auto h = std::make_unique<Handle>(inode, flags);
       h->wrote_version = 1;
-      return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
+      return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
     }
   }
   Result<OpenFile> opened = Open(existing_ino, flags);
@@ -816,14 +824,12 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
 Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
   if (ino == kStatsIno || ino == kSyncIno) {
     if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "control files are read-only");
-    auto* h = new Handle;
+    auto h = std::make_unique<Handle>();
     h->control_ino = ino;
     if (ino == kStatsIno) h->content = StatsJson();
-    {
-      std::lock_guard lock(ns_mu_);
-      h->sync_seq = journal_.last_seq();
-    }
-    return OpenFile{ControlAttr(ino), reinterpret_cast<uint64_t>(h), true};
+    std::lock_guard lock(ns_mu_);
+    h->sync_seq = journal_.last_seq();
+    return OpenFile{ControlAttr(ino), AdoptHandleLocked(std::move(h)), true};
   }
   if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
   Reservation reservation;
@@ -846,12 +852,12 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
     if (!st.ok()) return st;
   }
   inode->open_handles++;
-  auto* h = new Handle(inode, flags);
+  auto h = std::make_unique<Handle>(inode, flags);
   if (flags & O_TRUNC) {
     std::lock_guard ilock(inode->mu);
     h->wrote_version = inode->version;
   }
-  return OpenFile{AttrOf(*inode), reinterpret_cast<uint64_t>(h), false};
+  return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
@@ -915,13 +921,13 @@ Status Filesystem::Flush(uint64_t handle) {
 
 Status Filesystem::Release(uint64_t handle) {
   Handle* h = HandleOf(handle);
+  std::lock_guard lock(ns_mu_);
   if (h->inode) {
-    std::lock_guard lock(ns_mu_);
     SealHandleLocked(h);
     h->inode->open_handles--;
     MaybeDropLocked(h->inode);
   }
-  delete h;
+  handles_.erase(h);
   return Status::Ok();
 }
 

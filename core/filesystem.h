@@ -165,6 +165,8 @@ class Filesystem {
   uint64_t AppendLocked(EntryRef entry);
   // Seals the current version of a regular file if it changed; returns the seq to wait for.
   uint64_t SealLocked(const InodeRef& inode);
+  // Takes ownership of an open file; returns its handle number.
+  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
   // Seals the file of `h` if a change made through `h` is not sealed yet.
   void SealHandleLocked(Handle* h);
   std::string PathLocked(const InodeRef& inode) const;
@@ -193,6 +195,8 @@ class Filesystem {
   std::unordered_map<uint64_t, InodeRef> inodes_;  // Guarded by ns_mu_.
   uint64_t next_ino_ = kFirstIno;                  // Guarded by ns_mu_.
   Journal journal_;                                // Guarded by ns_mu_.
+  // Guarded by ns_mu_. Open files, owned here until released.
+  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_;
   std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
   // Guarded by ns_mu_. Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;

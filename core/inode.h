@@ -61,8 +61,8 @@ struct Inode {
   // A regular file found on the backing store whose content was not opened yet: where to open it.
   std::shared_ptr<BackingFile> origin_dir;
   std::string origin_name;
-  // The newest journal entry about this inode, and whether it is unsent.
-  std::shared_ptr<JournalEntry> last_entry;
+  // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
+  std::weak_ptr<JournalEntry> last_entry;
   // Directory: children by name, names removed here that may still exist on the backing store,
   // whether every backing entry has been loaded, and the backing directory once it exists.
   std::map<std::string, std::shared_ptr<Inode>> children;

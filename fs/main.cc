@@ -125,6 +125,7 @@ int Mount(int argc, char** argv) {
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));
   const fuse_lowlevel_ops& ops = FuseOperations();
   fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, fs->get());
+  fuse_opt_free_args(&args);
   if (!se) return Fail("cannot create the FUSE session (bad FUSE options?)");
   if (fuse_set_signal_handlers(se) != 0) {
     fuse_session_destroy(se);
