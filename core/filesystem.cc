@@ -393,9 +393,31 @@ Attr Filesystem::AttrOf(const Inode& inode) const {
 }
 
 void Filesystem::MaybeDropLocked(const InodeRef& inode) {
-  if (inode->nlink == 0 && inode->lookups == 0 && inode->open_handles == 0) {
-    inodes_.erase(inode->ino);
+  if (inode->nlink > 0 || inode->open_handles > 0) return;
+  // Deleted and closed: its data is unreachable now, even while the kernel still knows the inode.
+  if (inode->type == FileType::kRegular) {
+    std::lock_guard ilock(inode->mu);
+    inode->content = FileContent();
   }
+  inode->origin_dir.reset();
+  if (inode->lookups == 0) inodes_.erase(inode->ino);
+}
+
+size_t Filesystem::UnloadLocked(const InodeRef& inode, std::unique_lock<std::mutex>& ilock) {
+  EntryRef pending = inode->last_entry.lock();
+  if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
+      inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
+      inode->durable_version != inode->version) {
+    return 0;
+  }
+  const Inode::Name& name = *inode->names.begin();
+  if (!name.parent->dir_fd) return 0;
+  size_t blocks = inode->content.memory_blocks();
+  inode->content = FileContent(nullptr, inode->content.size());
+  ilock.unlock();
+  inode->origin_dir = name.parent->dir_fd;
+  inode->origin_name = name.name;
+  return blocks;
 }
 
 size_t Filesystem::Reclaim(size_t wanted) {
@@ -410,9 +432,7 @@ size_t Filesystem::Reclaim(size_t wanted) {
       clean_.push_back(inode);
       break;
     }
-    if (inode->durable_version != inode->version || !inode->published) continue;
-    size_t blocks = inode->content.memory_blocks();
-    inode->content.ReplaceWithBase(inode->published);
+    size_t blocks = UnloadLocked(inode, ilock);
     freed += blocks;
     stats_.evicted_blocks += blocks;
   }
@@ -925,6 +945,10 @@ Status Filesystem::Release(uint64_t handle) {
   if (h->inode) {
     SealHandleLocked(h);
     h->inode->open_handles--;
+    // A file read from the backing store and left unchanged gives its descriptor back.
+    std::unique_lock ilock(h->inode->mu);
+    if (h->inode->content.memory_blocks() == 0) UnloadLocked(h->inode, ilock);
+    if (ilock.owns_lock()) ilock.unlock();
     MaybeDropLocked(h->inode);
   }
   handles_.erase(h);

@@ -171,6 +171,7 @@ class Filesystem {
   void SealHandleLocked(Handle* h);
   std::string PathLocked(const InodeRef& inode) const;
   Attr AttrOf(const Inode& inode) const;  // Takes inode.mu.
+  // Frees the data of a deleted, closed file, and forgets the inode once the kernel has.
   void MaybeDropLocked(const InodeRef& inode);
 
   // Control directory entries: their inode numbers and attributes.
@@ -178,6 +179,10 @@ class Filesystem {
   Attr ControlAttr(uint64_t ino) const;
   // Writes every unflushed file version to a rescue directory; returns its path.
   Result<std::string> RescueLocked(std::vector<std::string>* files);
+  // Drops the content of a durable, unchanged, closed file from memory (and its descriptor); it
+  // is opened again by name when needed. Requires ns_mu_ and `ilock` on inode->mu, which it may
+  // release. Returns the blocks freed.
+  size_t UnloadLocked(const InodeRef& inode, std::unique_lock<std::mutex>& ilock);
   size_t Reclaim(size_t wanted);
   // Moves the full blocks of the largest file still being written to its spill file (flusher
   // thread only). Returns the blocks freed.

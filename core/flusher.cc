@@ -187,9 +187,6 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     Staged& s = staged[done];
     Status st = s.status;
     if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
-      std::shared_ptr<BackingFile> reader;
-      int rfd = openat(staging_fd_, s.name.c_str(), O_RDONLY | O_CLOEXEC);
-      if (rfd >= 0) reader = std::make_shared<BackingFile>(rfd);
       for (size_t k = 0; k < e.names.size() && st.ok(); ++k) {
         const Inode::Name& n = e.names[k];
         int dfd = DirFd(n.parent);
@@ -204,10 +201,6 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
           st = Status::FromErrno("publish " + n.name);
         }
         touched_dirs.push_back(dfd);
-      }
-      if (st.ok()) {
-        std::lock_guard lock(ns_mu_);
-        published_[e.seq] = std::move(reader);
       }
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);
@@ -336,20 +329,13 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, size_t done, con
     e->inode->on_backing = true;
     if (e->kind != JournalEntry::Kind::kPublish) continue;
     stats_.files_flushed++;
-    std::shared_ptr<BackingFile> reader;
-    if (auto it = published_.find(e->seq); it != published_.end()) {
-      reader = std::move(it->second);
-      published_.erase(it);
-    }
     bool clean;
     {
       std::lock_guard ilock(e->inode->mu);
       Inode& inode = *e->inode;
       inode.durable_version = std::max(inode.durable_version, e->version);
       inode.flush_error = Status::Ok();
-      clean = inode.durable_version == inode.version && reader &&
-              inode.content.size() == e->snapshot.size();
-      if (clean) inode.published = std::move(reader);
+      clean = inode.durable_version == inode.version;
     }
     if (clean && hooks_.on_clean) hooks_.on_clean(e->inode);
   }

@@ -94,8 +94,6 @@ class Flusher {
   uint64_t error_epoch_ = 0;
   unsigned consecutive_failures_ = 0;
   Clock::time_point retry_at_{};
-  // Readers of published files, by seq; handed to inodes on completion.
-  std::map<uint64_t, std::shared_ptr<BackingFile>> published_;
 };
 
 }  // namespace ckptfs

@@ -58,7 +58,8 @@ struct Inode {
   std::set<Name> names;
   // Present on the backing store under some name (found there, or published/created there).
   bool on_backing = false;
-  // A regular file found on the backing store whose content was not opened yet: where to open it.
+  // A regular file whose content is only on the backing store and not opened (found there, or
+  // unloaded once durable): where to open it. Content holds just its size meanwhile.
   std::shared_ptr<BackingFile> origin_dir;
   std::string origin_name;
   // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
@@ -81,9 +82,6 @@ struct Inode {
   uint64_t version = 0;         // Bumped by every change of content.
   uint64_t sealed_version = 0;  // Version of the newest sealed snapshot.
   uint64_t durable_version = 0; // Version the backing store holds durably.
-  // The durable backing file that holds `version`, while durable_version == version: lets the
-  // reclaimer drop the blocks and read from it instead.
-  std::shared_ptr<BackingFile> published;
   Status flush_error;           // Last failed flush of this file; cleared when one succeeds.
   bool flush_error_reported = false;  // The error was returned by a close already.
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <vector>
+#include <unistd.h>
 
 #include "core/filesystem.h"
 
@@ -177,7 +179,8 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const Result<OpenFile>& r, bo
   }
   fi->fh = r->handle;
   fi->direct_io = r->direct_io;
-  fi->keep_cache = 0;
+  // Every change of a file goes through this mount's page cache, so cached pages stay valid.
+  fi->keep_cache = !r->direct_io;
   if (create) {
     fuse_entry_param e = ToEntry(r->attr);
     if (fuse_reply_create(req, &e, fi) != 0) (void)Fs(req).Release(r->handle);
@@ -214,6 +217,19 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Guard(req, "open", [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags), false); });
 }
 
+// Reads [offset, offset+length) of `fd` into `dst`; returns bytes read (short only at EOF).
+ssize_t PreadFull(int fd, char* dst, size_t length, off_t offset) {
+  size_t done = 0;
+  while (done < length) {
+    ssize_t n = pread(fd, dst + done, length - done, offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
 void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   Guard(req, "read", [&] {
     Result<ReadData> r = Fs(req).Read(fi->fh, static_cast<uint64_t>(off), size);
@@ -225,35 +241,42 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       fuse_reply_buf(req, r->owned.data(), r->owned.size());
       return;
     }
+    // One writev of the reply straight from the blocks; backing ranges are read into this
+    // thread's buffer first (a request is at most max_read bytes).
+    thread_local std::vector<char> staging;
+    size_t backing_bytes = 0;
     size_t pieces = 0;
     for (const ReadSegment& s : r->segments) {
+      if (s.kind == ReadSegment::Kind::kBacking) backing_bytes += s.length;
       pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
     }
-    size_t bytes = sizeof(fuse_bufvec) + pieces * sizeof(fuse_buf);
-    auto* bv = static_cast<fuse_bufvec*>(std::calloc(1, bytes));
-    if (!bv) {
-      fuse_reply_err(req, ENOMEM);
-      return;
-    }
-    bv->count = pieces;
-    size_t i = 0;
+    if (staging.size() < backing_bytes) staging.resize(backing_bytes);
+    std::vector<iovec> iov;
+    iov.reserve(pieces);
+    size_t used = 0;
     for (const ReadSegment& s : r->segments) {
       if (s.kind == ReadSegment::Kind::kMemory) {
-        bv->buf[i++] = fuse_buf{s.length, fuse_buf_flags{}, const_cast<char*>(s.data), -1, 0};
+        iov.push_back({const_cast<char*>(s.data), s.length});
       } else if (s.kind == ReadSegment::Kind::kBacking) {
-        bv->buf[i++] = fuse_buf{s.length,
-                                static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK),
-                                nullptr, s.file->fd(), static_cast<off_t>(s.file_offset)};
+        ssize_t n = PreadFull(s.file->fd(), staging.data() + used, s.length,
+                              static_cast<off_t>(s.file_offset));
+        if (n < 0) {
+          fuse_reply_err(req, errno);
+          return;
+        }
+        // Bytes past the end of the backing file read as zeros.
+        std::memset(staging.data() + used + n, 0, s.length - static_cast<size_t>(n));
+        iov.push_back({staging.data() + used, s.length});
+        used += s.length;
       } else {
         for (size_t left = s.length; left > 0;) {
           size_t n = std::min(left, kBlockSize);
-          bv->buf[i++] = fuse_buf{n, fuse_buf_flags{}, const_cast<char*>(kZeros), -1, 0};
+          iov.push_back({const_cast<char*>(kZeros), n});
           left -= n;
         }
       }
     }
-    fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
-    std::free(bv);
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
   });
 }
 

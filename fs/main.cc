@@ -1,5 +1,6 @@
 // ckptfs: mount a checkpoint filesystem over a backing directory, or talk to a running mount.
 #include <fcntl.h>
+#include <malloc.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
@@ -68,6 +69,10 @@ void SetUpLogging(const MountOptions& o, bool daemon) {
 }
 
 int Mount(int argc, char** argv) {
+  // Replies are built in large buffers; keep them in the heap rather than mapping and unmapping
+  // them per request (each unmap costs a TLB shootdown across the FUSE threads).
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ckptfs: a FUSE filesystem that stages checkpoint writes in memory and flushes\n"
                "them to BACKING with io_uring, in close order, durably.\n"
                "Client commands: ckptfs sync MOUNTPOINT [--progress], ckptfs status MOUNTPOINT",
