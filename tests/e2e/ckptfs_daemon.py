@@ -1,0 +1,229 @@
+"""Runs one ckptfs daemon in the foreground (-f) as a child process, for the e2e tests and the bench.
+
+    with CkptfsDaemon(backing, mnt, options=["cache_size=1G"]) as d:
+        ...   # d.pid, d.sync(), d.stats(), d.io(), d.vm_hwm_kib(), d.unmount()
+
+Leaving the block always unmounts, waits for the daemon it started (killing only that pid if it
+does not exit), and never touches any other process. Temp directories belong to the caller.
+The binary is $CKPTFS_BIN (CTest sets it), else build*/ckptfs in the source tree.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+import resource
+import stat
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def ckptfs_bin():
+    path = os.environ.get("CKPTFS_BIN")
+    if path:
+        return path
+    for candidate in ["build/ckptfs"] + sorted(glob.glob(os.path.join(SOURCE_ROOT, "build*/ckptfs"))):
+        full = os.path.join(SOURCE_ROOT, candidate)
+        if os.access(full, os.X_OK):
+            return full
+    raise RuntimeError("set CKPTFS_BIN to the ckptfs binary")
+
+
+def mounted(path):
+    """True when path is a mount point (reads mountinfo only; never touches the FUSE daemon)."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+            if mp == path:
+                return True
+    return False
+
+
+def force_unmount(path):
+    for cmd in (["fusermount3", "-u", path], ["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
+        if not mounted(path):
+            return True
+        try:
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            pass
+    return not mounted(path)
+
+
+def proc_io(pid="self"):
+    """/proc/PID/io as a dict of ints (for "self": includes children already waited for)."""
+    out = {}
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            k, v = line.split(":")
+            out[k.strip()] = int(v)
+    return out
+
+
+class CkptfsDaemon:
+    def __init__(self, backing, mnt, options=(), log_file=None, exit_timeout=300, nofile=None):
+        """nofile: run the daemon with RLIMIT_NOFILE (soft and hard) set to this."""
+        self.nofile = nofile
+        self.backing = os.path.realpath(backing)
+        self.mnt = os.path.realpath(mnt)
+        self.options = list(options)
+        self.log_file = log_file or os.path.join(os.path.dirname(self.mnt),
+                                                 os.path.basename(self.mnt) + ".ckptfs.log")
+        self.exit_timeout = exit_timeout
+        self.proc = None
+        self.returncode = None
+        self.last_status = None
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def start(self, timeout=30):
+        opts = ",".join(["log_file=" + self.log_file] + self.options)
+        self._out = open(self.log_file + ".stderr", "ab")
+        limit = None
+        if self.nofile:
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        self.proc = subprocess.Popen([ckptfs_bin(), self.backing, self.mnt, "-f", "-o", opts],
+                                     stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._out,
+                                     preexec_fn=limit)
+        deadline = time.monotonic() + timeout
+        while not mounted(self.mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ckptfs exited with {self.proc.returncode} before mounting:\n"
+                                   + self.output())
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ckptfs did not mount within {timeout}s:\n" + self.output())
+            time.sleep(0.02)
+
+    def sync(self, timeout=600):
+        """`ckptfs sync MNT`; raises with its output when it fails."""
+        r = subprocess.run([ckptfs_bin(), "sync", self.mnt], capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise RuntimeError(f"ckptfs sync failed ({r.returncode}): {r.stdout}{r.stderr}")
+
+    def stats(self):
+        with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
+            return json.load(f)
+
+    def io(self):
+        return proc_io(self.pid)
+
+    def vm_hwm_kib(self):
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        return 0
+
+    def unmount(self):
+        """fusermount3 -u, then waits for the daemon to flush and exit; returns its exit code."""
+        if self.proc is None:
+            return self.returncode
+        if mounted(self.mnt):
+            r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True, text=True,
+                               timeout=60)
+            if r.returncode != 0 and mounted(self.mnt):
+                raise RuntimeError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
+        try:
+            self.returncode = self.proc.wait(timeout=self.exit_timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # Only the pid this object started.
+            self.returncode = self.proc.wait()
+            self.proc = None
+            raise RuntimeError(f"ckptfs did not exit within {self.exit_timeout}s after unmount; "
+                               "killed it\n" + self.output()[-4000:])
+        self.proc = None
+        self._out.close()
+        return self.returncode
+
+    def cleanup(self):
+        """Unmounts and reaps the daemon, whatever state things are in. Never raises."""
+        try:
+            if mounted(self.mnt):
+                force_unmount(self.mnt)
+            if self.proc is not None:
+                try:
+                    self.returncode = self.proc.wait(timeout=self.exit_timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()  # Only the pid this object started.
+                    self.returncode = self.proc.wait()
+                self.proc = None
+                self._out.close()
+        except Exception:
+            pass
+
+    def output(self):
+        text = ""
+        for p in (self.log_file, self.log_file + ".stderr"):
+            try:
+                with open(p, errors="replace") as f:
+                    text += f.read()
+            except FileNotFoundError:
+                pass
+        return text
+
+    def error_lines(self):
+        return [l for l in self.output().splitlines()
+                if re.search(r"\[(error|critical)\]", l, re.IGNORECASE)]
+
+
+def snapshot(root, skip_root=(".ckptfs",)):
+    """{relative path: description} of the tree under root: files ("f", mode, size, sha256),
+    directories ("d", mode), symlinks ("l", target). Reads every byte."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir == ".":
+            dirnames[:] = sorted(d for d in dirnames if d not in skip_root)
+            filenames = [f for f in filenames if f not in skip_root]
+        for name in sorted(dirnames) + sorted(filenames):
+            p = os.path.join(dirpath, name)
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("l", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("d", oct(stat.S_IMODE(st.st_mode)))
+            elif stat.S_ISREG(st.st_mode):
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    while True:
+                        b = f.read(8 << 20)
+                        if not b:
+                            break
+                        h.update(b)
+                out[rel] = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, h.hexdigest())
+            else:
+                out[rel] = ("?", st.st_mode)
+    return out
+
+
+def diff_snapshots(expected, actual, name_a="plain", name_b="ckptfs"):
+    lines = []
+    for k in sorted(set(expected) | set(actual)):
+        if k not in actual:
+            lines.append(f"missing ({name_b}): {k} {expected[k]}")
+        elif k not in expected:
+            lines.append(f"extra ({name_b}): {k} {actual[k]}")
+        elif expected[k] != actual[k]:
+            lines.append(f"differs: {k}: {name_a}={expected[k]} {name_b}={actual[k]}")
+    return "\n".join(lines[:40]) + (f"\n... {len(lines) - 40} more" if len(lines) > 40 else "")

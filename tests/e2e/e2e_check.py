@@ -1,0 +1,125 @@
+"""The check every e2e test makes: run a workload on a plain directory and through ckptfs, and
+compare.
+
+1. The workload runs on a plain directory on the same disk; its tree (names, modes, sizes,
+   sha256) is what the backing directory must end up holding.
+2. A fresh ckptfs mounts over an empty backing directory; the workload runs under the mount.
+3. Through the mount: the tree is identical, and the workload's loader reads back exactly the
+   generated data.
+4. After `ckptfs sync`: the backing directory (minus BACKING/.ckptfs) holds exactly that tree and
+   the daemon reports nothing dirty or pending.
+5. After unmount: the daemon exits 0, the backing tree is still exactly that, nothing is left in
+   BACKING/.ckptfs/staging, no rescue directory, no error in the daemon's log.
+6. A new mount over the same backing directory (cold: nothing staged) reads it all back.
+"""
+
+import os
+import shutil
+import tempfile
+import time
+import unittest
+
+from ckptfs_daemon import CkptfsDaemon, diff_snapshots, mounted, snapshot
+
+E2E_TMP = os.environ.get("CKPTFS_E2E_TMP", "/var/tmp")
+
+
+def require_fuse():
+    if not os.path.exists("/dev/fuse"):
+        raise unittest.SkipTest("/dev/fuse is absent: FUSE e2e tests cannot run here")
+
+
+class Timer:
+    def __init__(self):
+        self.marks = []
+        self.t = time.monotonic()
+
+    def mark(self, what):
+        now = time.monotonic()
+        self.marks.append(f"{what} {now - self.t:.1f}s")
+        self.t = now
+
+    def __str__(self):
+        return ", ".join(self.marks)
+
+
+def _remove_tmp(tmp):
+    if os.environ.get("CKPTFS_E2E_KEEP"):
+        print(f"kept {tmp}")
+    elif not mounted(os.path.join(tmp, "mnt")):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_workload(tc, w, options=("cache_size=1G",), nofile=None):
+    """Runs the whole check (module docstring) for workload w in test case tc."""
+    require_fuse()
+    tmp = tempfile.mkdtemp(prefix=f"ckptfs-e2e-{w.name}-", dir=E2E_TMP)
+    # Cleanups run last-registered first: the daemon is unmounted before the temp dir goes, and
+    # the temp dir is only removed when nothing is mounted under it.
+    tc.addCleanup(_remove_tmp, tmp)
+    timer = Timer()
+    plain = os.path.join(tmp, "plain")
+    os.mkdir(plain)
+    w.save(plain)
+    expected = snapshot(plain)
+    shutil.rmtree(plain)
+    tc.assertTrue(expected, "the workload wrote nothing")
+    timer.mark("plain")
+
+    backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "mnt")
+    os.mkdir(backing)
+    os.mkdir(mnt)
+    d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon.log"), nofile=nofile)
+    tc.addCleanup(d.cleanup)
+    d.start()
+    w.save(mnt)
+    timer.mark("save via mount")
+    through = snapshot(mnt)
+    tc.assertEqual(expected, through,
+                   "tree read through the mount differs from the plain run:\n"
+                   + diff_snapshots(expected, through))
+    tc.assertEqual(w.load(mnt), w.expected_digest(), "loader read back different data (mount)")
+    timer.mark("read back")
+
+    d.sync()
+    stats = d.stats()
+    tc.assertEqual(stats.get("flush_errors", 0), 0, stats)
+    for key in ("dirty_bytes", "pending_entries"):
+        if key in stats:
+            tc.assertEqual(stats[key], 0, f"{key} after ckptfs sync: {stats}")
+    after_sync = snapshot(backing)
+    tc.assertEqual(expected, after_sync,
+                   "backing dir after `ckptfs sync` differs from the plain run:\n"
+                   + diff_snapshots(expected, after_sync))
+    timer.mark("sync")
+
+    rc = d.unmount()
+    tc.assertEqual(rc, 0, "daemon exit code after unmount\n" + d.output()[-3000:])
+    after_unmount = snapshot(backing)
+    tc.assertEqual(expected, after_unmount,
+                   "backing dir after unmount differs from the plain run:\n"
+                   + diff_snapshots(expected, after_unmount))
+    own = os.path.join(backing, ".ckptfs")
+    if os.path.isdir(own):
+        leftovers = [n for n in os.listdir(own) if n != "staging"]
+        tc.assertEqual(leftovers, [], f"unexpected entries in {own}")
+        staging = os.path.join(own, "staging")
+        if os.path.isdir(staging):
+            tc.assertEqual(os.listdir(staging), [], "files left in BACKING/.ckptfs/staging")
+    tc.assertEqual(d.error_lines(), [], "the daemon logged errors")
+    timer.mark("unmount")
+
+    d2 = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon2.log"),
+                      nofile=nofile)
+    tc.addCleanup(d2.cleanup)
+    d2.start()
+    tc.assertEqual(w.load(mnt), w.expected_digest(), "loader read back different data (remount)")
+    cold = snapshot(mnt)
+    tc.assertEqual(expected, cold, "tree through a fresh mount differs:\n"
+                   + diff_snapshots(expected, cold))
+    tc.assertEqual(d2.unmount(), 0, d2.output()[-3000:])
+    tc.assertEqual(snapshot(backing), expected, "a read-only remount changed the backing dir")
+    tc.assertEqual(d2.error_lines(), [], "the daemon logged errors (remount)")
+    timer.mark("remount+load")
+    print(f"\n[{w.name}] {w.logical_bytes() / 2**20:.0f} MiB, {len(expected)} entries: {timer}",
+          flush=True)

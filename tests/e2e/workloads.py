@@ -1,0 +1,915 @@
+"""Checkpoint workloads shared by the end-to-end tests (tests/e2e) and the benchmark (scripts/bench).
+
+Each workload writes, under a root directory, what a real trainer's save code writes, with the
+real libraries (torch.save, zarr), from separate processes where a trainer has several ranks:
+
+    torch_legacy  Megatron legacy layout: iter_0000100/mp_rank_00/model_optim_rng.pt (a GPT-style
+                  state dict: fp16 weights, fp32 master weights and Adam state), then
+                  latest_checkpointed_iteration.txt last.
+    zarr_dist     Megatron-core / NeMo distributed checkpoint, zarr backend, 2 rank processes:
+                  common.pt, one directory per sharded tensor (.zarray + chunk files 0.0.0 ...),
+                  and the distributed-optimizer pattern (per rank one float32 chunk holding the
+                  rank's whole flattened optimizer shard, filled parameter by parameter with
+                  set_coordinate_selection under a zarr.ProcessSynchronizer whose lock files live
+                  in <key>.sync/ inside the checkpoint), metadata.json last, by rank 0.
+    dlrover       DLRover flash-checkpoint layout, 4 rank processes in parallel:
+                  iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt and
+                  iter_0000100/rank_RRRR/distrib_optim.pt, tracker last.
+    dcp           PyTorch DCP's FileSystemWriter syscalls by hand (Debian's torch 1.13 has no
+                  torch.distributed.checkpoint): 2 rank processes x 2 writer threads, each thread
+                  writes one __R_I.distcp sequentially with torch.save per tensor and fsyncs it;
+                  then .metadata.tmp is written, fsynced and renamed to .metadata.
+    seq           a few large files written sequentially (8 MiB writes).
+    small         many small files (1-64 KiB) in 100 directories.
+
+Data is deterministic (a fixed random pool, shifted and scaled per tensor name), so a run on a
+plain directory and a run through ckptfs must produce byte-identical trees. torch.save output is
+deterministic for the same object and file name (checked in the tests by comparing bytes). zarr's
+Blosc compressor is not deterministic with threads (blocks are stored in completion order), so
+the workers set numcodecs.blosc.use_threads = False; everything else is what Megatron does.
+
+Every workload has save(root) -> seconds (data generation excluded, process start-up excluded:
+ranks generate their data, meet at a barrier, and the clock runs from the barrier to the last
+byte of the tracker/metadata), load(root, check) -> digest (the way a loader reads it back), and
+expected_digest() (the same digest computed from the generated data).
+"""
+
+import functools
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import pickle
+import queue as queue_mod
+import threading
+import time
+import zlib
+
+import numpy as np
+
+ITERATION = 100
+_POOL_FLOATS = 1 << 22  # 16 MiB of float32 noise, generated once per process.
+_pool = None
+
+
+def _get_pool():
+    global _pool
+    if _pool is None:
+        _pool = np.random.default_rng(20240801).standard_normal(_POOL_FLOATS, dtype=np.float32)
+    return _pool
+
+
+def fdata(name, n, dtype=np.float32):
+    """n deterministic, name-dependent, realistic-looking floats (a shifted, scaled noise pool)."""
+    pool = _get_pool()
+    h = zlib.crc32(name.encode())
+    start = h % len(pool)
+    out = np.empty(n, np.float32)
+    i = 0
+    while i < n:
+        k = min(n - i, len(pool) - start)
+        out[i:i + k] = pool[start:start + k]
+        i += k
+        start = 0
+    out *= 0.02 * (1.0 + ((h >> 8) % 97) / 97.0)
+    return out if dtype == np.float32 else out.astype(dtype)
+
+
+def tensor(name, shape, dtype="float32"):
+    import torch
+    n = int(np.prod(shape))
+    arr = fdata(name, n, np.float16 if dtype == "float16" else np.float32)
+    return torch.from_numpy(arr.reshape(shape))
+
+
+def pool_bytes(name, n):
+    """n deterministic bytes depending on name."""
+    raw = memoryview(_get_pool()).cast("B")
+    h = zlib.crc32(name.encode()) % (len(raw) - 1)
+    out = bytearray()
+    while len(out) < n:
+        take = min(n - len(out), len(raw) - h)
+        out += raw[h:h + take]
+        h = 0
+    return bytes(out)
+
+
+class Digest:
+    """sha256 over a canonical walk of (nested) checkpoint objects."""
+
+    def __init__(self):
+        self.h = hashlib.sha256()
+
+    def add(self, obj):
+        import torch
+        h = self.h
+        if isinstance(obj, torch.Tensor):
+            h.update(f"T{obj.dtype}{tuple(obj.shape)}".encode())
+            h.update(obj.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(obj, np.ndarray):
+            h.update(f"A{obj.dtype}{obj.shape}".encode())
+            h.update(np.ascontiguousarray(obj).tobytes())
+        elif isinstance(obj, dict):
+            h.update(b"{")
+            for k in sorted(obj, key=repr):
+                h.update(repr(k).encode())
+                self.add(obj[k])
+            h.update(b"}")
+        elif isinstance(obj, (list, tuple)):
+            h.update(b"[")
+            for x in obj:
+                self.add(x)
+            h.update(b"]")
+        else:
+            h.update(repr(obj).encode())
+        return self
+
+    def hexdigest(self):
+        return self.h.hexdigest()
+
+
+def digest(*objs):
+    d = Digest()
+    for o in objs:
+        d.add(o)
+    return d.hexdigest()
+
+
+def _write_all(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _ctx():
+    # forkserver, not fork: forking a process that has used torch's OpenMP pool can hang the
+    # child. The server imports torch and zarr once, so rank processes start in milliseconds.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["numpy", "torch", "zarr", "numcodecs", "workloads"])
+    return ctx
+
+
+def _run_ranks(target, nranks, args):
+    """Starts nranks processes target(rank, barrier, queue, *args); they generate their data and
+    wait at the barrier; the clock starts when the barrier opens. Returns (seconds until every
+    rank exited, [rank results])."""
+    ctx = _ctx()
+    barrier = ctx.Barrier(nranks + 1)  # Start line: every rank and this process.
+    group = ctx.Barrier(nranks)  # Between the ranks (torch.distributed.barrier()).
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, barrier, group, queue) + tuple(args))
+             for r in range(nranks)]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait(timeout=300)
+        t0 = time.monotonic()
+        results = {}
+        while len(results) < nranks:
+            try:
+                r, res = queue.get(timeout=1)
+            except queue_mod.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a rank process died with {dead}")
+                continue
+            if isinstance(res, BaseException):
+                raise RuntimeError(f"rank {r} failed: {res!r}")
+            results[r] = res
+        for p in procs:
+            p.join(timeout=600)
+        elapsed = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()  # Only the rank processes started here.
+                p.join()
+    bad = [p.exitcode for p in procs if p.exitcode != 0]
+    if bad:
+        raise RuntimeError(f"rank processes exited with {bad}")
+    global ranks_written
+    ranks_written += sum(results[r][1] for r in range(nranks))
+    return elapsed, [results[r][0] for r in range(nranks)]
+
+
+# Bytes the rank processes of all saves so far wrote towards a block device (write_bytes -
+# cancelled_write_bytes of /proc/self/io). The forkserver, not this process, reaps the ranks, so
+# their I/O does not show in this process's /proc/self/io; the bench reads this instead.
+ranks_written = 0
+
+
+def _written_by_self():
+    io = {}
+    with open("/proc/self/io") as f:
+        for line in f:
+            k, v = line.split(":")
+            io[k.strip()] = int(v)
+    return io["write_bytes"] - io["cancelled_write_bytes"]
+
+
+def _rank_main(fn):
+    """Wraps a rank body: reports its result or exception on the queue."""
+
+    @functools.wraps(fn)  # Picklable by name (forkserver start method).
+    def wrapper(rank, barrier, group, queue, *args):
+        try:
+            barrier.group = group
+            io0 = _written_by_self()
+            res = fn(rank, barrier, *args)
+            queue.put((rank, (res, _written_by_self() - io0)))
+        except BaseException as e:  # Report to the parent, then fail.
+            for b in (barrier, group):
+                try:
+                    b.abort()
+                except Exception:
+                    pass
+            queue.put((rank, RuntimeError(f"{type(e).__name__}: {e}")))
+            raise
+    return wrapper
+
+
+# ------------------------------------------------------------------------------------------------
+# GPT-style state dicts
+
+def gpt_dims(nbytes, bytes_per_param=14):
+    """(hidden, layers, vocab) of a GPT whose fp16 weights + fp32 master + Adam state take about
+    nbytes (14 bytes per parameter)."""
+    params = max(1, nbytes // bytes_per_param)
+    hidden = 512 if params < 60_000_000 else 1024
+    vocab = 8192
+    layers = max(1, int(round((params - vocab * hidden) / (12 * hidden * hidden))))
+    return hidden, layers, vocab
+
+
+def gpt_param_shapes(hidden, layers, vocab, tp=1, tp_rank=0):
+    """Megatron legacy parameter names and (tensor-parallel-sliced) shapes, in model order."""
+    h = hidden
+    shapes = [("language_model.embedding.word_embeddings.weight", (vocab // tp, h))]
+    for i in range(layers):
+        p = f"language_model.encoder.layers.{i}."
+        shapes += [
+            (p + "input_layernorm.weight", (h,)),
+            (p + "input_layernorm.bias", (h,)),
+            (p + "self_attention.query_key_value.weight", (3 * h // tp, h)),
+            (p + "self_attention.query_key_value.bias", (3 * h // tp,)),
+            (p + "self_attention.dense.weight", (h, h // tp)),
+            (p + "self_attention.dense.bias", (h,)),
+            (p + "post_attention_layernorm.weight", (h,)),
+            (p + "post_attention_layernorm.bias", (h,)),
+            (p + "mlp.dense_h_to_4h.weight", (4 * h // tp, h)),
+            (p + "mlp.dense_h_to_4h.bias", (4 * h // tp,)),
+            (p + "mlp.dense_4h_to_h.weight", (h, 4 * h // tp)),
+            (p + "mlp.dense_4h_to_h.bias", (h,)),
+        ]
+    shapes += [("language_model.encoder.final_layernorm.weight", (h,)),
+               ("language_model.encoder.final_layernorm.bias", (h,))]
+    return shapes
+
+
+def _rng_state(seed):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return {"random_rng_state": (3, tuple(range(seed, seed + 16)), None),
+            "np_rng_state": ("MT19937", np.arange(624, dtype=np.uint32) + seed, 624, 0, 0.0),
+            "torch_rng_state": g.get_state(),
+            "cuda_rng_state": g.get_state(),
+            "rng_tracker_states": {"model-parallel-rng": g.get_state()}}
+
+
+def _args_dict(hidden, layers, vocab, tp, pp):
+    return {"num_layers": layers, "hidden_size": hidden, "num_attention_heads": hidden // 64,
+            "padded_vocab_size": vocab, "tensor_model_parallel_size": tp,
+            "pipeline_model_parallel_size": pp, "fp16": True, "lr": 3e-4, "seq_length": 2048,
+            "iteration": ITERATION, "save": "/checkpoints/gpt", "use_distributed_optimizer": False}
+
+
+def gpt_state_dict(tag, hidden, layers, vocab, tp=1, tp_rank=0, pp=1, with_optimizer=True):
+    """A Megatron legacy model_optim_rng.pt state dict (fp16 model, fp32 optimizer state)."""
+    shapes = gpt_param_shapes(hidden, layers, vocab, tp, tp_rank)
+    model = {"language_model": {"embedding": {"word_embeddings": {}}, "encoder": {}}}
+    for name, shape in shapes:
+        t = tensor(f"{tag}/model/{name}", shape, "float16")
+        short = name[len("language_model."):]
+        if short.startswith("embedding."):
+            model["language_model"]["embedding"]["word_embeddings"]["weight"] = t
+        else:
+            model["language_model"]["encoder"][short[len("encoder."):]] = t
+    sd = {"args": _args_dict(hidden, layers, vocab, tp, pp), "checkpoint_version": 3.0,
+          "iteration": ITERATION, "model": model, "rng_state": [_rng_state(tp_rank + 7)]}
+    if with_optimizer:
+        state = {}
+        masters = []
+        for i, (name, shape) in enumerate(shapes):
+            state[i] = {"exp_avg": tensor(f"{tag}/exp_avg/{name}", shape),
+                        "exp_avg_sq": tensor(f"{tag}/exp_avg_sq/{name}", shape).abs_(),
+                        "step": ITERATION}
+            masters.append(tensor(f"{tag}/master/{name}", shape))
+        sd["optimizer"] = {
+            "optimizer": {"state": state,
+                          "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8,
+                                            "weight_decay": 0.1, "params": list(range(len(shapes)))}]},
+            "fp32_from_fp16_params": [masters],
+            "grad_scaler": {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                            "growth_interval": 1000, "_growth_tracker": 17},
+        }
+        sd["opt_param_scheduler"] = {"max_lr": 3e-4, "num_steps": ITERATION * 512}
+    return sd
+
+
+def _tracker(root, it=ITERATION):
+    _write_all(os.path.join(root, "latest_checkpointed_iteration.txt"), str(it).encode())
+
+
+def _read_tracker(root):
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
+        return int(f.read().strip())
+
+
+class Workload:
+    name = "?"
+    description = ""
+
+    def __init__(self, nbytes):
+        self.nbytes = int(nbytes)
+
+    def logical_bytes(self):
+        """Bytes the trainer hands to the filesystem (file sizes; zarr rewrites not counted)."""
+        raise NotImplementedError
+
+    def save(self, root):
+        raise NotImplementedError
+
+    def load(self, root, check=True):
+        raise NotImplementedError
+
+    def expected_digest(self):
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. torch.save, Megatron legacy layout
+
+class TorchLegacy(Workload):
+    name = "torch_legacy"
+    description = "torch.save GPT state dict, Megatron legacy layout"
+
+    def __init__(self, nbytes):
+        super().__init__(nbytes)
+        self.dims = gpt_dims(self.nbytes)
+
+    def _sd(self):
+        return gpt_state_dict("legacy", *self.dims)
+
+    def logical_bytes(self):
+        h, l, v = self.dims
+        return sum(int(np.prod(s)) for _, s in gpt_param_shapes(h, l, v)) * 14
+
+    def save(self, root):
+        elapsed, _ = _run_ranks(_torch_legacy_rank, 1, (root, self.dims))
+        return elapsed
+
+    def load(self, root, check=True):
+        import torch
+        it = _read_tracker(root)
+        sd = torch.load(os.path.join(root, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt"),
+                        map_location="cpu")
+        return digest(it, sd) if check else None
+
+    def expected_digest(self):
+        return digest(ITERATION, self._sd())
+
+
+@_rank_main
+def _torch_legacy_rank(rank, barrier, root, dims):
+    import torch
+    sd = gpt_state_dict("legacy", *dims)
+    barrier.wait()
+    d = os.path.join(root, f"iter_{ITERATION:07d}", "mp_rank_00")
+    os.makedirs(d, exist_ok=True)
+    torch.save(sd, os.path.join(d, "model_optim_rng.pt"))
+    _tracker(root)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Megatron-core distributed checkpoint, zarr backend, with the distributed optimizer
+
+DISTOPT_PREFIX = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float16, torch.float16).bucket_idx_0."
+
+
+class ZarrDist(Workload):
+    name = "zarr_dist"
+    description = "Megatron dist ckpt, zarr backend + distributed optimizer, 2 ranks"
+    ranks = 2
+
+    def __init__(self, nbytes, pieces=16):
+        super().__init__(nbytes)
+        # 40% of the bytes: fp16 model tensors (tensor-parallel over the 2 ranks);
+        # 60%: the distributed optimizer's 3 fp32 arrays (param, exp_avg, exp_avg_sq).
+        params = max(1, int(self.nbytes * 0.4) // 2)
+        self.hidden = 512 if params < 30_000_000 else 1024
+        self.vocab = 8192
+        self.layers = max(1, int(round((params - self.vocab * self.hidden) / (12 * self.hidden ** 2))))
+        self.shard = max(1024, int(self.nbytes * 0.6) // (3 * 4 * self.ranks))  # floats per rank
+        self.pieces = pieces
+
+    def model_tensors(self):
+        """(key, global shape, chunk shape, tp split dim or None for replicated)."""
+        h, l, v, r = self.hidden, self.layers, self.vocab, self.ranks
+        return [
+            ("model.embedding.word_embeddings.weight", (v, h), (v // r, h), 0),
+            ("model.decoder.layers.input_layernorm.weight", (l, h), (1, h), None),
+            ("model.decoder.layers.self_attention.linear_qkv.weight", (l, 3 * h, h), (1, 3 * h // r, h), 1),
+            ("model.decoder.layers.self_attention.linear_proj.weight", (l, h, h), (1, h, h // r), 2),
+            ("model.decoder.layers.mlp.linear_fc1.weight", (l, 4 * h, h), (1, 4 * h // r, h), 1),
+            ("model.decoder.layers.mlp.linear_fc2.weight", (l, h, 4 * h), (1, h, 4 * h // r), 2),
+            ("model.decoder.final_layernorm.weight", (h,), (h,), None),
+        ]
+
+    def piece_bounds(self, rank):
+        """The [start, stop) ranges (global coordinates) of the parameters in rank's shard:
+        uneven sizes, like real parameters, covering the shard exactly."""
+        s = self.shard
+        weights = [1 + (i * 7919 + rank * 104729) % 13 for i in range(self.pieces)]
+        total = sum(weights)
+        cuts = [0]
+        acc = 0
+        for w in weights[:-1]:
+            acc += w
+            cuts.append(s * acc // total)
+        cuts.append(s)
+        base = rank * s
+        return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+    def common_state(self):
+        return {"iteration": ITERATION, "args": _args_dict(self.hidden, self.layers, self.vocab, 2, 1),
+                "rng_state": [_rng_state(3)], "checkpoint_version": 3.0,
+                "optimizer": {"param_groups": [{"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8,
+                                                "weight_decay": 0.1, "step": ITERATION}]},
+                "opt_param_scheduler": {"max_lr": 3e-4, "num_steps": ITERATION * 512}}
+
+    def logical_bytes(self):
+        n = 0
+        for _, shape, _, _ in self.model_tensors():
+            n += int(np.prod(shape)) * 2
+        return n + 3 * self.ranks * self.shard * 4
+
+    def save(self, root):
+        elapsed, _ = _run_ranks(_zarr_rank, self.ranks, (root, self))
+        return elapsed
+
+    def _tp_slices(self, shape, chunk, split, rank):
+        if split is None:
+            return tuple(slice(0, n) for n in shape)
+        sl = [slice(0, n) for n in shape]
+        sl[split] = slice(rank * chunk[split], (rank + 1) * chunk[split])
+        return tuple(sl)
+
+    def load(self, root, check=True):
+        """Like a resharding loader: each rank's slice of each tensor, each parameter's slice of
+        each optimizer shard, read separately."""
+        import torch
+        import zarr
+        with open(os.path.join(root, "metadata.json")) as f:
+            meta = json.load(f)
+        assert meta["sharded_backend"] == "zarr", meta
+        d = Digest() if check else None
+        common = torch.load(os.path.join(root, "common.pt"), map_location="cpu")
+        if d:
+            d.add(common)
+        for key, shape, chunk, split in self.model_tensors():
+            arr = zarr.open(os.path.join(root, key), mode="r")
+            assert arr.shape == shape and arr.dtype == np.float16, (key, arr.shape, arr.dtype)
+            for r in range(self.ranks):
+                piece = arr[self._tp_slices(shape, chunk, split, r)]
+                if d:
+                    d.add(piece)
+        for kind in ("param", "exp_avg", "exp_avg_sq"):
+            arr = zarr.open(os.path.join(root, DISTOPT_PREFIX + kind), mode="r")
+            for r in range(self.ranks):
+                for a, b in self.piece_bounds(r):
+                    piece = arr[a:b]
+                    if d:
+                        d.add(piece)
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = Digest()
+        d.add(self.common_state())
+        for key, shape, chunk, split in self.model_tensors():
+            full = fdata("zarr/" + key, int(np.prod(shape)), np.float16).reshape(shape)
+            for r in range(self.ranks):
+                d.add(np.ascontiguousarray(full[self._tp_slices(shape, chunk, split, r)]))
+        for kind in ("param", "exp_avg", "exp_avg_sq"):
+            for r in range(self.ranks):
+                flat = fdata(f"zarr/{kind}/rank{r}", self.shard)
+                for a, b in self.piece_bounds(r):
+                    d.add(flat[a - r * self.shard:b - r * self.shard])
+        return d.hexdigest()
+
+
+@_rank_main
+def _zarr_rank(rank, barrier, root, w):
+    import numcodecs
+    import torch
+    import zarr
+    numcodecs.blosc.use_threads = False  # Deterministic chunk bytes (see the module docstring).
+    # Data this rank holds: its tensor-parallel slice of every model tensor (the replicated ones
+    # are written by rank 0 only, the main replica), and its optimizer shard.
+    model = []
+    for key, shape, chunk, split in w.model_tensors():
+        if split is None and rank != 0:
+            continue
+        full = fdata("zarr/" + key, int(np.prod(shape)), np.float16).reshape(shape)
+        sl = w._tp_slices(shape, chunk, split, rank)
+        model.append((key, sl, np.ascontiguousarray(full[sl])))
+    opt = {kind: fdata(f"zarr/{kind}/rank{rank}", w.shard) for kind in ("param", "exp_avg", "exp_avg_sq")}
+    barrier.wait()
+
+    os.makedirs(root, exist_ok=True)
+    if rank == 0:
+        torch.save(w.common_state(), os.path.join(root, "common.pt"))
+        # The rank holding each tensor's first chunk creates the array (here rank 0 for all).
+        for key, shape, chunk, _ in w.model_tensors():
+            zarr.create(shape, dtype=np.float16, store=os.path.join(root, key), chunks=chunk,
+                        overwrite=True, fill_value=None, write_empty_chunks=True)
+        for kind in opt:
+            zarr.create((w.ranks * w.shard,), dtype=np.float32, compressor=None,
+                        store=os.path.join(root, DISTOPT_PREFIX + kind), chunks=(w.shard,),
+                        overwrite=True, fill_value=None, write_empty_chunks=True)
+    barrier.group.wait()
+    for key, sl, data in model:
+        arr = zarr.open(os.path.join(root, key), mode="r+")
+        arr[sl] = data
+    for kind, flat in opt.items():
+        key = DISTOPT_PREFIX + kind
+        sync = zarr.ProcessSynchronizer(os.path.join(root, key + ".sync"))
+        arr = zarr.open(os.path.join(root, key), mode="r+", synchronizer=sync)
+        for a, b in w.piece_bounds(rank):  # One parameter at a time, as Megatron does.
+            arr.set_coordinate_selection(np.arange(a, b), flat[a - rank * w.shard:b - rank * w.shard])
+    barrier.group.wait()
+    if rank == 0:
+        meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
+                "common_backend": "torch", "common_backend_version": 1}
+        _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. DLRover flash checkpoint
+
+class DLRover(Workload):
+    name = "dlrover"
+    description = "DLRover flash ckpt: mp_rank_TT_PPP + rank_RRRR, 4 ranks in parallel"
+    tp, pp = 2, 2
+
+    def __init__(self, nbytes):
+        super().__init__(nbytes)
+        self.ranks = self.tp * self.pp
+        # Each rank holds its pipeline stage's layers, tensor-parallel-sliced: fp16 weights in
+        # model_optim_rng.pt; fp32 param/exp_avg/exp_avg_sq flat buffers in distrib_optim.pt.
+        per_rank = self.nbytes // self.ranks
+        params = max(1, per_rank // 14)
+        self.hidden = 512 if params < 20_000_000 else 1024
+        self.vocab = 8192
+        self.layers = max(1, int(round((params * self.tp - self.vocab * self.hidden / self.pp)
+                                       / (12 * self.hidden ** 2))))
+
+    def rank_coords(self, rank):
+        return rank % self.tp, rank // self.tp
+
+    def rank_shapes(self, rank):
+        tp_rank, _ = self.rank_coords(rank)
+        return gpt_param_shapes(self.hidden, self.layers, self.vocab, self.tp, tp_rank)
+
+    def rank_state(self, rank):
+        tp_rank, pp_rank = self.rank_coords(rank)
+        sd = gpt_state_dict(f"dlrover/r{rank}", self.hidden, self.layers, self.vocab, self.tp,
+                            tp_rank, self.pp, with_optimizer=False)
+        sd["optimizer"] = {"param_groups": [{"lr": 3e-4, "step": ITERATION}],
+                           "grad_scaler": {"scale": 65536.0}}
+        numel = sum(int(np.prod(s)) for _, s in self.rank_shapes(rank))
+        optim = {"per_bucket_numel": [numel], "per_bucket_numel_unpadded": [numel],
+                 "param_state": {0: {k: tensor(f"dlrover/r{rank}/{k}", (numel,))
+                                     for k in ("param", "exp_avg", "exp_avg_sq")}}}
+        return sd, optim
+
+    def paths(self, root, rank):
+        tp_rank, pp_rank = self.rank_coords(rank)
+        it = os.path.join(root, f"iter_{ITERATION:07d}")
+        return (os.path.join(it, f"mp_rank_{tp_rank:02d}_{pp_rank:03d}", "model_optim_rng.pt"),
+                os.path.join(it, f"rank_{rank:04d}", "distrib_optim.pt"))
+
+    def logical_bytes(self):
+        return sum(sum(int(np.prod(s)) for _, s in self.rank_shapes(r)) * 14 for r in range(self.ranks))
+
+    def save(self, root):
+        elapsed0, _ = _run_ranks(_dlrover_rank, self.ranks, (root, self))
+        t = time.monotonic()
+        _tracker(root)  # Rank 0's tracker, after every rank's files.
+        return elapsed0 + time.monotonic() - t
+
+    def load(self, root, check=True):
+        import torch
+        it = _read_tracker(root)
+        assert it == ITERATION
+        d = Digest() if check else None
+        for r in range(self.ranks):
+            for p in self.paths(root, r):
+                obj = torch.load(p, map_location="cpu")
+                if d:
+                    d.add(obj)
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = Digest()
+        for r in range(self.ranks):
+            for obj in self.rank_state(r):
+                d.add(obj)
+        return d.hexdigest()
+
+
+@_rank_main
+def _dlrover_rank(rank, barrier, root, w):
+    import torch
+    sd, optim = w.rank_state(rank)
+    barrier.wait()
+    model_path, optim_path = w.paths(root, rank)
+    os.makedirs(os.path.dirname(model_path), exist_ok=True)
+    os.makedirs(os.path.dirname(optim_path), exist_ok=True)
+    torch.save(sd, model_path)
+    torch.save(optim, optim_path)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. PyTorch DCP FileSystemWriter, by hand
+
+class DCP(Workload):
+    name = "dcp"
+    description = "PyTorch DCP file pattern: 2 ranks x 2 threads, __R_I.distcp, .metadata"
+    ranks, threads = 2, 2
+
+    def __init__(self, nbytes):
+        super().__init__(nbytes)
+        per_rank = self.nbytes // self.ranks
+        params = max(1, per_rank // 14)
+        self.hidden = 512 if params < 20_000_000 else 1024
+        self.vocab = 8192
+        self.layers = max(1, int(round((params * 2 - self.vocab * self.hidden) / (12 * self.hidden ** 2))))
+
+    def rank_items(self, rank):
+        """[(fqn, tensor or bytes)] this rank writes: its TP shard of the model (fp16) and of the
+        Adam state (fp32), and one non-tensor item (bytes, as DCP writes BytesIO items)."""
+        items = []
+        for name, shape in gpt_param_shapes(self.hidden, self.layers, self.vocab, 2, rank):
+            items.append((f"model.{name}", tensor(f"dcp/r{rank}/{name}", shape, "float16")))
+            items.append((f"optim.state.{name}.exp_avg", tensor(f"dcp/r{rank}/m/{name}", shape)))
+            items.append((f"optim.state.{name}.exp_avg_sq", tensor(f"dcp/r{rank}/v/{name}", shape)))
+        buf = io.BytesIO()
+        pickle.dump({"rank": rank, "iteration": ITERATION, "extra": list(range(100))}, buf, protocol=4)
+        items.append((f"extra_state.rank{rank}", buf.getvalue()))
+        return items
+
+    def split(self, items):
+        """DCP's _split_by_size_and_type: bytes items round-robin, tensors to the smallest bucket."""
+        buckets = [[] for _ in range(self.threads)]
+        sizes = [0] * self.threads
+        tensors = [it for it in items if not isinstance(it[1], bytes)]
+        blobs = [it for it in items if isinstance(it[1], bytes)]
+        for i, it in enumerate(blobs):
+            buckets[i % self.threads].append(it)
+        tensors.sort(key=lambda it: -it[1].numel() * it[1].element_size())
+        for it in tensors:
+            i = sizes.index(min(sizes))
+            buckets[i].append(it)
+            sizes[i] += it[1].numel() * it[1].element_size()
+        return buckets
+
+    def logical_bytes(self):
+        n = 0
+        for r in range(self.ranks):
+            for name, shape in gpt_param_shapes(self.hidden, self.layers, self.vocab, 2, r):
+                n += int(np.prod(shape)) * 10
+        return n
+
+    def save(self, root):
+        elapsed, results = _run_ranks(_dcp_rank, self.ranks, (root, self))
+        t = time.monotonic()
+        storage = {}
+        for res in results:
+            storage.update(res)
+        meta = {"version": 1, "storage_data": {k: storage[k] for k in sorted(storage)}}
+        tmp = os.path.join(root, ".metadata.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(meta, f, protocol=4)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, os.path.join(root, ".metadata"))
+        return elapsed + time.monotonic() - t
+
+    def load(self, root, check=True):
+        """DCP's FileSystemReader: per item, read its byte range and torch.load it."""
+        import torch
+        with open(os.path.join(root, ".metadata"), "rb") as f:
+            meta = pickle.load(f)
+        d = Digest() if check else None
+        for fqn in sorted(meta["storage_data"]):
+            rel, offset, length, kind = meta["storage_data"][fqn]
+            with open(os.path.join(root, rel), "rb") as f:
+                f.seek(offset)
+                raw = f.read(length)
+            assert len(raw) == length, (fqn, len(raw), length)
+            obj = raw if kind == "bytes" else torch.load(io.BytesIO(raw), map_location="cpu")
+            if d:
+                d.add(fqn)
+                d.add(obj)
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = Digest()
+        items = {}
+        for r in range(self.ranks):
+            items.update(dict(self.rank_items(r)))
+        for fqn in sorted(items):
+            d.add(fqn)
+            d.add(items[fqn])
+        return d.hexdigest()
+
+
+def _dcp_write_file(path, rel, items, out):
+    import torch
+    with open(path, "wb") as stream:
+        for fqn, obj in items:
+            offset = stream.tell()
+            if isinstance(obj, bytes):
+                stream.write(obj)
+                kind = "bytes"
+            else:
+                torch.save(obj, stream)
+                kind = "tensor"
+            out[fqn] = (rel, offset, stream.tell() - offset, kind)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+@_rank_main
+def _dcp_rank(rank, barrier, root, w):
+    buckets = w.split(w.rank_items(rank))
+    barrier.wait()
+    os.makedirs(root, exist_ok=True)
+    results = [dict() for _ in buckets]
+    threads = []
+    errors = []
+    for i, items in enumerate(buckets):
+        rel = f"__{rank}_{i}.distcp"
+
+        def run(i=i, items=items, rel=rel):
+            try:
+                _dcp_write_file(os.path.join(root, rel), rel, items, results[i])
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    merged = {}
+    for r in results:
+        merged.update(r)
+    return merged
+
+
+# ------------------------------------------------------------------------------------------------
+# Plain sequential large files and many small files (bench only)
+
+class SeqWrite(Workload):
+    name = "seq"
+    description = "sequential write of 4 large files, 8 MiB writes"
+    files = 4
+    block = 8 << 20
+
+    def logical_bytes(self):
+        per = (self.nbytes // self.files) // self.block * self.block
+        return per * self.files
+
+    def save(self, root):
+        elapsed, _ = _run_ranks(_seq_rank, 1, (root, self))
+        return elapsed
+
+    def load(self, root, check=True):
+        d = hashlib.sha256() if check else None
+        buf = bytearray(self.block)
+        for i in range(self.files):
+            with open(os.path.join(root, f"big_{i}.bin"), "rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(buf)
+                    if not n:
+                        break
+                    if d:
+                        d.update(memoryview(buf)[:n])
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = hashlib.sha256()
+        for i, blk in self._blocks():
+            d.update(blk)
+        return d.hexdigest()
+
+    def _blocks(self):
+        base = bytearray(pool_bytes("seq", self.block))
+        per = self.logical_bytes() // self.files
+        for i in range(self.files):
+            for j in range(per // self.block):
+                base[0:16] = f"{i:07d}/{j:08d}".encode()
+                yield i, base
+
+
+@_rank_main
+def _seq_rank(rank, barrier, root, w):
+    base = bytearray(pool_bytes("seq", w.block))
+    barrier.wait()
+    os.makedirs(root, exist_ok=True)
+    per = w.logical_bytes() // w.files
+    for i in range(w.files):
+        fd = os.open(os.path.join(root, f"big_{i}.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for j in range(per // w.block):
+                base[0:16] = f"{i:07d}/{j:08d}".encode()
+                view = memoryview(base)
+                while view:
+                    view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    return None
+
+
+class SmallFiles(Workload):
+    name = "small"
+    description = "20,000 small files (1-64 KiB) in 100 directories"
+    sizes = [4096, 1024, 16384, 8192, 65536, 2048, 12288, 4096, 32768, 6144]
+
+    def __init__(self, count):
+        self.count = int(count)
+        self.nbytes = self.logical_bytes()
+
+    def _files(self):
+        for i in range(self.count):
+            yield f"d{i % 100:03d}/f{i:05d}.bin", self.sizes[i % len(self.sizes)]
+
+    def logical_bytes(self):
+        return sum(s for _, s in self._files())
+
+    def save(self, root):
+        elapsed, _ = _run_ranks(_small_rank, 1, (root, self))
+        return elapsed
+
+    def load(self, root, check=True):
+        d = hashlib.sha256() if check else None
+        for rel, _ in self._files():
+            with open(os.path.join(root, rel), "rb") as f:
+                data = f.read()
+            if d:
+                d.update(data)
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = hashlib.sha256()
+        base = pool_bytes("small", 65536 + 4096)
+        for i, (rel, size) in enumerate(self._files()):
+            off = (i * 4099) % 4096
+            d.update(base[off:off + size])
+        return d.hexdigest()
+
+
+@_rank_main
+def _small_rank(rank, barrier, root, w):
+    base = pool_bytes("small", 65536 + 4096)
+    barrier.wait()
+    for k in range(100):
+        os.makedirs(os.path.join(root, f"d{k:03d}"), exist_ok=True)
+    for i, (rel, size) in enumerate(w._files()):
+        off = (i * 4099) % 4096
+        _write_all(os.path.join(root, rel), base[off:off + size])
+    return None
+
+
+def make(name, scale=1.0, for_test=False):
+    """The workload `name` at bench size x scale (or the smaller size the tests use)."""
+    MB = 1 << 20
+    if for_test:
+        sizes = {"torch_legacy": 200 * MB, "zarr_dist": 100 * MB, "dlrover": 160 * MB,
+                 "dcp": 120 * MB, "seq": 256 * MB, "small": 2000}
+    else:
+        sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "dlrover": 512 * MB,
+                 "dcp": 512 * MB, "seq": 4096 * MB, "small": 20000}
+    n = int(sizes[name] * scale)
+    cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "dlrover": DLRover, "dcp": DCP,
+           "seq": SeqWrite, "small": SmallFiles}[name]
+    return cls(n)
+
+
+ALL = ["seq", "small", "torch_legacy", "zarr_dist", "dlrover", "dcp"]
