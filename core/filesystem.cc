@@ -225,6 +225,12 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
   return inode;
 }
 
+Status Filesystem::CheckAbsentLocked(const InodeRef& dir, const std::string& name) {
+  Result<InodeRef> existing = ChildLocked(dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, name);
+  return existing.status().err() == ENOENT ? Status::Ok() : existing.status();
+}
+
 void Filesystem::LoadDirLocked(const InodeRef& dir) {
   if (dir->complete) return;
   if (!dir->dir_fd) {
@@ -589,9 +595,7 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_
   std::lock_guard lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> existing = ChildLocked(*dir, name);
-  if (existing.ok()) return Status::Error(EEXIST, name);
-  if (existing.status().err() != ENOENT) return existing.status();
+  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
   InodeRef inode = NewInodeLocked(FileType::kDirectory, mode, c);
   inode->complete = true;
   AddNameLocked(*dir, name, inode);
@@ -665,9 +669,7 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
   std::lock_guard lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> existing = ChildLocked(*dir, name);
-  if (existing.ok()) return Status::Error(EEXIST, name);
-  if (existing.status().err() != ENOENT) return existing.status();
+  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
   InodeRef inode = NewInodeLocked(FileType::kSymlink, 0777, c);
   inode->symlink_target = target;
   AddNameLocked(*dir, name, inode);
@@ -782,9 +784,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
   Result<InodeRef> dst = DirLocked(new_parent);
   if (!dst.ok()) return dst.status();
-  Result<InodeRef> existing = ChildLocked(*dst, new_name);
-  if (existing.ok()) return Status::Error(EEXIST, new_name);
-  if (existing.status().err() != ENOENT) return existing.status();
+  if (Status absent = CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
   if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
   SealLocked(inode);
   if (JournaledLocked(inode)) {

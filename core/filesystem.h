@@ -153,6 +153,8 @@ class Filesystem {
   Result<InodeRef> DirLocked(uint64_t ino) const;
   // The child named `name` of `dir`, looking it up on the backing store if needed.
   Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name);
+  // Ok when `dir` has no entry `name`; EEXIST when it has, or why the lookup failed.
+  Status CheckAbsentLocked(const InodeRef& dir, const std::string& name);
   InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c);
   void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
