@@ -127,33 +127,50 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
   time_t t = time(nullptr);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
   std::string name = std::string("rescue-") + stamp + "-" + std::to_string(getpid());
-  std::string dir = config_.backing_dir + "/" + kReservedName + "/" + name;
-  int dfd = MakeDirs(root_fd_, std::string(kReservedName) + "/" + name);
-  if (dfd < 0) {
-    dir = "/var/tmp/ckptfs-" + name;
-    int tmp = open("/var/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    dfd = tmp < 0 ? -1 : MakeDirs(tmp, "ckptfs-" + name);
-    if (tmp >= 0) close(tmp);
-    if (dfd < 0) return Status::FromErrno("create rescue directory " + dir);
-  }
+  // The backing directory first; when it cannot hold the files (full, failing), /var/tmp.
+  struct Place {
+    int base_fd;
+    std::string rel;
+    std::string shown;
+  };
+  int var_tmp = open("/var/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const Place places[] = {
+      {root_fd_, std::string(kReservedName) + "/" + name,
+       config_.backing_dir + "/" + kReservedName + "/" + name},
+      {var_tmp, "ckptfs-" + name, "/var/tmp/ckptfs-" + name}};
   Status result;
-  for (const EntryRef& e : journal_.pending()) {
-    if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
-    std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
-    files->push_back(path);
-    size_t slash = path.rfind('/');
-    int parent = slash == std::string::npos ? dup(dfd) : MakeDirs(dfd, path.substr(0, slash));
-    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    int fd = parent < 0 ? -1 : openat(parent, base.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
-    Status st = fd < 0 ? Status::FromErrno("create " + path) : WriteAll(fd, e->snapshot);
-    if (fd >= 0) close(fd);
-    if (parent >= 0) close(parent);
-    if (!st.ok() && result.ok()) result = st;
+  for (const Place& place : places) {
+    files->clear();
+    int dfd = place.base_fd < 0 ? -1 : MakeDirs(place.base_fd, place.rel);
+    if (dfd < 0) {
+      result = Status::FromErrno("create rescue directory " + place.shown);
+      continue;
+    }
+    result = Status::Ok();
+    for (const EntryRef& e : journal_.pending()) {
+      if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
+      std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
+      files->push_back(path);
+      size_t slash = path.rfind('/');
+      int parent = slash == std::string::npos ? dup(dfd) : MakeDirs(dfd, path.substr(0, slash));
+      std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+      int fd = parent < 0 ? -1
+                          : openat(parent, base.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC,
+                                   0600);
+      Status st = fd < 0 ? Status::FromErrno("create " + path) : WriteAll(fd, e->snapshot);
+      if (fd >= 0) close(fd);
+      if (parent >= 0) close(parent);
+      if (!st.ok() && result.ok()) result = Status::Error(st.err(), place.shown + ": " + st.ToString());
+    }
+    if (result.ok() && fsync(dfd) != 0) result = Status::FromErrno("fsync " + place.shown);
+    close(dfd);
+    if (result.ok()) {
+      if (var_tmp >= 0) close(var_tmp);
+      return place.shown;
+    }
   }
-  fsync(dfd);
-  close(dfd);
-  if (!result.ok()) return result;
-  return dir;
+  if (var_tmp >= 0) close(var_tmp);
+  return result;
 }
 
 }  // namespace ckptfs

@@ -931,6 +931,7 @@ Status Filesystem::Flush(uint64_t handle) {
   if (!h->inode) return Status::Ok();
   std::lock_guard lock(ns_mu_);
   SealHandleLocked(h);
+  if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
   std::lock_guard ilock(h->inode->mu);
   if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
     h->inode->flush_error_reported = true;

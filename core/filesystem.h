@@ -108,7 +108,8 @@ class Filesystem {
   Result<OpenFile> Open(uint64_t ino, int flags);
   Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size);
   Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
-  // close(): seals the file if it changed, and reports a flush error not reported yet.
+  // close(): seals the file if it changed through this handle; a handle opened for writing
+  // also gets a flush error of the file not reported yet.
   Status Flush(uint64_t handle);
   Status Release(uint64_t handle);
   Status Fsync(uint64_t handle);

@@ -53,9 +53,10 @@ class FlushErrorTest(unittest.TestCase):
             stats = m.stats()
             self.assertGreater(stats["flush_errors"], 0, stats)
             self.assertNotEqual(stats["last_error"], "", stats)
-            # The data is still readable; the next close of the file reports the failure
-            # (design: "as the error of the next fsync/close of that file").
-            fd = os.open(m.path("d", "f"), os.O_RDONLY)
+            # The data is still readable, and a reader's close is not told; the next close of
+            # the file by a writer reports the failure.
+            self.assertEqual(read(m.path("d", "f")), b"must not be lost")
+            fd = os.open(m.path("d", "f"), os.O_RDWR)
             self.assertEqual(os.read(fd, 100), b"must not be lost")
             with self.assertRaises(PermissionError):
                 os.close(fd)

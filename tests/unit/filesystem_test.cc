@@ -648,8 +648,12 @@ TEST_F(FilesystemTest, CloseAfterAFailedFlushReportsIt) {
   ASSERT_TRUE(WriteFile(*fs_, "first", Pattern(1, 1000)).ok());  // Sealed, then fails.
   Status sync = fs_->Sync();
   EXPECT_EQ(sync.err(), EIO);
-  // Reopen and close the failed file: the close returns the error, once.
-  Result<OpenFile> o = fs_->Open(Ino("first"), O_RDONLY);
+  // A reader's close is not told; a writer's close of the failed file gets the error, once.
+  Result<OpenFile> r = fs_->Open(Ino("first"), O_RDONLY);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(fs_->Flush(r->handle).ok());
+  EXPECT_TRUE(fs_->Release(r->handle).ok());
+  Result<OpenFile> o = fs_->Open(Ino("first"), O_RDWR);
   ASSERT_TRUE(o.ok());
   Status c = fs_->Flush(o->handle);
   EXPECT_EQ(c.err(), EIO) << c.ToString();

@@ -1,0 +1,87 @@
+"""A full backing store: writes through the mount still succeed, flushes fail with ENOSPC,
+`ckptfs sync` fails naming the file, .ckptfs/stats shows it, nothing closed later is published
+ahead of it, and once space is freed the data lands byte-exact without remounting.
+
+The backing directory is a size-limited tmpfs (root only).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from harness import CkptfsMount, require_fuse, require_root, run_ckptfs
+
+FLUSH_ERRORS = [r"flush failed"]
+
+
+class FullDiskTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+        require_root()
+        self.store = tempfile.mkdtemp(prefix="ckptfs-full-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "ckptfs-test", self.store],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            os.rmdir(self.store)
+            self.skipTest(f"cannot mount a tmpfs: {r.stderr.strip()}")
+
+    def tearDown(self):
+        subprocess.run(["umount", "-l", self.store], capture_output=True)
+        os.rmdir(self.store)
+
+    def test_enospc_is_reported_and_the_data_lands_after_space_is_freed(self):
+        data = os.urandom(16 << 20)
+        options = ["flush_delay=0", "cache_size=64M"]
+        with CkptfsMount(options=options, backing=self.store, expect_errors=FLUSH_ERRORS) as m:
+            with open(m.path("model.pt"), "wb") as f:
+                f.write(data)
+            with open(m.path("latest_checkpointed_iteration.txt"), "w") as f:
+                f.write("100")
+
+            r = run_ckptfs(["sync", m.mnt], timeout=60)
+            self.assertNotEqual(r.returncode, 0, "sync succeeded on a full backing store")
+            self.assertIn("model.pt", r.stderr)
+            self.assertIn("No space left on device", r.stderr)
+            self.assertIn("model.pt", m.stats()["last_error"])
+            self.assertFalse(os.path.exists(os.path.join(self.store, "model.pt")))
+            self.assertFalse(
+                os.path.exists(os.path.join(self.store, "latest_checkpointed_iteration.txt")),
+                "the tracker reached the backing store before the data it follows")
+            with open(m.path("model.pt"), "rb") as f:
+                self.assertEqual(f.read(), data, "staged data changed while flushes failed")
+
+            subprocess.run(["mount", "-o", "remount,size=64m", self.store], check=True)
+            r = run_ckptfs(["sync", m.mnt], timeout=60)
+            self.assertEqual(r.returncode, 0, f"sync still fails after space was freed: {r.stderr}")
+            with open(os.path.join(self.store, "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            with open(os.path.join(self.store, "latest_checkpointed_iteration.txt")) as f:
+                self.assertEqual(f.read(), "100")
+            self.assertEqual(m.stats()["last_error"], "")
+            self.assertEqual(m.unmount(), 0)
+        self.assertEqual(os.listdir(os.path.join(self.store, ".ckptfs", "staging")), [])
+
+    def test_unmount_on_a_full_backing_store_rescues_to_var_tmp(self):
+        data = os.urandom(8 << 20)
+        options = ["flush_delay=0", "cache_size=64M", "unmount_timeout=1s"]
+        with CkptfsMount(options=options, backing=self.store,
+                         expect_errors=FLUSH_ERRORS + [r"unmount:"]) as m:
+            os.mkdir(m.path("iter_0000100"))
+            with open(m.path("iter_0000100", "model.pt"), "wb") as f:
+                f.write(data)
+            self.assertNotEqual(m.unmount(), 0, "unmount claimed success on a full disk")
+            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.daemon_output())
+            self.assertIsNotNone(found, m.daemon_output()[-2000:])
+            rescue = found.group(1)
+            try:
+                with open(os.path.join(rescue, "iter_0000100", "model.pt"), "rb") as f:
+                    self.assertEqual(f.read(), data)
+            finally:
+                shutil.rmtree(rescue, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
