@@ -35,7 +35,8 @@ def parse_versioned(data):
     return int(head) if head.isdigit() else None
 
 
-def write(path, data):
+def write_file(path, data):
+    """Writes `data` as the whole content of `path` with plain write(2) calls, then closes it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
@@ -49,14 +50,14 @@ def main():
     d, seed, count, log_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     with open(log_path, "a", buffering=1) as log:
         for i in range(count):
-            write(os.path.join(d, f"f{i:04d}"), data_content(seed, i))
+            write_file(os.path.join(d, f"f{i:04d}"), data_content(seed, i))
             log.write(f"f{i:04d}\n")
             if i % 4 == 3:
-                write(os.path.join(d, "tracker.tmp"), tracker_content(seed, i))
+                write_file(os.path.join(d, "tracker.tmp"), tracker_content(seed, i))
                 os.rename(os.path.join(d, "tracker.tmp"), os.path.join(d, "tracker"))
                 log.write(f"tracker {i}\n")
             if i % 5 == 4:
-                write(os.path.join(d, "meta"), meta_content(seed, i))
+                write_file(os.path.join(d, "meta"), meta_content(seed, i))
                 log.write(f"meta {i}\n")
 
 

@@ -6,18 +6,9 @@ import threading
 import time
 import unittest
 
+from crash_writer import write_file
 from harness import CkptfsMount, require_fuse
 from inotify_watch import IN_CREATE, IN_MOVED_TO, Watcher
-
-
-def write_file(path, data, mode=0o644):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
 
 
 def read_file(path):
