@@ -143,17 +143,24 @@ class CkptfsDaemon:
                                timeout=60)
             if r.returncode != 0 and mounted(self.mnt):
                 raise RuntimeError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
+        if self._reap():
+            raise RuntimeError(f"ckptfs did not exit within {self.exit_timeout}s after unmount; "
+                               "killed it\n" + self.output()[-4000:])
+        return self.returncode
+
+    def _reap(self):
+        """Waits for the daemon to exit, killing it (only this pid) after exit_timeout; returns
+        whether it had to be killed."""
+        killed = False
         try:
             self.returncode = self.proc.wait(timeout=self.exit_timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()  # Only the pid this object started.
+            self.proc.kill()
             self.returncode = self.proc.wait()
-            self.proc = None
-            raise RuntimeError(f"ckptfs did not exit within {self.exit_timeout}s after unmount; "
-                               "killed it\n" + self.output()[-4000:])
+            killed = True
         self.proc = None
         self._out.close()
-        return self.returncode
+        return killed
 
     def cleanup(self):
         """Unmounts and reaps the daemon, whatever state things are in. Never raises."""
@@ -161,13 +168,7 @@ class CkptfsDaemon:
             if mounted(self.mnt):
                 force_unmount(self.mnt)
             if self.proc is not None:
-                try:
-                    self.returncode = self.proc.wait(timeout=self.exit_timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()  # Only the pid this object started.
-                    self.returncode = self.proc.wait()
-                self.proc = None
-                self._out.close()
+                self._reap()
         except Exception:
             pass
 
