@@ -16,6 +16,8 @@ struct Config {
   FsyncMode fsync_mode = FsyncMode::kWait;
   unsigned queue_depth = 64;
   bool direct_io = false;  // O_DIRECT on backing files written by the flusher.
+  // Largest virtual chunk of zarr arrays served with a fine chunk grid; 0 turns that off.
+  uint64_t zarr_chunk = 1ull << 20;
   // How long unmount keeps retrying failed flushes before it saves data to the rescue directory.
   std::chrono::milliseconds unmount_retry{10000};
 };

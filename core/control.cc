@@ -74,8 +74,10 @@ std::string Filesystem::StatsJson() {
   nlohmann::json j;
   uint64_t pending_bytes, pending_entries;
   std::string last_error;
+  nlohmann::json zarr_arrays;
   {
     std::lock_guard lock(ns_mu_);
+    zarr_arrays = ZarrStatsLocked();
     pending_bytes = journal_.pending_bytes();
     pending_entries = journal_.pending_entries();
     last_error = flusher_->last_error_locked().ok() ? "" : flusher_->last_error_locked().ToString();
@@ -99,6 +101,7 @@ std::string Filesystem::StatsJson() {
   j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
   j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
   j["last_error"] = last_error;
+  j["zarr_fine_grid"] = zarr_arrays;
   return j.dump(2) + "\n";
 }
 

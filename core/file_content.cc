@@ -82,6 +82,51 @@ Status FileContent::Write(uint64_t offset, const char* data, size_t length,
   return Status::Ok();
 }
 
+namespace {
+
+// The block of a splice's source that can be shared for its piece [pos, pos + n), if any.
+const BlockRef* SplicedBlock(const std::map<uint64_t, BlockRef>& src_blocks, uint64_t pos,
+                             size_t n) {
+  if (n != kBlockSize || pos % kBlockSize != 0) return nullptr;
+  auto it = src_blocks.find(pos / kBlockSize);
+  return it == src_blocks.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+size_t FileContent::BlocksNeededForSplice(uint64_t offset, const FileContent& src,
+                                          uint64_t length) const {
+  size_t needed = 0;
+  for (uint64_t pos = 0; pos < length;) {
+    uint64_t dst = offset + pos;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - dst % kBlockSize, length - pos));
+    if (!SplicedBlock(src.blocks_, pos, n)) needed += BlocksNeededForWrite(dst, n);
+    pos += n;
+  }
+  return needed;
+}
+
+Status FileContent::Splice(uint64_t offset, const FileContent& src, uint64_t length,
+                           Reservation& reservation) {
+  std::vector<char> buf;
+  for (uint64_t pos = 0; pos < length;) {
+    uint64_t dst = offset + pos;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - dst % kBlockSize, length - pos));
+    if (const BlockRef* block = SplicedBlock(src.blocks_, pos, n)) {
+      blocks_[dst / kBlockSize] = *block;
+      size_ = std::max(size_, dst + n);
+    } else {
+      buf.resize(n);
+      Result<size_t> got = src.ReadInto(pos, n, buf.data());
+      if (!got.ok()) return got.status();
+      Status st = Write(dst, buf.data(), n, reservation);
+      if (!st.ok()) return st;
+    }
+    pos += n;
+  }
+  return Status::Ok();
+}
+
 std::vector<ReadSegment> FileContent::Read(uint64_t offset, size_t length) const {
   std::vector<ReadSegment> out;
   if (offset >= size_) return out;

@@ -77,6 +77,12 @@ class FileContent {
   // Copies [offset, offset+length) clipped to size() into `out`; returns bytes copied.
   Result<size_t> ReadInto(uint64_t offset, size_t length, char* out) const;
 
+  // Puts bytes [0, length) of `src` (length <= src.size()) at `offset`: whole blocks that line
+  // up are shared with `src`, the rest is copied into blocks from `reservation`, which must
+  // hold at least BlocksNeededForSplice. Fails only when a base file cannot be read.
+  Status Splice(uint64_t offset, const FileContent& src, uint64_t length, Reservation& reservation);
+  size_t BlocksNeededForSplice(uint64_t offset, const FileContent& src, uint64_t length) const;
+
   // Changes the size. Shrinking drops blocks and zeroes a partial tail, which may need one
   // block from `reservation` (when the tail block is shared); growing exposes zeros.
   void Truncate(uint64_t new_size, Reservation& reservation);

@@ -29,6 +29,17 @@ Status CheckName(const std::string& name) {
   return Status::Ok();
 }
 
+// Whether `temp` is the name zarr gives the temporary file it renames to `name`.
+bool IsZarrTempName(const std::string& temp, const std::string& name) {
+  constexpr size_t kUuidHex = 32;
+  constexpr std::string_view kSuffix = ".partial";
+  if (temp.size() != name.size() + 1 + kUuidHex + kSuffix.size()) return false;
+  std::string_view t = temp;
+  return t.substr(0, name.size() + 1) == name + "." && t.substr(t.size() - kSuffix.size()) == kSuffix &&
+         t.substr(name.size() + 1, kUuidHex).find_first_not_of("0123456789abcdef") ==
+             std::string_view::npos;
+}
+
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -120,6 +131,9 @@ Filesystem::~Filesystem() {
       inode->children.clear();
       inode->names.clear();
       inode->last_entry.reset();
+      inode->zarr.reset();
+      std::lock_guard ilock(inode->mu);
+      inode->view.reset();
     }
     handles_.clear();  // Files the kernel never released (the mount went away).
     inodes_.clear();
@@ -168,6 +182,15 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
   }
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
+  Result<InodeRef> inode = BackingInodeLocked(dir, name);
+  if (!inode.ok()) return inode;
+  dir->children[name] = *inode;
+  (*inode)->names.insert({dir, name});
+  if ((*inode)->type == FileType::kDirectory) ZarrProbeLocked(*inode);
+  return inode;
+}
+
+Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
   int dfd = dir->dir_fd->fd();
   struct stat st {};
   if (fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -178,11 +201,7 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
     // Another name of a hard-linked file seen already: the same inode.
     auto it = backing_links_.find(backing_id);
     InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
-    if (linked && linked->nlink > 0) {
-      dir->children[name] = linked;
-      linked->names.insert({dir, name});
-      return linked;
-    }
+    if (linked && linked->nlink > 0) return linked;
   }
   FileType type;
   if (S_ISDIR(st.st_mode)) {
@@ -220,15 +239,18 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
     inode->symlink_target = std::move(target);
   }
   inodes_[inode->ino] = inode;
-  dir->children[name] = inode;
-  inode->names.insert({dir, name});
   return inode;
 }
 
 Status Filesystem::CheckAbsentLocked(const InodeRef& dir, const std::string& name) {
   Result<InodeRef> existing = ChildLocked(dir, name);
   if (existing.ok()) return Status::Error(EEXIST, name);
-  return existing.status().err() == ENOENT ? Status::Ok() : existing.status();
+  if (existing.status().err() != ENOENT) return existing.status();
+  if (dir->zarr && dir->zarr->grid.Virtual(name)) {
+    // A chunk of a fine-grid array comes into being only by zarr's rename over it.
+    return Status::Error(EPERM, name + " is a chunk of a zarr array");
+  }
+  return Status::Ok();
 }
 
 void Filesystem::LoadDirLocked(const InodeRef& dir) {
@@ -249,6 +271,10 @@ void Filesystem::LoadDirLocked(const InodeRef& dir) {
   }
   closedir(d);
   for (const std::string& name : names) {
+    if (dir->zarr) {
+      ZarrAddBackingLocked(dir, name);
+      continue;
+    }
     Result<InodeRef> child = ChildLocked(dir, name);
     (void)child;  // Entries that vanished or are special files are simply not listed.
   }
@@ -267,22 +293,26 @@ void Filesystem::AddNameLocked(const InodeRef& dir, const std::string& name,
 
 void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
                                   const InodeRef& inode, bool journal) {
-  if (journal && JournaledLocked(inode)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = inode->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
-                                                  : JournalEntry::Kind::kUnlink;
-    e->inode = dir;
-    e->parent = dir;
-    e->name = name;
-    e->victim = inode;
-    AppendLocked(std::move(e));
-  }
+  if (journal) JournalRemovalLocked(dir, name, inode);
   dir->children.erase(name);
   // The backing store may still hold this name until the journal says otherwise.
   if (!dir->complete) dir->whiteouts.insert(name);
   inode->names.erase({dir, name});
   std::lock_guard lock(dir->mu);
   dir->mtime = dir->ctime = Now();
+}
+
+void Filesystem::JournalRemovalLocked(const InodeRef& dir, const std::string& name,
+                                      const InodeRef& inode) {
+  if (!JournaledLocked(inode)) return;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = inode->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
+                                                : JournalEntry::Kind::kUnlink;
+  e->inode = dir;
+  e->parent = dir;
+  e->name = name;
+  e->victim = inode;
+  AppendLocked(std::move(e));
 }
 
 Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
@@ -302,6 +332,10 @@ Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
 }
 
 bool Filesystem::JournaledLocked(const InodeRef& inode) const {
+  {
+    std::lock_guard lock(inode->mu);
+    if (inode->view) return false;  // Virtual chunks never reach the backing store.
+  }
   EntryRef last = inode->last_entry.lock();
   return inode->on_backing || (last && !last->done);
 }
@@ -316,6 +350,7 @@ uint64_t Filesystem::AppendLocked(EntryRef entry) {
 
 uint64_t Filesystem::SealLocked(const InodeRef& inode) {
   if (inode->type != FileType::kRegular) return 0;
+  if (InodeRef owner = ContentOwner(inode); owner != inode) return SealLocked(owner);
   auto entry = std::make_shared<JournalEntry>();
   {
     std::lock_guard lock(inode->mu);
@@ -355,12 +390,18 @@ uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
 }
 
 void Filesystem::SealHandleLocked(Handle* h) {
+  InodeRef owner = ContentOwner(h->inode);
   bool changed;
   {
-    std::lock_guard lock(h->inode->mu);
-    changed = h->wrote_version > h->inode->sealed_version;
+    std::lock_guard lock(owner->mu);
+    changed = h->wrote_version > owner->sealed_version;
   }
-  if (changed) SealLocked(h->inode);
+  if (changed) SealLocked(owner);
+}
+
+InodeRef Filesystem::ContentOwner(const InodeRef& inode) {
+  std::lock_guard lock(inode->mu);
+  return inode->view ? inode->view->real : inode;
 }
 
 std::string Filesystem::PathLocked(const InodeRef& inode) const {
@@ -391,7 +432,9 @@ Attr Filesystem::AttrOf(const Inode& inode) const {
   a.mtime = inode.mtime;
   a.ctime = inode.ctime;
   switch (inode.type) {
-    case FileType::kRegular: a.size = inode.content.size(); break;
+    case FileType::kRegular:
+      a.size = inode.served_text.empty() ? inode.content.size() : inode.served_text.size();
+      break;
     case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
     case FileType::kDirectory: a.size = 4096; break;
   }
@@ -412,7 +455,7 @@ void Filesystem::MaybeDropLocked(const InodeRef& inode) {
 size_t Filesystem::UnloadLocked(const InodeRef& inode, std::unique_lock<std::mutex>& ilock) {
   EntryRef pending = inode->last_entry.lock();
   if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
-      inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
+      inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
       inode->durable_version != inode->version) {
     return 0;
   }
@@ -546,6 +589,12 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
     if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
+    {
+      std::lock_guard ilock(inode->mu);
+      if (inode->view || !inode->served_text.empty()) {
+        return Status::Error(EPERM, "a view of a zarr array has a fixed size");
+      }
+    }
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
     std::lock_guard ilock(inode->mu);
@@ -614,6 +663,13 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_
 }
 
 Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
+  return Reserving([&](Reservation& reservation, size_t& more) {
+    return UnlinkReserved(parent, name, reservation, more);
+  });
+}
+
+Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
+                                  Reservation& reservation, size_t& more) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
   if (parent == kControlDirIno) return Status::Error(EPERM, name);
   std::lock_guard lock(ns_mu_);
@@ -623,6 +679,7 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
   if (!child.ok()) return child.status();
   InodeRef inode = *child;
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
+  if (ContentOwner(inode) != inode) return ZarrUnlinkLocked(*dir, name, inode, reservation, more);
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
@@ -636,6 +693,9 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
   if (inode->nlink == 0) {
     stats_.versions_skipped += journal_.CancelUnsent(inode);
     MaybeDropLocked(inode);
+  }
+  if ((*dir)->zarr && (*dir)->zarr->chunks.empty() && !(*dir)->children.count(".zarray")) {
+    (*dir)->zarr.reset();  // Nothing of the array is left: a plain directory again.
   }
   return Status::Ok();
 }
@@ -651,7 +711,10 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
   InodeRef inode = *child;
   if (inode->type != FileType::kDirectory) return Status::Error(ENOTDIR, name);
   LoadDirLocked(inode);
-  if (!inode->children.empty()) return Status::Error(ENOTEMPTY, name);
+  if (!inode->children.empty() || (inode->zarr && inode->zarr->hidden > 0)) {
+    return Status::Error(ENOTEMPTY, name);
+  }
+  inode->zarr.reset();
   RemoveNameLocked(*dir, name, inode);
   inode->nlink = 0;
   (*dir)->nlink--;
@@ -696,6 +759,14 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags) {
+  return Reserving([&](Reservation& reservation, size_t& more) {
+    return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
+  });
+}
+
+Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
+                                  const std::string& new_name, unsigned flags,
+                                  Reservation& reservation, size_t& more) {
   if ((parent == kRootIno && name == kReservedName) ||
       (new_parent == kRootIno && new_name == kReservedName) || parent == kControlDirIno ||
       new_parent == kControlDirIno) {
@@ -719,6 +790,24 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
   InodeRef victim = victim_r.ok() ? *victim_r : nullptr;
   if (victim == child) return Status::Ok();
   if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
+  bool served;
+  {
+    std::lock_guard ilock(child->mu);
+    served = child->view || !child->served_text.empty();
+  }
+  // What the mount shows of a fine-grid array is not a file of its own: mv copies it instead.
+  if (served) return Status::Error(EXDEV, name + " is a view of a zarr array");
+  const bool zarray = new_name == ".zarray" && child->type == FileType::kRegular;
+  if (const auto& array = (*dst)->zarr) {
+    if (auto vc = array->grid.Virtual(new_name)) {
+      if (child->type != FileType::kRegular) return Status::Error(EPERM, new_name + " is a chunk");
+      return ZarrRenameInLocked(*src, name, child, *dst, new_name, *vc, reservation, more);
+    }
+    if (zarray) {
+      Status st = ZarrCheckZarrayLocked(*dst, child, reservation, more);
+      if (!st.ok() || more > 0) return st;
+    }
+  }
   if (child->type == FileType::kDirectory) {
     for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
          cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
@@ -770,6 +859,11 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
     stats_.versions_skipped += journal_.CancelUnsent(victim);
     MaybeDropLocked(victim);
   }
+  if (zarray && (*dst)->zarr) {
+    ZarrZarrayReplacedLocked(*dst, child, reservation);
+  } else if (zarray && *src == *dst && IsZarrTempName(name, new_name)) {
+    ZarrAdoptLocked(*dst, child);
+  }
   return Status::Ok();
 }
 
@@ -786,6 +880,12 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (!dst.ok()) return dst.status();
   if (Status absent = CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
   if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
+  {
+    std::lock_guard ilock(inode->mu);
+    if (inode->view || !inode->served_text.empty()) {
+      return Status::Error(EPERM, "hard link of a view of a zarr array");
+    }
+  }
   SealLocked(inode);
   if (JournaledLocked(inode)) {
     auto e = std::make_shared<JournalEntry>();
@@ -825,6 +925,8 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       existing_ino = (*existing)->ino;
     } else if (existing.status().err() != ENOENT) {
       return existing.status();
+    } else if ((*dir)->zarr && (*dir)->zarr->grid.Virtual(name)) {
+      return Status::Error(EPERM, name + " is a chunk of a zarr array");
     } else {
       InodeRef inode = NewInodeLocked(FileType::kRegular, mode, c);
       AddNameLocked(*dir, name, inode);
@@ -852,14 +954,58 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
     return OpenFile{ControlAttr(ino), AdoptHandleLocked(std::move(h)), true};
   }
   if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
-  Reservation reservation;
-  if (flags & O_TRUNC) reservation = arena_.Reserve(1);
+  return Reserving([&](Reservation& reservation, size_t& more) {
+    return OpenReserved(ino, flags, reservation, more);
+  });
+}
+
+Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& reservation,
+                                          size_t& more) {
   std::lock_guard lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
   if (inode->type != FileType::kRegular) return Status::Error(ELOOP, "open of a symlink");
-  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+  const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
+  std::shared_ptr<const ChunkView> view;
+  bool served_zarray;
+  {
+    std::lock_guard ilock(inode->mu);
+    view = inode->view;
+    served_zarray = !inode->served_text.empty();
+  }
+  if (served_zarray) {
+    // Rewritten by zarr with a rename; its reads bypass the page cache, which may hold the
+    // text written before the array was served with a fine grid.
+    if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "the .zarray of a fine grid");
+    inode->open_handles++;
+    return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::make_unique<Handle>(inode, flags)), true};
+  }
+  if (view) {
+    if (flags & O_APPEND) return Status::Error(EINVAL, "append to a zarr chunk");
+    Status st = LoadOriginLocked(view->real);
+    if (!st.ok()) return st;
+    auto h = std::make_unique<Handle>(inode, flags);
+    if (truncate) {
+      std::lock_guard rlock(view->real->mu);
+      size_t needed = view->real->content.BlocksNeededForWrite(view->chunk.offset, view->chunk.stored);
+      if (reservation.count() < needed) {
+        more = needed;
+        return Status::Ok();
+      }
+      st = ZarrFill(*view->real, view->chunk.offset, view->chunk.stored, view->fill, reservation);
+      if (!st.ok()) return st;
+      h->wrote_version = view->real->version;
+    }
+    view->real->open_handles++;
+    inode->open_handles++;
+    return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
+  }
+  if (truncate && reservation.count() == 0) {
+    more = 1;
+    return Status::Ok();
+  }
+  if (truncate) {
     std::lock_guard ilock(inode->mu);
     if (inode->content.size() > 0 || inode->origin_dir) {
       inode->content = FileContent();
@@ -891,10 +1037,25 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
     if (offset < h->content.size()) out.owned = h->content.substr(offset, size);
     return out;
   }
+  std::shared_ptr<const ChunkView> view;
   {
     std::lock_guard lock(h->inode->mu);
-    out.segments = h->inode->content.Read(offset, size);
+    const std::string& text = h->inode->served_text;
+    view = h->inode->view;
+    if (view) {
+      // Read below, under the real chunk's lock.
+    } else if (!text.empty()) {
+      if (offset < text.size()) out.owned = text.substr(offset, size);
+    } else {
+      out.segments = h->inode->content.Read(offset, size);
+    }
   }
+  if (view) {
+    Result<ReadData> chunk = ZarrRead(*view, offset, size);
+    if (!chunk.ok()) return chunk.status();
+    out = std::move(*chunk);
+  }
+  stats_.bytes_read += out.owned.size();
   for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;
   return out;
 }
@@ -903,20 +1064,36 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
                                  size_t size) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return Status::Error(EBADF, "control files are read-only");
-  Inode& inode = *h->inode;
+  // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
+  // are padding beyond the array's shape and are not stored.
+  std::shared_ptr<const ChunkView> view;
+  {
+    std::lock_guard lock(h->inode->mu);
+    view = h->inode->view;
+    if (view) h->inode->mtime = h->inode->ctime = Now();
+  }
+  uint64_t target_offset = offset;
+  size_t target_size = size;
+  if (view) {
+    const VirtualChunk& vc = view->chunk;
+    if (offset + size > vc.length) return Status::Error(EFBIG, "past the end of a zarr chunk");
+    target_offset = vc.offset + offset;
+    target_size = offset >= vc.stored ? 0 : static_cast<size_t>(std::min<uint64_t>(size, vc.stored - offset));
+  }
+  Inode& inode = view ? *view->real : *h->inode;
   Reservation reservation;
   std::unique_lock lock(inode.mu);
   while (true) {
-    uint64_t at = (h->flags & O_APPEND) ? inode.content.size() : offset;
-    size_t needed = inode.content.BlocksNeededForWrite(at, size);
+    uint64_t at = (h->flags & O_APPEND) ? inode.content.size() : target_offset;
+    size_t needed = inode.content.BlocksNeededForWrite(at, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = inode.content.Write(at, data, size, reservation);
+      Status st = inode.content.Write(at, data, target_size, reservation);
       if (!st.ok()) return st;
       break;
     }
     lock.unlock();
-    reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(offset, size)));
+    reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)));
     lock.lock();
   }
   inode.version++;
@@ -945,6 +1122,11 @@ Status Filesystem::Release(uint64_t handle) {
   std::lock_guard lock(ns_mu_);
   if (h->inode) {
     SealHandleLocked(h);
+    if (InodeRef real = ContentOwner(h->inode); real != h->inode) {
+      real->open_handles--;
+      std::unique_lock rlock(real->mu);
+      if (real->content.memory_blocks() == 0) UnloadLocked(real, rlock);
+    }
     h->inode->open_handles--;
     // A file read from the backing store and left unchanged gives its descriptor back.
     std::unique_lock ilock(h->inode->mu);
@@ -982,6 +1164,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
   if (!h->inode) return Status::Error(EBADF, "control file");
   if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
   std::lock_guard lock(h->inode->mu);
+  if (h->inode->view) return Status::Error(EOPNOTSUPP, "fallocate of a zarr chunk");
   if (offset + length > h->inode->content.size()) {
     Reservation none;
     h->inode->content.Truncate(offset + length, none);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,7 @@
 #include "core/inode.h"
 #include "core/journal.h"
 #include "core/stats.h"
+#include "core/zarr_array.h"
 #include "iouring/backend.h"
 
 namespace ckptfs {
@@ -149,11 +151,34 @@ class Filesystem {
 
   Filesystem(const Config& config, int root_fd, int staging_fd, std::unique_ptr<Backend> backend);
 
+  // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
+  // changed nothing and is run again with that many blocks reserved (taken without ns_mu_).
+  template <typename Op>
+  auto Reserving(Op op) {
+    Reservation reservation;
+    while (true) {
+      size_t more = 0;
+      auto result = op(reservation, more);
+      if (more == 0) return result;
+      reservation = Reservation();
+      reservation = arena_.Reserve(std::min(more, arena_.capacity_blocks()));
+    }
+  }
+  Status RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
+                        const std::string& new_name, unsigned flags, Reservation& reservation,
+                        size_t& more);
+  Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
+                        size_t& more);
+  Result<OpenFile> OpenReserved(uint64_t ino, int flags, Reservation& reservation, size_t& more);
+
   // --- Called with ns_mu_ held ---
   InodeRef FindLocked(uint64_t ino) const;
   Result<InodeRef> DirLocked(uint64_t ino) const;
   // The child named `name` of `dir`, looking it up on the backing store if needed.
   Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name);
+  // A new inode for the backing entry `name` of `dir` (or the inode of another name of the same
+  // hard-linked file), with no name yet.
+  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name);
   // Ok when `dir` has no entry `name`; EEXIST when it has, or why the lookup failed.
   Status CheckAbsentLocked(const InodeRef& dir, const std::string& name);
   InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c);
@@ -161,6 +186,8 @@ class Filesystem {
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
   void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode,
                         bool journal = true);
+  // Journals the removal of `name` from the backing store, when `inode` may be there under it.
+  void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
   // Opens the backing content of a file found on the backing store, before its name changes.
   Status LoadOriginLocked(const InodeRef& inode);
   void LoadDirLocked(const InodeRef& dir);
@@ -176,6 +203,46 @@ class Filesystem {
   Attr AttrOf(const Inode& inode) const;  // Takes inode.mu.
   // Frees the data of a deleted, closed file, and forgets the inode once the kernel has.
   void MaybeDropLocked(const InodeRef& inode);
+
+  // The inode whose content a file's reads and writes reach: its real chunk for a virtual
+  // chunk, else the file itself. Takes inode->mu.
+  static InodeRef ContentOwner(const InodeRef& inode);
+
+  // --- The zarr fine grid (core/zarr_namespace.cc); ns_mu_ held ---
+  // Serves `dir`, just found on the backing store, with a fine grid when its .zarray qualifies.
+  void ZarrProbeLocked(const InodeRef& dir);
+  // Starts serving `dir` with a fine grid once zarr has renamed a qualifying .zarray into it,
+  // unless chunk files were written there before.
+  void ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray);
+  // Whether `dir` can serve the grid of `text` (fill values need memory for whole chunks).
+  std::optional<ZarrGrid> ZarrGridFor(const InodeRef& dir, const std::string& text,
+                                      const ZarrGrid* keep = nullptr) const;
+  // Adds the backing entry `name` of a fine-grid directory being loaded.
+  void ZarrAddBackingLocked(const InodeRef& dir, const std::string& name);
+  // Shows sub-chunk `sub` of real chunk `real_key` as a file named by its virtual key.
+  void ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub);
+  // rename(`src_dir`/`src_name` = `file`, `dir`/`key`) where `key` is a virtual chunk: the bytes
+  // go into the real chunk and `file` becomes the virtual chunk.
+  Status ZarrRenameInLocked(const InodeRef& src_dir, const std::string& src_name,
+                            const InodeRef& file, const InodeRef& dir, const std::string& key,
+                            const VirtualChunk& vc, Reservation& reservation, size_t& more);
+  // Checks a .zarray renamed over the one of fine-grid `dir` before the rename; after it,
+  // ZarrZarrayReplacedLocked stores the real text and takes the new grid.
+  Status ZarrCheckZarrayLocked(const InodeRef& dir, const InodeRef& file, Reservation& reservation,
+                               size_t& more);
+  void ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& zarray,
+                                Reservation& reservation);
+  Status ZarrUnlinkLocked(const InodeRef& dir, const std::string& key, const InodeRef& view,
+                          Reservation& reservation, size_t& more);
+  // Removes real chunk `real_key` (all its virtual chunks are gone).
+  void ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& real_key);
+  // Sets [offset, offset + length) of a real chunk to the fill value (`real`->mu held).
+  static Status ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
+                         Reservation& reservation);
+  // Reads of a virtual chunk.
+  static Result<ReadData> ZarrRead(const ChunkView& view, uint64_t offset, size_t size);
+  // The fine-grid arrays for .ckptfs/stats, as a JSON array.
+  nlohmann::json ZarrStatsLocked() const;
 
   // Control directory entries: their inode numbers and attributes.
   Result<uint64_t> ControlLookup(const std::string& name) const;
@@ -208,6 +275,7 @@ class Filesystem {
   std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
   // Guarded by ns_mu_. Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;
+  std::vector<std::weak_ptr<Inode>> zarr_dirs_;  // Guarded by ns_mu_. Served with a fine grid.
   std::unique_ptr<Flusher> flusher_;
 };
 

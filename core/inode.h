@@ -22,6 +22,8 @@
 namespace ckptfs {
 
 struct JournalEntry;
+struct ZarrArray;
+struct ChunkView;
 
 enum class FileType { kRegular, kDirectory, kSymlink };
 
@@ -71,8 +73,15 @@ struct Inode {
   bool complete = false;
   std::shared_ptr<BackingFile> dir_fd;  // Set by lookup, or by the flusher when it creates the dir.
   std::string symlink_target;
+  // Directory: the zarr array it holds, when served with a fine chunk grid (core/zarr_array.h).
+  std::shared_ptr<ZarrArray> zarr;
 
   // --- Guarded by mu ---
+  // Regular file: a virtual chunk of a fine-grid zarr array; its bytes are a range of a real
+  // chunk file and `content` holds only its size. Changed with ns_mu_ and mu held.
+  std::shared_ptr<const ChunkView> view;
+  // The .zarray of a fine-grid array: the text clients read (`content` holds the real one).
+  std::string served_text;
   mutable std::mutex mu;
   uint32_t mode = 0;  // Permission bits only.
   uint32_t uid = 0;

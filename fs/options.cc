@@ -109,6 +109,13 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
       Result<uint64_t> n = ParseSize(value);
       if (!n.ok() || *n < 1 || *n > 4096) return Bad(option, "expected a number from 1 to 4096");
       out->config.queue_depth = static_cast<unsigned>(*n);
+    } else if (key == "zarr_chunk") {
+      if (Status st = need_value(); !st.ok()) return st;
+      Result<uint64_t> size = ParseSize(value);
+      if (!size.ok() || (*size != 0 && (*size < (64u << 10) || *size > (4u << 20)))) {
+        return Bad(option, "expected 0 (off) or a size from 64K to 4M");
+      }
+      out->config.zarr_chunk = *size;
     } else if (key == "direct_io") {
       if (has_value) return Bad(option, "takes no value");
       out->config.direct_io = true;

@@ -229,6 +229,32 @@ TEST_F(FileContentTest, ReplaceWithBaseKeepsBytes) {
   EXPECT_TRUE(SameBytes(All(c), bytes));
 }
 
+TEST_F(FileContentTest, SpliceSharesAlignedBlocksAndCopiesTheRest) {
+  std::string base_bytes = Pattern(7, 6 * kBlockSize);
+  FileContent dst(Base(base_bytes), base_bytes.size());
+  std::string image = base_bytes;
+  for (auto [offset, length] : {std::pair<uint64_t, uint64_t>{kBlockSize, 2 * kBlockSize},
+                                {3 * kBlockSize + 100, kBlockSize + 7},
+                                {5 * kBlockSize, 2 * kBlockSize + 3}}) {
+    FileContent src;
+    std::string bytes = Pattern(offset, length);
+    Write(src, 0, bytes);
+    size_t needed = dst.BlocksNeededForSplice(offset, src, length);
+    Reservation r = arena_.Reserve(needed);
+    ASSERT_TRUE(dst.Splice(offset, src, length, r).ok());
+    EXPECT_EQ(r.count(), 0u) << "BlocksNeededForSplice overestimated";
+    Put(image, offset, bytes);
+    ASSERT_TRUE(SameBytes(All(dst), image)) << "splice at " << offset;
+    // Later writes to the source never show in the destination (shared blocks are copied).
+    Write(src, 0, std::string(length, 'x'));
+    ASSERT_TRUE(SameBytes(All(dst), image)) << "source written after the splice at " << offset;
+  }
+  FileContent src;
+  Write(src, 0, Pattern(1, 2 * kBlockSize));
+  EXPECT_EQ(dst.BlocksNeededForSplice(0, src, 2 * kBlockSize), 0u) << "aligned: all shared";
+  EXPECT_GT(dst.BlocksNeededForSplice(1, src, 2 * kBlockSize), 0u) << "unaligned: copied";
+}
+
 TEST_F(FileContentTest, RandomOperationsMatchImage) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
