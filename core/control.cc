@@ -64,10 +64,20 @@ Attr Filesystem::ControlAttr(uint64_t ino) const {
     a.size = 4096;
   } else {
     // Sizes are unknown until generated; reads are direct, so 0 does not truncate them.
-    a.mode = S_IFREG | (ino == kSyncIno ? 0400 : 0444);
+    // Only the mounting user may give commands (default_permissions enforces the mode).
+    a.mode = S_IFREG | (ino == kSyncIno ? 0600 : 0444);
     a.nlink = 1;
   }
   return a;
+}
+
+Result<size_t> Filesystem::ControlWrite(uint64_t ino, std::string_view command) {
+  if (ino != kSyncIno) return Status::Error(EBADF, "the stats file is read-only");
+  std::string_view word = command.substr(0, command.find_last_not_of('\n') + 1);
+  if (word != "sync") return Status::Error(EINVAL, "the sync file takes the command \"sync\"");
+  Status st = Sync();
+  if (!st.ok()) return st;
+  return command.size();
 }
 
 std::string Filesystem::StatsJson() {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/policy.h"
+
 
 namespace ckptfs {
 namespace {
@@ -375,6 +377,10 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     entry->atime = inode->atime;
     entry->mtime = inode->mtime;
   }
+  const Clock::time_point now = Clock::now();
+  inode->hold = policy::NextHold(inode->hold, now - inode->last_sealed, config_.flush_delay);
+  inode->last_sealed = now;
+  entry->hold = inode->hold;
   EntryRef last = inode->last_entry.lock();
   if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
     journal_.Cancel(last);
@@ -945,7 +951,9 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
 
 Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
   if (ino == kStatsIno || ino == kSyncIno) {
-    if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "control files are read-only");
+    if (ino == kStatsIno && (flags & O_ACCMODE) != O_RDONLY) {
+      return Status::Error(EACCES, "the stats file is read-only");
+    }
     auto h = std::make_unique<Handle>();
     h->control_ino = ino;
     if (ino == kStatsIno) h->content = StatsJson();
@@ -1063,7 +1071,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
                                  size_t size) {
   Handle* h = HandleOf(handle);
-  if (!h->inode) return Status::Error(EBADF, "control files are read-only");
+  if (!h->inode) return ControlWrite(h->control_ino, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;

@@ -19,6 +19,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -244,6 +245,8 @@ class Filesystem {
   // The fine-grid arrays for .ckptfs/stats, as a JSON array.
   nlohmann::json ZarrStatsLocked() const;
 
+  // A command written to a control file: "sync" to the sync file. Returns the bytes taken.
+  Result<size_t> ControlWrite(uint64_t ino, std::string_view command);
   // Control directory entries: their inode numbers and attributes.
   Result<uint64_t> ControlLookup(const std::string& name) const;
   Attr ControlAttr(uint64_t ino) const;

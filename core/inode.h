@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <cstdint>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,9 @@ struct Inode {
   std::string origin_name;
   // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
   std::weak_ptr<JournalEntry> last_entry;
+  // When its content was last sealed, and how long that version waits (policy::NextHold).
+  std::chrono::steady_clock::time_point last_sealed{};
+  std::chrono::steady_clock::duration hold{};
   // Directory: children by name, names removed here that may still exist on the backing store,
   // whether every backing entry has been loaded, and the backing directory once it exists.
   std::map<std::string, std::shared_ptr<Inode>> children;

@@ -77,7 +77,7 @@ std::vector<EntryRef> Journal::TakeBatch(Clock::time_point now, Clock::duration 
   for (const EntryRef& e : pending_) {
     if (e->started) break;  // A batch is already in flight.
     if (e->done) continue;
-    bool due = e->seq <= force_seq || e->sealed_at + delay <= now;
+    bool due = e->seq <= force_seq || e->sealed_at + std::max(delay, e->hold) <= now;
     if (!due || batch.size() >= max_entries || (bytes >= max_bytes && !batch.empty())) break;
     e->started = true;
     bytes += e->snapshot.size();
@@ -106,7 +106,7 @@ void Journal::AdvanceDurable() {
 
 Clock::time_point Journal::HeadDeadline(Clock::duration delay) const {
   for (const EntryRef& e : pending_) {
-    if (!e->done) return e->sealed_at + delay;
+    if (!e->done) return e->sealed_at + std::max(delay, e->hold);
   }
   return Clock::time_point::max();
 }

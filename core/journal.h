@@ -29,6 +29,7 @@ struct JournalEntry {
   Kind kind = Kind::kPublish;
   uint64_t seq = 0;
   Clock::time_point sealed_at;
+  Clock::duration hold{};  // Waits at least this long after sealed_at (see policy::NextHold).
   InodeRef inode;  // The subject.
   // Where the subject is (rename, link: the source; unlink, rmdir, mkdir, symlink, setattr).
   InodeRef parent;

@@ -27,6 +27,16 @@ inline bool FlushEverythingNow(size_t waiting_writers, bool sync_requested, bool
   return waiting_writers > 0 || sync_requested || draining;
 }
 
+// How long a sealed version of a file waits for a newer one before it is flushed. A file sealed
+// again within twice its wait is being rewritten (zarr chunks, tracker files): its wait doubles,
+// from flush_delay (`base`) up to 16x. A file left alone that long starts over at `base`.
+inline std::chrono::steady_clock::duration NextHold(std::chrono::steady_clock::duration hold,
+                                                    std::chrono::steady_clock::duration since_last_seal,
+                                                    std::chrono::steady_clock::duration base) {
+  if (hold < base || since_last_seal >= 2 * hold) return base;
+  return std::min(2 * hold, 16 * base);
+}
+
 // errnos after which a failed flush is retried (the condition may go away).
 inline bool IsTransient(int err) {
   switch (err) {

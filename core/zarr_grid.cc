@@ -16,7 +16,29 @@ constexpr size_t kMaxDims = 32;
 constexpr uint64_t kMaxChunkBytes = 1ull << 46;
 constexpr size_t kMaxKeyDigits = 19;
 
+constexpr int kMaxNesting = 32;  // A .zarray nests 3 levels; deep texts are hostile.
+
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+// The deepest nesting of arrays and objects in a JSON text (strings skipped).
+int NestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -86,6 +108,7 @@ static_assert(std::endian::native == std::endian::little, "fill values assume a 
 Result<ZarrGrid> ZarrGrid::Parse(std::string_view text, uint64_t threshold, const ZarrGrid* keep) {
   auto no = [](const std::string& why) { return Status::Error(EINVAL, why); };
   if (threshold == 0) return no("the fine grid is off");
+  if (NestingDepth(text) > kMaxNesting) return Status::Error(EBADMSG, "nested too deep");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Error(EBADMSG, "not a JSON object");
   auto field = [&](const char* name) -> const json& {

@@ -109,6 +109,15 @@ int PrintStatus(const std::string& mountpoint, bool json) {
   std::printf("flush errors     %llu%s%s\n", static_cast<unsigned long long>(j.value("flush_errors", 0ull)),
               j.value("last_error", "").empty() ? "" : ", now failing: ",
               j.value("last_error", "").c_str());
+  const nlohmann::json& arrays = j.contains("zarr_fine_grid") ? j["zarr_fine_grid"] : nlohmann::json::array();
+  std::printf("zarr fine grid   %zu arrays\n", arrays.size());
+  for (const nlohmann::json& a : arrays) {
+    std::printf("  %s  %s  chunks %s shown as %s, %llu real chunk files\n",
+                a.value("path", "").c_str(), a.value("dtype", "").c_str(),
+                a.value("chunks", nlohmann::json::array()).dump().c_str(),
+                a.value("virtual_chunks", nlohmann::json::array()).dump().c_str(),
+                static_cast<unsigned long long>(a.value("real_chunks", 0ull)));
+  }
   return 0;
 }
 

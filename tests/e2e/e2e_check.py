@@ -57,8 +57,10 @@ def _without(tree, dirs):
     return {k: v for k, v in tree.items() if not any(k.startswith(d + os.sep) for d in dirs)}
 
 
-def check_workload(tc, w, options=("cache_size=1G",), nofile=None):
-    """Runs the whole check (module docstring) for workload w in test case tc."""
+def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
+    """Runs the whole check (module docstring) for workload w in test case tc, reading back with
+    each of `loads` (default: w.load). Returns the daemon's stats after the save."""
+    loads = loads or (w.load,)
     require_fuse()
     tmp = tempfile.mkdtemp(prefix=f"ckptfs-e2e-{w.name}-", dir=E2E_TMP)
     # Cleanups run last-registered first: the daemon is unmounted before the temp dir goes, and
@@ -81,14 +83,16 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None):
     d.start()
     w.save(mnt)
     timer.mark("save via mount")
-    fine = [a["path"] for a in d.stats().get("zarr_fine_grid", [])]
+    saved_stats = d.stats()
+    fine = [a["path"] for a in saved_stats.get("zarr_fine_grid", [])]
     locks = [path + ".sync" for path in fine]
     expected_through = _without(expected, fine + locks)
     through = _without(snapshot(mnt), fine + locks)
     tc.assertEqual(expected_through, through,
                    "tree read through the mount differs from the plain run:\n"
                    + diff_snapshots(expected_through, through))
-    tc.assertEqual(w.load(mnt), w.expected_digest(), "loader read back different data (mount)")
+    for load in loads:
+        tc.assertEqual(load(mnt), w.expected_digest(), f"{load.__name__} read back different data")
     timer.mark("read back")
 
     d.sync()
@@ -124,7 +128,9 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None):
                       nofile=nofile)
     tc.addCleanup(d2.cleanup)
     d2.start()
-    tc.assertEqual(w.load(mnt), w.expected_digest(), "loader read back different data (remount)")
+    for load in loads:
+        tc.assertEqual(load(mnt), w.expected_digest(),
+                       f"{load.__name__} read back different data (remount)")
     cold = _without(snapshot(mnt), fine + locks)
     tc.assertEqual(expected_through, cold, "tree through a fresh mount differs:\n"
                    + diff_snapshots(expected_through, cold))
@@ -135,3 +141,4 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None):
     timer.mark("remount+load")
     print(f"\n[{w.name}] {w.logical_bytes() / 2**20:.0f} MiB, {len(expected)} entries: {timer}",
           flush=True)
+    return saved_stats

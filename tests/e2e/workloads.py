@@ -12,6 +12,12 @@ real libraries (torch.save, zarr), from separate processes where a trainer has s
                   rank's whole flattened optimizer shard, filled parameter by parameter with
                   set_coordinate_selection under a zarr.ProcessSynchronizer whose lock files live
                   in <key>.sync/ inside the checkpoint), metadata.json last, by rank 0.
+    zarr_distopt  the distributed-optimizer pattern alone, 2 rank processes: per rank one chunk
+                  of a float32 array holding the rank's whole optimizer shard (200 MiB at bench
+                  size), filled by 60 uneven set_coordinate_selection pieces under a
+                  ProcessSynchronizer, metadata.json last; fine_chunks=True makes zarr itself use
+                  1 MiB chunks (the floor). Loads slice by slice, or (load_whole_region) as
+                  Megatron does: every piece re-reads its rank's whole region.
     dlrover       DLRover flash-checkpoint layout, 4 rank processes in parallel:
                   iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt and
                   iter_0000100/rank_RRRR/distrib_optim.pt, tracker last.
@@ -397,6 +403,22 @@ def _torch_legacy_rank(rank, barrier, root, dims):
 DISTOPT_PREFIX = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float16, torch.float16).bucket_idx_0."
 
 
+def _piece_bounds(shard, pieces, rank):
+    """The [start, stop) ranges (global coordinates) of `pieces` parameters filling rank's shard
+    of `shard` elements (rank r's shard starts at r * shard): uneven sizes (1 to 13 parts),
+    covering the shard exactly."""
+    weights = [1 + (i * 7919 + rank * 104729) % 13 for i in range(pieces)]
+    total = sum(weights)
+    cuts = [0]
+    acc = 0
+    for w in weights[:-1]:
+        acc += w
+        cuts.append(shard * acc // total)
+    cuts.append(shard)
+    base = rank * shard
+    return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
 class ZarrDist(Workload):
     name = "zarr_dist"
     description = "Megatron dist ckpt, zarr backend + distributed optimizer, 2 ranks"
@@ -429,17 +451,7 @@ class ZarrDist(Workload):
     def piece_bounds(self, rank):
         """The [start, stop) ranges (global coordinates) of the parameters in rank's shard:
         uneven sizes, like real parameters, covering the shard exactly."""
-        s = self.shard
-        weights = [1 + (i * 7919 + rank * 104729) % 13 for i in range(self.pieces)]
-        total = sum(weights)
-        cuts = [0]
-        acc = 0
-        for w in weights[:-1]:
-            acc += w
-            cuts.append(s * acc // total)
-        cuts.append(s)
-        base = rank * s
-        return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
+        return _piece_bounds(self.shard, self.pieces, rank)
 
     def common_state(self):
         return {"iteration": ITERATION, "args": _args_dict(self.hidden, self.layers, self.vocab, 2, 1),
@@ -547,6 +559,149 @@ def _zarr_rank(rank, barrier, root, w):
         arr = zarr.open(os.path.join(root, key), mode="r+", synchronizer=sync)
         for a, b in w.piece_bounds(rank):  # One parameter at a time, as Megatron does.
             arr.set_coordinate_selection(np.arange(a, b), flat[a - rank * w.shard:b - rank * w.shard])
+    barrier.group.wait()
+    if rank == 0:
+        meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
+                "common_backend": "torch", "common_backend_version": 1}
+        _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# 2b. The distributed-optimizer zarr pattern alone, with big chunks
+
+FINE_CHUNK_FLOATS = 262144  # 1 MiB of float32.
+
+
+def fine_chunk_len(n, limit=FINE_CHUNK_FLOATS):
+    """The largest divisor of n that is at most limit: a chunk length that splits a chunk of n
+    elements into equal chunks of at most limit elements (rank boundaries stay chunk boundaries)."""
+    if n <= limit:
+        return n
+    for d in range(limit, 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+class ZarrDistOpt(Workload):
+    """Megatron-core's distributed optimizer saved with the zarr backend, alone: per state kind
+    one 1-D float32 array (compressor=None, fill_value=None, write_empty_chunks=True) of shape
+    (ranks * shard,) whose chunk is one rank's whole flattened optimizer shard; each rank fills
+    its chunk parameter by parameter (uneven pieces) with set_coordinate_selection under a
+    zarr.ProcessSynchronizer whose lock files live in <key>.sync/ inside the checkpoint; rank 0
+    writes metadata.json last. Every piece rewrites the whole chunk (zarr reads, modifies and
+    stores chunks whole), which is what makes this pattern slow on an ordinary filesystem.
+
+    fine_chunks=True: the same, but zarr itself creates the arrays with chunks of at most 1 MiB
+    (the largest divisor of the shard that fits): the floor a filesystem can hope to reach.
+
+    Two loaders: load() reads each parameter's own slice; load_whole_region() is Megatron's
+    loader for flattened-range tensors: every parameter reads its rank's whole region of the
+    array and slices its range out of it."""
+
+    name = "zarr_distopt"
+    ranks = 2
+
+    def __init__(self, nbytes, pieces=60, fine_chunks=False, kinds=("param",)):
+        super().__init__(nbytes)
+        self.kinds = tuple(kinds)
+        shard = max(1024, self.nbytes // (4 * self.ranks * len(self.kinds)))  # floats per rank
+        unit = FINE_CHUNK_FLOATS if shard >= FINE_CHUNK_FLOATS else 1024
+        self.shard = max(unit, shard // unit * unit)
+        self.pieces = pieces
+        self.fine_chunks = bool(fine_chunks)
+        self.chunk = fine_chunk_len(self.shard) if self.fine_chunks else self.shard
+        self.description = (f"zarr distributed optimizer alone, {self.ranks} ranks, "
+                            f"{self.shard * 4 / 2**20:.0f} MiB shard x {self.pieces} pieces, "
+                            + (f"zarr chunks of {self.chunk * 4 / 2**20:.2f} MiB (floor)"
+                               if self.fine_chunks else "1 chunk per shard"))
+
+    def key(self, kind):
+        return DISTOPT_PREFIX + kind
+
+    def piece_bounds(self, rank):
+        return _piece_bounds(self.shard, self.pieces, rank)
+
+    def logical_bytes(self):
+        return len(self.kinds) * self.ranks * self.shard * 4
+
+    def save(self, root):
+        elapsed, _ = _run_ranks(_zarr_distopt_rank, self.ranks, (root, self))
+        return elapsed
+
+    def _open(self, root, kind):
+        import zarr
+        arr = zarr.open(os.path.join(root, self.key(kind)), mode="r")
+        assert arr.shape == (self.ranks * self.shard,) and arr.dtype == np.float32, \
+            (kind, arr.shape, arr.dtype)
+        return arr
+
+    def _check_meta(self, root):
+        with open(os.path.join(root, "metadata.json")) as f:
+            meta = json.load(f)
+        assert meta["sharded_backend"] == "zarr", meta
+
+    def load(self, root, check=True):
+        """Slice by slice (a resharding loader): each parameter reads only its own range."""
+        self._check_meta(root)
+        d = Digest() if check else None
+        for kind in self.kinds:
+            arr = self._open(root, kind)
+            for r in range(self.ranks):
+                for a, b in self.piece_bounds(r):
+                    piece = arr[a:b]
+                    if d:
+                        d.add(piece)
+        return d.hexdigest() if d else None
+
+    def load_whole_region(self, root, check=True):
+        """Megatron's zarr loader (_load_from_array of a flattened-range ShardedTensor): every
+        parameter opens the array, reads its rank's whole region arr[r*shard:(r+1)*shard] and
+        takes its range out of it."""
+        self._check_meta(root)
+        d = Digest() if check else None
+        s = self.shard
+        for kind in self.kinds:
+            for r in range(self.ranks):
+                for a, b in self.piece_bounds(r):
+                    region = self._open(root, kind)[r * s:(r + 1) * s]
+                    piece = region[a - r * s:b - r * s]
+                    if d:
+                        d.add(piece)
+        return d.hexdigest() if d else None
+
+    def expected_digest(self):
+        d = Digest()
+        for kind in self.kinds:
+            for r in range(self.ranks):
+                flat = fdata(f"zarr_distopt/{kind}/rank{r}", self.shard)
+                for a, b in self.piece_bounds(r):
+                    d.add(flat[a - r * self.shard:b - r * self.shard])
+        return d.hexdigest()
+
+
+@_rank_main
+def _zarr_distopt_rank(rank, barrier, root, w):
+    import zarr
+    opt = {kind: fdata(f"zarr_distopt/{kind}/rank{rank}", w.shard) for kind in w.kinds}
+    barrier.wait()
+
+    os.makedirs(root, exist_ok=True)
+    if rank == 0:  # The rank holding the first chunk creates the arrays.
+        for kind in w.kinds:
+            zarr.create((w.ranks * w.shard,), dtype=np.float32, compressor=None,
+                        store=os.path.join(root, w.key(kind)), chunks=(w.chunk,),
+                        overwrite=True, fill_value=None, write_empty_chunks=True)
+    barrier.group.wait()
+    base = rank * w.shard
+    for kind, flat in opt.items():
+        key = w.key(kind)
+        sync = zarr.ProcessSynchronizer(os.path.join(root, key + ".sync"))
+        for a, b in w.piece_bounds(rank):
+            # One ShardedTensor per parameter: Megatron opens the array for each.
+            arr = zarr.open(os.path.join(root, key), mode="r+", synchronizer=sync)
+            arr.set_coordinate_selection(np.arange(a, b), flat[a - base:b - base])
     barrier.group.wait()
     if rank == 0:
         meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
@@ -897,19 +1052,20 @@ def _small_rank(rank, barrier, root, w):
     return None
 
 
-def make(name, scale=1.0, for_test=False):
-    """The workload `name` at bench size x scale (or the smaller size the tests use)."""
+def make(name, scale=1.0, for_test=False, **kw):
+    """The workload `name` at bench size x scale (or the smaller size the tests use); kw go to
+    its constructor (e.g. fine_chunks=True for zarr_distopt)."""
     MB = 1 << 20
     if for_test:
-        sizes = {"torch_legacy": 200 * MB, "zarr_dist": 100 * MB, "dlrover": 160 * MB,
-                 "dcp": 120 * MB, "seq": 256 * MB, "small": 2000}
+        sizes = {"torch_legacy": 200 * MB, "zarr_dist": 100 * MB, "zarr_distopt": 32 * MB,
+                 "dlrover": 160 * MB, "dcp": 120 * MB, "seq": 256 * MB, "small": 2000}
     else:
-        sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "dlrover": 512 * MB,
-                 "dcp": 512 * MB, "seq": 4096 * MB, "small": 20000}
+        sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "zarr_distopt": 400 * MB,
+                 "dlrover": 512 * MB, "dcp": 512 * MB, "seq": 4096 * MB, "small": 20000}
     n = int(sizes[name] * scale)
-    cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "dlrover": DLRover, "dcp": DCP,
-           "seq": SeqWrite, "small": SmallFiles}[name]
-    return cls(n)
+    cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "zarr_distopt": ZarrDistOpt,
+           "dlrover": DLRover, "dcp": DCP, "seq": SeqWrite, "small": SmallFiles}[name]
+    return cls(n, **kw)
 
 
-ALL = ["seq", "small", "torch_legacy", "zarr_dist", "dlrover", "dcp"]
+ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp"]

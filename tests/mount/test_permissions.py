@@ -1,5 +1,6 @@
 """Test 10: permissions and ownership for other users (as root, with -o allow_other)."""
 
+import errno
 import os
 import shutil
 import subprocess
@@ -73,6 +74,33 @@ class PermissionTest(unittest.TestCase):
             with open(m.bpath("shared", "mine")) as f:
                 self.assertEqual(f.read(), "by nobody")
             self.assertFalse(os.path.exists(m.bpath("closed", "mine")))
+            self.assertEqual(m.unmount(), 0)
+
+    def test_control_commands_only_from_the_mounting_user(self):
+        with CkptfsMount(options=["allow_other", "flush_delay=60s"]) as m:
+            with open(m.path("data"), "wb") as f:
+                f.write(b"x" * 1000)
+            control = m.path(".ckptfs", "sync")
+            r = as_nobody("import sys; open(sys.argv[1], 'w').write('sync')", control)
+            self.assertNotEqual(r.returncode, 0, "uid 65534 gave a command")
+            self.assertIn("PermissionError", r.stderr)
+            r = as_nobody(READ, control)
+            self.assertIn("PermissionError", r.stderr)
+            r = as_nobody(READ, m.path(".ckptfs", "stats"))
+            self.assertEqual(r.returncode, 0, "stats are readable by all: " + r.stderr)
+            self.assertFalse(os.path.exists(m.bpath("data")), "flushed before the command")
+            for garbage in (b"flush", b"sync sync", b"\x00\xff" * 100, b"sync\n\nx"):
+                fd = os.open(control, os.O_WRONLY)
+                with self.assertRaises(OSError) as cm:
+                    os.write(fd, garbage)
+                os.close(fd)
+                self.assertEqual(cm.exception.errno, errno.EINVAL, garbage)
+            with self.assertRaises(PermissionError):
+                open(m.path(".ckptfs", "new"), "w")
+            with open(control, "w") as f:
+                f.write("sync\n")  # Returns once everything closed before is durable.
+            with open(m.bpath("data"), "rb") as f:
+                self.assertEqual(f.read(), b"x" * 1000)
             self.assertEqual(m.unmount(), 0)
 
 

@@ -22,6 +22,21 @@ TEST(PolicyTest, RetryDelayDoublesFrom100msAndCapsAt5s) {
   for (unsigned f = 1; f < 64; ++f) EXPECT_LE(RetryDelay(f), RetryDelay(f + 1)) << f;
 }
 
+TEST(PolicyTest, NextHoldGrowsForFilesRewrittenSoonAndResetsForQuietOnes) {
+  using namespace std::chrono_literals;
+  const auto base = std::chrono::duration_cast<std::chrono::steady_clock::duration>(300ms);
+  auto hold = NextHold({}, 1h, base);
+  EXPECT_EQ(hold, base) << "a first seal waits flush_delay";
+  hold = NextHold(hold, 100ms, base);
+  EXPECT_EQ(hold, 2 * base);
+  for (int i = 0; i < 10; ++i) hold = NextHold(hold, 100ms, base);
+  EXPECT_EQ(hold, 16 * base) << "capped";
+  EXPECT_EQ(NextHold(hold, 2 * hold, base), base) << "left alone long enough: starts over";
+  EXPECT_EQ(NextHold(hold, 2 * hold - 1ms, base), 16 * base);
+  const std::chrono::steady_clock::duration zero{};
+  EXPECT_EQ(NextHold(zero, 0ms, zero), zero) << "flush_delay=0 flushes at once";
+}
+
 TEST(PolicyTest, IsTransient) {
   for (int err : {ENOSPC, EIO, EDQUOT, EAGAIN, EINTR, ENOMEM, ETIMEDOUT}) {
     EXPECT_TRUE(IsTransient(err)) << err;

@@ -81,6 +81,10 @@ TEST(ZarrGridTest, ArraysThatDoNotQualifyAreRefused) {
   for (const char* bad : {"", "{", "[]", "null", "{\"chunks\": [1]}", "{\"zarr_format\": 2}"}) {
     EXPECT_FALSE(ZarrGrid::Parse(bad, kMiB).ok()) << bad;
   }
+  // The largest .zarray ckptfs reads (1 MiB), nested as deep as it goes.
+  std::string deep = std::string(512 * 1024, '[') + std::string(512 * 1024, ']');
+  EXPECT_EQ(ZarrGrid::Parse(deep, kMiB).status().err(), EBADMSG);
+  EXPECT_EQ(ZarrGrid::Parse("{\"a\": " + deep + "}", kMiB).status().err(), EBADMSG);
 }
 
 TEST(ZarrGridTest, FillValuesBecomeElementBytes) {
