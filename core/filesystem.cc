@@ -995,14 +995,9 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     if (!st.ok()) return st;
     auto h = std::make_unique<Handle>(inode, flags);
     if (truncate) {
+      st = ZarrFillView(*view, reservation, more);
+      if (!st.ok() || more > 0) return st;
       std::lock_guard rlock(view->real->mu);
-      size_t needed = view->real->content.BlocksNeededForWrite(view->chunk.offset, view->chunk.stored);
-      if (reservation.count() < needed) {
-        more = needed;
-        return Status::Ok();
-      }
-      st = ZarrFill(*view->real, view->chunk.offset, view->chunk.stored, view->fill, reservation);
-      if (!st.ok()) return st;
       h->wrote_version = view->real->version;
     }
     view->real->open_handles++;

@@ -240,6 +240,9 @@ class Filesystem {
   // Sets [offset, offset + length) of a real chunk to the fill value (`real`->mu held).
   static Status ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
                          Reservation& reservation);
+  // Fills the range of a virtual chunk (its real chunk loaded), or sets `more` to the blocks that
+  // needs when `reservation` holds fewer.
+  static Status ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more);
   // Reads of a virtual chunk.
   static Result<ReadData> ZarrRead(const ChunkView& view, uint64_t offset, size_t size);
   // The fine-grid arrays for .ckptfs/stats, as a JSON array.

@@ -334,16 +334,8 @@ Status Filesystem::ZarrUnlinkLocked(const InodeRef& dir, const std::string& key,
     // The real chunk stays: this range of it becomes what zarr reads for a missing chunk.
     Status st = LoadOriginLocked(view->real);
     if (!st.ok()) return st;
-    {
-      std::lock_guard lock(view->real->mu);
-      size_t needed = view->real->content.BlocksNeededForWrite(view->chunk.offset, view->chunk.stored);
-      if (reservation.count() < needed) {
-        more = needed;
-        return Status::Ok();
-      }
-      st = ZarrFill(*view->real, view->chunk.offset, view->chunk.stored, view->fill, reservation);
-      if (!st.ok()) return st;
-    }
+    st = ZarrFillView(*view, reservation, more);
+    if (!st.ok() || more > 0) return st;
     SealLocked(view->real);
   }
   chunk.present[view->chunk.sub] = false;
@@ -369,6 +361,16 @@ void Filesystem::ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& r
   stats_.versions_skipped += journal_.CancelUnsent(real);
   MaybeDropLocked(real);
   if (array->chunks.empty() && !dir->children.count(kZarray)) dir->zarr.reset();
+}
+
+Status Filesystem::ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more) {
+  std::lock_guard lock(view.real->mu);
+  size_t needed = view.real->content.BlocksNeededForWrite(view.chunk.offset, view.chunk.stored);
+  if (reservation.count() < needed) {
+    more = needed;
+    return Status::Ok();
+  }
+  return ZarrFill(*view.real, view.chunk.offset, view.chunk.stored, view.fill, reservation);
 }
 
 Status Filesystem::ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,

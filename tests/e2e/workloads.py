@@ -419,6 +419,15 @@ def _piece_bounds(shard, pieces, rank):
     return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
+def _digest_shards(d, prefix, kinds, w):
+    """Adds to digest d every parameter piece of every rank's generated optimizer shard."""
+    for kind in kinds:
+        for r in range(w.ranks):
+            flat = fdata(f"{prefix}/{kind}/rank{r}", w.shard)
+            for a, b in w.piece_bounds(r):
+                d.add(flat[a - r * w.shard:b - r * w.shard])
+
+
 class ZarrDist(Workload):
     name = "zarr_dist"
     description = "Megatron dist ckpt, zarr backend + distributed optimizer, 2 ranks"
@@ -512,11 +521,7 @@ class ZarrDist(Workload):
             full = fdata("zarr/" + key, int(np.prod(shape)), np.float16).reshape(shape)
             for r in range(self.ranks):
                 d.add(np.ascontiguousarray(full[self._tp_slices(shape, chunk, split, r)]))
-        for kind in ("param", "exp_avg", "exp_avg_sq"):
-            for r in range(self.ranks):
-                flat = fdata(f"zarr/{kind}/rank{r}", self.shard)
-                for a, b in self.piece_bounds(r):
-                    d.add(flat[a - r * self.shard:b - r * self.shard])
+        _digest_shards(d, "zarr", ("param", "exp_avg", "exp_avg_sq"), self)
         return d.hexdigest()
 
 
@@ -673,11 +678,7 @@ class ZarrDistOpt(Workload):
 
     def expected_digest(self):
         d = Digest()
-        for kind in self.kinds:
-            for r in range(self.ranks):
-                flat = fdata(f"zarr_distopt/{kind}/rank{r}", self.shard)
-                for a, b in self.piece_bounds(r):
-                    d.add(flat[a - r * self.shard:b - r * self.shard])
+        _digest_shards(d, "zarr_distopt", self.kinds, self)
         return d.hexdigest()
 
 
