@@ -1087,7 +1087,9 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   Reservation reservation;
   std::unique_lock lock(inode.mu);
   while (true) {
-    uint64_t at = (h->flags & O_APPEND) ? inode.content.size() : target_offset;
+    // The kernel places O_APPEND writes at the end itself; write-back of mmap'ed pages through
+    // such a descriptor comes at the pages' own offsets.
+    const uint64_t at = target_offset;
     size_t needed = inode.content.BlocksNeededForWrite(at, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {

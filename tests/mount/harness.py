@@ -16,6 +16,8 @@ import errno
 import glob
 import json
 import os
+import queue
+import random
 import re
 import shutil
 import signal
@@ -53,6 +55,59 @@ def require_fuse():
 def require_root():
     if os.geteuid() != 0:
         raise unittest.SkipTest("needs root (runs processes as uid 65534)")
+
+
+LONG_TESTS = os.environ.get("CKPTFS_LONG_TESTS") == "1"
+
+
+def require_long():
+    """Long variants run only with CKPTFS_LONG_TESTS=1; otherwise they are reported as skipped."""
+    if not LONG_TESTS:
+        raise unittest.SkipTest("long variant: set CKPTFS_LONG_TESTS=1 to run it")
+
+
+def choose_seed(env_var, what):
+    """$env_var when set (a replay), else a fresh random seed; printed either way."""
+    seed = int(os.environ.get(env_var) or random.randrange(1 << 30))
+    print(f"\n{what} seed: {seed} (set {env_var}={seed} to replay)", file=sys.stderr, flush=True)
+    return seed
+
+
+def daemon_vm_hwm(pid):
+    """Peak resident memory (VmHWM) of process pid, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) << 10
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+def run_processes(procs, results, timeout, on_result=None, describe=lambda: ""):
+    """Starts the multiprocessing.Process objects `procs` (each puts one item on the queue
+    `results` when it ends) and returns the items in arrival order, calling on_result(item) as
+    each arrives. Fails (with describe()) when they take longer than timeout seconds. Always
+    joins them, killing only these processes when they do not exit."""
+    t0 = time.monotonic()
+    for p in procs:
+        p.start()
+    items = []
+    try:
+        while len(items) < len(procs):
+            try:
+                item = results.get(timeout=max(1.0, t0 + timeout - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"{len(procs) - len(items)} of {len(procs)} processes did "
+                                     f"not finish within {timeout}s; {describe()}") from None
+            items.append(item)
+            if on_result:
+                on_result(item)
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()  # Only the processes this test started.
+                p.join()
+    return items
 
 
 def _unescape_mountinfo(field):

@@ -1,0 +1,197 @@
+"""Writer process of test_kill_workloads, and the contents it writes (shared with the checker).
+
+    /usr/bin/python3 kill_writer.py MODE DIR SEED LOG
+
+Imports what it needs, prints "ready", then saves checkpoints under DIR with real save code
+until it is stopped by an error (the daemon was killed) or has saved MAX_ITERATIONS of them:
+
+    torch  iter_NNNNNNN/mp_rank_00/model_optim_rng.pt (torch.save of a small Megatron GPT state
+           dict), then latest_checkpointed_iteration.txt rewritten in place (as Megatron does);
+           every FSYNC_EVERY-th tracker is fsynced before it is closed.
+    zarr   ckpt_NNNN/<tensor>/ (zarr arrays, DirectoryStore: .zarray, then chunk files written as
+           <key>.<uuid>.partial and renamed into place), then ckpt_NNNN/metadata.json.
+    small  d<k>/fNNNNN.bin: small files written to fNNNNN.bin.tmp and renamed into place; every
+           MANIFEST_EVERY files, MANIFEST.tmp is written and renamed over MANIFEST (the count).
+
+Every completed step is appended to LOG (outside the mount) in close order: "close REL" after a
+file under its final name is complete (closed, or renamed into place), "durable N" after an
+fsync of the tracker returned. Contents derive from SEED and the path, so the checker can
+recompute them. The writer works in DIR through its working directory, so that it stops at
+the first error once the daemon is dead, instead of writing on into the bare mount point.
+"""
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+
+from crash_writer import write_file  # noqa: E402
+from workloads import fdata, gpt_state_dict, pool_bytes  # noqa: E402
+
+MAX_ITERATIONS = 100_000
+TRACKER = "latest_checkpointed_iteration.txt"
+FSYNC_EVERY = 4
+GPT_DIMS = (128, 2, 2048)  # hidden, layers, vocab: ~9 MB per model_optim_rng.pt.
+MANIFEST_EVERY = 25
+
+
+# --- torch ----------------------------------------------------------------------------------------
+
+def torch_rel(it):
+    return os.path.join(f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt")
+
+
+def torch_state(seed, it):
+    return gpt_state_dict(f"kill/{seed}/{it}", *GPT_DIMS)
+
+
+def save_torch(root, seed, log):
+    import torch
+    for it in range(1, MAX_ITERATIONS):
+        sd = torch_state(seed, it)
+        rel = torch_rel(it)
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        torch.save(sd, os.path.join(root, rel))
+        log(f"close {rel}")
+        with open(os.path.join(root, TRACKER), "w") as f:
+            f.write(str(it))
+            if it % FSYNC_EVERY == 0:
+                f.flush()
+                os.fsync(f.fileno())
+        log(f"close {TRACKER} {it}")
+        if it % FSYNC_EVERY == 0:
+            log(f"durable {it}")
+
+
+# --- zarr -----------------------------------------------------------------------------------------
+
+# (name, shape, chunks, dtype, compressed) of the tensors of every zarr checkpoint.
+ZARR_ARRAYS = [
+    ("model.embedding.word_embeddings.weight", (512, 256), (128, 256), "float16", True),
+    ("model.decoder.layers.self_attention.linear_qkv.weight", (2, 384, 128), (1, 192, 128),
+     "float32", True),
+    ("optimizer.exp_avg", (300_000,), (100_000,), "float32", False),
+]
+
+
+def zarr_rel(ck):
+    return f"ckpt_{ck:04d}"
+
+
+def zarr_data(seed, ck, name, shape, dtype):
+    import numpy as np
+    n = int(np.prod(shape))
+    return fdata(f"kill/{seed}/{ck}/{name}", n, np.dtype(dtype).type).reshape(shape)
+
+
+def zarr_metadata(ck):
+    return {"sharded_backend": "zarr", "sharded_backend_version": 1, "common_backend": "torch",
+            "common_backend_version": 1, "checkpoint": ck}
+
+
+def _zarr_open(store, shape, chunks, dtype, compressed):
+    import numcodecs
+    import zarr
+    numcodecs.blosc.use_threads = False  # Deterministic chunk bytes.
+    kw = {} if compressed else {"compressor": None}
+    return zarr.open(store=store, mode="w", shape=shape, chunks=chunks, dtype=dtype,
+                     fill_value=None, write_empty_chunks=True, **kw)
+
+
+def zarr_expected(seed, ck):
+    """{path relative to the checkpoint dir: bytes} of every zarr file of checkpoint ck, in the
+    order the writer stores them (made by the same zarr code on an in-memory store)."""
+    import zarr
+    out = {}
+    for name, shape, chunks, dtype, compressed in ZARR_ARRAYS:
+        store = zarr.MemoryStore()
+        arr = _zarr_open(store, shape, chunks, dtype, compressed)
+        arr[...] = zarr_data(seed, ck, name, shape, dtype)
+        for key in store.keys():
+            out[f"{name}/{key}"] = bytes(store[key])
+    return out
+
+
+def save_zarr(root, seed, log):
+    import zarr
+
+    class LoggingStore(zarr.DirectoryStore):
+        """A DirectoryStore that logs each key once it is in place (closed and renamed)."""
+
+        def __init__(self, path, rel):
+            super().__init__(path)
+            self.rel = rel
+
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            log(f"close {self.rel}/{key}")
+
+    for ck in range(1, MAX_ITERATIONS):
+        d = zarr_rel(ck)
+        os.makedirs(os.path.join(root, d))
+        for name, shape, chunks, dtype, compressed in ZARR_ARRAYS:
+            rel = f"{d}/{name}"
+            arr = _zarr_open(LoggingStore(os.path.join(root, rel), rel), shape, chunks, dtype,
+                             compressed)
+            arr[...] = zarr_data(seed, ck, name, shape, dtype)
+        write_file(os.path.join(root, d, "metadata.json"), json.dumps(zarr_metadata(ck)).encode())
+        log(f"close {d}/metadata.json")
+
+
+# --- small files ----------------------------------------------------------------------------------
+
+def small_rel(i):
+    return os.path.join(f"d{i % 8}", f"f{i:05d}.bin")
+
+
+def small_content(seed, i):
+    size = 512 + (i * 7919) % (24 << 10)
+    head = f"{seed}/{i}:".encode()
+    return head + pool_bytes(f"kill/{seed}/{i}", size - len(head))
+
+
+def manifest_content(count):
+    return f"{count}\n".encode()
+
+
+def save_small(root, seed, log):
+    for k in range(8):
+        os.makedirs(os.path.join(root, f"d{k}"), exist_ok=True)
+    for i in range(MAX_ITERATIONS):
+        rel = small_rel(i)
+        write_file(os.path.join(root, rel + ".tmp"), small_content(seed, i))
+        os.rename(os.path.join(root, rel + ".tmp"), os.path.join(root, rel))
+        log(f"close {rel}")
+        if i % MANIFEST_EVERY == MANIFEST_EVERY - 1:
+            write_file(os.path.join(root, "MANIFEST.tmp"), manifest_content(i + 1))
+            os.rename(os.path.join(root, "MANIFEST.tmp"), os.path.join(root, "MANIFEST"))
+            log(f"close MANIFEST {i + 1}")
+
+
+SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small}
+
+
+def main():
+    faulthandler.register(signal.SIGUSR1)  # The test asks for a traceback when the writer hangs.
+    mode, root, seed, log_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    if mode in ("torch", "zarr"):
+        import torch  # noqa: F401  (import time is not part of the save)
+        import zarr  # noqa: F401
+    with open(log_path, "a", buffering=1) as log_file:
+        # Every path goes through the working directory: once the daemon is killed and its mount
+        # detached, each operation fails, instead of writing into the bare mount point.
+        os.chdir(root)
+        print("ready", flush=True)
+        SAVERS[mode]("/proc/self/cwd", seed, lambda line: log_file.write(line + "\n"))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (OSError, KeyError, RuntimeError) as e:  # zarr reports a failed write as KeyError.
+        print(f"writer stopped: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(3)

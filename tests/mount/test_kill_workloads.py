@@ -1,0 +1,437 @@
+"""kill -9 of the daemon at random points during real save workloads (kill_writer.py): torch.save
+of Megatron state dicts + tracker, zarr checkpoints + metadata.json, small files renamed into
+place + a manifest.
+
+Each kill point: the daemon (flush_delay, cache_size and fsync mode drawn from the seed) mounts
+BACKING, kill_writer.py MODE runs in a child /usr/bin/python3 under run<k>/ and logs its close
+order outside the mount, the daemon (only the pid this test started) is SIGKILLed after a random
+delay, the writer is reaped, a new daemon mounts the same BACKING, and run<k> is checked through
+the mount:
+
+- the mount shows exactly what BACKING holds; BACKING/.ckptfs/staging is empty;
+- every file is a complete version of what the writer wrote (each .pt loads with torch.load and
+  equals the saved state dict, zarr files are byte-identical to what zarr writes);
+- the files are the state after a prefix of the writer's close order (the README's allowance: a
+  version superseded before its turn may be missing), at most one step past what the writer
+  logged, and (fsync=wait) at least up to its last fsync; no other name (staging or temporary)
+  is visible;
+- a tracker / metadata.json / MANIFEST names a complete checkpoint, which loads.
+
+Seeded: the seed is printed; CKPTFS_KILL_SEED=N replays. KillWorkloadTest, the default run: 2
+kill points per workload (6 in all). KillWorkloadLongTest, the long variant, runs only with
+CKPTFS_LONG_TESTS=1 (17 kill points per workload, 51 in all); without it, it is reported as
+skipped.
+"""
+
+import bisect
+import collections
+import itertools
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+import kill_writer as kw
+from harness import HERE, CkptfsMount, choose_seed, require_fuse, require_long
+
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+from ckptfs_daemon import diff_snapshots, snapshot  # noqa: E402
+from workloads import digest  # noqa: E402
+
+WRITER_PYTHON = "/usr/bin/python3"  # Debian's, with torch, zarr, numpy.
+MAX_DELAY = 1.5  # Seconds after the writer is ready; the writers save for longer than that.
+DEFAULT_KILLS, LONG_KILLS = 2, 17
+PARTIAL = re.compile(r"^(.*)\.[0-9a-f]{32}\.partial$")  # zarr DirectoryStore's temporary names.
+
+
+class Torn(Exception):
+    pass
+
+
+# --- The writers' plans: what each logged step changes, and what each file must contain ----------
+#
+# A plan is an endless sequence of steps (log line, [event, ...]); an event is a list of
+# (name, version or None for "absent") changes that the daemon journals as one entry (a close,
+# a rename). version_of() maps a file that is present to its version, or raises Torn.
+
+class TorchPlan:
+    def __init__(self, seed):
+        self.seed = seed
+        self.digests = {}
+
+    def steps(self):
+        for it in itertools.count(1):
+            yield f"close {kw.torch_rel(it)}", [[(kw.torch_rel(it), 1)]]
+            yield f"close {kw.TRACKER} {it}", [[(kw.TRACKER, it)]]
+
+    def expected_digest(self, it):
+        if it not in self.digests:
+            self.digests[it] = digest(kw.torch_state(self.seed, it))
+        return self.digests[it]
+
+    def version_of(self, name, path):
+        import torch
+        if name == kw.TRACKER:
+            return _versioned_int(path, name)
+        m = re.fullmatch(r"iter_(\d{7})/mp_rank_00/model_optim_rng\.pt", name)
+        if not m:
+            return "unexpected"
+        try:
+            got = digest(torch.load(path, map_location="cpu"))
+        except Exception as e:
+            raise Torn(f"{name}: torch.load failed: {type(e).__name__}: {e}")
+        if got != self.expected_digest(int(m.group(1))):
+            raise Torn(f"{name}: loads, but is not the state dict the writer saved")
+        return 1
+
+    def check_complete(self, tc, files, ctx, mnt_run):
+        """The tracker names a complete checkpoint (its .pt was validated by version_of)."""
+        t = files.get(kw.TRACKER)
+        if t:
+            for it in range(1, t + 1):
+                tc.assertIn(kw.torch_rel(it), files, f"{ctx}: the tracker says {t}")
+
+
+class ZarrPlan:
+    def __init__(self, seed):
+        self.seed = seed
+        self.expected = {}
+
+    def files(self, ck):
+        if ck not in self.expected:
+            self.expected[ck] = kw.zarr_expected(self.seed, ck)
+        return self.expected[ck]
+
+    def steps(self):
+        for ck in itertools.count(1):
+            d = kw.zarr_rel(ck)
+            for key in self.files(ck):
+                rel = f"{d}/{key}"
+                yield f"close {rel}", [[(rel + ".partial", 1)],
+                                       [(rel + ".partial", None), (rel, 1)]]
+            yield f"close {d}/metadata.json", [[(f"{d}/metadata.json", 1)]]
+
+    @staticmethod
+    def canonical(name):
+        m = PARTIAL.match(name)
+        return m.group(1) + ".partial" if m else name
+
+    def version_of(self, name, path):
+        m = re.fullmatch(r"ckpt_(\d{4})/(.*?)(\.partial)?", name)
+        if not m:
+            return "unexpected"
+        ck, key = int(m.group(1)), m.group(2)
+        with open(path, "rb") as f:
+            got = f.read()
+        if key == "metadata.json" and not m.group(3):
+            try:
+                ok = json.loads(got) == kw.zarr_metadata(ck)
+            except ValueError:
+                ok = False
+        else:
+            want = self.files(ck).get(key)
+            if want is None:
+                return "unexpected"
+            ok = got == want
+        if not ok:
+            raise Torn(f"{name}: {len(got)} bytes that zarr did not write there")
+        return 1
+
+    def check_complete(self, tc, files, ctx, mnt_run):
+        """Every checkpoint with metadata.json reads back equal with zarr."""
+        import numpy as np
+        import zarr
+        for name in files:
+            m = re.fullmatch(r"ckpt_(\d{4})/metadata.json", name)
+            if not m:
+                continue
+            ck = int(m.group(1))
+            for arr_name, shape, _, dtype, _ in kw.ZARR_ARRAYS:
+                arr = zarr.open(os.path.join(mnt_run, kw.zarr_rel(ck), arr_name), mode="r")
+                want = kw.zarr_data(self.seed, ck, arr_name, shape, dtype)
+                tc.assertTrue(np.array_equal(arr[...], want),
+                              f"{ctx}: {name} is present but {arr_name} reads back different")
+
+
+class SmallPlan:
+    def __init__(self, seed):
+        self.seed = seed
+
+    def steps(self):
+        for i in itertools.count():
+            rel = kw.small_rel(i)
+            yield f"close {rel}", [[(rel + ".tmp", 1)], [(rel + ".tmp", None), (rel, 1)]]
+            if i % kw.MANIFEST_EVERY == kw.MANIFEST_EVERY - 1:
+                n = i + 1
+                yield f"close MANIFEST {n}", [[("MANIFEST.tmp", n)],
+                                              [("MANIFEST.tmp", None), ("MANIFEST", n)]]
+
+    def version_of(self, name, path):
+        if name in ("MANIFEST", "MANIFEST.tmp"):
+            return _versioned_int(path, name)
+        m = re.fullmatch(r"d\d/f(\d{5})\.bin(\.tmp)?", name)
+        if not m:
+            return "unexpected"
+        i = int(m.group(1))
+        if kw.small_rel(i) != name.removesuffix(".tmp"):
+            return "unexpected"
+        with open(path, "rb") as f:
+            got = f.read()
+        if got != kw.small_content(self.seed, i):
+            raise Torn(f"{name}: {len(got)} bytes that the writer did not write")
+        return 1
+
+    def check_complete(self, tc, files, ctx, mnt_run):
+        n = files.get("MANIFEST")
+        if n:
+            missing = [kw.small_rel(i) for i in range(n) if kw.small_rel(i) not in files]
+            tc.assertFalse(missing, f"{ctx}: MANIFEST says {n} files, missing {missing[:5]}")
+
+
+def task_state(pid):
+    """State, wait channel and kernel stacks of the threads of process pid (for a hang report)."""
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        info = []
+        for item in ("stat", "wchan", "stack"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/{item}") as f:
+                    text = f.read().strip()
+            except OSError as e:
+                text = f"<{e.strerror}>"
+            info.append(text.split(") ", 1)[-1].split()[0] if item == "stat" else text)
+        out.append(f"thread {tid}: state {info[0]}, wchan {info[1]}\n{info[2]}")
+    return "\n".join(out)
+
+
+def _versioned_int(path, name):
+    with open(path, "rb") as f:
+        got = f.read()
+    if not re.fullmatch(rb"[1-9]\d*\n?", got):
+        raise Torn(f"{name}: torn content {got[:40]!r}")
+    return int(got)
+
+
+# --- The prefix check ---------------------------------------------------------------------------
+
+def prefix_matches(events, actual, min_p, max_p):
+    """The prefix lengths p (min_p <= p <= max_p) such that `actual` ({name: version}) is the
+    state after events[:p], with the README's allowance: a name whose current version is
+    superseded by a later event (of `events`: a new version, a rename or unlink) may show an
+    earlier version since its last removal, or be absent. Returns (ok prefixes, (p, {name:
+    (actual, acceptable)}) for the closest miss)."""
+    history = collections.defaultdict(list)  # name -> [(event index, version)]
+    for i, ev in enumerate(events):
+        for name, version in ev:
+            history[name].append((i, version))
+
+    def acceptable(name, p):
+        h = history.get(name, [])
+        n = bisect.bisect_left(h, p, key=lambda x: x[0])  # Changes before p.
+        values = [None] + [v for _, v in h[:n]]
+        if values[-1] is None or n == len(h):
+            return {values[-1]}  # Removals are never skipped; nor is a version not superseded.
+        # Superseded later: the flusher may have skipped it, and the versions before it back to
+        # the name's last removal (or creation).
+        last_removal = max(i for i, v in enumerate(values) if v is None)
+        return set(values[last_removal:])
+
+    names = set(history) | set(actual)
+    bad = {n for n in names if actual.get(n) not in acceptable(n, 0)}
+    ok, closest = [], None
+    for p in range(0, max_p + 1):
+        if p > 0:
+            for name, _ in events[p - 1]:
+                if actual.get(name) in acceptable(name, p):
+                    bad.discard(name)
+                else:
+                    bad.add(name)
+        if p < min_p:
+            continue
+        if not bad:
+            ok.append(p)
+        elif closest is None or len(bad) <= len(closest[1]):
+            closest = (p, {n: (actual.get(n), acceptable(n, p)) for n in sorted(bad)[:10]})
+    return ok, closest
+
+
+class KillRuns:
+    """The kill tests of the three workloads, with KILLS kill points each (a mixin of the
+    unittest.TestCase classes below)."""
+    maxDiff = 4000
+    KILLS = 0
+
+    def test_torch_save(self):
+        self.run_kills("torch", TorchPlan, self.KILLS)
+
+    def test_zarr(self):
+        self.run_kills("zarr", ZarrPlan, self.KILLS)
+
+    def test_small_files(self):
+        self.run_kills("small", SmallPlan, self.KILLS)
+
+    def run_kills(self, mode, plan_cls, kills):
+        require_fuse()
+        seed = choose_seed("CKPTFS_KILL_SEED", f"kill test ({mode})")
+        rng = random.Random(seed)
+        # The options of the daemon killed at each kill point: flushing at once or a little
+        # later, a cache that holds a few checkpoints or not even one (writers wait), fsync
+        # waiting for durability or not.
+        options = [[f"flush_delay={rng.choice(['0', '50ms'])}",
+                    f"cache_size={rng.choice(['16M', '64M'])}",
+                    f"fsync={rng.choice(['wait', 'defer'])}"] for _ in range(kills)]
+        durable_runs = 0
+        with CkptfsMount(options=options[0]) as m:
+            snapshots = {}
+            for k in range(kills):
+                run = f"run{k}"
+                wseed = rng.randrange(1 << 30)
+                delay = rng.uniform(0.0, MAX_DELAY)
+                ctx = (f"{mode} {run}, seed {seed} (writer seed {wseed}, kill after {delay:.2f}s, "
+                       f"{','.join(m.options)})")
+                log = os.path.join(m.workdir, f"{run}.log")
+                logged, durable, writer_err = self.kill_during_writer(m, mode, run, wseed, delay,
+                                                                      log)
+                if "fsync=defer" in m.options:
+                    durable = 0  # fsync returned at once: it promised nothing.
+                m.options = options[k + 1] if k + 1 < kills else []
+                m.start()
+                try:
+                    stats = self.check_run(m, plan_cls(wseed), run, logged, durable, ctx)
+                except AssertionError as e:
+                    lines = writer_err.splitlines()
+                    last = ([l for l in lines if l.startswith("writer ")] or lines or [""])[0]
+                    raise AssertionError(f"{e}\n(the writer's last word: {last})") from None
+                snapshots[run] = snapshot(m.bpath(run))
+                print(f"{ctx}: writer logged {len(logged)} steps, {stats}", file=sys.stderr)
+                durable_runs += stats["files"] > 0
+            # What earlier kill points left is still there, unchanged.
+            for run, snap in snapshots.items():
+                self.assertEqual(snapshot(m.bpath(run)), snap, f"{mode}: {run} changed later")
+            self.assertEqual(m.unmount(), 0)
+        self.assertGreater(durable_runs, 0, "no kill point left any file: the test proved nothing")
+
+    def kill_during_writer(self, m, mode, run, wseed, delay, log):
+        os.mkdir(m.path(run))
+        with open(os.path.join(m.workdir, f"{run}.err"), "w+") as err:
+            writer = subprocess.Popen([WRITER_PYTHON, os.path.join(HERE, "kill_writer.py"), mode,
+                                       m.path(run), str(wseed), log],
+                                      stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
+            try:
+                ready = writer.stdout.readline().strip()
+                self.assertEqual(ready, "ready", "the writer did not start")
+                time.sleep(delay)
+                self.assertIsNone(writer.poll(), "the writer ended before the kill")
+                m.kill9()
+                try:
+                    writer.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    state = task_state(writer.pid)
+                    writer.send_signal(signal.SIGUSR1)  # faulthandler: its Python traceback.
+                    time.sleep(1)
+                    err.seek(0)
+                    self.fail(f"the writer hung after the daemon was killed: {state}\n"
+                              f"writer stderr: {err.read()[-3000:]}")
+            finally:
+                if writer.poll() is None:
+                    writer.kill()  # Only the writer this test started.
+                writer.wait()
+                writer.stdout.close()
+            err.seek(0)
+            writer_err = err.read()
+        self.assertEqual(os.listdir(m.mnt), [], "the writer wrote into the bare mount point")
+        with open(log) as f:
+            lines = f.read().splitlines()
+        logged = [l for l in lines if l.startswith("close ")]
+        durable = [int(l.split()[1]) for l in lines if l.startswith("durable ")]
+        return logged, (durable[-1] if durable else 0), writer_err
+
+    def check_run(self, m, plan, run, logged, durable, ctx):
+        self.assertEqual(m.staging_files(), [], f"{ctx}: the new mount left staging files")
+        self.assertEqual(sorted(os.listdir(m.path(".ckptfs"))), ["stats", "sync"])
+        mnt_run = m.path(run)
+        through, backing = snapshot(mnt_run), snapshot(m.bpath(run))
+        self.assertEqual(through, backing, f"{ctx}: the mount does not show BACKING:\n"
+                         + diff_snapshots(backing, through, "backing", "mount"))
+        # Every file under the run is a complete version of something the writer wrote.
+        files = {}
+        canonical = getattr(plan, "canonical", lambda n: n)
+        for rel, desc in through.items():
+            if desc[0] == "d":
+                continue
+            name = canonical(rel)
+            self.assertNotIn(name, files, f"{ctx}: two temporaries for {name}")
+            try:
+                files[name] = plan.version_of(name, os.path.join(mnt_run, rel))
+            except Torn as e:
+                self.fail(f"{ctx}: torn file: {e}")
+        unexpected = sorted(n for n, v in files.items() if v == "unexpected")
+        self.assertFalse(unexpected, f"{ctx}: names the writer never wrote: {unexpected[:10]}")
+        # The state after a prefix of the close order, within what the writer logged (+1 step)
+        # and at least up to its last fsync.
+        steps = list(itertools.islice(plan.steps(), len(logged) + 1))
+        self.assertEqual([label for label, _ in steps[:len(logged)]], logged,
+                         f"{ctx}: the writer's log is not the planned order (fix the plan)")
+        events = [ev for _, evs in steps for ev in evs]
+        max_p = len(events)
+        min_p = 0
+        if durable:
+            tracker_step = logged.index(f"close {kw.TRACKER} {durable}")
+            min_p = sum(len(evs) for _, evs in steps[:tracker_step + 1])
+            self.assertGreaterEqual(files.get(kw.TRACKER, 0), durable,
+                                    f"{ctx}: the tracker fsynced at {durable} went back")
+        ok, closest = prefix_matches(events, files, min_p, max_p)
+        self.assertTrue(ok, f"{ctx}: BACKING is not a prefix of the close order (prefixes "
+                            f"{min_p}..{max_p} of {len(events)} events); closest: after "
+                            f"{closest[0]} events, name: (present version, acceptable): "
+                            f"{closest[1]}")
+        plan.check_complete(self, files, ctx, mnt_run)
+        return {"files": len(files), "prefix events": ok[-1], "logged events": sum(
+            len(evs) for _, evs in steps[:len(logged)])}
+
+
+class KillWorkloadTest(KillRuns, unittest.TestCase):
+    """The default run: DEFAULT_KILLS kill points per workload; and the prefix check itself (no
+    mount): it accepts exactly the states the README allows."""
+    KILLS = DEFAULT_KILLS
+
+    EVENTS = [[("a", 1)], [("t.tmp", 1)], [("t.tmp", None), ("t", 1)], [("b", 1)],
+              [("t.tmp", 2)], [("t.tmp", None), ("t", 2)]]
+
+    def prefixes(self, actual, min_p=0):
+        return prefix_matches(self.EVENTS, actual, min_p, len(self.EVENTS))[0]
+
+    def test_prefix_check_accepts(self):
+        self.assertEqual(self.prefixes({}), [0])
+        # t.tmp 1 may be skipped (renamed away), and so may t 1 (superseded by t 2).
+        self.assertEqual(self.prefixes({"a": 1}), [1, 2, 3])
+        self.assertEqual(self.prefixes({"a": 1, "t.tmp": 1}), [2])
+        self.assertEqual(self.prefixes({"a": 1, "t": 1, "b": 1}), [4, 5])
+        # t's first version is superseded by the second: it may be skipped.
+        self.assertEqual(self.prefixes({"a": 1, "b": 1, "t": 2}), [6])
+        self.assertEqual(self.prefixes({"a": 1, "b": 1}), [4, 5])
+
+    def test_prefix_check_rejects(self):
+        self.assertEqual(self.prefixes({"b": 1}), [])  # b before a.
+        self.assertEqual(self.prefixes({"a": 1, "t": 2}), [])  # t 2 before b.
+        self.assertEqual(self.prefixes({"a": 1, "t": 1, "b": 1, "x": 1}), [])  # Unknown name.
+        self.assertEqual(self.prefixes({"a": 1, "t": 3}), [])  # A version never written.
+        self.assertEqual(self.prefixes({"a": 1}, min_p=4), [])  # Less than was fsynced.
+        self.assertEqual(self.prefixes({"a": 1, "t.tmp": 1, "t": 1}), [])  # Both names.
+
+
+class KillWorkloadLongTest(KillRuns, unittest.TestCase):
+    """The long variant (CKPTFS_LONG_TESTS=1): LONG_KILLS kill points per workload."""
+    KILLS = LONG_KILLS
+
+    def setUp(self):
+        require_long()
+
+
+if __name__ == "__main__":
+    unittest.main()
