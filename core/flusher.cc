@@ -342,7 +342,14 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, size_t done, con
   journal_.Complete(batch, done);
   if (failed) {
     std::string path = hooks_.path_of ? hooks_.path_of(failed->inode) : failed->name;
-    Status st = Status::Error(error.err(), path + ": " + error.message());
+    struct stat staging {};
+    // Nothing can be flushed once the backing directory is gone; unmount rescues the data.
+    const bool gone = fstat(staging_fd_, &staging) == 0 && staging.st_nlink == 0;
+    Status st = Status::Error(error.err(), path + ": " + error.message() +
+                                               (gone ? " (the backing directory, or its .ckptfs, "
+                                                       "was removed; unmount saves the data to "
+                                                       "a rescue directory)"
+                                                     : ""));
     if (failed->kind == JournalEntry::Kind::kPublish) {
       std::lock_guard ilock(failed->inode->mu);
       failed->inode->flush_error = st;

@@ -7,6 +7,7 @@ Failures are provoked with an immutable backing directory (chattr +i; root only,
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -96,6 +97,37 @@ class FlushErrorTest(unittest.TestCase):
                 m.sync()
                 self.assertEqual(m.unmount(), 0)
         self.assertIn("unexpected errors", str(cm.exception))
+
+
+class BackingRemovedTest(unittest.TestCase):
+    """The backing directory deleted under a live mount: nothing can be flushed any more; the
+    error says so, and unmount saves the unflushed data to /var/tmp and exits non-zero."""
+
+    def setUp(self):
+        require_fuse()
+
+    def test_removed_backing_directory_is_reported_and_rescued(self):
+        data = os.urandom(3 << 20)
+        with CkptfsMount(options=["flush_delay=60s", "unmount_timeout=1s"],
+                         expect_errors=FLUSH_ERRORS) as m:
+            os.mkdir(m.path("iter_0000100"))
+            with open(m.path("iter_0000100", "model.pt"), "wb") as f:
+                f.write(data)
+            shutil.rmtree(m.backing)
+            r = run_ckptfs(["sync", m.mnt], timeout=60)
+            self.assertNotEqual(r.returncode, 0, "sync succeeded without a backing directory")
+            self.assertIn("was removed", r.stderr)
+            self.assertIn("was removed", m.stats()["last_error"])
+            with open(m.path("iter_0000100", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), data, "the data is still served")
+            self.assertNotEqual(m.unmount(), 0, "unmount claimed success")
+            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.daemon_output())
+            self.assertIsNotNone(found, m.daemon_output()[-2000:])
+            try:
+                self.assertEqual(read(os.path.join(found.group(1), "iter_0000100", "model.pt")),
+                                 data)
+            finally:
+                shutil.rmtree(found.group(1), ignore_errors=True)
 
 
 if __name__ == "__main__":

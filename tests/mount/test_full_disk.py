@@ -64,6 +64,26 @@ class FullDiskTest(unittest.TestCase):
             self.assertEqual(m.unmount(), 0)
         self.assertEqual(os.listdir(os.path.join(self.store, ".ckptfs", "staging")), [])
 
+    def test_read_only_backing_store_then_writable_again(self):
+        data = os.urandom(1 << 20)
+        with CkptfsMount(options=["flush_delay=0"], backing=self.store,
+                         expect_errors=FLUSH_ERRORS) as m:
+            subprocess.run(["mount", "-o", "remount,ro", self.store], check=True)
+            try:
+                with open(m.path("model.pt"), "wb") as f:
+                    f.write(data)
+                r = run_ckptfs(["sync", m.mnt], timeout=60)
+                self.assertNotEqual(r.returncode, 0, "sync succeeded on a read-only store")
+                self.assertIn("model.pt", r.stderr)
+                self.assertIn("Read-only file system", r.stderr)
+            finally:
+                subprocess.run(["mount", "-o", "remount,rw", self.store], check=True)
+            r = run_ckptfs(["sync", m.mnt], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(self.store, "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            self.assertEqual(m.unmount(), 0)
+
     def test_unmount_on_a_full_backing_store_rescues_to_var_tmp(self):
         data = os.urandom(8 << 20)
         options = ["flush_delay=0", "cache_size=64M", "unmount_timeout=1s"]
