@@ -419,6 +419,15 @@ def _piece_bounds(shard, pieces, rank):
     return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
+def _load_pieces(d, arr, w):
+    """Reads each parameter's own slice of every rank's shard from arr (into digest d, if any)."""
+    for r in range(w.ranks):
+        for a, b in w.piece_bounds(r):
+            piece = arr[a:b]
+            if d:
+                d.add(piece)
+
+
 def _digest_shards(d, prefix, kinds, w):
     """Adds to digest d every parameter piece of every rank's generated optimizer shard."""
     for kind in kinds:
@@ -506,12 +515,7 @@ class ZarrDist(Workload):
                 if d:
                     d.add(piece)
         for kind in ("param", "exp_avg", "exp_avg_sq"):
-            arr = zarr.open(os.path.join(root, DISTOPT_PREFIX + kind), mode="r")
-            for r in range(self.ranks):
-                for a, b in self.piece_bounds(r):
-                    piece = arr[a:b]
-                    if d:
-                        d.add(piece)
+            _load_pieces(d, zarr.open(os.path.join(root, DISTOPT_PREFIX + kind), mode="r"), self)
         return d.hexdigest() if d else None
 
     def expected_digest(self):
@@ -652,12 +656,7 @@ class ZarrDistOpt(Workload):
         self._check_meta(root)
         d = Digest() if check else None
         for kind in self.kinds:
-            arr = self._open(root, kind)
-            for r in range(self.ranks):
-                for a, b in self.piece_bounds(r):
-                    piece = arr[a:b]
-                    if d:
-                        d.add(piece)
+            _load_pieces(d, self._open(root, kind), self)
         return d.hexdigest() if d else None
 
     def load_whole_region(self, root, check=True):
