@@ -419,6 +419,13 @@ def _piece_bounds(shard, pieces, rank):
     return [(base + a, base + b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
+def _write_zarr_metadata(root):
+    """metadata.json of a Megatron-core distributed checkpoint with the zarr backend."""
+    meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
+            "common_backend": "torch", "common_backend_version": 1}
+    _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
+
+
 def _load_pieces(d, arr, w):
     """Reads each parameter's own slice of every rank's shard from arr (into digest d, if any)."""
     for r in range(w.ranks):
@@ -570,9 +577,7 @@ def _zarr_rank(rank, barrier, root, w):
             arr.set_coordinate_selection(np.arange(a, b), flat[a - rank * w.shard:b - rank * w.shard])
     barrier.group.wait()
     if rank == 0:
-        meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
-                "common_backend": "torch", "common_backend_version": 1}
-        _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
+        _write_zarr_metadata(root)
     return None
 
 
@@ -704,9 +709,7 @@ def _zarr_distopt_rank(rank, barrier, root, w):
             arr.set_coordinate_selection(np.arange(a, b), flat[a - base:b - base])
     barrier.group.wait()
     if rank == 0:
-        meta = {"sharded_backend": "zarr", "sharded_backend_version": 1,
-                "common_backend": "torch", "common_backend_version": 1}
-        _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
+        _write_zarr_metadata(root)
     return None
 
 
