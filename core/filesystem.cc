@@ -273,10 +273,7 @@ void Filesystem::LoadDirLocked(const InodeRef& dir) {
   }
   closedir(d);
   for (const std::string& name : names) {
-    if (dir->zarr) {
-      ZarrAddBackingLocked(dir, name);
-      continue;
-    }
+    if (dir->zarr && ZarrAddBackingLocked(dir, name)) continue;
     Result<InodeRef> child = ChildLocked(dir, name);
     (void)child;  // Entries that vanished or are special files are simply not listed.
   }
@@ -403,6 +400,11 @@ void Filesystem::SealHandleLocked(Handle* h) {
     changed = h->wrote_version > owner->sealed_version;
   }
   if (changed) SealLocked(owner);
+}
+
+bool Filesystem::IsZarrView(const Inode& inode) {
+  std::lock_guard lock(inode.mu);
+  return inode.view || !inode.served_text.empty();
 }
 
 InodeRef Filesystem::ContentOwner(const InodeRef& inode) {
@@ -595,12 +597,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
     if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
-    {
-      std::lock_guard ilock(inode->mu);
-      if (inode->view || !inode->served_text.empty()) {
-        return Status::Error(EPERM, "a view of a zarr array has a fixed size");
-      }
-    }
+    if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
     std::lock_guard ilock(inode->mu);
@@ -700,9 +697,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     stats_.versions_skipped += journal_.CancelUnsent(inode);
     MaybeDropLocked(inode);
   }
-  if ((*dir)->zarr && (*dir)->zarr->chunks.empty() && !(*dir)->children.count(".zarray")) {
-    (*dir)->zarr.reset();  // Nothing of the array is left: a plain directory again.
-  }
+  ZarrForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
 
@@ -796,13 +791,8 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   InodeRef victim = victim_r.ok() ? *victim_r : nullptr;
   if (victim == child) return Status::Ok();
   if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
-  bool served;
-  {
-    std::lock_guard ilock(child->mu);
-    served = child->view || !child->served_text.empty();
-  }
   // What the mount shows of a fine-grid array is not a file of its own: mv copies it instead.
-  if (served) return Status::Error(EXDEV, name + " is a view of a zarr array");
+  if (IsZarrView(*child)) return Status::Error(EXDEV, name + " is a view of a zarr array");
   const bool zarray = new_name == ".zarray" && child->type == FileType::kRegular;
   if (const auto& array = (*dst)->zarr) {
     if (auto vc = array->grid.Virtual(new_name)) {
@@ -886,12 +876,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (!dst.ok()) return dst.status();
   if (Status absent = CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
   if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
-  {
-    std::lock_guard ilock(inode->mu);
-    if (inode->view || !inode->served_text.empty()) {
-      return Status::Error(EPERM, "hard link of a view of a zarr array");
-    }
-  }
+  if (IsZarrView(*inode)) return Status::Error(EPERM, "hard link of a view of a zarr array");
   SealLocked(inode);
   if (JournaledLocked(inode)) {
     auto e = std::make_shared<JournalEntry>();
@@ -1089,11 +1074,10 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   while (true) {
     // The kernel places O_APPEND writes at the end itself; write-back of mmap'ed pages through
     // such a descriptor comes at the pages' own offsets.
-    const uint64_t at = target_offset;
-    size_t needed = inode.content.BlocksNeededForWrite(at, target_size);
+    size_t needed = inode.content.BlocksNeededForWrite(target_offset, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = inode.content.Write(at, data, target_size, reservation);
+      Status st = inode.content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
       break;
     }
@@ -1127,20 +1111,19 @@ Status Filesystem::Release(uint64_t handle) {
   std::lock_guard lock(ns_mu_);
   if (h->inode) {
     SealHandleLocked(h);
-    if (InodeRef real = ContentOwner(h->inode); real != h->inode) {
-      real->open_handles--;
-      std::unique_lock rlock(real->mu);
-      if (real->content.memory_blocks() == 0) UnloadLocked(real, rlock);
-    }
-    h->inode->open_handles--;
-    // A file read from the backing store and left unchanged gives its descriptor back.
-    std::unique_lock ilock(h->inode->mu);
-    if (h->inode->content.memory_blocks() == 0) UnloadLocked(h->inode, ilock);
-    if (ilock.owns_lock()) ilock.unlock();
+    if (InodeRef real = ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
+    CloseOneLocked(h->inode);
     MaybeDropLocked(h->inode);
   }
   handles_.erase(h);
   return Status::Ok();
+}
+
+void Filesystem::CloseOneLocked(const InodeRef& inode) {
+  inode->open_handles--;
+  // A file read from the backing store and left unchanged gives its descriptor back.
+  std::unique_lock ilock(inode->mu);
+  if (inode->content.memory_blocks() == 0) UnloadLocked(inode, ilock);
 }
 
 Status Filesystem::Fsync(uint64_t handle) {

@@ -208,6 +208,10 @@ class Filesystem {
   // The inode whose content a file's reads and writes reach: its real chunk for a virtual
   // chunk, else the file itself. Takes inode->mu.
   static InodeRef ContentOwner(const InodeRef& inode);
+  // A virtual chunk or the shown .zarray of a fine-grid array. Takes inode.mu.
+  static bool IsZarrView(const Inode& inode);
+  // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
+  void CloseOneLocked(const InodeRef& inode);
 
   // --- The zarr fine grid (core/zarr_namespace.cc); ns_mu_ held ---
   // Serves `dir`, just found on the backing store, with a fine grid when its .zarray qualifies.
@@ -218,8 +222,9 @@ class Filesystem {
   // Whether `dir` can serve the grid of `text` (fill values need memory for whole chunks).
   std::optional<ZarrGrid> ZarrGridFor(const InodeRef& dir, const std::string& text,
                                       const ZarrGrid* keep = nullptr) const;
-  // Adds the backing entry `name` of a fine-grid directory being loaded.
-  void ZarrAddBackingLocked(const InodeRef& dir, const std::string& name);
+  // Adds the backing entry `name` of a fine-grid directory being loaded, when it is the array's
+  // (a real chunk, or hidden); false for an ordinary child.
+  bool ZarrAddBackingLocked(const InodeRef& dir, const std::string& name);
   // Shows sub-chunk `sub` of real chunk `real_key` as a file named by its virtual key.
   void ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub);
   // rename(`src_dir`/`src_name` = `file`, `dir`/`key`) where `key` is a virtual chunk: the bytes
@@ -237,6 +242,8 @@ class Filesystem {
                           Reservation& reservation, size_t& more);
   // Removes real chunk `real_key` (all its virtual chunks are gone).
   void ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& real_key);
+  // Serves `dir` as a plain directory again once neither chunks nor .zarray are left.
+  void ZarrForgetIfGoneLocked(const InodeRef& dir);
   // Sets [offset, offset + length) of a real chunk to the fill value (`real`->mu held).
   static Status ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
                          Reservation& reservation);

@@ -99,12 +99,12 @@ void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
   zarr_dirs_.push_back(dir);
 }
 
-void Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& name) {
+bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& name) {
   std::shared_ptr<ZarrArray> array = dir->zarr;
   const ZarrGrid& grid = array->grid;
   if (grid.IsRealKey(name)) {
     Result<InodeRef> file = BackingInodeLocked(dir, name);
-    if (!file.ok()) return;
+    if (!file.ok()) return true;
     bool whole;
     {
       std::lock_guard lock((*file)->mu);
@@ -115,7 +115,7 @@ void Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
                    grid.chunk_bytes());
       if ((*file)->names.empty()) inodes_.erase((*file)->ino);
       array->hidden++;
-      return;
+      return true;
     }
     (*file)->names.insert({dir, name});
     ZarrArray::Chunk& chunk = array->chunks[name];
@@ -124,14 +124,13 @@ void Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
     for (size_t sub = 0; sub < grid.subs_per_chunk(); ++sub) {
       if (grid.VirtualKey(name, sub)) ZarrShowLocked(dir, name, sub);
     }
-    return;
+    return true;
   }
   if (grid.Virtual(name)) {
     array->hidden++;  // Shadowed by a virtual chunk of the same name.
-    return;
+    return true;
   }
-  Result<InodeRef> child = ChildLocked(dir, name);
-  (void)child;  // Entries that vanished or are special files are simply not listed.
+  return false;
 }
 
 void Filesystem::ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub) {
@@ -360,7 +359,13 @@ void Filesystem::ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& r
   real->nlink = 0;
   stats_.versions_skipped += journal_.CancelUnsent(real);
   MaybeDropLocked(real);
-  if (array->chunks.empty() && !dir->children.count(kZarray)) dir->zarr.reset();
+  ZarrForgetIfGoneLocked(dir);
+}
+
+void Filesystem::ZarrForgetIfGoneLocked(const InodeRef& dir) {
+  if (dir->zarr && dir->zarr->chunks.empty() && !dir->children.count(kZarray)) {
+    dir->zarr.reset();  // Nothing of the array is left: a plain directory again.
+  }
 }
 
 Status Filesystem::ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more) {
