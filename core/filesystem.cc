@@ -922,11 +922,10 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       InodeRef inode = NewInodeLocked(FileType::kRegular, mode, c);
       AddNameLocked(*dir, name, inode);
       inode->lookups++;
-      inode->open_handles++;
       inode->version = 1;  // A new file is a change even when nothing is written to it.
       auto h = std::make_unique<Handle>(inode, flags);
       h->wrote_version = 1;
-      return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
+      return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
   Result<OpenFile> opened = Open(existing_ino, flags);
@@ -986,8 +985,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
       h->wrote_version = view->real->version;
     }
     view->real->open_handles++;
-    inode->open_handles++;
-    return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
+    return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
   if (truncate && reservation.count() == 0) {
     more = 1;
@@ -1005,13 +1003,30 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
-  inode->open_handles++;
   auto h = std::make_unique<Handle>(inode, flags);
   if (flags & O_TRUNC) {
     std::lock_guard ilock(inode->mu);
     h->wrote_version = inode->version;
   }
-  return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::move(h)), false};
+  return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+}
+
+OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
+  Inode& inode = *h->inode;
+  OpenFile out{AttrOf(inode)};
+  {
+    std::lock_guard ilock(inode.mu);
+    h->direct = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY && inode.cached_handles == 0;
+    if (!h->direct) {
+      inode.cached_handles++;
+      out.keep_cache = !inode.page_cache_stale;
+      inode.page_cache_stale = false;
+    }
+  }
+  out.direct_io = h->direct;
+  inode.open_handles++;
+  out.handle = AdoptHandleLocked(std::move(h));
+  return out;
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
@@ -1089,6 +1104,14 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   inode.mtime = inode.ctime = Now();
   h->wrote_version = inode.version;
   stats_.bytes_written += size;
+  if (h->direct) {
+    if (inode.cached_handles == 0) {
+      inode.page_cache_stale = true;
+    } else {
+      lock.unlock();
+      if (invalidate_page_cache_) invalidate_page_cache_(h->inode->ino, offset, size);
+    }
+  }
   return size;
 }
 
@@ -1111,6 +1134,10 @@ Status Filesystem::Release(uint64_t handle) {
   std::lock_guard lock(ns_mu_);
   if (h->inode) {
     SealHandleLocked(h);
+    if (!h->direct) {
+      std::lock_guard ilock(h->inode->mu);
+      h->inode->cached_handles--;
+    }
     if (InodeRef real = ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     MaybeDropLocked(h->inode);

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <cstdint>
 #include <memory>
@@ -68,7 +69,8 @@ struct DirEntry {
 struct OpenFile {
   Attr attr;
   uint64_t handle = 0;
-  bool direct_io = false;  // Bypass the kernel page cache (control files).
+  bool direct_io = false;   // The kernel sends every read and write of this handle here.
+  bool keep_cache = false;  // The kernel's cached pages of the file are still right.
 };
 
 // The bytes of a read. Memory segments keep their blocks alive until this is destroyed.
@@ -87,6 +89,11 @@ class Filesystem {
 
   // Starts the flusher thread (after the daemon has forked).
   void Start();
+  // How a write that bypassed the page cache drops the kernel's cached pages of that range
+  // (ino, offset, length) while other handles of the file use the cache. Set before any write.
+  void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
+    invalidate_page_cache_ = std::move(invalidate);
+  }
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
   Status Shutdown();
@@ -138,6 +145,7 @@ class Filesystem {
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
     InodeRef inode;  // Null for control files.
     int flags = 0;
+    bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
     // The file's version after this handle's latest change (guarded by inode->mu). Its close
     // seals the file only when that change is not sealed yet: a reader's close, or the late
     // release of an earlier open, never publishes a version another handle is still writing.
@@ -198,6 +206,13 @@ class Filesystem {
   uint64_t SealLocked(const InodeRef& inode);
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
+  // Counts the handle as open on its regular file and chooses its page-cache mode: a write-only
+  // open of a file that no cached handle has open bypasses the kernel's page cache when
+  // `may_bypass` (the writer never reads it back, and each byte is copied once less). Cached
+  // pages never go stale under a reader: a cached open drops the pages older than a bypassing
+  // write (keep_cache false), and a bypassing write while cached handles are open invalidates
+  // its range (SetPageCacheInvalidator).
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass);
   // Seals the file of `h` if a change made through `h` is not sealed yet.
   void SealHandleLocked(Handle* h);
   std::string PathLocked(const InodeRef& inode) const;
@@ -290,6 +305,7 @@ class Filesystem {
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;
   std::vector<std::weak_ptr<Inode>> zarr_dirs_;  // Guarded by ns_mu_. Served with a fine grid.
   std::unique_ptr<Flusher> flusher_;
+  std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
 };
 
 }  // namespace ckptfs

@@ -97,6 +97,10 @@ struct Inode {
   uint64_t durable_version = 0; // Version the backing store holds durably.
   Status flush_error;           // Last failed flush of this file; cleared when one succeeds.
   bool flush_error_reported = false;  // The error was returned by a close already.
+  // Open handles that use the kernel's page cache (Filesystem::OpenHandleLocked), and whether
+  // that cache may miss a change made through a handle that bypasses it.
+  uint32_t cached_handles = 0;
+  bool page_cache_stale = false;
 
   uint32_t TypeBits() const {
     switch (type) {

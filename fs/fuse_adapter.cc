@@ -181,8 +181,7 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const Result<OpenFile>& r, bo
   }
   fi->fh = r->handle;
   fi->direct_io = r->direct_io;
-  // Every change of a file goes through this mount's page cache, so cached pages stay valid.
-  fi->keep_cache = !r->direct_io;
+  fi->keep_cache = r->keep_cache;
   // The close of a file opened (not created) for reading changes nothing (Filesystem::Flush):
   // spare that request.
   fi->noflush = !create && (fi->flags & O_ACCMODE) == O_RDONLY;

@@ -148,6 +148,10 @@ int Mount(int argc, char** argv) {
     if (fuse_daemonize(0) != 0) return Fail("cannot daemonize");
     SetUpLogging(o, true);
   }
+  (*fs)->SetPageCacheInvalidator([se](uint64_t ino, uint64_t offset, uint64_t length) {
+    fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset),
+                                     static_cast<off_t>(length));
+  });
   (*fs)->Start();
 
   fuse_loop_config* loop = fuse_loop_cfg_create();

@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core_test_util.h"
@@ -115,6 +116,59 @@ TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
   ASSERT_TRUE(Shutdown().ok());
   EXPECT_TRUE(SameTree(Backing(), expected));
   EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+// Write-only opens bypass the kernel's page cache, and cached pages never go stale.
+TEST_F(FilesystemTest, PageCacheModeOfHandles) {
+  Mount({.flush_delay = 1h});
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> invalidated;
+  fs_->SetPageCacheInvalidator([&](uint64_t ino, uint64_t offset, uint64_t length) {
+    invalidated.emplace_back(ino, offset, length);
+  });
+  Result<OpenFile> writer = fs_->Create(kRootIno, "f", 0644, O_CREAT | O_WRONLY | O_TRUNC, Me());
+  ASSERT_TRUE(writer.ok());
+  EXPECT_TRUE(writer->direct_io);
+  const uint64_t ino = writer->attr.ino;
+  ASSERT_TRUE(WriteHandle(*fs_, writer->handle, 0, "aaaa").ok());
+  EXPECT_TRUE(invalidated.empty());  // Nobody caches the file.
+
+  // A reader opened meanwhile uses the cache, dropping what it held from before the write...
+  Result<OpenFile> reader = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_FALSE(reader->direct_io);
+  EXPECT_FALSE(reader->keep_cache);
+  // ...and the writer's next write invalidates the range it wrote.
+  ASSERT_TRUE(WriteHandle(*fs_, writer->handle, 2, "bbb").ok());
+  ASSERT_EQ(invalidated.size(), 1u);
+  EXPECT_EQ(invalidated[0], std::make_tuple(ino, uint64_t{2}, uint64_t{3}));
+  // A second writer, opened while a cached handle is open, uses the cache too.
+  Result<OpenFile> cached_writer = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(cached_writer.ok());
+  EXPECT_FALSE(cached_writer->direct_io);
+  EXPECT_TRUE(cached_writer->keep_cache);
+  ASSERT_TRUE(WriteHandle(*fs_, cached_writer->handle, 0, "c").ok());
+  EXPECT_EQ(invalidated.size(), 1u);
+  ASSERT_TRUE(Close(*fs_, cached_writer->handle).ok());
+  ASSERT_TRUE(Close(*fs_, reader->handle).ok());
+
+  // With no cached handle open, a write only marks the cache stale: the next open drops it once.
+  ASSERT_TRUE(WriteHandle(*fs_, writer->handle, 5, "d").ok());
+  EXPECT_EQ(invalidated.size(), 1u);
+  ASSERT_TRUE(Close(*fs_, writer->handle).ok());
+  Result<OpenFile> first = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->keep_cache);
+  ASSERT_TRUE(Close(*fs_, first->handle).ok());
+  Result<OpenFile> second = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->keep_cache);
+  EXPECT_TRUE(SameBytes(*ReadHandle(*fs_, second->handle, 10), "cabbbd"));
+  ASSERT_TRUE(Close(*fs_, second->handle).ok());
+  // Read-write opens always use the cache.
+  Result<OpenFile> rw = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(rw.ok());
+  EXPECT_FALSE(rw->direct_io);
+  ASSERT_TRUE(Close(*fs_, rw->handle).ok());
 }
 
 TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {
