@@ -8,6 +8,9 @@
 namespace ckptfs {
 
 enum class FsyncMode { kWait, kDefer };
+// How the flusher writes backing files: kAuto uses O_DIRECT for files of at least
+// policy::kDirectFlushMinBytes when the backing filesystem takes it, else the page cache.
+enum class FlushIo { kAuto, kDirect, kBuffered };
 
 struct Config {
   std::string backing_dir;
@@ -15,7 +18,7 @@ struct Config {
   std::chrono::milliseconds flush_delay{300};  // Quiet time after a seal before flushing.
   FsyncMode fsync_mode = FsyncMode::kWait;
   unsigned queue_depth = 64;
-  bool direct_io = false;  // O_DIRECT on backing files written by the flusher.
+  FlushIo flush_io = FlushIo::kAuto;
   // Largest virtual chunk of zarr arrays served with a fine chunk grid; 0 turns that off.
   uint64_t zarr_chunk = 1ull << 20;
   // How long unmount keeps retrying failed flushes before it saves data to the rescue directory.

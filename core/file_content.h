@@ -116,13 +116,15 @@ class FileContent {
 // Copies bytes [0, length) of file `from` to the same offsets of `to` (in-kernel where possible).
 Status CopyFilePrefix(int from, int to, uint64_t length);
 
+// Offsets and lengths of O_DIRECT writes to backing files are multiples of this.
+inline constexpr size_t kDirectAlign = 4096;
+
 // Write requests that put `blocks` (index -> block) of a file of `size` bytes into `fd`, about
 // 1 MiB each. With `direct`, lengths are rounded up to 4 KiB (the caller truncates to size).
 template <typename BlockRange>
 std::vector<WriteRequest> BlockWriteRequests(const BlockRange& blocks, uint64_t size, int fd,
                                              bool direct) {
   constexpr size_t kBlocksPerRequest = 16;
-  constexpr size_t kDirectAlign = 4096;
   std::vector<WriteRequest> out;
   uint64_t next = UINT64_MAX;
   for (const auto& [index, block] : blocks) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/policy.h"
@@ -40,6 +41,20 @@ bool IsZarrTempName(const std::string& temp, const std::string& name) {
   return t.substr(0, name.size() + 1) == name + "." && t.substr(t.size() - kSuffix.size()) == kSuffix &&
          t.substr(name.size() + 1, kUuidHex).find_first_not_of("0123456789abcdef") ==
              std::string_view::npos;
+}
+
+// Whether files in directory `dir` take O_DIRECT writes aligned to kDirectAlign.
+bool TakesDirectIo(int dir) {
+  constexpr const char* kProbe = "direct_io_probe";
+  int fd = openat(dir, kProbe, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  unlinkat(dir, kProbe, 0);
+  if (fd < 0) return false;
+  void* page = std::aligned_alloc(kDirectAlign, kDirectAlign);
+  std::memset(page, 0, kDirectAlign);
+  bool ok = pwrite(fd, page, kDirectAlign, 0) == static_cast<ssize_t>(kDirectAlign);
+  std::free(page);
+  close(fd);
+  return ok;
 }
 
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
@@ -90,7 +105,18 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Create(const Config& config,
     closedir(d);
     if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
   }
-  return std::unique_ptr<Filesystem>(new Filesystem(config, root, staging, std::move(backend)));
+  Config checked = config;
+  if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(staging)) {
+    if (config.flush_io == FlushIo::kDirect) {
+      close(staging);
+      close(root);
+      return Status::Error(EINVAL, "flush_io=direct: the backing filesystem of " +
+                                       config.backing_dir + " does not take O_DIRECT writes");
+    }
+    spdlog::info("the backing filesystem does not take O_DIRECT writes: flushing through its page cache");
+    checked.flush_io = FlushIo::kBuffered;
+  }
+  return std::unique_ptr<Filesystem>(new Filesystem(checked, root, staging, std::move(backend)));
 }
 
 Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,

@@ -123,19 +123,23 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     ++publishes;
     Staged& s = staged[i];
     s.name = std::to_string(e.seq);
-    int flags = O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC | (config_.direct_io ? O_DIRECT : 0);
+    const FileContent& c = e.snapshot;
+    uint64_t size = c.size();
+    // A file rewritten in part keeps its unchanged prefix through copy_file_range, buffered.
+    const bool direct = !c.base() && (config_.flush_io == FlushIo::kDirect ||
+                                      (config_.flush_io == FlushIo::kAuto &&
+                                       size >= policy::kDirectFlushMinBytes));
+    int flags = O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0);
     s.fd = openat(staging_fd_, s.name.c_str(), flags, 0600);
     if (s.fd < 0) {
       s.status = Status::FromErrno("create staging file");
       continue;
     }
-    const FileContent& c = e.snapshot;
-    uint64_t size = c.size();
     if (c.base() && c.base_len() > 0) {
       s.status = CopyFilePrefix(c.base()->fd(), s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
     }
-    for (WriteRequest& req : BlockWriteRequests(c.blocks(), size, s.fd, config_.direct_io)) {
+    for (WriteRequest& req : BlockWriteRequests(c.blocks(), size, s.fd, direct)) {
       requests.push_back(std::move(req));
       request_owner.push_back(i);
     }

@@ -14,6 +14,10 @@ inline constexpr size_t kMaxBatchEntries = 1024;
 inline constexpr uint64_t kMaxBatchBytes = 1ull << 30;
 // Above this many files in a batch, one syncfs replaces per-file fdatasync and directory fsync.
 inline constexpr size_t kSyncfsThreshold = 32;
+// With flush_io=auto, files of at least this size bypass the backing store's page cache: a copy
+// of every byte saved, and page-cache memory as large as the checkpoint, cost more than what
+// the cache would spare (small files are synced together and gain from it).
+inline constexpr uint64_t kDirectFlushMinBytes = 1ull << 20;
 
 // Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
 inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {

@@ -86,7 +86,8 @@ int Mount(int argc, char** argv) {
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
-                 "queue_depth=N, direct_io, log_level=LEVEL, log_file=PATH, unmount_timeout=MS, "
+                 "queue_depth=N, flush_io=auto|direct|buffered, zarr_chunk=SIZE, log_level=LEVEL, "
+                 "log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
                  "default_permissions, fsname=, subtype=, max_read=, ro, ...")
       ->allow_extra_args(false);

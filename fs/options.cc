@@ -116,9 +116,16 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
         return Bad(option, "expected 0 (off) or a size from 64K to 4M");
       }
       out->config.zarr_chunk = *size;
-    } else if (key == "direct_io") {
-      if (has_value) return Bad(option, "takes no value");
-      out->config.direct_io = true;
+    } else if (key == "flush_io") {
+      if (value == "auto") {
+        out->config.flush_io = FlushIo::kAuto;
+      } else if (value == "direct") {
+        out->config.flush_io = FlushIo::kDirect;
+      } else if (value == "buffered") {
+        out->config.flush_io = FlushIo::kBuffered;
+      } else {
+        return Bad(option, "expected flush_io=auto, flush_io=direct or flush_io=buffered");
+      }
     } else if (key == "log_level") {
       static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "off"};
       if (std::find(std::begin(kLevels), std::end(kLevels), value) == std::end(kLevels)) {

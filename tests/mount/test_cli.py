@@ -88,7 +88,7 @@ class BadInputTest(unittest.TestCase):
 
     def test_bad_options(self):
         for opts in ["cache_size=banana", "cache_size=1M", "cache_size=", "nosuchopt",
-                     "flush_delay=soon", "fsync=maybe", "queue_depth=0", "direct_io=1",
+                     "flush_delay=soon", "fsync=maybe", "queue_depth=0", "flush_io=fast",
                      "log_level=loud"]:
             with self.subTest(opts=opts):
                 line = self.assert_refused([self.backing, self.mnt, "-o", opts])
