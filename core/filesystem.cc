@@ -624,6 +624,9 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
     if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
     if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
+    if (inode->passthrough_handles > 0) {
+      return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
+    }
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
     std::lock_guard ilock(inode->mu);
@@ -985,6 +988,11 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
   if (inode->type != FileType::kRegular) return Status::Error(ELOOP, "open of a symlink");
   const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
+  if (inode->passthrough_handles > 0 && (flags & O_ACCMODE) != O_RDONLY) {
+    spdlog::warn("{}: refused to open for writing (ETXTBSY) while it is read through FUSE "
+                 "passthrough; -o passthrough=off lets such writers in", PathLocked(inode));
+    return Status::Error(ETXTBSY, "open for writing while read through FUSE passthrough");
+  }
   std::shared_ptr<const ChunkView> view;
   bool served_zarray;
   {
@@ -1040,6 +1048,24 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
   Inode& inode = *h->inode;
   OpenFile out{AttrOf(inode)};
+  if (inode.passthrough_handles == 0 && may_bypass && open_backing_ &&
+      (h->flags & O_ACCMODE) == O_RDONLY && inode.open_handles == 0) {
+    std::lock_guard ilock(inode.mu);
+    const FileContent& c = inode.content;
+    if (c.memory_blocks() == 0 && c.base() && !c.base()->spill() && c.base_len() == c.size() &&
+        c.size() >= policy::kPassthroughMinBytes) {
+      inode.backing_id = open_backing_(c.base()->fd());
+    }
+  }
+  // Only readers get here while passthrough handles are open (OpenReserved).
+  h->passthrough = inode.backing_id >= 0;
+  if (h->passthrough) {
+    inode.passthrough_handles++;
+    out.backing_id = inode.backing_id;
+    inode.open_handles++;
+    out.handle = AdoptHandleLocked(std::move(h));
+    return out;
+  }
   {
     std::lock_guard ilock(inode.mu);
     h->direct = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY && inode.cached_handles == 0;
@@ -1160,7 +1186,12 @@ Status Filesystem::Release(uint64_t handle) {
   std::lock_guard lock(ns_mu_);
   if (h->inode) {
     SealHandleLocked(h);
-    if (!h->direct) {
+    if (h->passthrough) {
+      if (--h->inode->passthrough_handles == 0) {
+        close_backing_(h->inode->backing_id);
+        h->inode->backing_id = -1;
+      }
+    } else if (!h->direct) {
       std::lock_guard ilock(h->inode->mu);
       h->inode->cached_handles--;
     }

@@ -71,6 +71,7 @@ struct OpenFile {
   uint64_t handle = 0;
   bool direct_io = false;   // The kernel sends every read and write of this handle here.
   bool keep_cache = false;  // The kernel's cached pages of the file are still right.
+  int backing_id = -1;      // The kernel reads this backing file itself (FUSE passthrough).
 };
 
 // The bytes of a read. Memory segments keep their blocks alive until this is destroyed.
@@ -93,6 +94,15 @@ class Filesystem {
   // (ino, offset, length) while other handles of the file use the cache. Set before any write.
   void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
     invalidate_page_cache_ = std::move(invalidate);
+  }
+  // How read-only opens of files held whole by a backing file let the kernel read that file
+  // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
+  // `close_backing` drops an id. While such a handle is open, opens for writing and truncation
+  // fail with ETXTBSY (the kernel cannot mix it with other opens). Set before the first open.
+  void SetPassthrough(std::function<int(int fd)> open_backing,
+                      std::function<void(int backing_id)> close_backing) {
+    open_backing_ = std::move(open_backing);
+    close_backing_ = std::move(close_backing);
   }
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
@@ -146,6 +156,7 @@ class Filesystem {
     InodeRef inode;  // Null for control files.
     int flags = 0;
     bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
+    bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
     // The file's version after this handle's latest change (guarded by inode->mu). Its close
     // seals the file only when that change is not sealed yet: a reader's close, or the late
     // release of an earlier open, never publishes a version another handle is still writing.
@@ -306,6 +317,8 @@ class Filesystem {
   std::vector<std::weak_ptr<Inode>> zarr_dirs_;  // Guarded by ns_mu_. Served with a fine grid.
   std::unique_ptr<Flusher> flusher_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
+  std::function<int(int)> open_backing_;
+  std::function<void(int)> close_backing_;
 };
 
 }  // namespace ckptfs

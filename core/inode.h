@@ -57,6 +57,10 @@ struct Inode {
   uint32_t nlink = 1;
   uint64_t lookups = 0;
   uint32_t open_handles = 0;
+  // Open handles read by the kernel from the backing file, and the backing id they share (the
+  // kernel takes one backing file per inode).
+  uint32_t passthrough_handles = 0;
+  int backing_id = -1;
   // Names of a non-directory (several with hard links); the one name of a directory.
   std::set<Name> names;
   // Present on the backing store under some name (found there, or published/created there).

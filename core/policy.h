@@ -19,6 +19,10 @@ inline constexpr size_t kSyncfsThreshold = 32;
 // the cache would spare (small files are synced together and gain from it).
 inline constexpr uint64_t kDirectFlushMinBytes = 1ull << 20;
 
+// Smallest file whose read-only opens use FUSE passthrough (when on): small files such as
+// trackers are rewritten while being read, which passthrough would refuse.
+inline constexpr uint64_t kPassthroughMinBytes = 1ull << 20;
+
 // Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
 inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {
   unsigned shift = std::min(consecutive_failures > 0 ? consecutive_failures - 1 : 0u, 6u);

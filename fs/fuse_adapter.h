@@ -3,7 +3,6 @@
 // exception never crosses into libfuse (it is logged and answered with EIO).
 #pragma once
 
-#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
 namespace ckptfs {

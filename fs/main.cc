@@ -20,6 +20,7 @@
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
 #include "fs/options.h"
+#include "fs/passthrough.h"
 #include "iouring/backend.h"
 
 namespace ckptfs {
@@ -86,7 +87,7 @@ int Mount(int argc, char** argv) {
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
-                 "queue_depth=N, flush_io=auto|direct|buffered, zarr_chunk=SIZE, log_level=LEVEL, "
+                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, zarr_chunk=SIZE, log_level=LEVEL, "
                  "log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
                  "default_permissions, fsname=, subtype=, max_read=, ro, ...")
@@ -142,6 +143,8 @@ int Mount(int argc, char** argv) {
     fuse_session_destroy(se);
     return Fail("cannot mount on " + o.mountpoint);
   }
+  InstallPassthrough(se, o.passthrough);
+  if (o.passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
   spdlog::info("mounted {} on {} (cache {} MiB, {} backend)", backing, o.mountpoint,
                o.config.cache_size >> 20, (*fs)->backend_name());
   if (!o.foreground) {

@@ -116,6 +116,11 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
         return Bad(option, "expected 0 (off) or a size from 64K to 4M");
       }
       out->config.zarr_chunk = *size;
+    } else if (key == "passthrough") {
+      if (value != "on" && value != "off") {
+        return Bad(option, "expected passthrough=on or passthrough=off");
+      }
+      out->passthrough = value == "on";
     } else if (key == "flush_io") {
       if (value == "auto") {
         out->config.flush_io = FlushIo::kAuto;

@@ -1,16 +1,21 @@
-"""Write-only opens bypass the kernel's page cache; what readers see through the cache stays right.
+"""How the kernel serves file data: page cache, direct writes and FUSE passthrough.
 
 A write-only open of a file no cached handle has open goes straight to the daemon (direct_io).
 These tests write through such handles while readers hold cached pages, and check that every
-read returns the bytes written last, as on a plain directory.
+read returns the bytes written last, as on a plain directory. Read-only opens of large files
+held whole by the backing store are read by the kernel from the backing file (passthrough);
+the daemon sees none of those reads, and refuses writers meanwhile.
 """
 
+import errno
+import mmap
 import os
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from harness import CkptfsMount, require_fuse, require_root
 
 PAGE = 4096
+MiB = 1 << 20
 
 
 def pread_all(fd, size):
@@ -75,6 +80,76 @@ class PageCacheTest(unittest.TestCase):
             finally:
                 os.close(reader)
             self.assertEqual(os.path.getsize(path), 2 * PAGE + 100)
+
+
+class PassthroughTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+        require_root()  # The kernel registers backing files for CAP_SYS_ADMIN only.
+        self.backing = None
+
+    def save(self, m, name, data):
+        with open(m.path(name), "wb") as f:
+            f.write(data)
+        m.sync()
+
+    def test_reads_of_a_file_on_the_backing_store_bypass_the_daemon(self):
+        big = os.urandom(3 * MiB + 123)
+        with CkptfsMount() as m:
+            self.save(m, "big.pt", big)
+            self.save(m, "small.txt", b"100")
+            backing = m.backing
+            m.unmount()
+            with CkptfsMount(backing=backing) as m2:
+                before = m2.stats()["bytes_read"]
+                with open(m2.path("big.pt"), "rb") as f:
+                    self.assertEqual(f.read(), big)
+                with open(m2.path("big.pt"), "rb") as f, \
+                        mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                    self.assertEqual(mm[MiB:2 * MiB], big[MiB:2 * MiB])
+                self.assertEqual(m2.stats()["bytes_read"], before)
+                # Small files are read through the daemon.
+                with open(m2.path("small.txt"), "rb") as f:
+                    self.assertEqual(f.read(), b"100")
+                self.assertEqual(m2.stats()["bytes_read"], before + 3)
+
+    def test_writers_are_refused_while_it_is_read_and_welcome_after(self):
+        big = os.urandom(2 * MiB)
+        with CkptfsMount() as m:
+            self.save(m, "big.pt", big)
+            m.unmount()
+            with CkptfsMount(backing=m.backing) as m2:
+                path = m2.path("big.pt")
+                with open(path, "rb") as reader:
+                    self.assertEqual(reader.read(PAGE), big[:PAGE])
+                    for attempt in (lambda: os.open(path, os.O_WRONLY),
+                                    lambda: os.open(path, os.O_RDWR),
+                                    lambda: os.truncate(path, 0)):
+                        with self.assertRaises(OSError) as caught:
+                            attempt()
+                        self.assertEqual(caught.exception.errno, errno.ETXTBSY)
+                    # A second reader reads the same way.
+                    with open(path, "rb") as second:
+                        self.assertEqual(second.read(), big)
+                with open(path, "r+b") as writer:
+                    writer.write(b"new")
+                with open(path, "rb") as f:
+                    self.assertEqual(f.read(), b"new" + big[3:])
+                m2.sync()
+            with open(os.path.join(m.backing, "big.pt"), "rb") as f:
+                self.assertEqual(f.read(), b"new" + big[3:])
+
+    def test_off_reads_through_the_daemon(self):
+        big = os.urandom(2 * MiB)
+        with CkptfsMount() as m:
+            self.save(m, "big.pt", big)
+            m.unmount()
+            with CkptfsMount(backing=m.backing, options=["passthrough=off"]) as m2:
+                with open(m2.path("big.pt"), "rb") as reader:
+                    self.assertEqual(reader.read(), big)
+                    with open(m2.path("big.pt"), "r+b") as writer:  # No refusal.
+                        writer.write(b"x")
+                self.assertGreaterEqual(m2.stats()["bytes_read"], len(big))
 
 
 if __name__ == "__main__":

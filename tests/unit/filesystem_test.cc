@@ -171,6 +171,64 @@ TEST_F(FilesystemTest, PageCacheModeOfHandles) {
   ASSERT_TRUE(Close(*fs_, rw->handle).ok());
 }
 
+// Read-only opens of large files held whole by the backing store are read by the kernel from
+// the backing file; one backing id per file, writers refused meanwhile.
+TEST_F(FilesystemTest, PassthroughOfFilesOnTheBackingStore) {
+  const std::string big = Pattern(3, 2 << 20);
+  WriteHostFile(B("big.pt"), big);
+  WriteHostFile(B("small.txt"), "100");
+  Mount({.flush_delay = 1h});
+  std::vector<int> opened, closed;
+  bool refuse = false;
+  fs_->SetPassthrough(
+      [&](int fd) {
+        if (refuse) return -1;
+        opened.push_back(fd);
+        return 7;
+      },
+      [&](int id) { closed.push_back(id); });
+  const uint64_t ino = Ino("big.pt");
+
+  Result<OpenFile> first = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->backing_id, 7);
+  Result<OpenFile> second = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->backing_id, 7);
+  EXPECT_EQ(opened.size(), 1u);
+  EXPECT_EQ(fs_->Open(ino, O_WRONLY).status().err(), ETXTBSY);
+  EXPECT_EQ(fs_->Open(ino, O_RDWR | O_TRUNC).status().err(), ETXTBSY);
+  SetAttrRequest truncate;
+  truncate.size = 0;
+  EXPECT_EQ(fs_->SetAttr(ino, truncate).status().err(), ETXTBSY);
+  ASSERT_TRUE(Close(*fs_, first->handle).ok());
+  EXPECT_TRUE(closed.empty());
+  ASSERT_TRUE(Close(*fs_, second->handle).ok());
+  EXPECT_EQ(closed, std::vector<int>{7});
+
+  // Small files, changed files and refused registrations are read through the daemon.
+  Result<OpenFile> small = fs_->Open(Ino("small.txt"), O_RDONLY);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->backing_id, -1);
+  ASSERT_TRUE(Close(*fs_, small->handle).ok());
+  Result<OpenFile> writer = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, writer->handle, 0, "new").ok());
+  Result<OpenFile> changed = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(changed->backing_id, -1);
+  ASSERT_TRUE(Close(*fs_, changed->handle).ok());
+  ASSERT_TRUE(Close(*fs_, writer->handle).ok());
+  EXPECT_EQ(opened.size(), 1u);
+  refuse = true;
+  WriteHostFile(B("other.pt"), big);
+  Result<OpenFile> refused = fs_->Open(Ino("other.pt"), O_RDONLY);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->backing_id, -1);
+  EXPECT_TRUE(SameBytes(*ReadHandle(*fs_, refused->handle, big.size()), big));
+  ASSERT_TRUE(Close(*fs_, refused->handle).ok());
+}
+
 TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {
   Mount({.flush_delay = 1h});
   ASSERT_TRUE(WriteFile(*fs_, "a", Pattern(2, 100000)).ok());

@@ -1,0 +1,139 @@
+#include "fs/passthrough.h"
+
+#include <linux/fuse.h>
+#include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ckptfs {
+namespace {
+
+// Kernel ABI of FUSE 7.40, newer than the installed <linux/fuse.h>.
+constexpr uint32_t kPassthroughFlags2 = 1u << (37 - 32);  // FUSE_PASSTHROUGH, in flags2.
+constexpr uint32_t kOpenPassthrough = 1u << 7;            // FOPEN_PASSTHROUGH.
+struct BackingMap {
+  int32_t fd;
+  uint32_t flags;
+  uint64_t padding;
+};
+constexpr unsigned long kIocBackingOpen = _IOW(229, 1, BackingMap);
+constexpr unsigned long kIocBackingClose = _IOW(229, 2, uint32_t);
+// fuse_init_out: max_stack_depth took the first unused word; fuse_open_out: backing_id took
+// the padding.
+constexpr size_t kMaxStackDepthOffset = offsetof(fuse_init_out, unused);
+
+struct State {
+  int dev_fd = -1;
+  std::atomic<bool> offered{false};  // The kernel's INIT has FUSE_PASSTHROUGH.
+  std::atomic<uint64_t> init_unique{0};
+  std::atomic<bool> active{false};
+  std::mutex mu;
+  std::unordered_set<uint64_t> open_requests;     // Unanswered OPEN requests (guarded by mu).
+  std::unordered_map<uint64_t, int> backing_ids;  // File handle -> backing id (guarded by mu).
+};
+
+State& S() {
+  static State state;
+  return state;
+}
+
+ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
+  ssize_t n = ::read(fd, buf, len);
+  if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
+  const auto* in = static_cast<const fuse_in_header*>(buf);
+  State& s = S();
+  if (in->opcode == FUSE_INIT &&
+      static_cast<size_t>(n) >= sizeof(fuse_in_header) + offsetof(fuse_init_in, unused)) {
+    const auto* init = reinterpret_cast<const fuse_init_in*>(in + 1);
+    s.offered = (init->flags & FUSE_INIT_EXT) && (init->flags2 & kPassthroughFlags2);
+    s.init_unique = in->unique;
+  } else if (in->opcode == FUSE_OPEN && s.active) {
+    std::lock_guard lock(s.mu);
+    s.open_requests.insert(in->unique);
+  }
+  return n;
+}
+
+ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
+  State& s = S();
+  if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
+    const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
+    if (out->unique == s.init_unique && out->error == 0 && s.offered && count >= 2 &&
+        iov[1].iov_len >= sizeof(fuse_init_out)) {
+      auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
+      init->flags |= FUSE_INIT_EXT;
+      init->flags2 |= kPassthroughFlags2;
+      const uint32_t max_stack_depth = 1;
+      std::memcpy(reinterpret_cast<char*>(init) + kMaxStackDepthOffset, &max_stack_depth,
+                  sizeof max_stack_depth);
+      s.active = true;
+    } else if (s.active) {
+      std::lock_guard lock(s.mu);
+      if (s.open_requests.erase(out->unique) > 0 && out->error == 0 && count >= 2 &&
+          iov[1].iov_len == sizeof(fuse_open_out)) {
+        auto* open = static_cast<fuse_open_out*>(iov[1].iov_base);
+        if (auto it = s.backing_ids.find(open->fh); it != s.backing_ids.end()) {
+          open->open_flags |= kOpenPassthrough;
+          open->padding = static_cast<uint32_t>(it->second);
+          s.backing_ids.erase(it);
+        }
+      }
+    }
+  }
+  return ::writev(fd, iov, count);
+}
+
+}  // namespace
+
+void InstallPassthrough(fuse_session* se, bool wanted) {
+  if (!wanted) return;
+  static const fuse_custom_io io = {WriteReply, ReadRequest, nullptr, nullptr};
+  int fd = fuse_session_fd(se);
+  if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
+    spdlog::warn("FUSE passthrough unavailable: cannot hook the session ({})", std::strerror(-err));
+    return;
+  }
+  S().dev_fd = fd;
+}
+
+bool PassthroughActive() { return S().active; }
+
+int OpenBacking(int fd) {
+  State& s = S();
+  if (!s.active) return -1;
+  BackingMap map{fd, 0, 0};
+  int id = ioctl(s.dev_fd, kIocBackingOpen, &map);
+  if (id < 0) {
+    static std::once_flag warned;
+    int err = errno;
+    std::call_once(warned, [err] {
+      spdlog::warn("FUSE passthrough refused by the kernel ({}); reads go through the daemon",
+                   std::strerror(err));
+    });
+    return -1;
+  }
+  return id;
+}
+
+void CloseBacking(int backing_id) {
+  uint32_t id = static_cast<uint32_t>(backing_id);
+  if (ioctl(S().dev_fd, kIocBackingClose, &id) != 0) {
+    spdlog::warn("FUSE passthrough: closing backing id {} failed: {}", backing_id,
+                 std::strerror(errno));
+  }
+}
+
+void RegisterOpen(uint64_t fh, int backing_id) {
+  std::lock_guard lock(S().mu);
+  S().backing_ids[fh] = backing_id;
+}
+
+}  // namespace ckptfs
