@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <mutex>
 #include <vector>
 #include <unistd.h>
 
@@ -22,46 +21,6 @@ constexpr double kEntryTimeout = 1.0;
 constexpr unsigned kMaxWrite = 1u << 20;
 // Zero bytes served for holes.
 alignas(4096) const char kZeros[kBlockSize] = {};
-
-// Buffers for reads of the backing store, kept for reuse by whichever thread reads next: the
-// loop's worker threads come and go, and fresh memory costs a page fault per page on its first
-// touch (thread-local buffers made cold reads through the mount several times slower).
-class ReadBuffers {
- public:
-  class Lease {
-   public:
-    explicit Lease(ReadBuffers& pool) : pool_(pool), buffer_(pool.Take()) {}
-    ~Lease() { pool_.Give(std::move(buffer_)); }
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    char* Get(size_t size) {
-      if (buffer_.size() < size) buffer_.resize(size);
-      return buffer_.data();
-    }
-
-   private:
-    ReadBuffers& pool_;
-    std::vector<char> buffer_;
-  };
-
- private:
-  std::vector<char> Take() {
-    std::lock_guard lock(mu_);
-    if (free_.empty()) return {};
-    std::vector<char> out = std::move(free_.back());
-    free_.pop_back();
-    return out;
-  }
-  void Give(std::vector<char> buffer) {
-    std::lock_guard lock(mu_);
-    free_.push_back(std::move(buffer));
-  }
-
-  std::mutex mu_;
-  std::vector<std::vector<char>> free_;
-};
-
-ReadBuffers read_buffers;
 
 Filesystem& Fs(fuse_req_t req) { return *static_cast<Filesystem*>(fuse_req_userdata(req)); }
 
@@ -288,16 +247,16 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       fuse_reply_buf(req, r->owned.data(), r->owned.size());
       return;
     }
-    // One writev of the reply straight from the blocks; backing ranges are read into a pooled
-    // buffer first (a request is at most max_read bytes).
+    // One writev of the reply straight from the blocks; backing ranges are read into this
+    // thread's buffer first (a request is at most max_read bytes).
+    thread_local std::vector<char> staging;
     size_t backing_bytes = 0;
     size_t pieces = 0;
     for (const ReadSegment& s : r->segments) {
       if (s.kind == ReadSegment::Kind::kBacking) backing_bytes += s.length;
       pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
     }
-    ReadBuffers::Lease lease(read_buffers);
-    char* staging = lease.Get(backing_bytes);
+    if (staging.size() < backing_bytes) staging.resize(backing_bytes);
     std::vector<iovec> iov;
     iov.reserve(pieces);
     size_t used = 0;
@@ -305,15 +264,15 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       if (s.kind == ReadSegment::Kind::kMemory) {
         iov.push_back({const_cast<char*>(s.data), s.length});
       } else if (s.kind == ReadSegment::Kind::kBacking) {
-        ssize_t n = PreadFull(s.file->fd(), staging + used, s.length,
+        ssize_t n = PreadFull(s.file->fd(), staging.data() + used, s.length,
                               static_cast<off_t>(s.file_offset));
         if (n < 0) {
           fuse_reply_err(req, errno);
           return;
         }
         // Bytes past the end of the backing file read as zeros.
-        std::memset(staging + used + n, 0, s.length - static_cast<size_t>(n));
-        iov.push_back({staging + used, s.length});
+        std::memset(staging.data() + used + n, 0, s.length - static_cast<size_t>(n));
+        iov.push_back({staging.data() + used, s.length});
         used += s.length;
       } else {
         for (size_t left = s.length; left > 0;) {
