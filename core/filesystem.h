@@ -217,12 +217,16 @@ class Filesystem {
   uint64_t SealLocked(const InodeRef& inode);
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
-  // Counts the handle as open on its regular file and chooses its page-cache mode: a write-only
-  // open of a file that no cached handle has open bypasses the kernel's page cache when
-  // `may_bypass` (the writer never reads it back, and each byte is copied once less). Cached
-  // pages never go stale under a reader: a cached open drops the pages older than a bypassing
-  // write (keep_cache false), and a bypassing write while cached handles are open invalidates
-  // its range (SetPageCacheInvalidator).
+  // Counts the handle as open on its regular file and chooses how the kernel serves it; only
+  // `may_bypass` handles may skip the page cache:
+  // - passthrough (SetPassthrough): a read-only open of a file of policy::kPassthroughMinBytes
+  //   or more that the backing store holds whole, when nothing else has it open; readers opened
+  //   meanwhile share it;
+  // - direct: a write-only open of a file no cached handle has open (the writer never reads it
+  //   back, and each byte is copied once less);
+  // - else the page cache, whose pages never go stale under a reader: a cached open drops the
+  //   pages older than a direct write (keep_cache false), and a direct write while cached
+  //   handles are open invalidates its range (SetPageCacheInvalidator).
   OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass);
   // Seals the file of `h` if a change made through `h` is not sealed yet.
   void SealHandleLocked(Handle* h);
