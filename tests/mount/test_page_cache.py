@@ -2,9 +2,9 @@
 
 A write-only open of a file no cached handle has open goes straight to the daemon (direct_io).
 These tests write through such handles while readers hold cached pages, and check that every
-read returns the bytes written last, as on a plain directory. Read-only opens of large files
-held whole by the backing store are read by the kernel from the backing file (passthrough);
-the daemon sees none of those reads, and refuses writers meanwhile.
+read returns the bytes written last, as on a plain directory. With passthrough=on, read-only
+opens of large files held whole by the backing store are read by the kernel from the backing
+file; the daemon sees none of those reads, and refuses writers meanwhile.
 """
 
 import errno
@@ -100,7 +100,7 @@ class PassthroughTest(unittest.TestCase):
             self.save(m, "small.txt", b"100")
             backing = m.backing
             m.unmount()
-            with CkptfsMount(backing=backing) as m2:
+            with CkptfsMount(backing=backing, options=["passthrough=on"]) as m2:
                 before = m2.stats()["bytes_read"]
                 with open(m2.path("big.pt"), "rb") as f:
                     self.assertEqual(f.read(), big)
@@ -118,7 +118,7 @@ class PassthroughTest(unittest.TestCase):
         with CkptfsMount() as m:
             self.save(m, "big.pt", big)
             m.unmount()
-            with CkptfsMount(backing=m.backing) as m2:
+            with CkptfsMount(backing=m.backing, options=["passthrough=on"]) as m2:
                 path = m2.path("big.pt")
                 with open(path, "rb") as reader:
                     self.assertEqual(reader.read(PAGE), big[:PAGE])
@@ -139,12 +139,12 @@ class PassthroughTest(unittest.TestCase):
             with open(os.path.join(m.backing, "big.pt"), "rb") as f:
                 self.assertEqual(f.read(), b"new" + big[3:])
 
-    def test_off_reads_through_the_daemon(self):
+    def test_off_by_default_reads_through_the_daemon(self):
         big = os.urandom(2 * MiB)
         with CkptfsMount() as m:
             self.save(m, "big.pt", big)
             m.unmount()
-            with CkptfsMount(backing=m.backing, options=["passthrough=off"]) as m2:
+            with CkptfsMount(backing=m.backing) as m2:
                 with open(m2.path("big.pt"), "rb") as reader:
                     self.assertEqual(reader.read(), big)
                     with open(m2.path("big.pt"), "r+b") as writer:  # No refusal.
