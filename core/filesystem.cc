@@ -616,6 +616,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (ino != kRootIno && ino < kFirstIno) return Status::Error(EPERM, "control files are fixed");
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
+  if (req.size) WaitPassthroughReleased(ino);
   std::lock_guard lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -975,8 +976,17 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
     return OpenFile{ControlAttr(ino), AdoptHandleLocked(std::move(h)), true};
   }
   if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
+  if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
   return Reserving([&](Reservation& reservation, size_t& more) {
     return OpenReserved(ino, flags, reservation, more);
+  });
+}
+
+void Filesystem::WaitPassthroughReleased(uint64_t ino) {
+  std::unique_lock lock(ns_mu_);
+  passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&] {
+    InodeRef inode = FindLocked(ino);
+    return !inode || inode->passthrough_handles == 0;
   });
 }
 
@@ -1190,6 +1200,7 @@ Status Filesystem::Release(uint64_t handle) {
       if (--h->inode->passthrough_handles == 0) {
         close_backing_(h->inode->backing_id);
         h->inode->backing_id = -1;
+        passthrough_released_.notify_all();
       }
     } else if (!h->direct) {
       std::lock_guard ilock(h->inode->mu);

@@ -11,6 +11,7 @@
 #include <sys/statvfs.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
@@ -150,6 +151,10 @@ class Filesystem {
   std::string StatsJson();
 
  private:
+  // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
+  // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
+  // the file right after reading it would otherwise find it still open.
+  void WaitPassthroughReleased(uint64_t ino);
   struct Handle {
     Handle() = default;
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
@@ -322,6 +327,7 @@ class Filesystem {
   std::unique_ptr<Flusher> flusher_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
   std::function<int(int)> open_backing_;
+  std::condition_variable passthrough_released_;  // With ns_mu_: a file's last one closed.
   std::function<void(int)> close_backing_;
 };
 

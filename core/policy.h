@@ -22,6 +22,9 @@ inline constexpr uint64_t kDirectFlushMinBytes = 1ull << 20;
 // Smallest file whose read-only opens use FUSE passthrough (when on): small files such as
 // trackers are rewritten while being read, which passthrough would refuse.
 inline constexpr uint64_t kPassthroughMinBytes = 1ull << 20;
+// How long an open for writing (or a truncate) waits for the file's passthrough readers to be
+// released before it fails with ETXTBSY.
+inline constexpr std::chrono::milliseconds kPassthroughReleaseWait{1000};
 
 // Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
 inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {
