@@ -983,6 +983,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
 }
 
 void Filesystem::WaitPassthroughReleased(uint64_t ino) {
+  if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
   std::unique_lock lock(ns_mu_);
   passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&] {
     InodeRef inode = FindLocked(ino);
@@ -1072,11 +1073,7 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   if (h->passthrough) {
     inode.passthrough_handles++;
     out.backing_id = inode.backing_id;
-    inode.open_handles++;
-    out.handle = AdoptHandleLocked(std::move(h));
-    return out;
-  }
-  {
+  } else {
     std::lock_guard ilock(inode.mu);
     h->direct = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY && inode.cached_handles == 0;
     if (!h->direct) {
@@ -1084,8 +1081,8 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
       out.keep_cache = !inode.page_cache_stale;
       inode.page_cache_stale = false;
     }
+    out.direct_io = h->direct;
   }
-  out.direct_io = h->direct;
   inode.open_handles++;
   out.handle = AdoptHandleLocked(std::move(h));
   return out;
