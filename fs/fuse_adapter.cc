@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -19,6 +20,7 @@ namespace {
 constexpr double kAttrTimeout = 1.0;
 constexpr double kEntryTimeout = 1.0;
 constexpr unsigned kMaxWrite = 1u << 20;
+std::atomic<unsigned> max_read{0};
 // Zero bytes served for holes.
 alignas(4096) const char kZeros[kBlockSize] = {};
 
@@ -88,7 +90,9 @@ void Guard(fuse_req_t req, const char* op, F&& body) {
 
 void Init(void* userdata, fuse_conn_info* conn) {
   conn->max_write = kMaxWrite;
-  conn->max_readahead = std::max(conn->max_readahead, kMaxWrite);
+  conn->max_readahead = std::max(conn->max_readahead, kReadAheadBytes);
+  conn->max_read = max_read.load();
+  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // Locks are kept by the kernel for this mount; readdirplus is not implemented. Every change
@@ -236,6 +240,91 @@ ssize_t PreadFull(int fd, char* dst, size_t length, off_t offset) {
   return static_cast<ssize_t>(done);
 }
 
+// True when every backing range of `segments` lies within its file as it is now, so splicing
+// them yields every byte (an external truncation of a backing file must read as zeros, not EOF).
+bool BackingRangesPresent(const std::vector<ReadSegment>& segments) {
+  for (const ReadSegment& s : segments) {
+    if (s.kind != ReadSegment::Kind::kBacking) continue;
+    struct stat st {};
+    if (fstat(s.file->fd(), &st) != 0 ||
+        s.file_offset + s.length > static_cast<uint64_t>(st.st_size)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Replies with the segments, the backing ranges spliced from their files into the kernel's
+// pages without being copied through this process (libfuse's splice path; the reply and its
+// header must fit one pipe, which is why max_read defaults to half the 1 MiB pipe limit).
+void ReplySpliced(fuse_req_t req, const std::vector<ReadSegment>& segments) {
+  size_t count = 0;
+  for (const ReadSegment& s : segments) {
+    count += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
+  }
+  std::vector<char> storage(sizeof(fuse_bufvec) + count * sizeof(fuse_buf));
+  auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
+  bufv->count = count;
+  bufv->idx = 0;
+  bufv->off = 0;
+  size_t i = 0;
+  for (const ReadSegment& s : segments) {
+    if (s.kind == ReadSegment::Kind::kZeros) {
+      for (size_t left = s.length; left > 0;) {
+        size_t n = std::min(left, kBlockSize);
+        bufv->buf[i++] = fuse_buf{n, fuse_buf_flags{}, const_cast<char*>(kZeros), -1, 0};
+        left -= n;
+      }
+    } else if (s.kind == ReadSegment::Kind::kMemory) {
+      bufv->buf[i++] = fuse_buf{s.length, fuse_buf_flags{}, const_cast<char*>(s.data), -1, 0};
+    } else {
+      bufv->buf[i++] = fuse_buf{s.length, static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK),
+                                nullptr, s.file->fd(), static_cast<off_t>(s.file_offset)};
+    }
+  }
+  // libfuse copies instead where it cannot splice (a reply larger than its pipe can grow).
+  fuse_reply_data(req, bufv, fuse_buf_copy_flags{});
+}
+
+// Replies with one writev straight from the blocks; backing ranges are read into this thread's
+// buffer first (a request is at most max_read bytes).
+void ReplyCopied(fuse_req_t req, const std::vector<ReadSegment>& segments) {
+  thread_local std::vector<char> staging;
+  size_t backing_bytes = 0;
+  size_t pieces = 0;
+  for (const ReadSegment& s : segments) {
+    if (s.kind == ReadSegment::Kind::kBacking) backing_bytes += s.length;
+    pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
+  }
+  if (staging.size() < backing_bytes) staging.resize(backing_bytes);
+  std::vector<iovec> iov;
+  iov.reserve(pieces);
+  size_t used = 0;
+  for (const ReadSegment& s : segments) {
+    if (s.kind == ReadSegment::Kind::kMemory) {
+      iov.push_back({const_cast<char*>(s.data), s.length});
+    } else if (s.kind == ReadSegment::Kind::kBacking) {
+      ssize_t n = PreadFull(s.file->fd(), staging.data() + used, s.length,
+                            static_cast<off_t>(s.file_offset));
+      if (n < 0) {
+        fuse_reply_err(req, errno);
+        return;
+      }
+      // Bytes past the end of the backing file read as zeros.
+      std::memset(staging.data() + used + n, 0, s.length - static_cast<size_t>(n));
+      iov.push_back({staging.data() + used, s.length});
+      used += s.length;
+    } else {
+      for (size_t left = s.length; left > 0;) {
+        size_t n = std::min(left, kBlockSize);
+        iov.push_back({const_cast<char*>(kZeros), n});
+        left -= n;
+      }
+    }
+  }
+  fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+}
+
 void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   Guard(req, "read", [&] {
     Result<ReadData> r = Fs(req).Read(fi->fh, static_cast<uint64_t>(off), size);
@@ -247,42 +336,14 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       fuse_reply_buf(req, r->owned.data(), r->owned.size());
       return;
     }
-    // One writev of the reply straight from the blocks; backing ranges are read into this
-    // thread's buffer first (a request is at most max_read bytes).
-    thread_local std::vector<char> staging;
-    size_t backing_bytes = 0;
-    size_t pieces = 0;
-    for (const ReadSegment& s : r->segments) {
-      if (s.kind == ReadSegment::Kind::kBacking) backing_bytes += s.length;
-      pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
+    bool from_backing = std::any_of(r->segments.begin(), r->segments.end(), [](const ReadSegment& s) {
+      return s.kind == ReadSegment::Kind::kBacking;
+    });
+    if (from_backing && BackingRangesPresent(r->segments)) {
+      ReplySpliced(req, r->segments);
+    } else {
+      ReplyCopied(req, r->segments);
     }
-    if (staging.size() < backing_bytes) staging.resize(backing_bytes);
-    std::vector<iovec> iov;
-    iov.reserve(pieces);
-    size_t used = 0;
-    for (const ReadSegment& s : r->segments) {
-      if (s.kind == ReadSegment::Kind::kMemory) {
-        iov.push_back({const_cast<char*>(s.data), s.length});
-      } else if (s.kind == ReadSegment::Kind::kBacking) {
-        ssize_t n = PreadFull(s.file->fd(), staging.data() + used, s.length,
-                              static_cast<off_t>(s.file_offset));
-        if (n < 0) {
-          fuse_reply_err(req, errno);
-          return;
-        }
-        // Bytes past the end of the backing file read as zeros.
-        std::memset(staging.data() + used + n, 0, s.length - static_cast<size_t>(n));
-        iov.push_back({staging.data() + used, s.length});
-        used += s.length;
-      } else {
-        for (size_t left = s.length; left > 0;) {
-          size_t n = std::min(left, kBlockSize);
-          iov.push_back({const_cast<char*>(kZeros), n});
-          left -= n;
-        }
-      }
-    }
-    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
   });
 }
 
@@ -406,6 +467,8 @@ fuse_lowlevel_ops MakeOps() {
 }
 
 }  // namespace
+
+void SetMaxRead(unsigned bytes) { max_read = bytes; }
 
 const fuse_lowlevel_ops& FuseOperations() {
   static const fuse_lowlevel_ops ops = MakeOps();

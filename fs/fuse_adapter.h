@@ -9,4 +9,12 @@ namespace ckptfs {
 
 const fuse_lowlevel_ops& FuseOperations();
 
+// The kernel's readahead for a FUSE mount is 128 KiB, and INIT can only lower it: a cold
+// sequential read would wait on one small request at a time. The mount raises it to this
+// (through sysfs, as root), which keeps several read requests in flight.
+inline constexpr unsigned kReadAheadBytes = 4u << 20;
+
+// The max_read mount option of the session (INIT must state the same); call before mounting.
+void SetMaxRead(unsigned bytes);
+
 }  // namespace ckptfs

@@ -55,6 +55,48 @@ std::string CheckMountpoint(const std::string& mountpoint, const std::string& ba
   return "";
 }
 
+// The "major:minor" of the filesystem mounted on `mountpoint` (an absolute path without
+// symlinks), from /proc/self/mountinfo; the last entry wins, as in the kernel. Empty if none.
+std::string MountDevice(const std::string& mountpoint) {
+  std::FILE* f = std::fopen("/proc/self/mountinfo", "re");
+  if (!f) return "";
+  std::string device;
+  char* line = nullptr;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    char dev[64], point[PATH_MAX];
+    if (std::sscanf(line, "%*d %*d %63s %*s %4095s", dev, point) != 2) continue;
+    std::string unescaped;
+    for (const char* p = point; *p; ++p) {
+      if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] && p[3]) {
+        unescaped += static_cast<char>(std::strtol(std::string(p + 1, 3).c_str(), nullptr, 8));
+        p += 3;
+      } else {
+        unescaped += *p;
+      }
+    }
+    if (unescaped == mountpoint) device = dev;
+  }
+  std::free(line);
+  std::fclose(f);
+  return device;
+}
+
+// Raises the mount's readahead to kReadAheadBytes; needs root, else reads keep the default.
+void RaiseReadAhead(const std::string& mountpoint) {
+  std::string device = MountDevice(RealPath(mountpoint));
+  std::string knob = "/sys/class/bdi/" + device + "/read_ahead_kb";
+  std::FILE* f = device.empty() ? nullptr : std::fopen(knob.c_str(), "we");
+  bool done = f && std::fprintf(f, "%u\n", kReadAheadBytes >> 10) > 0;
+  if (f && std::fclose(f) != 0) done = false;
+  if (done) {
+    spdlog::debug("readahead {} KiB ({})", kReadAheadBytes >> 10, knob);
+  } else {
+    spdlog::info("readahead stays at the kernel's default: cannot set {}: {}",
+                 device.empty() ? "the mount's device" : knob, std::strerror(errno));
+  }
+}
+
 void SetUpLogging(const MountOptions& o, bool daemon) {
   std::shared_ptr<spdlog::logger> logger;
   if (!o.log_file.empty()) {
@@ -87,10 +129,10 @@ int Mount(int argc, char** argv) {
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
-                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, zarr_chunk=SIZE, log_level=LEVEL, "
-                 "log_file=PATH, unmount_timeout=MS, "
+                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, zarr_chunk=SIZE, "
+                 "max_read=SIZE, log_level=LEVEL, log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
-                 "default_permissions, fsname=, subtype=, max_read=, ro, ...")
+                 "default_permissions, fsname=, subtype=, ro, ...")
       ->allow_extra_args(false);
   app.set_version_flag("-V,--version", std::string("ckptfs ") + CKPTFS_VERSION);
   try {
@@ -126,7 +168,9 @@ int Mount(int argc, char** argv) {
   if (!fs.ok()) return Fail(fs.status().ToString());
 
   std::string fuse_opts = "default_permissions,fsname=ckptfs:" + RealPath(backing) + ",subtype=ckptfs";
+  fuse_opts += ",max_read=" + std::to_string(o.max_read);
   for (const std::string& opt : o.fuse_options) fuse_opts += "," + opt;
+  SetMaxRead(o.max_read);
   std::vector<const char*> fargv = {argv[0], "-o", fuse_opts.c_str()};
   if (o.debug) fargv.push_back("-d");
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));
@@ -143,6 +187,7 @@ int Mount(int argc, char** argv) {
     fuse_session_destroy(se);
     return Fail("cannot mount on " + o.mountpoint);
   }
+  RaiseReadAhead(o.mountpoint);
   InstallPassthrough(se, o.passthrough);
   if (o.passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
   spdlog::info("mounted {} on {} (cache {} MiB, {} backend)", backing, o.mountpoint,

@@ -13,7 +13,7 @@ namespace {
 const char* const kFuseFlags[] = {"allow_other", "allow_root", "auto_unmount",
                                   "default_permissions", "ro", "rw", "dev", "nodev", "suid",
                                   "nosuid", "exec", "noexec", "atime", "noatime", "relatime"};
-const char* const kFuseValued[] = {"fsname", "subtype", "max_read"};
+const char* const kFuseValued[] = {"fsname", "subtype"};
 
 Status Bad(const std::string& option, const std::string& why) {
   return Status::Error(EINVAL, "bad option '" + option + "': " + why);
@@ -116,6 +116,13 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
         return Bad(option, "expected 0 (off) or a size from 64K to 4M");
       }
       out->config.zarr_chunk = *size;
+    } else if (key == "max_read") {
+      if (Status st = need_value(); !st.ok()) return st;
+      Result<uint64_t> size = ParseSize(value);
+      if (!size.ok() || *size < 4096 || *size > (1u << 20)) {
+        return Bad(option, "expected a size from 4K to 1M");
+      }
+      out->max_read = static_cast<unsigned>(*size);
     } else if (key == "passthrough") {
       if (value != "on" && value != "off") {
         return Bad(option, "expected passthrough=on or passthrough=off");

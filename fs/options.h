@@ -9,6 +9,11 @@
 
 namespace ckptfs {
 
+// Read requests are at most this many bytes unless max_read says otherwise. Replies read from
+// the backing store are spliced (no copy through the daemon) when the reply and its header fit
+// one pipe, 1 MiB at most without CAP_SYS_RESOURCE: hence half of that.
+inline constexpr unsigned kDefaultMaxRead = 512u << 10;
+
 struct MountOptions {
   Config config;
   std::string mountpoint;
@@ -18,6 +23,7 @@ struct MountOptions {
   std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
   bool passthrough = false;  // FUSE passthrough for read-only opens (fs/passthrough.h).
+  unsigned max_read = kDefaultMaxRead;
 };
 
 // Applies one `-o` list ("cache_size=8G,fsync=defer,allow_other") to `out`. Unknown or

@@ -1,5 +1,6 @@
 #include "fs/passthrough.h"
 
+#include <fcntl.h>
 #include <linux/fuse.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
@@ -91,11 +92,17 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
   return ::writev(fd, iov, count);
 }
 
+// Replies spliced from a pipe (read data from backing files) carry nothing to mark.
+ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t len,
+                    unsigned flags, void*) {
+  return ::splice(fd_in, off_in, fd_out, off_out, len, flags);
+}
+
 }  // namespace
 
 void InstallPassthrough(fuse_session* se, bool wanted) {
   if (!wanted) return;
-  static const fuse_custom_io io = {WriteReply, ReadRequest, nullptr, nullptr};
+  static const fuse_custom_io io = {WriteReply, ReadRequest, nullptr, SpliceReply};
   int fd = fuse_session_fd(se);
   if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
     spdlog::warn("FUSE passthrough unavailable: cannot hook the session ({})", std::strerror(-err));

@@ -82,6 +82,64 @@ class PageCacheTest(unittest.TestCase):
             self.assertEqual(os.path.getsize(path), 2 * PAGE + 100)
 
 
+def daemon_bytes_read(m):
+    """Bytes the daemon has read with read-like system calls (rchar: not those it spliced)."""
+    with open(f"/proc/{m.proc.pid}/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+class BackingReadTest(unittest.TestCase):
+    """Reads of data the daemon does not hold in memory, served from the backing store."""
+
+    def setUp(self):
+        require_fuse()
+
+    def test_backing_ranges_are_spliced_and_memory_ranges_copied(self):
+        whole = os.urandom(3 * MiB + 123)
+        patched = bytearray(os.urandom(2 * MiB))
+        with CkptfsMount() as m:
+            for name, data in (("whole.pt", whole), ("patched.pt", patched)):
+                with open(m.path(name), "wb") as f:
+                    f.write(data)
+            m.sync()
+            m.unmount()
+            with CkptfsMount(backing=m.backing, options=["cache_size=64M"]) as m2:
+                # One page rewritten: its reads mix the daemon's memory with the backing file.
+                with open(m2.path("patched.pt"), "r+b") as f:
+                    f.seek(MiB + 5)
+                    f.write(b"new")
+                patched[MiB + 5:MiB + 8] = b"new"
+                read_before = daemon_bytes_read(m2)
+                with open(m2.path("whole.pt"), "rb") as f:
+                    self.assertEqual(f.read(), whole)
+                # Requests only: the file's bytes went from the backing file to the kernel.
+                self.assertLess(daemon_bytes_read(m2) - read_before, 64 << 10)
+                with open(m2.path("patched.pt"), "rb") as f:
+                    self.assertEqual(f.read(), bytes(patched))
+                self.assertGreaterEqual(m2.stats()["bytes_read"], len(whole) + len(patched))
+
+    def test_max_read_option_sets_the_request_size(self):
+        data = os.urandom(3 * MiB)
+        with CkptfsMount() as m:
+            with open(m.path("f"), "wb") as f:
+                f.write(data)
+            m.sync()
+            m.unmount()
+            for max_read in ("64K", "1M"):
+                with CkptfsMount(backing=m.backing, options=["max_read=" + max_read]) as m2:
+                    with open(m2.path("f"), "rb") as f:
+                        self.assertEqual(f.read(), data, max_read)
+                    self.assertEqual(m2.stats()["bytes_read"], len(data))
+
+    def test_mount_raises_the_readahead(self):
+        require_root()
+        with CkptfsMount() as m:
+            device = os.stat(m.mnt).st_dev
+            knob = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
+            with open(knob) as f:
+                self.assertEqual(int(f.read()), 4096)
+
+
 class PassthroughTest(unittest.TestCase):
     def setUp(self):
         require_fuse()
