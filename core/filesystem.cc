@@ -1059,12 +1059,15 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
   Inode& inode = *h->inode;
   OpenFile out{AttrOf(inode)};
-  if (inode.passthrough_handles == 0 && may_bypass && open_backing_ &&
-      (h->flags & O_ACCMODE) == O_RDONLY && inode.open_handles == 0) {
+  const bool read_only = (h->flags & O_ACCMODE) == O_RDONLY;
+  bool held_by_backing = false;
+  if (may_bypass && read_only) {
     std::lock_guard ilock(inode.mu);
     const FileContent& c = inode.content;
-    if (c.memory_blocks() == 0 && c.base() && !c.base()->spill() && c.base_len() == c.size() &&
-        c.size() >= policy::kPassthroughMinBytes) {
+    held_by_backing = c.memory_blocks() == 0 && c.base() && !c.base()->spill() &&
+                      c.base_len() == c.size() && c.size() >= policy::kBackingReadMinBytes;
+    if (held_by_backing && open_backing_ && inode.passthrough_handles == 0 &&
+        inode.open_handles == 0) {
       inode.backing_id = open_backing_(c.base()->fd());
     }
   }
@@ -1075,7 +1078,8 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
     out.backing_id = inode.backing_id;
   } else {
     std::lock_guard ilock(inode.mu);
-    h->direct = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY && inode.cached_handles == 0;
+    h->direct = may_bypass && inode.cached_handles == 0 &&
+                ((h->flags & O_ACCMODE) == O_WRONLY || (held_by_backing && direct_reads_));
     if (!h->direct) {
       inode.cached_handles++;
       out.keep_cache = !inode.page_cache_stale;
@@ -1086,6 +1090,21 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   inode.open_handles++;
   out.handle = AdoptHandleLocked(std::move(h));
   return out;
+}
+
+Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, size_t size) {
+  const FileContent& c = h.inode->content;
+  const bool sequential = offset == h.next_read;
+  h.next_read = offset + size;
+  if (!sequential || !c.base() || offset + size >= c.base_len()) return {};
+  uint64_t from = std::max(h.read_ahead_until, offset + size);
+  uint64_t to = std::min(c.base_len(), offset + size + policy::kBackingReadAheadBytes);
+  // Asks again once the reader has consumed half of what was asked for (or for the rest).
+  if (to <= from || (to - from < policy::kBackingReadAheadBytes / 2 && to < c.base_len())) {
+    return {};
+  }
+  h.read_ahead_until = to;
+  return {c.base(), from, to - from};
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
@@ -1100,6 +1119,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
     return out;
   }
   std::shared_ptr<const ChunkView> view;
+  ReadAhead ahead;
   {
     std::lock_guard lock(h->inode->mu);
     const std::string& text = h->inode->served_text;
@@ -1110,7 +1130,12 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
       if (offset < text.size()) out.owned = text.substr(offset, size);
     } else {
       out.segments = h->inode->content.Read(offset, size);
+      if (h->direct) ahead = ReadAheadLocked(*h, offset, size);
     }
+  }
+  if (ahead.file) {
+    posix_fadvise(ahead.file->fd(), static_cast<off_t>(ahead.offset),
+                  static_cast<off_t>(ahead.length), POSIX_FADV_WILLNEED);
   }
   if (view) {
     Result<ReadData> chunk = ZarrRead(*view, offset, size);

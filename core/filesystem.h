@@ -105,6 +105,12 @@ class Filesystem {
     open_backing_ = std::move(open_backing);
     close_backing_ = std::move(close_backing);
   }
+  // Read-only opens of large files held whole by a backing file bypass the page cache too:
+  // the daemon splices their reads from the backing file straight into the reader's buffer,
+  // rather than the kernel copying them into pages of its own (a second cached copy of the
+  // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
+  // first open.
+  void EnableDirectReads() { direct_reads_ = true; }
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
   Status Shutdown();
@@ -166,6 +172,10 @@ class Filesystem {
     // seals the file only when that change is not sealed yet: a reader's close, or the late
     // release of an earlier open, never publishes a version another handle is still writing.
     uint64_t wrote_version = 0;
+    // Direct reads: where the next sequential read starts, and how far the backing file has
+    // been asked to be read ahead (guarded by inode->mu).
+    uint64_t next_read = 0;
+    uint64_t read_ahead_until = 0;
     uint64_t control_ino = 0;
     uint64_t sync_seq = 0;  // .ckptfs/sync: what its reader waits for.
     std::string content;    // Control files: generated at open (stats) or first read (sync).
@@ -224,15 +234,24 @@ class Filesystem {
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
   // Counts the handle as open on its regular file and chooses how the kernel serves it; only
   // `may_bypass` handles may skip the page cache:
-  // - passthrough (SetPassthrough): a read-only open of a file of policy::kPassthroughMinBytes
+  // - passthrough (SetPassthrough): a read-only open of a file of policy::kBackingReadMinBytes
   //   or more that the backing store holds whole, when nothing else has it open; readers opened
   //   meanwhile share it;
-  // - direct: a write-only open of a file no cached handle has open (the writer never reads it
-  //   back, and each byte is copied once less);
+  // - direct, when no cached handle has the file open: a write-only open (the writer never
+  //   reads it back, and each byte is copied once less), or (EnableDirectReads) a read-only
+  //   open of a file of policy::kBackingReadMinBytes or more that the backing store holds whole;
   // - else the page cache, whose pages never go stale under a reader: a cached open drops the
   //   pages older than a direct write (keep_cache false), and a direct write while cached
   //   handles are open invalidates its range (SetPageCacheInvalidator).
   OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass);
+  // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
+  // reader (none: no file), asked for outside the lock.
+  struct ReadAhead {
+    std::shared_ptr<BackingFile> file;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size);
   // Seals the file of `h` if a change made through `h` is not sealed yet.
   void SealHandleLocked(Handle* h);
   std::string PathLocked(const InodeRef& inode) const;
@@ -326,6 +345,7 @@ class Filesystem {
   std::vector<std::weak_ptr<Inode>> zarr_dirs_;  // Guarded by ns_mu_. Served with a fine grid.
   std::unique_ptr<Flusher> flusher_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
+  std::atomic<bool> direct_reads_{false};
   std::function<int(int)> open_backing_;
   std::condition_variable passthrough_released_;  // With ns_mu_: a file's last one closed.
   std::function<void(int)> close_backing_;

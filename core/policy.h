@@ -19,12 +19,17 @@ inline constexpr size_t kSyncfsThreshold = 32;
 // the cache would spare (small files are synced together and gain from it).
 inline constexpr uint64_t kDirectFlushMinBytes = 1ull << 20;
 
-// Smallest file whose read-only opens use FUSE passthrough (when on): small files such as
-// trackers are rewritten while being read, which passthrough would refuse.
-inline constexpr uint64_t kPassthroughMinBytes = 1ull << 20;
+// Smallest file whose read-only opens skip the page cache (passthrough or direct reads) when
+// the backing store holds it whole. Small files such as trackers are rewritten while being
+// read, which passthrough would refuse, and are read many times over.
+inline constexpr uint64_t kBackingReadMinBytes = 1ull << 20;
 // How long an open for writing (or a truncate) waits for the file's passthrough readers to be
 // released before it fails with ETXTBSY.
 inline constexpr std::chrono::milliseconds kPassthroughReleaseWait{1000};
+// How far ahead of a sequential direct reader the backing file is read into its page cache, so
+// that each read request finds its data there (the kernel's own readahead for the backing file
+// is its device's, often 128 KiB).
+inline constexpr uint64_t kBackingReadAheadBytes = 16ull << 20;
 
 // Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
 inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/filesystem.h"
-#include "fs/passthrough.h"
+#include "fs/session_hooks.h"
 
 namespace ckptfs {
 namespace {
@@ -89,6 +89,7 @@ void Guard(fuse_req_t req, const char* op, F&& body) {
 }
 
 void Init(void* userdata, fuse_conn_info* conn) {
+  if (DirectIoMmapAllowed()) static_cast<Filesystem*>(userdata)->EnableDirectReads();
   conn->max_write = kMaxWrite;
   conn->max_readahead = std::max(conn->max_readahead, kReadAheadBytes);
   conn->max_read = max_read.load();

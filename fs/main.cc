@@ -20,7 +20,7 @@
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
 #include "fs/options.h"
-#include "fs/passthrough.h"
+#include "fs/session_hooks.h"
 #include "iouring/backend.h"
 
 namespace ckptfs {
@@ -188,7 +188,7 @@ int Mount(int argc, char** argv) {
     return Fail("cannot mount on " + o.mountpoint);
   }
   RaiseReadAhead(o.mountpoint);
-  InstallPassthrough(se, o.passthrough);
+  InstallSessionHooks(se, o.passthrough);
   if (o.passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
   spdlog::info("mounted {} on {} (cache {} MiB, {} backend)", backing, o.mountpoint,
                o.config.cache_size >> 20, (*fs)->backend_name());

@@ -22,7 +22,7 @@ struct MountOptions {
   std::string log_level = "info";
   std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
-  bool passthrough = false;  // FUSE passthrough for read-only opens (fs/passthrough.h).
+  bool passthrough = false;  // FUSE passthrough for read-only opens (fs/session_hooks.h).
   unsigned max_read = kDefaultMaxRead;
 };
 

@@ -33,23 +33,32 @@ def ckptfs_bin():
     raise RuntimeError("set CKPTFS_BIN to the ckptfs binary")
 
 
-def mounted(path):
-    """True when path is a mount point (reads mountinfo only; never touches the FUSE daemon)."""
-    path = os.path.realpath(path)
+def mount_entry(path):
+    """The /proc/self/mountinfo fields of the mount at `path` (absolute, without symlinks; the
+    last mount there wins), or None. Reads mountinfo only, so it never sends a request to a
+    (possibly hung) FUSE daemon."""
+    found = None
     with open("/proc/self/mountinfo") as f:
         for line in f:
-            mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
-            if mp == path:
-                return True
-    return False
+            fields = line.split()
+            if re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]) == path:
+                sep = fields.index("-")
+                found = {"dev": fields[2], "fstype": fields[sep + 1], "source": fields[sep + 2]}
+    return found
 
 
-def force_unmount(path):
+def mounted(path):
+    """True when `path` (absolute, without symlinks) is a mount point."""
+    return mount_entry(path) is not None
+
+
+def force_unmount(path, timeout=60):
+    """fusermount3 -u, then a lazy unmount, then umount -l. True when unmounted."""
     for cmd in (["fusermount3", "-u", path], ["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
         if not mounted(path):
             return True
         try:
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
         except (subprocess.TimeoutExpired, FileNotFoundError):
             pass
     return not mounted(path)
@@ -218,13 +227,26 @@ def snapshot(root, skip_root=(".ckptfs",)):
     return out
 
 
-def diff_snapshots(expected, actual, name_a="plain", name_b="ckptfs"):
+def describe_tree_diff(a, b, name_a="expected", name_b="actual", limit=40):
+    """The differences between two trees ({relative path: description}, as snapshot() or the
+    mount harness's walk_tree() make them), one line each, at most `limit` lines."""
     lines = []
-    for k in sorted(set(expected) | set(actual)):
-        if k not in actual:
-            lines.append(f"missing ({name_b}): {k} {expected[k]}")
-        elif k not in expected:
-            lines.append(f"extra ({name_b}): {k} {actual[k]}")
-        elif expected[k] != actual[k]:
-            lines.append(f"differs: {k}: {name_a}={expected[k]} {name_b}={actual[k]}")
-    return "\n".join(lines[:40]) + (f"\n... {len(lines) - 40} more" if len(lines) > 40 else "")
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            lines.append(f"only in {name_a}: {k} {_short(a[k])}")
+        elif k not in a:
+            lines.append(f"only in {name_b}: {k} {_short(b[k])}")
+        elif a[k] != b[k]:
+            lines.append(f"differs: {k}: {name_a}={_short(a[k])} {name_b}={_short(b[k])}")
+    more = len(lines) - limit
+    return "\n".join(lines[:limit]) + (f"\n... {more} more" if more > 0 else "")
+
+
+def _short(desc):
+    out = []
+    for x in desc:
+        if isinstance(x, bytes) and len(x) > 40:
+            out.append(f"<{len(x)} bytes {x[:16]!r}...>")
+        else:
+            out.append(repr(x))
+    return "(" + ", ".join(out) + ")"

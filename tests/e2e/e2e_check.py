@@ -21,7 +21,7 @@ import tempfile
 import time
 import unittest
 
-from ckptfs_daemon import CkptfsDaemon, diff_snapshots, mounted, snapshot
+from ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, snapshot
 
 E2E_TMP = os.environ.get("CKPTFS_E2E_TMP", "/var/tmp")
 
@@ -90,7 +90,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     through = _without(snapshot(mnt), fine + locks)
     tc.assertEqual(expected_through, through,
                    "tree read through the mount differs from the plain run:\n"
-                   + diff_snapshots(expected_through, through))
+                   + describe_tree_diff(expected_through, through, "plain", "ckptfs"))
     for load in loads:
         tc.assertEqual(load(mnt), w.expected_digest(), f"{load.__name__} read back different data")
     timer.mark("read back")
@@ -105,7 +105,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     after_sync = _without(snapshot(backing), locks)
     tc.assertEqual(expected, after_sync,
                    "backing dir after `ckptfs sync` differs from the plain run:\n"
-                   + diff_snapshots(expected, after_sync))
+                   + describe_tree_diff(expected, after_sync, "plain", "ckptfs"))
     timer.mark("sync")
 
     rc = d.unmount()
@@ -113,7 +113,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     after_unmount = _without(snapshot(backing), locks)
     tc.assertEqual(expected, after_unmount,
                    "backing dir after unmount differs from the plain run:\n"
-                   + diff_snapshots(expected, after_unmount))
+                   + describe_tree_diff(expected, after_unmount, "plain", "ckptfs"))
     own = os.path.join(backing, ".ckptfs")
     if os.path.isdir(own):
         leftovers = [n for n in os.listdir(own) if n != "staging"]
@@ -133,7 +133,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
                        f"{load.__name__} read back different data (remount)")
     cold = _without(snapshot(mnt), fine + locks)
     tc.assertEqual(expected_through, cold, "tree through a fresh mount differs:\n"
-                   + diff_snapshots(expected_through, cold))
+                   + describe_tree_diff(expected_through, cold, "plain", "ckptfs"))
     tc.assertEqual(d2.unmount(), 0, d2.output()[-3000:])
     tc.assertEqual(_without(snapshot(backing), locks), expected,
                    "a read-only remount changed the backing dir")

@@ -13,7 +13,6 @@ Only the absence of /dev/fuse makes a test skip (require_fuse()).
 """
 
 import errno
-import glob
 import json
 import os
 import queue
@@ -30,20 +29,14 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
+
+# Shared with the e2e tests and the bench.
+from ckptfs_daemon import (ckptfs_bin, describe_tree_diff, force_unmount,  # noqa: E402,F401
+                           mount_entry, mounted)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.
-
-
-def ckptfs_bin():
-    path = os.environ.get("CKPTFS_BIN")
-    if path:
-        return path
-    for candidate in ["build/ckptfs", "build-mount/ckptfs"] + sorted(glob.glob("build*/ckptfs")):
-        full = os.path.join(SOURCE_ROOT, candidate)
-        if os.access(full, os.X_OK):
-            return full
-    raise RuntimeError("set CKPTFS_BIN to the ckptfs binary")
 
 
 def require_fuse():
@@ -110,41 +103,6 @@ def run_processes(procs, results, timeout, on_result=None, describe=lambda: ""):
     return items
 
 
-def _unescape_mountinfo(field):
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def mount_entry(path):
-    """The /proc/self/mountinfo fields of the mount at `path` (last one wins), or None.
-
-    Reads mountinfo only, so it never sends a request to a (possibly hung) FUSE daemon.
-    """
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if _unescape_mountinfo(fields[4]) == path:
-                sep = fields.index("-")
-                found = {"dev": fields[2], "fstype": fields[sep + 1], "source": fields[sep + 2]}
-    return found
-
-
-def is_mounted(path):
-    return mount_entry(path) is not None
-
-
-def force_unmount(path):
-    """fusermount3 -u, then umount -l, then abort the FUSE connection. True when unmounted."""
-    for cmd in (["fusermount3", "-u", path], ["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
-        if not is_mounted(path):
-            return True
-        try:
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
-        except (subprocess.TimeoutExpired, FileNotFoundError):
-            pass
-    return not is_mounted(path)
-
-
 def walk_tree(root, skip_root_names=(".ckptfs",), with_nlink=True):
     """{relative path: description} of every entry under root (root itself excluded).
 
@@ -179,29 +137,6 @@ def walk_tree(root, skip_root_names=(".ckptfs",), with_nlink=True):
 
     visit("")
     return tree
-
-
-def describe_tree_diff(a, b, name_a="expected", name_b="actual"):
-    """A short human-readable list of differences between two walk_tree() results."""
-    lines = []
-    for k in sorted(set(a) | set(b)):
-        if k not in b:
-            lines.append(f"only in {name_a}: {k} {_short(a[k])}")
-        elif k not in a:
-            lines.append(f"only in {name_b}: {k} {_short(b[k])}")
-        elif a[k] != b[k]:
-            lines.append(f"differs: {k}: {name_a}={_short(a[k])} {name_b}={_short(b[k])}")
-    return "\n".join(lines)
-
-
-def _short(desc):
-    out = []
-    for x in desc:
-        if isinstance(x, bytes) and len(x) > 40:
-            out.append(f"<{len(x)} bytes {x[:16]!r}...>")
-        else:
-            out.append(repr(x))
-    return "(" + ", ".join(out) + ")"
 
 
 class CkptfsMount:
@@ -254,7 +189,7 @@ class CkptfsMount:
         self.returncode = None
         self.killed = False
         deadline = time.monotonic() + self.mount_timeout
-        while not is_mounted(self.mnt):
+        while not mounted(self.mnt):
             if self.proc.poll() is not None:
                 raise AssertionError(f"ckptfs exited with {self.proc.returncode} before mounting:\n"
                                      + self.daemon_output())
@@ -270,10 +205,10 @@ class CkptfsMount:
         """Unmounts cleanly and waits for the daemon; returns its exit code."""
         if self.proc is None:
             return self.returncode
-        if is_mounted(self.mnt):
+        if mounted(self.mnt):
             r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True, text=True,
                                timeout=30)
-            if r.returncode != 0 and is_mounted(self.mnt):
+            if r.returncode != 0 and mounted(self.mnt):
                 raise AssertionError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
         return self.wait_exit(timeout)
 
@@ -302,7 +237,7 @@ class CkptfsMount:
         self.proc = None
         self._stderr.close()
         self.killed = True
-        if not force_unmount(self.mnt):
+        if not force_unmount(self.mnt, timeout=20):
             raise AssertionError(f"cannot unmount the dead mount {self.mnt}")
         return self.returncode
 
@@ -316,8 +251,8 @@ class CkptfsMount:
         problems = []
         try:
             if self.proc is not None and self.proc.poll() is None:
-                if is_mounted(self.mnt):
-                    force_unmount(self.mnt)
+                if mounted(self.mnt):
+                    force_unmount(self.mnt, timeout=20)
                 try:
                     self.returncode = self.proc.wait(timeout=self.exit_timeout)
                 except subprocess.TimeoutExpired:
@@ -330,7 +265,7 @@ class CkptfsMount:
                 self.returncode = self.proc.wait()
                 self._stderr.close()
                 self.proc = None
-            if is_mounted(self.mnt) and not force_unmount(self.mnt):
+            if mounted(self.mnt) and not force_unmount(self.mnt, timeout=20):
                 problems.append(f"{self.mnt} is still mounted")
             errors = self.unexpected_errors()
             if errors:
@@ -344,7 +279,7 @@ class CkptfsMount:
             if problems or os.environ.get("CKPTFS_KEEP_LOGS"):
                 sys.stderr.write(f"\n--- daemon output ({self.workdir}) ---\n"
                                  + self.daemon_output()[-4000:] + "\n")
-            if not is_mounted(self.mnt):
+            if not mounted(self.mnt):
                 if self._own_backing:
                     shutil.rmtree(self.backing, ignore_errors=True)
                 shutil.rmtree(self.workdir, ignore_errors=True)

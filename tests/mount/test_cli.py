@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import CkptfsMount, ckptfs_bin, force_unmount, is_mounted, require_fuse, run_ckptfs
+from harness import CkptfsMount, ckptfs_bin, force_unmount, mounted, require_fuse, run_ckptfs
 
 
 class BadInputTest(unittest.TestCase):
@@ -21,7 +21,7 @@ class BadInputTest(unittest.TestCase):
         self.addCleanup(self.unmount_if_mounted, self.mnt)
 
     def unmount_if_mounted(self, path):
-        if is_mounted(path):
+        if mounted(path):
             force_unmount(path)
             self.fail(f"{path} was left mounted")
 
@@ -31,7 +31,7 @@ class BadInputTest(unittest.TestCase):
         backing = backing or self.backing
         mnt = mnt or self.mnt
         before = sorted(os.listdir(backing)) if os.path.isdir(backing) else None
-        mounts_before = is_mounted(mnt) if os.path.isdir(mnt) else False
+        mounts_before = mounted(mnt) if os.path.isdir(mnt) else False
         cmd = [ckptfs_bin()] + args + (["-f"] if foreground else [])
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=15,
@@ -48,7 +48,7 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(sorted(os.listdir(backing)), before,
                              f"{args}: the backing dir was changed")
         if os.path.isdir(mnt):
-            self.assertEqual(is_mounted(mnt), mounts_before, f"{args}: mount state changed")
+            self.assertEqual(mounted(mnt), mounts_before, f"{args}: mount state changed")
         return lines[0]
 
     def test_missing_backing(self):
@@ -130,7 +130,7 @@ class BadInputTest(unittest.TestCase):
                            timeout=30, stdin=subprocess.DEVNULL)
         self.assertEqual(r.returncode, 0, r.stderr)
         try:
-            self.assertTrue(is_mounted(self.mnt))
+            self.assertTrue(mounted(self.mnt))
             with open(os.path.join(self.mnt, "f"), "wb") as f:
                 f.write(b"daemon")
         finally:

@@ -40,7 +40,7 @@ import kill_writer as kw
 from harness import HERE, CkptfsMount, choose_seed, require_fuse, require_long
 
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
-from ckptfs_daemon import diff_snapshots, snapshot  # noqa: E402
+from ckptfs_daemon import describe_tree_diff, snapshot  # noqa: E402
 from workloads import digest  # noqa: E402
 
 WRITER_PYTHON = "/usr/bin/python3"  # Debian's, with torch, zarr, numpy.
@@ -357,7 +357,7 @@ class KillRuns:
         mnt_run = m.path(run)
         through, backing = snapshot(mnt_run), snapshot(m.bpath(run))
         self.assertEqual(through, backing, f"{ctx}: the mount does not show BACKING:\n"
-                         + diff_snapshots(backing, through, "backing", "mount"))
+                         + describe_tree_diff(backing, through, "backing", "mount"))
         # Every file under the run is a complete version of something the writer wrote.
         files = {}
         canonical = getattr(plan, "canonical", lambda n: n)

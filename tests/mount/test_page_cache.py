@@ -118,6 +118,29 @@ class BackingReadTest(unittest.TestCase):
                     self.assertEqual(f.read(), bytes(patched))
                 self.assertGreaterEqual(m2.stats()["bytes_read"], len(whole) + len(patched))
 
+    def test_large_files_on_the_backing_store_are_read_past_the_page_cache(self):
+        big = os.urandom(2 * MiB + 5)
+        with CkptfsMount() as m:
+            with open(m.path("big.pt"), "wb") as f:
+                f.write(big)
+            m.sync()
+            m.unmount()
+            with CkptfsMount(backing=m.backing) as m2:
+                path = m2.path("big.pt")
+                for _ in range(2):  # The second read is not served from the page cache.
+                    with open(path, "rb") as f:
+                        self.assertEqual(f.read(), big)
+                self.assertEqual(m2.stats()["bytes_read"], 2 * len(big))
+                with open(path, "rb") as reader:
+                    with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                        self.assertEqual(mm[MiB:MiB + PAGE], big[MiB:MiB + PAGE])
+                    with open(path, "r+b") as writer:  # Welcome while it is being read.
+                        writer.seek(MiB)
+                        writer.write(b"new")
+                    self.assertEqual(os.pread(reader.fileno(), 5, MiB), b"new" + big[MiB + 3:MiB + 5])
+                    with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                        self.assertEqual(mm[MiB:MiB + 5], b"new" + big[MiB + 3:MiB + 5])
+
     def test_max_read_option_sets_the_request_size(self):
         data = os.urandom(3 * MiB)
         with CkptfsMount() as m:

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -227,6 +228,93 @@ TEST_F(FilesystemTest, PassthroughOfFilesOnTheBackingStore) {
   EXPECT_EQ(refused->backing_id, -1);
   EXPECT_TRUE(SameBytes(*ReadHandle(*fs_, refused->handle, big.size()), big));
   ASSERT_TRUE(Close(*fs_, refused->handle).ok());
+}
+
+TEST_F(FilesystemTest, DirectReadsOfFilesOnTheBackingStore) {
+  const std::string big = Pattern(4, 2 << 20);
+  WriteHostFile(B("big.pt"), big);
+  WriteHostFile(B("small.txt"), "100");
+  Mount({.flush_delay = 1h});
+  const uint64_t ino = Ino("big.pt");
+  Result<OpenFile> before = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(before.ok());
+  EXPECT_FALSE(before->direct_io);  // Off until enabled.
+  ASSERT_TRUE(Close(*fs_, before->handle).ok());
+  fs_->EnableDirectReads();
+
+  Result<OpenFile> reader = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE(reader->direct_io);
+  EXPECT_EQ(reader->backing_id, -1);
+  EXPECT_TRUE(SameBytes(*ReadHandle(*fs_, reader->handle, big.size()), big));
+  // A cached handle opened meanwhile, and readers after it, use the page cache.
+  Result<OpenFile> rw = fs_->Open(ino, O_RDWR);
+  ASSERT_TRUE(rw.ok());
+  EXPECT_FALSE(rw->direct_io);
+  Result<OpenFile> second = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->direct_io);
+  ASSERT_TRUE(Close(*fs_, second->handle).ok());
+  ASSERT_TRUE(Close(*fs_, rw->handle).ok());
+  ASSERT_TRUE(Close(*fs_, reader->handle).ok());
+
+  // Small files and files changed in memory are cached.
+  Result<OpenFile> small = fs_->Open(Ino("small.txt"), O_RDONLY);
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(small->direct_io);
+  ASSERT_TRUE(Close(*fs_, small->handle).ok());
+  Result<OpenFile> writer = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, writer->handle, 0, "new").ok());
+  ASSERT_TRUE(Close(*fs_, writer->handle).ok());
+  Result<OpenFile> changed = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(changed->direct_io);
+  EXPECT_TRUE(SameBytes(*ReadHandle(*fs_, changed->handle, big.size()), "new" + big.substr(3)));
+  ASSERT_TRUE(Close(*fs_, changed->handle).ok());
+}
+
+// Pages of `path` in [offset, offset+length) that are in the page cache.
+size_t ResidentPages(const std::string& path, uint64_t offset, uint64_t length) {
+  int fd = open(path.c_str(), O_RDONLY);
+  void* map = mmap(nullptr, offset + length, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> resident((offset + length) / page);
+  mincore(map, offset + length, resident.data());
+  munmap(map, offset + length);
+  size_t n = 0;
+  for (size_t i = offset / page; i < resident.size(); ++i) n += resident[i] & 1;
+  return n;
+}
+
+TEST_F(FilesystemTest, SequentialDirectReadsReadTheBackingFileAhead) {
+  const std::string big = Pattern(5, 8 << 20);
+  WriteHostFile(B("big.pt"), big);
+  Mount({.flush_delay = 1h});
+  fs_->EnableDirectReads();
+  {
+    // Out of the page cache, as after a reboot.
+    int fd = open(B("big.pt").c_str(), O_RDONLY);
+    ASSERT_EQ(fdatasync(fd), 0);
+    ASSERT_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    close(fd);
+  }
+  ASSERT_EQ(ResidentPages(B("big.pt"), 2 << 20, 6 << 20), 0u);
+  Result<OpenFile> reader = fs_->Open(Ino("big.pt"), O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  ASSERT_TRUE(reader->direct_io);
+  Result<ReadData> first = fs_->Read(reader->handle, 0, 1 << 20);
+  ASSERT_TRUE(first.ok());
+  // The kernel reads ahead in the background; the rest of the file arrives without more reads.
+  const size_t pages = (6u << 20) / static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t resident = 0;
+  for (int i = 0; i < 200 && resident < pages; ++i) {
+    resident = ResidentPages(B("big.pt"), 2 << 20, 6 << 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(resident, pages);
+  ASSERT_TRUE(Close(*fs_, reader->handle).ok());
 }
 
 TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {

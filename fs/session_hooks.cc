@@ -1,4 +1,4 @@
-#include "fs/passthrough.h"
+#include "fs/session_hooks.h"
 
 #include <fcntl.h>
 #include <linux/fuse.h>
@@ -18,7 +18,8 @@ namespace ckptfs {
 namespace {
 
 // Kernel ABI of FUSE 7.40, newer than the installed <linux/fuse.h>.
-constexpr uint32_t kPassthroughFlags2 = 1u << (37 - 32);  // FUSE_PASSTHROUGH, in flags2.
+constexpr uint32_t kDirectIoAllowMmapFlags2 = 1u << (36 - 32);  // FUSE_DIRECT_IO_ALLOW_MMAP.
+constexpr uint32_t kPassthroughFlags2 = 1u << (37 - 32);        // FUSE_PASSTHROUGH, in flags2.
 constexpr uint32_t kOpenPassthrough = 1u << 7;            // FOPEN_PASSTHROUGH.
 struct BackingMap {
   int32_t fd;
@@ -33,7 +34,9 @@ constexpr size_t kMaxStackDepthOffset = offsetof(fuse_init_out, unused);
 
 struct State {
   int dev_fd = -1;
-  std::atomic<bool> offered{false};  // The kernel's INIT has FUSE_PASSTHROUGH.
+  bool passthrough_wanted = false;
+  std::atomic<bool> direct_io_mmap{false};  // The kernel's INIT has FUSE_DIRECT_IO_ALLOW_MMAP.
+  std::atomic<bool> offered{false};         // The kernel's INIT has FUSE_PASSTHROUGH (wanted).
   std::atomic<uint64_t> init_unique{0};
   std::atomic<bool> active{false};
   std::mutex mu;
@@ -54,7 +57,9 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   if (in->opcode == FUSE_INIT &&
       static_cast<size_t>(n) >= sizeof(fuse_in_header) + offsetof(fuse_init_in, unused)) {
     const auto* init = reinterpret_cast<const fuse_init_in*>(in + 1);
-    s.offered = (init->flags & FUSE_INIT_EXT) && (init->flags2 & kPassthroughFlags2);
+    const bool ext = init->flags & FUSE_INIT_EXT;
+    s.direct_io_mmap = ext && (init->flags2 & kDirectIoAllowMmapFlags2);
+    s.offered = s.passthrough_wanted && ext && (init->flags2 & kPassthroughFlags2);
     s.init_unique = in->unique;
   } else if (in->opcode == FUSE_OPEN && s.active) {
     std::lock_guard lock(s.mu);
@@ -67,15 +72,21 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
   State& s = S();
   if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
-    if (out->unique == s.init_unique && out->error == 0 && s.offered && count >= 2 &&
+    if (out->unique == s.init_unique && out->error == 0 && count >= 2 &&
         iov[1].iov_len >= sizeof(fuse_init_out)) {
       auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
-      init->flags |= FUSE_INIT_EXT;
-      init->flags2 |= kPassthroughFlags2;
-      const uint32_t max_stack_depth = 1;
-      std::memcpy(reinterpret_cast<char*>(init) + kMaxStackDepthOffset, &max_stack_depth,
-                  sizeof max_stack_depth);
-      s.active = true;
+      if (s.direct_io_mmap) {
+        init->flags |= FUSE_INIT_EXT;
+        init->flags2 |= kDirectIoAllowMmapFlags2;
+      }
+      if (s.offered) {
+        init->flags |= FUSE_INIT_EXT;
+        init->flags2 |= kPassthroughFlags2;
+        const uint32_t max_stack_depth = 1;
+        std::memcpy(reinterpret_cast<char*>(init) + kMaxStackDepthOffset, &max_stack_depth,
+                    sizeof max_stack_depth);
+        s.active = true;
+      }
     } else if (s.active) {
       std::lock_guard lock(s.mu);
       if (s.open_requests.erase(out->unique) > 0 && out->error == 0 && count >= 2 &&
@@ -100,16 +111,19 @@ ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t
 
 }  // namespace
 
-void InstallPassthrough(fuse_session* se, bool wanted) {
-  if (!wanted) return;
+void InstallSessionHooks(fuse_session* se, bool passthrough_wanted) {
   static const fuse_custom_io io = {WriteReply, ReadRequest, nullptr, SpliceReply};
   int fd = fuse_session_fd(se);
   if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
-    spdlog::warn("FUSE passthrough unavailable: cannot hook the session ({})", std::strerror(-err));
+    spdlog::warn("cannot hook the FUSE session ({}): no passthrough, no direct reads",
+                 std::strerror(-err));
     return;
   }
   S().dev_fd = fd;
+  S().passthrough_wanted = passthrough_wanted;
 }
+
+bool DirectIoMmapAllowed() { return S().direct_io_mmap; }
 
 bool PassthroughActive() { return S().active; }
 
