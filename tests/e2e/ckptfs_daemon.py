@@ -192,8 +192,16 @@ class CkptfsDaemon:
         return text
 
     def error_lines(self):
-        return [l for l in self.output().splitlines()
-                if re.search(r"\[(error|critical)\]", l, re.IGNORECASE)]
+        return error_lines(self.output())
+
+
+# A daemon's error log lines, and the reports of sanitizers built into it.
+ERROR_LINE = re.compile(r"\[(error|critical)\]|(ERROR|WARNING): \w+Sanitizer|runtime error:",
+                        re.IGNORECASE)
+
+
+def error_lines(text):
+    return [line for line in text.splitlines() if ERROR_LINE.search(line)]
 
 
 def snapshot(root, skip_root=(".ckptfs",)):

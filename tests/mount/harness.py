@@ -32,8 +32,8 @@ SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
 
 # Shared with the e2e tests and the bench.
-from ckptfs_daemon import (ckptfs_bin, describe_tree_diff, force_unmount,  # noqa: E402,F401
-                           mount_entry, mounted)
+from ckptfs_daemon import (ckptfs_bin, describe_tree_diff, error_lines,  # noqa: E402,F401
+                           force_unmount, mount_entry, mounted)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.
@@ -298,7 +298,7 @@ class CkptfsMount:
         return text
 
     def error_lines(self):
-        return [l for l in self.daemon_output().splitlines() if "[error]" in l or "[critical]" in l]
+        return error_lines(self.daemon_output())
 
     def unexpected_errors(self):
         return [l for l in self.error_lines() if not any(e.search(l) for e in self.expect_errors)]
