@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -20,7 +19,7 @@ namespace {
 constexpr double kAttrTimeout = 1.0;
 constexpr double kEntryTimeout = 1.0;
 constexpr unsigned kMaxWrite = 1u << 20;
-std::atomic<unsigned> max_read{0};
+AdapterOptions adapter_options;  // Set before the session starts (ConfigureAdapter).
 // Zero bytes served for holes.
 alignas(4096) const char kZeros[kBlockSize] = {};
 
@@ -89,10 +88,12 @@ void Guard(fuse_req_t req, const char* op, F&& body) {
 }
 
 void Init(void* userdata, fuse_conn_info* conn) {
-  if (DirectIoMmapAllowed()) static_cast<Filesystem*>(userdata)->EnableDirectReads();
+  if (adapter_options.direct_reads && DirectIoMmapAllowed()) {
+    static_cast<Filesystem*>(userdata)->EnableDirectReads();
+  }
   conn->max_write = kMaxWrite;
   conn->max_readahead = std::max(conn->max_readahead, kReadAheadBytes);
-  conn->max_read = max_read.load();
+  conn->max_read = adapter_options.max_read;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
@@ -469,7 +470,7 @@ fuse_lowlevel_ops MakeOps() {
 
 }  // namespace
 
-void SetMaxRead(unsigned bytes) { max_read = bytes; }
+void ConfigureAdapter(const AdapterOptions& options) { adapter_options = options; }
 
 const fuse_lowlevel_ops& FuseOperations() {
   static const fuse_lowlevel_ops ops = MakeOps();

@@ -14,7 +14,11 @@ const fuse_lowlevel_ops& FuseOperations();
 // (through sysfs, as root), which keeps several read requests in flight.
 inline constexpr unsigned kReadAheadBytes = 4u << 20;
 
-// The max_read mount option of the session (INIT must state the same); call before mounting.
-void SetMaxRead(unsigned bytes);
+struct AdapterOptions {
+  unsigned max_read = 0;     // The session's max_read mount option; INIT must state the same.
+  bool direct_reads = true;  // Filesystem::EnableDirectReads where the kernel allows it.
+};
+// Call before mounting.
+void ConfigureAdapter(const AdapterOptions& options);
 
 }  // namespace ckptfs

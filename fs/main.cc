@@ -130,7 +130,7 @@ int Mount(int argc, char** argv) {
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
                  "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, zarr_chunk=SIZE, "
-                 "max_read=SIZE, log_level=LEVEL, log_file=PATH, unmount_timeout=MS, "
+                 "max_read=SIZE, direct_read=on|off, log_level=LEVEL, log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
                  "default_permissions, fsname=, subtype=, ro, ...")
       ->allow_extra_args(false);
@@ -170,7 +170,7 @@ int Mount(int argc, char** argv) {
   std::string fuse_opts = "default_permissions,fsname=ckptfs:" + RealPath(backing) + ",subtype=ckptfs";
   fuse_opts += ",max_read=" + std::to_string(o.max_read);
   for (const std::string& opt : o.fuse_options) fuse_opts += "," + opt;
-  SetMaxRead(o.max_read);
+  ConfigureAdapter({o.max_read, o.direct_read});
   std::vector<const char*> fargv = {argv[0], "-o", fuse_opts.c_str()};
   if (o.debug) fargv.push_back("-d");
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));

@@ -123,6 +123,11 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
         return Bad(option, "expected a size from 4K to 1M");
       }
       out->max_read = static_cast<unsigned>(*size);
+    } else if (key == "direct_read") {
+      if (value != "on" && value != "off") {
+        return Bad(option, "expected direct_read=on or direct_read=off");
+      }
+      out->direct_read = value == "on";
     } else if (key == "passthrough") {
       if (value != "on" && value != "off") {
         return Bad(option, "expected passthrough=on or passthrough=off");

@@ -24,6 +24,7 @@ struct MountOptions {
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
   bool passthrough = false;  // FUSE passthrough for read-only opens (fs/session_hooks.h).
   unsigned max_read = kDefaultMaxRead;
+  bool direct_read = true;  // Large files on the backing store are read past the page cache.
 };
 
 // Applies one `-o` list ("cache_size=8G,fsync=defer,allow_other") to `out`. Unknown or

@@ -141,6 +141,19 @@ class BackingReadTest(unittest.TestCase):
                     with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
                         self.assertEqual(mm[MiB:MiB + 5], b"new" + big[MiB + 3:MiB + 5])
 
+    def test_direct_read_off_reads_through_the_page_cache(self):
+        big = os.urandom(2 * MiB)
+        with CkptfsMount() as m:
+            with open(m.path("big.pt"), "wb") as f:
+                f.write(big)
+            m.sync()
+            m.unmount()
+            with CkptfsMount(backing=m.backing, options=["direct_read=off"]) as m2:
+                for _ in range(2):  # The second read is served from the page cache.
+                    with open(m2.path("big.pt"), "rb") as f:
+                        self.assertEqual(f.read(), big)
+                self.assertEqual(m2.stats()["bytes_read"], len(big))
+
     def test_max_read_option_sets_the_request_size(self):
         data = os.urandom(3 * MiB)
         with CkptfsMount() as m:
