@@ -7,6 +7,7 @@ opens of large files held whole by the backing store are read by the kernel from
 file; the daemon sees none of those reads, and refuses writers meanwhile.
 """
 
+import contextlib
 import errno
 import mmap
 import os
@@ -82,6 +83,20 @@ class PageCacheTest(unittest.TestCase):
             self.assertEqual(os.path.getsize(path), 2 * PAGE + 100)
 
 
+@contextlib.contextmanager
+def remounted(files, options=()):
+    """A fresh mount over a backing store holding `files` ({name: bytes}), saved and made
+    durable through an earlier mount."""
+    with CkptfsMount() as m:
+        for name, data in files.items():
+            with open(m.path(name), "wb") as f:
+                f.write(data)
+        m.sync()
+        m.unmount()
+        with CkptfsMount(backing=m.backing, options=list(options)) as m2:
+            yield m2
+
+
 def daemon_bytes_read(m):
     """Bytes the daemon has read with read-like system calls (rchar: not those it spliced)."""
     with open(f"/proc/{m.proc.pid}/io") as f:
@@ -97,75 +112,55 @@ class BackingReadTest(unittest.TestCase):
     def test_backing_ranges_are_spliced_and_memory_ranges_copied(self):
         whole = os.urandom(3 * MiB + 123)
         patched = bytearray(os.urandom(2 * MiB))
-        with CkptfsMount() as m:
-            for name, data in (("whole.pt", whole), ("patched.pt", patched)):
-                with open(m.path(name), "wb") as f:
-                    f.write(data)
-            m.sync()
-            m.unmount()
-            with CkptfsMount(backing=m.backing, options=["cache_size=64M"]) as m2:
-                # One page rewritten: its reads mix the daemon's memory with the backing file.
-                with open(m2.path("patched.pt"), "r+b") as f:
-                    f.seek(MiB + 5)
-                    f.write(b"new")
-                patched[MiB + 5:MiB + 8] = b"new"
-                read_before = daemon_bytes_read(m2)
-                with open(m2.path("whole.pt"), "rb") as f:
-                    self.assertEqual(f.read(), whole)
-                # Requests only: the file's bytes went from the backing file to the kernel.
-                self.assertLess(daemon_bytes_read(m2) - read_before, 64 << 10)
-                with open(m2.path("patched.pt"), "rb") as f:
-                    self.assertEqual(f.read(), bytes(patched))
-                self.assertGreaterEqual(m2.stats()["bytes_read"], len(whole) + len(patched))
+        with remounted({"whole.pt": whole, "patched.pt": bytes(patched)}) as m:
+            # One page rewritten: its reads mix the daemon's memory with the backing file.
+            with open(m.path("patched.pt"), "r+b") as f:
+                f.seek(MiB + 5)
+                f.write(b"new")
+            patched[MiB + 5:MiB + 8] = b"new"
+            read_before = daemon_bytes_read(m)
+            with open(m.path("whole.pt"), "rb") as f:
+                self.assertEqual(f.read(), whole)
+            # Requests only: the file's bytes went from the backing file to the kernel.
+            self.assertLess(daemon_bytes_read(m) - read_before, 64 << 10)
+            with open(m.path("patched.pt"), "rb") as f:
+                self.assertEqual(f.read(), bytes(patched))
+            self.assertGreaterEqual(m.stats()["bytes_read"], len(whole) + len(patched))
 
     def test_large_files_on_the_backing_store_are_read_past_the_page_cache(self):
         big = os.urandom(2 * MiB + 5)
-        with CkptfsMount() as m:
-            with open(m.path("big.pt"), "wb") as f:
-                f.write(big)
-            m.sync()
-            m.unmount()
-            with CkptfsMount(backing=m.backing) as m2:
-                path = m2.path("big.pt")
-                for _ in range(2):  # The second read is not served from the page cache.
-                    with open(path, "rb") as f:
-                        self.assertEqual(f.read(), big)
-                self.assertEqual(m2.stats()["bytes_read"], 2 * len(big))
-                with open(path, "rb") as reader:
-                    with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
-                        self.assertEqual(mm[MiB:MiB + PAGE], big[MiB:MiB + PAGE])
-                    with open(path, "r+b") as writer:  # Welcome while it is being read.
-                        writer.seek(MiB)
-                        writer.write(b"new")
-                    self.assertEqual(os.pread(reader.fileno(), 5, MiB), b"new" + big[MiB + 3:MiB + 5])
-                    with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
-                        self.assertEqual(mm[MiB:MiB + 5], b"new" + big[MiB + 3:MiB + 5])
+        with remounted({"big.pt": big}) as m:
+            path = m.path("big.pt")
+            for _ in range(2):  # The second read is not served from the page cache.
+                with open(path, "rb") as f:
+                    self.assertEqual(f.read(), big)
+            self.assertEqual(m.stats()["bytes_read"], 2 * len(big))
+            with open(path, "rb") as reader:
+                with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                    self.assertEqual(mm[MiB:MiB + PAGE], big[MiB:MiB + PAGE])
+                with open(path, "r+b") as writer:  # Welcome while it is being read.
+                    writer.seek(MiB)
+                    writer.write(b"new")
+                want = b"new" + big[MiB + 3:MiB + 5]
+                self.assertEqual(os.pread(reader.fileno(), 5, MiB), want)
+                with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                    self.assertEqual(mm[MiB:MiB + 5], want)
 
     def test_direct_read_off_reads_through_the_page_cache(self):
         big = os.urandom(2 * MiB)
-        with CkptfsMount() as m:
-            with open(m.path("big.pt"), "wb") as f:
-                f.write(big)
-            m.sync()
-            m.unmount()
-            with CkptfsMount(backing=m.backing, options=["direct_read=off"]) as m2:
-                for _ in range(2):  # The second read is served from the page cache.
-                    with open(m2.path("big.pt"), "rb") as f:
-                        self.assertEqual(f.read(), big)
-                self.assertEqual(m2.stats()["bytes_read"], len(big))
+        with remounted({"big.pt": big}, ["direct_read=off"]) as m:
+            for _ in range(2):  # The second read is served from the page cache.
+                with open(m.path("big.pt"), "rb") as f:
+                    self.assertEqual(f.read(), big)
+            self.assertEqual(m.stats()["bytes_read"], len(big))
 
     def test_max_read_option_sets_the_request_size(self):
         data = os.urandom(3 * MiB)
-        with CkptfsMount() as m:
-            with open(m.path("f"), "wb") as f:
-                f.write(data)
-            m.sync()
-            m.unmount()
-            for max_read in ("64K", "1M"):
-                with CkptfsMount(backing=m.backing, options=["max_read=" + max_read]) as m2:
-                    with open(m2.path("f"), "rb") as f:
-                        self.assertEqual(f.read(), data, max_read)
-                    self.assertEqual(m2.stats()["bytes_read"], len(data))
+        for max_read in ("64K", "1M"):
+            with remounted({"f": data}, ["max_read=" + max_read]) as m:
+                with open(m.path("f"), "rb") as f:
+                    self.assertEqual(f.read(), data, max_read)
+                self.assertEqual(m.stats()["bytes_read"], len(data))
 
     def test_mount_raises_the_readahead(self):
         require_root()
