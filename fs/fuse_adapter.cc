@@ -280,8 +280,9 @@ void ReplySpliced(fuse_req_t req, const std::vector<ReadSegment>& segments) {
     } else if (s.kind == ReadSegment::Kind::kMemory) {
       bufv->buf[i++] = fuse_buf{s.length, fuse_buf_flags{}, const_cast<char*>(s.data), -1, 0};
     } else {
-      bufv->buf[i++] = fuse_buf{s.length, static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK),
-                                nullptr, s.file->fd(), static_cast<off_t>(s.file_offset)};
+      const auto from_file = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      bufv->buf[i++] = fuse_buf{s.length, from_file, nullptr, s.file->fd(),
+                                static_cast<off_t>(s.file_offset)};
     }
   }
   // libfuse copies instead where it cannot splice (a reply larger than its pipe can grow).
@@ -338,9 +339,10 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       fuse_reply_buf(req, r->owned.data(), r->owned.size());
       return;
     }
-    bool from_backing = std::any_of(r->segments.begin(), r->segments.end(), [](const ReadSegment& s) {
-      return s.kind == ReadSegment::Kind::kBacking;
-    });
+    bool from_backing = std::any_of(r->segments.begin(), r->segments.end(),
+                                    [](const ReadSegment& s) {
+                                      return s.kind == ReadSegment::Kind::kBacking;
+                                    });
     if (from_backing && BackingRangesPresent(r->segments)) {
       ReplySpliced(req, r->segments);
     } else {

@@ -129,8 +129,9 @@ int Mount(int argc, char** argv) {
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
-                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, zarr_chunk=SIZE, "
-                 "max_read=SIZE, direct_read=on|off, log_level=LEVEL, log_file=PATH, unmount_timeout=MS, "
+                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, "
+                 "direct_read=on|off, zarr_chunk=SIZE, max_read=SIZE, log_level=LEVEL, "
+                 "log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
                  "default_permissions, fsname=, subtype=, ro, ...")
       ->allow_extra_args(false);
