@@ -105,7 +105,9 @@ class CkptfsDaemon:
         return self.proc.pid
 
     def start(self, timeout=30):
-        opts = ",".join(["log_file=" + self.log_file] + self.options)
+        # auto_unmount: should the test or bench be killed, its daemon dies with it and
+        # fusermount3 removes the mount.
+        opts = ",".join(["log_file=" + self.log_file, "auto_unmount"] + self.options)
         self._out = open(self.log_file + ".stderr", "ab")
         limit = None
         if self.nofile:

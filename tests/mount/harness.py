@@ -181,7 +181,9 @@ class CkptfsMount:
 
     def start(self):
         """Starts the daemon (again, e.g. after kill9) and waits until the mount is live."""
-        opts = ",".join(["log_file=" + self.log_file] + self.options)
+        # auto_unmount: should this test be killed (a CTest timeout), its daemon dies with it and
+        # fusermount3 removes the mount.
+        opts = ",".join(["log_file=" + self.log_file, "auto_unmount"] + self.options)
         cmd = [ckptfs_bin(), self.backing, self.mnt, "-f", "-o", opts]
         self._stderr = open(self.stderr_file, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr,
