@@ -242,9 +242,11 @@ ssize_t PreadFull(int fd, char* dst, size_t length, off_t offset) {
   return static_cast<ssize_t>(done);
 }
 
-// True when every backing range of `segments` lies within its file as it is now, so splicing
-// them yields every byte (an external truncation of a backing file must read as zeros, not EOF).
-bool BackingRangesPresent(const std::vector<ReadSegment>& segments) {
+// True when the reply has backing ranges and each lies within its file as it is now, so
+// splicing them yields every byte (an external truncation of a backing file must read as zeros,
+// not as an early EOF).
+bool SpliceableFromBacking(const std::vector<ReadSegment>& segments) {
+  bool any = false;
   for (const ReadSegment& s : segments) {
     if (s.kind != ReadSegment::Kind::kBacking) continue;
     struct stat st {};
@@ -252,39 +254,49 @@ bool BackingRangesPresent(const std::vector<ReadSegment>& segments) {
         s.file_offset + s.length > static_cast<uint64_t>(st.st_size)) {
       return false;
     }
+    any = true;
   }
-  return true;
+  return any;
+}
+
+// Calls piece(segment, data, length) for each piece of a reply, in order: a memory segment
+// whole (data in its block), a backing segment whole (data null), a run of zeros in pieces of
+// at most kBlockSize (data kZeros).
+template <typename Piece>
+void ForEachPiece(const std::vector<ReadSegment>& segments, Piece&& piece) {
+  for (const ReadSegment& s : segments) {
+    if (s.kind != ReadSegment::Kind::kZeros) {
+      piece(s, s.data, s.length);
+      continue;
+    }
+    for (size_t left = s.length; left > 0;) {
+      size_t n = std::min(left, kBlockSize);
+      piece(s, kZeros, n);
+      left -= n;
+    }
+  }
 }
 
 // Replies with the segments, the backing ranges spliced from their files into the kernel's
 // pages without being copied through this process (libfuse's splice path; the reply and its
 // header must fit one pipe, which is why max_read defaults to half the 1 MiB pipe limit).
 void ReplySpliced(fuse_req_t req, const std::vector<ReadSegment>& segments) {
-  size_t count = 0;
-  for (const ReadSegment& s : segments) {
-    count += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
-  }
-  std::vector<char> storage(sizeof(fuse_bufvec) + count * sizeof(fuse_buf));
+  std::vector<fuse_buf> bufs;
+  ForEachPiece(segments, [&](const ReadSegment& s, const char* data, size_t length) {
+    if (s.kind == ReadSegment::Kind::kBacking) {
+      const auto from_file = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+      bufs.push_back({length, from_file, nullptr, s.file->fd(), static_cast<off_t>(s.file_offset)});
+    } else {
+      bufs.push_back({length, fuse_buf_flags{}, const_cast<char*>(data), -1, 0});
+    }
+  });
+  // fuse_bufvec ends in a one-element array that holds all the buffers.
+  std::vector<char> storage(sizeof(fuse_bufvec) + bufs.size() * sizeof(fuse_buf));
   auto* bufv = reinterpret_cast<fuse_bufvec*>(storage.data());
-  bufv->count = count;
+  bufv->count = bufs.size();
   bufv->idx = 0;
   bufv->off = 0;
-  size_t i = 0;
-  for (const ReadSegment& s : segments) {
-    if (s.kind == ReadSegment::Kind::kZeros) {
-      for (size_t left = s.length; left > 0;) {
-        size_t n = std::min(left, kBlockSize);
-        bufv->buf[i++] = fuse_buf{n, fuse_buf_flags{}, const_cast<char*>(kZeros), -1, 0};
-        left -= n;
-      }
-    } else if (s.kind == ReadSegment::Kind::kMemory) {
-      bufv->buf[i++] = fuse_buf{s.length, fuse_buf_flags{}, const_cast<char*>(s.data), -1, 0};
-    } else {
-      const auto from_file = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-      bufv->buf[i++] = fuse_buf{s.length, from_file, nullptr, s.file->fd(),
-                                static_cast<off_t>(s.file_offset)};
-    }
-  }
+  std::copy(bufs.begin(), bufs.end(), bufv->buf);
   // libfuse copies instead where it cannot splice (a reply larger than its pipe can grow).
   fuse_reply_data(req, bufv, fuse_buf_copy_flags{});
 }
@@ -294,36 +306,33 @@ void ReplySpliced(fuse_req_t req, const std::vector<ReadSegment>& segments) {
 void ReplyCopied(fuse_req_t req, const std::vector<ReadSegment>& segments) {
   thread_local std::vector<char> staging;
   size_t backing_bytes = 0;
-  size_t pieces = 0;
   for (const ReadSegment& s : segments) {
     if (s.kind == ReadSegment::Kind::kBacking) backing_bytes += s.length;
-    pieces += s.kind == ReadSegment::Kind::kZeros ? (s.length + kBlockSize - 1) / kBlockSize : 1;
   }
   if (staging.size() < backing_bytes) staging.resize(backing_bytes);
   std::vector<iovec> iov;
-  iov.reserve(pieces);
   size_t used = 0;
-  for (const ReadSegment& s : segments) {
-    if (s.kind == ReadSegment::Kind::kMemory) {
-      iov.push_back({const_cast<char*>(s.data), s.length});
-    } else if (s.kind == ReadSegment::Kind::kBacking) {
-      ssize_t n = PreadFull(s.file->fd(), staging.data() + used, s.length,
-                            static_cast<off_t>(s.file_offset));
-      if (n < 0) {
-        fuse_reply_err(req, errno);
-        return;
-      }
-      // Bytes past the end of the backing file read as zeros.
-      std::memset(staging.data() + used + n, 0, s.length - static_cast<size_t>(n));
-      iov.push_back({staging.data() + used, s.length});
-      used += s.length;
-    } else {
-      for (size_t left = s.length; left > 0;) {
-        size_t n = std::min(left, kBlockSize);
-        iov.push_back({const_cast<char*>(kZeros), n});
-        left -= n;
-      }
+  int err = 0;
+  ForEachPiece(segments, [&](const ReadSegment& s, const char* data, size_t length) {
+    if (s.kind != ReadSegment::Kind::kBacking) {
+      iov.push_back({const_cast<char*>(data), length});
+      return;
     }
+    if (err != 0) return;
+    ssize_t n = PreadFull(s.file->fd(), staging.data() + used, length,
+                          static_cast<off_t>(s.file_offset));
+    if (n < 0) {
+      err = errno;
+      return;
+    }
+    // Bytes past the end of the backing file read as zeros.
+    std::memset(staging.data() + used + n, 0, length - static_cast<size_t>(n));
+    iov.push_back({staging.data() + used, length});
+    used += length;
+  });
+  if (err != 0) {
+    fuse_reply_err(req, err);
+    return;
   }
   fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
 }
@@ -339,11 +348,7 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
       fuse_reply_buf(req, r->owned.data(), r->owned.size());
       return;
     }
-    bool from_backing = std::any_of(r->segments.begin(), r->segments.end(),
-                                    [](const ReadSegment& s) {
-                                      return s.kind == ReadSegment::Kind::kBacking;
-                                    });
-    if (from_backing && BackingRangesPresent(r->segments)) {
+    if (SpliceableFromBacking(r->segments)) {
       ReplySpliced(req, r->segments);
     } else {
       ReplyCopied(req, r->segments);
