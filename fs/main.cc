@@ -85,15 +85,20 @@ std::string MountDevice(const std::string& mountpoint) {
 // Raises the mount's readahead to kReadAheadBytes; needs root, else reads keep the default.
 void RaiseReadAhead(const std::string& mountpoint) {
   std::string device = MountDevice(RealPath(mountpoint));
+  if (device.empty()) {
+    spdlog::info("readahead stays at the kernel's default: {} is not in /proc/self/mountinfo",
+                 mountpoint);
+    return;
+  }
   std::string knob = "/sys/class/bdi/" + device + "/read_ahead_kb";
-  std::FILE* f = device.empty() ? nullptr : std::fopen(knob.c_str(), "we");
+  std::FILE* f = std::fopen(knob.c_str(), "we");
   bool done = f && std::fprintf(f, "%u\n", kReadAheadBytes >> 10) > 0;
   if (f && std::fclose(f) != 0) done = false;
   if (done) {
     spdlog::debug("readahead {} KiB ({})", kReadAheadBytes >> 10, knob);
   } else {
-    spdlog::info("readahead stays at the kernel's default: cannot set {}: {}",
-                 device.empty() ? "the mount's device" : knob, std::strerror(errno));
+    spdlog::info("readahead stays at the kernel's default: cannot set {}: {}", knob,
+                 std::strerror(errno));
   }
 }
 
