@@ -184,23 +184,18 @@ class PassthroughTest(unittest.TestCase):
 
     def test_reads_of_a_file_on_the_backing_store_bypass_the_daemon(self):
         big = os.urandom(3 * MiB + 123)
-        with CkptfsMount() as m:
-            self.save(m, "big.pt", big)
-            self.save(m, "small.txt", b"100")
-            backing = m.backing
-            m.unmount()
-            with CkptfsMount(backing=backing, options=["passthrough=on"]) as m2:
-                before = m2.stats()["bytes_read"]
-                with open(m2.path("big.pt"), "rb") as f:
-                    self.assertEqual(f.read(), big)
-                with open(m2.path("big.pt"), "rb") as f, \
-                        mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
-                    self.assertEqual(mm[MiB:2 * MiB], big[MiB:2 * MiB])
-                self.assertEqual(m2.stats()["bytes_read"], before)
-                # Small files are read through the daemon.
-                with open(m2.path("small.txt"), "rb") as f:
-                    self.assertEqual(f.read(), b"100")
-                self.assertEqual(m2.stats()["bytes_read"], before + 3)
+        with remounted({"big.pt": big, "small.txt": b"100"}, ["passthrough=on"]) as m:
+            before = m.stats()["bytes_read"]
+            with open(m.path("big.pt"), "rb") as f:
+                self.assertEqual(f.read(), big)
+            with open(m.path("big.pt"), "rb") as f, \
+                    mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
+                self.assertEqual(mm[MiB:2 * MiB], big[MiB:2 * MiB])
+            self.assertEqual(m.stats()["bytes_read"], before)
+            # Small files are read through the daemon.
+            with open(m.path("small.txt"), "rb") as f:
+                self.assertEqual(f.read(), b"100")
+            self.assertEqual(m.stats()["bytes_read"], before + 3)
 
     def test_writers_are_refused_while_it_is_read_and_welcome_after(self):
         big = os.urandom(2 * MiB)
@@ -230,15 +225,12 @@ class PassthroughTest(unittest.TestCase):
 
     def test_off_by_default_reads_through_the_daemon(self):
         big = os.urandom(2 * MiB)
-        with CkptfsMount() as m:
-            self.save(m, "big.pt", big)
-            m.unmount()
-            with CkptfsMount(backing=m.backing) as m2:
-                with open(m2.path("big.pt"), "rb") as reader:
-                    self.assertEqual(reader.read(), big)
-                    with open(m2.path("big.pt"), "r+b") as writer:  # No refusal.
-                        writer.write(b"x")
-                self.assertGreaterEqual(m2.stats()["bytes_read"], len(big))
+        with remounted({"big.pt": big}) as m:
+            with open(m.path("big.pt"), "rb") as reader:
+                self.assertEqual(reader.read(), big)
+                with open(m.path("big.pt"), "r+b") as writer:  # No refusal.
+                    writer.write(b"x")
+            self.assertGreaterEqual(m.stats()["bytes_read"], len(big))
 
 
 if __name__ == "__main__":
