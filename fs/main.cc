@@ -134,7 +134,7 @@ int Mount(int argc, char** argv) {
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
                  "Mount options: cache_size=SIZE, flush_delay=MS, fsync=wait|defer, "
-                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=on|off, "
+                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=auto|on|off, "
                  "direct_read=on|off, zarr_chunk=SIZE, max_read=SIZE, log_level=LEVEL, "
                  "log_file=PATH, unmount_timeout=MS, "
                  "and the FUSE options allow_other, allow_root, auto_unmount, "
@@ -194,8 +194,10 @@ int Mount(int argc, char** argv) {
     return Fail("cannot mount on " + o.mountpoint);
   }
   RaiseReadAhead(o.mountpoint);
-  InstallSessionHooks(se, o.passthrough);
-  if (o.passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
+  const bool passthrough = o.passthrough == Passthrough::kOn ||
+                           (o.passthrough == Passthrough::kAuto && MayRegisterBackingFiles());
+  InstallSessionHooks(se, passthrough);
+  if (passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
   spdlog::info("mounted {} on {} (cache {} MiB, {} backend)", backing, o.mountpoint,
                o.config.cache_size >> 20, (*fs)->backend_name());
   if (!o.foreground) {

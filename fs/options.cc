@@ -129,10 +129,15 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
       }
       out->direct_read = value == "on";
     } else if (key == "passthrough") {
-      if (value != "on" && value != "off") {
-        return Bad(option, "expected passthrough=on or passthrough=off");
+      if (value == "auto") {
+        out->passthrough = Passthrough::kAuto;
+      } else if (value == "on") {
+        out->passthrough = Passthrough::kOn;
+      } else if (value == "off") {
+        out->passthrough = Passthrough::kOff;
+      } else {
+        return Bad(option, "expected passthrough=auto, passthrough=on or passthrough=off");
       }
-      out->passthrough = value == "on";
     } else if (key == "flush_io") {
       if (value == "auto") {
         out->config.flush_io = FlushIo::kAuto;

@@ -14,6 +14,10 @@ namespace ckptfs {
 // one pipe, 1 MiB at most without CAP_SYS_RESOURCE: hence half of that.
 inline constexpr unsigned kDefaultMaxRead = 512u << 10;
 
+// When read-only opens of large files on the backing store use FUSE passthrough
+// (fs/session_hooks.h): kAuto when the daemon may (CAP_SYS_ADMIN) and the kernel offers it.
+enum class Passthrough { kAuto, kOn, kOff };
+
 struct MountOptions {
   Config config;
   std::string mountpoint;
@@ -22,7 +26,7 @@ struct MountOptions {
   std::string log_level = "info";
   std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
-  bool passthrough = false;  // FUSE passthrough for read-only opens (fs/session_hooks.h).
+  Passthrough passthrough = Passthrough::kAuto;
   unsigned max_read = kDefaultMaxRead;
   bool direct_read = true;  // Large files on the backing store are read past the page cache.
 };

@@ -1,9 +1,11 @@
 #include "fs/session_hooks.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <spdlog/spdlog.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -126,6 +128,13 @@ void InstallSessionHooks(fuse_session* se, bool passthrough_wanted) {
 bool DirectIoMmapAllowed() { return S().direct_io_mmap; }
 
 bool PassthroughActive() { return S().active; }
+
+bool MayRegisterBackingFiles() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  return data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN);
+}
 
 int OpenBacking(int fd) {
   State& s = S();

@@ -25,6 +25,9 @@ bool DirectIoMmapAllowed();
 // Whether the kernel agreed to passthrough (known once INIT has been answered).
 bool PassthroughActive();
 
+// Whether this process may register backing files with the kernel (it needs CAP_SYS_ADMIN).
+bool MayRegisterBackingFiles();
+
 // Registers `fd` (a backing file open for reading) with the kernel; returns its backing id, or
 // -1 (passthrough off, or the kernel refused: it needs CAP_SYS_ADMIN).
 int OpenBacking(int fd);

@@ -89,7 +89,8 @@ class BadInputTest(unittest.TestCase):
     def test_bad_options(self):
         for opts in ["cache_size=banana", "cache_size=1M", "cache_size=", "nosuchopt",
                      "flush_delay=soon", "fsync=maybe", "queue_depth=0", "flush_io=fast",
-                     "log_level=loud", "max_read=2M", "max_read=1", "direct_read=yes"]:
+                     "log_level=loud", "max_read=2M", "max_read=1", "direct_read=yes",
+                     "passthrough=maybe"]:
             with self.subTest(opts=opts):
                 line = self.assert_refused([self.backing, self.mnt, "-o", opts])
                 self.assertIn(opts.split("=")[0], line)

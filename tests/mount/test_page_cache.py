@@ -2,9 +2,10 @@
 
 A write-only open of a file no cached handle has open goes straight to the daemon (direct_io).
 These tests write through such handles while readers hold cached pages, and check that every
-read returns the bytes written last, as on a plain directory. With passthrough=on, read-only
-opens of large files held whole by the backing store are read by the kernel from the backing
-file; the daemon sees none of those reads, and refuses writers meanwhile.
+read returns the bytes written last, as on a plain directory. With passthrough (the default for
+a daemon run as root), read-only opens of large files held whole by the backing store are read
+by the kernel from the backing file; the daemon sees none of those reads, and refuses writers
+meanwhile. BackingReadTest turns passthrough off to test the daemon's own read path.
 """
 
 import contextlib
@@ -97,6 +98,9 @@ def remounted(files, options=()):
             yield m2
 
 
+DAEMON_READS = ["passthrough=off"]
+
+
 def daemon_bytes_read(m):
     """Bytes the daemon has read with read-like system calls (rchar: not those it spliced)."""
     with open(f"/proc/{m.proc.pid}/io") as f:
@@ -104,7 +108,8 @@ def daemon_bytes_read(m):
 
 
 class BackingReadTest(unittest.TestCase):
-    """Reads of data the daemon does not hold in memory, served from the backing store."""
+    """Reads of data the daemon does not hold in memory, served from the backing store by the
+    daemon (passthrough off)."""
 
     def setUp(self):
         require_fuse()
@@ -112,7 +117,7 @@ class BackingReadTest(unittest.TestCase):
     def test_backing_ranges_are_spliced_and_memory_ranges_copied(self):
         whole = os.urandom(3 * MiB + 123)
         patched = bytearray(os.urandom(2 * MiB))
-        with remounted({"whole.pt": whole, "patched.pt": bytes(patched)}) as m:
+        with remounted({"whole.pt": whole, "patched.pt": bytes(patched)}, DAEMON_READS) as m:
             # One page rewritten: its reads mix the daemon's memory with the backing file.
             with open(m.path("patched.pt"), "r+b") as f:
                 f.seek(MiB + 5)
@@ -129,7 +134,7 @@ class BackingReadTest(unittest.TestCase):
 
     def test_large_files_on_the_backing_store_are_read_past_the_page_cache(self):
         big = os.urandom(2 * MiB + 5)
-        with remounted({"big.pt": big}) as m:
+        with remounted({"big.pt": big}, DAEMON_READS) as m:
             path = m.path("big.pt")
             for _ in range(2):  # The second read is not served from the page cache.
                 with open(path, "rb") as f:
@@ -148,7 +153,7 @@ class BackingReadTest(unittest.TestCase):
 
     def test_direct_read_off_reads_through_the_page_cache(self):
         big = os.urandom(2 * MiB)
-        with remounted({"big.pt": big}, ["direct_read=off"]) as m:
+        with remounted({"big.pt": big}, DAEMON_READS + ["direct_read=off"]) as m:
             for _ in range(2):  # The second read is served from the page cache.
                 with open(m.path("big.pt"), "rb") as f:
                     self.assertEqual(f.read(), big)
@@ -157,7 +162,7 @@ class BackingReadTest(unittest.TestCase):
     def test_max_read_option_sets_the_request_size(self):
         data = os.urandom(3 * MiB)
         for max_read in ("64K", "1M"):
-            with remounted({"f": data}, ["max_read=" + max_read]) as m:
+            with remounted({"f": data}, DAEMON_READS + ["max_read=" + max_read]) as m:
                 with open(m.path("f"), "rb") as f:
                     self.assertEqual(f.read(), data, max_read)
                 self.assertEqual(m.stats()["bytes_read"], len(data))
@@ -184,7 +189,7 @@ class PassthroughTest(unittest.TestCase):
 
     def test_reads_of_a_file_on_the_backing_store_bypass_the_daemon(self):
         big = os.urandom(3 * MiB + 123)
-        with remounted({"big.pt": big, "small.txt": b"100"}, ["passthrough=on"]) as m:
+        with remounted({"big.pt": big, "small.txt": b"100"}) as m:  # On by default as root.
             before = m.stats()["bytes_read"]
             with open(m.path("big.pt"), "rb") as f:
                 self.assertEqual(f.read(), big)
@@ -202,7 +207,7 @@ class PassthroughTest(unittest.TestCase):
         with CkptfsMount() as m:
             self.save(m, "big.pt", big)
             m.unmount()
-            with CkptfsMount(backing=m.backing, options=["passthrough=on"]) as m2:
+            with CkptfsMount(backing=m.backing) as m2:
                 path = m2.path("big.pt")
                 with open(path, "rb") as reader:
                     self.assertEqual(reader.read(PAGE), big[:PAGE])
@@ -223,9 +228,9 @@ class PassthroughTest(unittest.TestCase):
             with open(os.path.join(m.backing, "big.pt"), "rb") as f:
                 self.assertEqual(f.read(), b"new" + big[3:])
 
-    def test_off_by_default_reads_through_the_daemon(self):
+    def test_off_reads_through_the_daemon_and_lets_writers_in(self):
         big = os.urandom(2 * MiB)
-        with remounted({"big.pt": big}) as m:
+        with remounted({"big.pt": big}, ["passthrough=off"]) as m:
             with open(m.path("big.pt"), "rb") as reader:
                 self.assertEqual(reader.read(), big)
                 with open(m.path("big.pt"), "r+b") as writer:  # No refusal.
