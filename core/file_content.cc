@@ -30,8 +30,7 @@ size_t FileContent::BlocksNeededForWrite(uint64_t offset, size_t length) const {
   if (length == 0) return 0;
   size_t needed = 0;
   for (uint64_t i = offset / kBlockSize; i <= (offset + length - 1) / kBlockSize; ++i) {
-    auto it = blocks_.find(i);
-    if (it == blocks_.end() || it->second.shared()) ++needed;
+    if (!blocks_.WritableInPlace(i)) ++needed;
   }
   return needed;
 }
@@ -63,18 +62,19 @@ Status FileContent::Write(uint64_t offset, const char* data, size_t length,
     uint64_t index = pos / kBlockSize;
     size_t in_block = static_cast<size_t>(pos % kBlockSize);
     size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - in_block, end - pos));
-    auto it = blocks_.find(index);
-    if (it == blocks_.end()) {
-      BlockRef block = reservation.Take();
-      Status s = FillBlock(index, block.data(), in_block, in_block + n);
+    BlockRef* block = blocks_.FindMutable(index);
+    if (!block) {
+      BlockRef fresh = reservation.Take();
+      Status s = FillBlock(index, fresh.data(), in_block, in_block + n);
       if (!s.ok()) return s;
-      it = blocks_.emplace(index, std::move(block)).first;
-    } else if (it->second.shared()) {
+      blocks_.Put(index, std::move(fresh));
+      block = blocks_.FindMutable(index);
+    } else if (block->shared()) {
       BlockRef copy = reservation.Take();
-      std::memcpy(copy.data(), it->second.data(), kBlockSize);
-      it->second = std::move(copy);
+      std::memcpy(copy.data(), block->data(), kBlockSize);
+      *block = std::move(copy);
     }
-    std::memcpy(it->second.data() + in_block, data + (pos - offset), n);
+    std::memcpy(block->data() + in_block, data + (pos - offset), n);
     pos += n;
   }
   // Bytes between the old size and `offset` were zero (invariant) or hole: nothing to do.
@@ -85,11 +85,9 @@ Status FileContent::Write(uint64_t offset, const char* data, size_t length,
 namespace {
 
 // The block of a splice's source that can be shared for its piece [pos, pos + n), if any.
-const BlockRef* SplicedBlock(const std::map<uint64_t, BlockRef>& src_blocks, uint64_t pos,
-                             size_t n) {
+const BlockRef* SplicedBlock(const BlockMap& src_blocks, uint64_t pos, size_t n) {
   if (n != kBlockSize || pos % kBlockSize != 0) return nullptr;
-  auto it = src_blocks.find(pos / kBlockSize);
-  return it == src_blocks.end() ? nullptr : &it->second;
+  return src_blocks.Find(pos / kBlockSize);
 }
 
 }  // namespace
@@ -113,7 +111,7 @@ Status FileContent::Splice(uint64_t offset, const FileContent& src, uint64_t len
     uint64_t dst = offset + pos;
     size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - dst % kBlockSize, length - pos));
     if (const BlockRef* block = SplicedBlock(src.blocks_, pos, n)) {
-      blocks_[dst / kBlockSize] = *block;
+      blocks_.Put(dst / kBlockSize, *block);
       size_ = std::max(size_, dst + n);
     } else {
       buf.resize(n);
@@ -138,11 +136,10 @@ std::vector<ReadSegment> FileContent::Read(uint64_t offset, size_t length) const
     size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockSize - in_block, end - pos));
     ReadSegment seg;
     seg.length = n;
-    auto it = blocks_.find(index);
-    if (it != blocks_.end()) {
+    if (const BlockRef* block = blocks_.Find(index)) {
       seg.kind = ReadSegment::Kind::kMemory;
-      seg.block = it->second;
-      seg.data = it->second.data() + in_block;
+      seg.block = *block;
+      seg.data = block->data() + in_block;
     } else if (pos < base_len_) {
       seg.kind = ReadSegment::Kind::kBacking;
       seg.length = static_cast<size_t>(std::min<uint64_t>(n, base_len_ - pos));
@@ -182,23 +179,23 @@ Result<size_t> FileContent::ReadInto(uint64_t offset, size_t length, char* out) 
 
 size_t FileContent::BlocksNeededForTruncate(uint64_t new_size) const {
   if (new_size >= size_ || new_size % kBlockSize == 0) return 0;
-  auto it = blocks_.find(new_size / kBlockSize);
-  return it != blocks_.end() && it->second.shared() ? 1 : 0;
+  const uint64_t index = new_size / kBlockSize;
+  return blocks_.Find(index) && !blocks_.WritableInPlace(index) ? 1 : 0;
 }
 
 void FileContent::Truncate(uint64_t new_size, Reservation& reservation) {
   if (new_size < size_) {
     uint64_t first_dropped = (new_size + kBlockSize - 1) / kBlockSize;
-    blocks_.erase(blocks_.lower_bound(first_dropped), blocks_.end());
+    blocks_.EraseFrom(first_dropped);
     size_t in_block = static_cast<size_t>(new_size % kBlockSize);
-    auto it = blocks_.find(new_size / kBlockSize);
-    if (in_block != 0 && it != blocks_.end()) {
-      if (it->second.shared()) {
+    BlockRef* tail = in_block != 0 ? blocks_.FindMutable(new_size / kBlockSize) : nullptr;
+    if (tail) {
+      if (tail->shared()) {
         BlockRef copy = reservation.Take();
-        std::memcpy(copy.data(), it->second.data(), in_block);
-        it->second = std::move(copy);
+        std::memcpy(copy.data(), tail->data(), in_block);
+        *tail = std::move(copy);
       }
-      std::memset(it->second.data() + in_block, 0, kBlockSize - in_block);
+      std::memset(tail->data() + in_block, 0, kBlockSize - in_block);
     }
     base_len_ = std::min(base_len_, new_size);
   }
@@ -207,7 +204,7 @@ void FileContent::Truncate(uint64_t new_size, Reservation& reservation) {
 }
 
 void FileContent::ReplaceWithBase(std::shared_ptr<BackingFile> base) {
-  blocks_.clear();
+  blocks_.Clear();
   base_ = std::move(base);
   base_len_ = size_;
 }
@@ -251,9 +248,9 @@ size_t FileContent::AdoptSpill(std::shared_ptr<BackingFile> spill,
                                const std::vector<std::pair<uint64_t, BlockRef>>& spilled) {
   size_t dropped = 0;
   for (const auto& [index, block] : spilled) {
-    auto it = blocks_.find(index);
-    if (it != blocks_.end() && it->second.data() == block.data()) {
-      blocks_.erase(it);
+    const BlockRef* held = blocks_.Find(index);
+    if (held && held->data() == block.data()) {
+      blocks_.Erase(index);
       ++dropped;
     }
   }

@@ -14,11 +14,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/block_map.h"
 #include "core/status.h"
 #include "iouring/backend.h"
 
@@ -60,7 +60,7 @@ class FileContent {
       : size_(size), base_(std::move(base)), base_len_(size) {}
 
   uint64_t size() const { return size_; }
-  const std::map<uint64_t, BlockRef>& blocks() const { return blocks_; }
+  const BlockMap& blocks() const { return blocks_; }
   const std::shared_ptr<BackingFile>& base() const { return base_; }
   uint64_t base_len() const { return base_len_; }
 
@@ -108,7 +108,7 @@ class FileContent {
   Status FillBlock(uint64_t index, char* dst, size_t skip_from, size_t skip_to) const;
 
   uint64_t size_ = 0;
-  std::map<uint64_t, BlockRef> blocks_;  // Block index -> block.
+  BlockMap blocks_;
   std::shared_ptr<BackingFile> base_;
   uint64_t base_len_ = 0;
 };
