@@ -21,7 +21,7 @@ bool BlockMap::WritableInPlace(uint64_t index) const {
   return block && !block.shared();
 }
 
-void BlockMap::Put(uint64_t index, BlockRef block) {
+BlockRef& BlockMap::Put(uint64_t index, BlockRef block) {
   Segment& seg = MutableSegment(index / kSegmentBlocks);
   BlockRef& slot = seg.slots[index % kSegmentBlocks];
   if (!slot) {
@@ -29,6 +29,7 @@ void BlockMap::Put(uint64_t index, BlockRef block) {
     ++size_;
   }
   slot = std::move(block);
+  return slot;
 }
 
 void BlockMap::Erase(uint64_t index) {

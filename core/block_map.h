@@ -54,8 +54,8 @@ class BlockMap {
   BlockRef* FindMutable(uint64_t index);
   // Whether the block at `index` exists and neither it nor its segment is shared.
   bool WritableInPlace(uint64_t index) const;
-  // Sets (adds or replaces) the block at `index`.
-  void Put(uint64_t index, BlockRef block);
+  // Sets (adds or replaces) the block at `index`; returns its slot in this map.
+  BlockRef& Put(uint64_t index, BlockRef block);
   void Erase(uint64_t index);
   // Erases every block at `first` and beyond.
   void EraseFrom(uint64_t first);

@@ -67,8 +67,7 @@ Status FileContent::Write(uint64_t offset, const char* data, size_t length,
       BlockRef fresh = reservation.Take();
       Status s = FillBlock(index, fresh.data(), in_block, in_block + n);
       if (!s.ok()) return s;
-      blocks_.Put(index, std::move(fresh));
-      block = blocks_.FindMutable(index);
+      block = &blocks_.Put(index, std::move(fresh));
     } else if (block->shared()) {
       BlockRef copy = reservation.Take();
       std::memcpy(copy.data(), block->data(), kBlockSize);
