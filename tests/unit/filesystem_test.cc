@@ -119,6 +119,30 @@ TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
   EXPECT_TRUE(StagingLeftovers().empty());
 }
 
+// A large file keeps its holes on the backing store: the flush allocates only what was written.
+TEST_F(FilesystemTest, FlushKeepsHoles) {
+  Mount({.flush_delay = 1h});
+  const std::string head = Pattern(2, 2 << 20);
+  const std::string tail = Pattern(3, 1 << 20);
+  const uint64_t tail_at = 64ull << 20;
+  Result<uint64_t> h = CreatePath(*fs_, "sparse.bin");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, head).ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, tail_at, tail).ok());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+
+  struct stat st {};
+  ASSERT_EQ(stat(B("sparse.bin").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), tail_at + tail.size());
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, head.size() + tail.size() + (1 << 20));
+  std::optional<std::string> got = ReadHostFile(B("sparse.bin"));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(SameBytes(got->substr(0, head.size()), head));
+  EXPECT_EQ(got->find_first_not_of('\0', head.size()), tail_at);
+  EXPECT_TRUE(SameBytes(got->substr(tail_at), tail));
+}
+
 // Write-only opens bypass the kernel's page cache, and cached pages never go stale.
 TEST_F(FilesystemTest, PageCacheModeOfHandles) {
   Mount({.flush_delay = 1h});
