@@ -1,15 +1,41 @@
 #include "core/arena.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <fstream>
 #include <new>
+#include <sstream>
+#include <string>
 
 namespace ckptfs {
 namespace {
 constexpr size_t kSlabBytes = 64ull << 20;
+constexpr size_t kPrefaultStep = 2ull << 20;  // One huge page: the unit between stop checks.
+constexpr auto kPrefaultPoll = std::chrono::milliseconds(100);  // While it may not run.
+
+// Whether the system still has more than an eighth of its memory available (/proc/meminfo).
+bool PlentyOfMemoryAvailable() {
+  std::ifstream in("/proc/meminfo");
+  uint64_t total = 0;
+  uint64_t available = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string key;
+    uint64_t kib = 0;
+    if (!(fields >> key >> kib)) continue;
+    if (key == "MemTotal:") total = kib;
+    if (key == "MemAvailable:") available = kib;
+  }
+  return total == 0 || available > total / 8;
+}
 }  // namespace
 
 BlockRef::BlockRef(Block* block) : block_(block) {
@@ -58,6 +84,7 @@ Arena::Arena(uint64_t capacity_bytes)
     : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)) {}
 
 Arena::~Arena() {
+  StopPrefault();
   for (auto [addr, len] : slabs_) munmap(addr, len);
   for (Block* b : headers_) delete b;
 }
@@ -117,6 +144,63 @@ void Arena::MapSlabLocked() {
     free_.push_back(b);
   }
   mapped_ += blocks;
+}
+
+void Arena::Prefault(std::function<bool()> may_run) {
+  std::vector<std::pair<void*, size_t>> slabs;
+  {
+    std::lock_guard lock(mu_);
+    while (mapped_ < capacity_blocks_) MapSlabLocked();
+    slabs = slabs_;
+  }
+  prefaulter_ = std::thread([this, slabs = std::move(slabs), may_run = std::move(may_run)] {
+    PrefaultSlabs(slabs, may_run);
+  });
+}
+
+void Arena::StopPrefault() {
+  stop_prefault_ = true;
+  if (prefaulter_.joinable()) prefaulter_.join();
+}
+
+void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
+                          const std::function<bool()>& may_run) {
+  sched_param idle{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  auto started = std::chrono::steady_clock::now();
+  std::string stopped_by;
+  // The free list hands out the last slab mapped first, each slab from its lowest address.
+  for (auto it = slabs.rbegin(); it != slabs.rend() && stopped_by.empty(); ++it) {
+    if (!PlentyOfMemoryAvailable()) {
+      stopped_by = "the system running short of available memory";
+      break;
+    }
+    char* base = static_cast<char*>(it->first);
+    for (size_t off = 0; off < it->second; off += kPrefaultStep) {
+      while (!stop_prefault_ && !may_run()) std::this_thread::sleep_for(kPrefaultPoll);
+      if (stop_prefault_) {
+        stopped_by = "unmount";
+        break;
+      }
+      size_t len = std::min(kPrefaultStep, it->second - off);
+      if (madvise(base + off, len, MADV_POPULATE_WRITE) != 0) {
+        stopped_by = std::string("madvise(MADV_POPULATE_WRITE): ") + std::strerror(errno);
+        break;
+      }
+      prefaulted_.fetch_add(len, std::memory_order_relaxed);
+    }
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  uint64_t mib = prefaulted_.load() >> 20;
+  if (stopped_by.empty()) {
+    spdlog::info("prefaulted the cache's {} MiB, done {:.1f} s after mount", mib, seconds);
+  } else if (stop_prefault_) {
+    spdlog::info("prefault stopped by unmount after {} MiB", mib);
+  } else {
+    spdlog::warn("prefault stopped after {} MiB in {:.1f} s by {}", mib, seconds, stopped_by);
+  }
+  prefault_done_.store(true, std::memory_order_release);
 }
 
 Block* Arena::TakeBlock() {

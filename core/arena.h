@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace ckptfs {
@@ -95,6 +96,19 @@ class Arena {
   // reclaimer for clean blocks (then no file lock may be held).
   bool TryReserve(size_t count, Reservation* out, bool reclaim);
 
+  // Maps the whole capacity now and faults it in on a background thread of idle priority, so
+  // that the first writes land in memory the kernel has already handed over. The thread works
+  // only while `may_run()` holds, asking again between steps of 2 MiB. It stops early, leaving
+  // the rest to be faulted on first use, when the system's available memory falls below an
+  // eighth of its total. Call at most once, before use.
+  void Prefault(std::function<bool()> may_run);
+  // Stops the prefault (the daemon's unmount) and waits for its thread; `may_run` is not called
+  // afterwards.
+  void StopPrefault();
+  // Bytes the background thread has faulted in so far; prefault_done() once it has stopped.
+  uint64_t prefaulted_bytes() const { return prefaulted_.load(std::memory_order_relaxed); }
+  bool prefault_done() const { return prefault_done_.load(std::memory_order_acquire); }
+
   size_t capacity_blocks() const { return capacity_blocks_; }
   size_t used_blocks() const;      // Blocks held by files and reservations.
   size_t mapped_blocks() const;    // Blocks ever faulted in (peak footprint).
@@ -109,6 +123,8 @@ class Arena {
   void ReturnBlock(Block* block);    // Last reference dropped.
   void Unreserve(size_t count);
   void MapSlabLocked();
+  void PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
+                     const std::function<bool()>& may_run);
 
   const size_t capacity_blocks_;
   Reclaimer reclaimer_;
@@ -122,6 +138,11 @@ class Arena {
   std::vector<Block*> free_;              // Guarded by mu_. LIFO: hot blocks first.
   std::vector<std::pair<void*, size_t>> slabs_;  // Guarded by mu_.
   std::vector<Block*> headers_;           // Guarded by mu_. Owns every Block header.
+
+  std::thread prefaulter_;
+  std::atomic<bool> stop_prefault_{false};
+  std::atomic<bool> prefault_done_{false};
+  std::atomic<uint64_t> prefaulted_{0};
 };
 
 }  // namespace ckptfs

@@ -15,6 +15,7 @@ enum class FlushIo { kAuto, kDirect, kBuffered };
 struct Config {
   std::string backing_dir;
   uint64_t cache_size = 0;  // Bytes of file data held in memory at most.
+  bool prefault = false;    // Fault the whole cache in at mount, in the background.
   std::chrono::milliseconds flush_delay{300};  // Quiet time after a seal before flushing.
   FsyncMode fsync_mode = FsyncMode::kWait;
   unsigned queue_depth = 64;

@@ -97,6 +97,8 @@ std::string Filesystem::StatsJson() {
   j["cache_size"] = config_.cache_size;
   j["memory_used"] = arena_.used_blocks() * kBlockSize;
   j["memory_mapped"] = arena_.mapped_blocks() * kBlockSize;
+  j["memory_prefaulted"] = arena_.prefaulted_bytes();
+  j["prefault_running"] = config_.prefault && !arena_.prefault_done();
   j["writers_waiting"] = arena_.waiting_writers();
   j["dirty_bytes"] = pending_bytes;
   j["pending_entries"] = pending_entries;

@@ -152,6 +152,7 @@ Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
 }
 
 Filesystem::~Filesystem() {
+  arena_.StopPrefault();
   flusher_.reset();
   {
     std::lock_guard lock(ns_mu_);
@@ -172,6 +173,9 @@ Filesystem::~Filesystem() {
 }
 
 void Filesystem::Start() {
+  if (config_.prefault) {
+    arena_.Prefault([this] { return NoFileOpenFor(policy::kPrefaultQuiet); });
+  }
   flusher_->Start();
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
 }
@@ -414,8 +418,17 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
 
 uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
   Handle* h = handle.get();
+  if (h->inode) {
+    ++open_files_;
+    last_open_or_release_ = std::chrono::steady_clock::now();
+  }
   handles_.emplace(h, std::move(handle));
   return reinterpret_cast<uint64_t>(h);
+}
+
+bool Filesystem::NoFileOpenFor(std::chrono::steady_clock::duration quiet) const {
+  std::lock_guard lock(ns_mu_);
+  return open_files_ == 0 && std::chrono::steady_clock::now() - last_open_or_release_ >= quiet;
 }
 
 void Filesystem::SealHandleLocked(Handle* h) {
@@ -1231,6 +1244,8 @@ Status Filesystem::Release(uint64_t handle) {
     if (InodeRef real = ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     MaybeDropLocked(h->inode);
+    --open_files_;
+    last_open_or_release_ = std::chrono::steady_clock::now();
   }
   handles_.erase(h);
   return Status::Ok();

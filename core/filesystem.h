@@ -232,6 +232,8 @@ class Filesystem {
   uint64_t SealLocked(const InodeRef& inode);
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
+  // Whether no file (control files aside) has been open for at least `quiet`. Takes ns_mu_.
+  bool NoFileOpenFor(std::chrono::steady_clock::duration quiet) const;
   // Counts the handle as open on its regular file and chooses how the kernel serves it; only
   // `may_bypass` handles may skip the page cache:
   // - passthrough (SetPassthrough): a read-only open of a file of policy::kBackingReadMinBytes
@@ -339,6 +341,10 @@ class Filesystem {
   Journal journal_;                                // Guarded by ns_mu_.
   // Guarded by ns_mu_. Open files, owned here until released.
   std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_;
+  // Guarded by ns_mu_. Open handles of files (control files aside), and when one was last
+  // opened or released (mount time before that).
+  size_t open_files_ = 0;
+  std::chrono::steady_clock::time_point last_open_or_release_ = std::chrono::steady_clock::now();
   std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
   // Guarded by ns_mu_. Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;

@@ -31,6 +31,11 @@ inline constexpr std::chrono::milliseconds kPassthroughReleaseWait{1000};
 // is its device's, often 128 KiB).
 inline constexpr uint64_t kBackingReadAheadBytes = 16ull << 20;
 
+// prefault=on faults the cache in only after the mount has had no file open for this long: a
+// job's resume load right after mounting must not compete with it for memory, and training
+// between checkpoints leaves the mount quiet for much longer.
+inline constexpr std::chrono::seconds kPrefaultQuiet{10};
+
 // Delay before the flusher retries after a failed batch: 100 ms doubling to 5 s.
 inline std::chrono::milliseconds RetryDelay(unsigned consecutive_failures) {
   unsigned shift = std::min(consecutive_failures > 0 ? consecutive_failures - 1 : 0u, 6u);

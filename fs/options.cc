@@ -128,6 +128,11 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
         return Bad(option, "expected direct_read=on or direct_read=off");
       }
       out->direct_read = value == "on";
+    } else if (key == "prefault") {
+      if (value != "on" && value != "off") {
+        return Bad(option, "expected prefault=on or prefault=off");
+      }
+      out->config.prefault = value == "on";
     } else if (key == "passthrough") {
       if (value == "auto") {
         out->passthrough = Passthrough::kAuto;

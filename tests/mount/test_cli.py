@@ -90,7 +90,7 @@ class BadInputTest(unittest.TestCase):
         for opts in ["cache_size=banana", "cache_size=1M", "cache_size=", "nosuchopt",
                      "flush_delay=soon", "fsync=maybe", "queue_depth=0", "flush_io=fast",
                      "log_level=loud", "max_read=2M", "max_read=1", "direct_read=yes",
-                     "passthrough=maybe"]:
+                     "passthrough=maybe", "prefault=yes"]:
             with self.subTest(opts=opts):
                 line = self.assert_refused([self.backing, self.mnt, "-o", opts])
                 self.assertIn(opts.split("=")[0], line)

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <random>
@@ -275,6 +277,52 @@ TEST(ArenaTest, PressureCallbackRunsWhenReclaimIsNotEnough) {
   EXPECT_EQ(writer.get(), 4u);
   EXPECT_GE(pressure.load(), 1);
   EXPECT_GE(reclaims.load(), 1);
+}
+
+// Prefault maps the whole capacity at once and faults it in behind the blocks' users, without
+// touching what they have written.
+TEST(ArenaTest, PrefaultFaultsInTheWholeCapacityWhileBlocksAreInUse) {
+  Arena arena(8 * kBlockSize + (8ull << 20));
+  arena.Prefault([] { return true; });
+  EXPECT_EQ(arena.mapped_blocks(), arena.capacity_blocks());
+  Reservation r = arena.Reserve(8);
+  std::vector<BlockRef> blocks;
+  for (int i = 0; i < 8; ++i) {
+    blocks.push_back(r.Take());
+    std::memset(blocks.back().data(), 'a' + i, kBlockSize);
+  }
+  ASSERT_TRUE(Eventually([&] { return arena.prefault_done(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(arena.prefaulted_bytes(), arena.capacity_blocks() * kBlockSize);
+  EXPECT_EQ(arena.mapped_blocks(), arena.capacity_blocks());
+  for (int i = 0; i < 8; ++i) {
+    const char* d = blocks[i].data();
+    EXPECT_EQ(std::count(d, d + kBlockSize, static_cast<char>('a' + i)),
+              static_cast<long>(kBlockSize));
+  }
+}
+
+// The prefault faults nothing while its caller says it may not run, then goes on; stopping it
+// while it waits returns.
+TEST(ArenaTest, PrefaultWaitsWhileItMayNotRun) {
+  Arena arena(8ull << 20);
+  std::atomic<bool> may_run{false};
+  std::atomic<int> asked{0};
+  arena.Prefault([&] {
+    ++asked;
+    return may_run.load();
+  });
+  ASSERT_TRUE(Eventually([&] { return asked.load() >= 3; }));
+  EXPECT_EQ(arena.prefaulted_bytes(), 0u);
+  EXPECT_FALSE(arena.prefault_done());
+  may_run = true;
+  ASSERT_TRUE(Eventually([&] { return arena.prefault_done(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(arena.prefaulted_bytes(), 8ull << 20);
+
+  Arena waiting(8ull << 20);
+  waiting.Prefault([] { return false; });
+  waiting.StopPrefault();
+  EXPECT_TRUE(waiting.prefault_done());
+  EXPECT_EQ(waiting.prefaulted_bytes(), 0u);
 }
 
 }  // namespace
