@@ -1,8 +1,9 @@
 // Arena: the bounded store of file-data blocks.
 //
-// Memory is carved into fixed-size, page-aligned blocks from large mappings made on demand and
-// never returned to the kernel while the arena lives: a freed block goes to a LIFO free list and
-// is handed out again already faulted in. At most `capacity` bytes of blocks are ever in use.
+// Memory is carved into fixed-size, page-aligned blocks from large mappings made on demand (all
+// at once by Prefault) and never returned to the kernel while the arena lives: a freed block goes
+// to a LIFO free list and is handed out again already faulted in. At most `capacity` bytes of
+// blocks are ever in use.
 //
 // Writers reserve blocks before they take any file lock (Reserve). When the arena is full, the
 // reclaimer is asked to drop clean blocks, the pressure callback tells the flusher to hurry, and
@@ -111,7 +112,7 @@ class Arena {
 
   size_t capacity_blocks() const { return capacity_blocks_; }
   size_t used_blocks() const;      // Blocks held by files and reservations.
-  size_t mapped_blocks() const;    // Blocks ever faulted in (peak footprint).
+  size_t mapped_blocks() const;    // Blocks mapped so far (all of them after Prefault).
   size_t waiting_writers() const;  // Writers blocked in Reserve right now.
 
  private:
