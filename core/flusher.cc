@@ -25,8 +25,7 @@ struct Staged {
 // of serialising them on growing the file. Filesystems without fallocate go without.
 Status Preallocate(const std::vector<WriteRequest>& writes) {
   for (const WriteRequest& w : writes) {
-    uint64_t len = 0;
-    for (const iovec& v : w.iov) len += v.iov_len;
+    uint64_t len = w.bytes();
     if (len == 0) continue;
     if (fallocate(w.fd, 0, static_cast<off_t>(w.offset), static_cast<off_t>(len)) != 0) {
       if (errno == EOPNOTSUPP) return Status::Ok();
@@ -169,9 +168,7 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
   for (size_t r = 0; r < results.size(); ++r) {
     Staged& s = staged[request_owner[r]];
     if (s.status.ok() && !results[r].ok()) s.status = results[r];
-    if (results[r].ok()) {
-      for (const iovec& v : requests[r].iov) stats_.bytes_flushed += v.iov_len;
-    }
+    if (results[r].ok()) stats_.bytes_flushed += requests[r].bytes();
   }
   std::vector<int> sync_fds;
   std::vector<size_t> sync_owner;

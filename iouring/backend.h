@@ -26,6 +26,12 @@ struct WriteRequest {
   int fd = -1;
   uint64_t offset = 0;
   std::vector<iovec> iov;
+
+  uint64_t bytes() const {
+    uint64_t total = 0;
+    for (const iovec& v : iov) total += v.iov_len;
+    return total;
+  }
 };
 
 class Backend {

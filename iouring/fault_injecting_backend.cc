@@ -11,12 +11,6 @@
 namespace ckptfs {
 namespace {
 
-uint64_t TotalBytes(const std::vector<iovec>& iov) {
-  uint64_t total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
-  return total;
-}
-
 // Splits `request` after its first `at` bytes into `head` and `tail`.
 void SplitRequest(const WriteRequest& request, uint64_t at, WriteRequest* head,
                   WriteRequest* tail) {
@@ -76,7 +70,7 @@ std::vector<Status> FaultInjectingBackend::Write(std::span<const WriteRequest> r
   std::vector<size_t> tail_slots;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (failed[i]) continue;
-    uint64_t total = TotalBytes(requests[i].iov);
+    uint64_t total = requests[i].bytes();
     if (!short_writes || total < 2) {
       heads.push_back(requests[i]);
       head_slots.push_back(i);
