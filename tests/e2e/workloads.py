@@ -16,8 +16,9 @@ real libraries (torch.save, zarr), from separate processes where a trainer has s
                   of a float32 array holding the rank's whole optimizer shard (200 MiB at bench
                   size), filled by 60 uneven set_coordinate_selection pieces under a
                   ProcessSynchronizer, metadata.json last; fine_chunks=True makes zarr itself use
-                  1 MiB chunks (the floor). Loads slice by slice, or (load_whole_region) as
-                  Megatron does: every piece re-reads its rank's whole region.
+                  1 MiB chunks (the floor). Loads slice by slice, or (load_whole_region, one
+                  process per rank) as Megatron does: every piece re-reads its rank's whole
+                  region.
     dlrover       DLRover flash-checkpoint layout, 4 rank processes in parallel:
                   iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt and
                   iter_0000100/rank_RRRR/distrib_optim.pt, tracker last.
@@ -427,21 +428,28 @@ def _write_zarr_metadata(root):
 
 
 def _load_pieces(d, arr, w):
-    """Reads each parameter's own slice of every rank's shard from arr (into digest d, if any)."""
+    """Reads each parameter's own slice of every rank's shard from arr (into digest d, if any,
+    as one sub-digest per rank: see _digest_shards)."""
     for r in range(w.ranks):
+        sub = Digest() if d else None
         for a, b in w.piece_bounds(r):
             piece = arr[a:b]
-            if d:
-                d.add(piece)
+            if sub:
+                sub.add(piece)
+        if d:
+            d.add(sub.hexdigest())
 
 
 def _digest_shards(d, prefix, kinds, w):
-    """Adds to digest d every parameter piece of every rank's generated optimizer shard."""
+    """Adds to digest d, per kind and rank, the sub-digest of the rank's parameter pieces of its
+    generated optimizer shard (per rank, so that ranks can load in parallel processes)."""
     for kind in kinds:
         for r in range(w.ranks):
             flat = fdata(f"{prefix}/{kind}/rank{r}", w.shard)
+            sub = Digest()
             for a, b in w.piece_bounds(r):
-                d.add(flat[a - r * w.shard:b - r * w.shard])
+                sub.add(flat[a - r * w.shard:b - r * w.shard])
+            d.add(sub.hexdigest())
 
 
 class ZarrDist(Workload):
@@ -665,20 +673,18 @@ class ZarrDistOpt(Workload):
         return d.hexdigest() if d else None
 
     def load_whole_region(self, root, check=True):
-        """Megatron's zarr loader (_load_from_array of a flattened-range ShardedTensor): every
-        parameter opens the array, reads its rank's whole region arr[r*shard:(r+1)*shard] and
-        takes its range out of it."""
+        """Megatron's zarr loader (_load_from_array of a flattened-range ShardedTensor), in one
+        process per rank as the ranks load: every parameter opens the array, reads its rank's
+        whole region arr[r*shard:(r+1)*shard] and takes its range out of it."""
         self._check_meta(root)
-        d = Digest() if check else None
-        s = self.shard
-        for kind in self.kinds:
+        _, per_rank = _run_ranks(_zarr_distopt_whole_region_rank, self.ranks, (root, self, check))
+        if not check:
+            return None
+        d = Digest()
+        for i, _ in enumerate(self.kinds):
             for r in range(self.ranks):
-                for a, b in self.piece_bounds(r):
-                    region = self._open(root, kind)[r * s:(r + 1) * s]
-                    piece = region[a - r * s:b - r * s]
-                    if d:
-                        d.add(piece)
-        return d.hexdigest() if d else None
+                d.add(per_rank[r][i])
+        return d.hexdigest()
 
     def expected_digest(self):
         d = Digest()
@@ -711,6 +717,22 @@ def _zarr_distopt_rank(rank, barrier, root, w):
     if rank == 0:
         _write_zarr_metadata(root)
     return None
+
+
+@_rank_main
+def _zarr_distopt_whole_region_rank(rank, barrier, root, w, check):
+    """Rank's part of ZarrDistOpt.load_whole_region: per kind, the sub-digest of its pieces."""
+    barrier.wait()
+    s, out = w.shard, []
+    for kind in w.kinds:
+        sub = Digest() if check else None
+        for a, b in w.piece_bounds(rank):
+            region = w._open(root, kind)[rank * s:(rank + 1) * s]
+            piece = region[a - rank * s:b - rank * s]
+            if sub:
+                sub.add(piece)
+        out.append(sub.hexdigest() if sub else None)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

@@ -83,6 +83,15 @@ class PageCacheTest(unittest.TestCase):
                 os.close(reader)
             self.assertEqual(os.path.getsize(path), 2 * PAGE + 100)
 
+    def test_files_report_a_preferred_io_size_of_128_kib(self):
+        # Python sizes each open file's buffer by st_blksize. At 1 MiB, a loader reading 1 MiB
+        # zarr chunks faulted in 256 fresh pages per chunk (glibc maps such buffers afresh).
+        with CkptfsMount() as m:
+            path = m.path("0.0")
+            with open(path, "wb") as f:
+                f.write(os.urandom(MiB))
+            self.assertEqual(os.stat(path).st_blksize, 128 << 10)
+
 
 @contextlib.contextmanager
 def remounted(files, options=()):
