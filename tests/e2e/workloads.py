@@ -681,7 +681,7 @@ class ZarrDistOpt(Workload):
         if not check:
             return None
         d = Digest()
-        for i, _ in enumerate(self.kinds):
+        for i in range(len(self.kinds)):
             for r in range(self.ranks):
                 d.add(per_rank[r][i])
         return d.hexdigest()
