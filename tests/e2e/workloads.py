@@ -427,29 +427,32 @@ def _write_zarr_metadata(root):
     _write_all(os.path.join(root, "metadata.json"), json.dumps(meta).encode())
 
 
+def _pieces_digest(pieces, check=True):
+    """Consumes one rank's parameter pieces (an iterable of arrays); returns their sub-digest, or
+    None without check. Shards are digested per rank so that ranks can load in parallel."""
+    sub = Digest() if check else None
+    for piece in pieces:
+        if sub:
+            sub.add(piece)
+    return sub.hexdigest() if sub else None
+
+
 def _load_pieces(d, arr, w):
     """Reads each parameter's own slice of every rank's shard from arr (into digest d, if any,
-    as one sub-digest per rank: see _digest_shards)."""
+    one _pieces_digest per rank)."""
     for r in range(w.ranks):
-        sub = Digest() if d else None
-        for a, b in w.piece_bounds(r):
-            piece = arr[a:b]
-            if sub:
-                sub.add(piece)
+        sub = _pieces_digest((arr[a:b] for a, b in w.piece_bounds(r)), check=d is not None)
         if d:
-            d.add(sub.hexdigest())
+            d.add(sub)
 
 
 def _digest_shards(d, prefix, kinds, w):
-    """Adds to digest d, per kind and rank, the sub-digest of the rank's parameter pieces of its
-    generated optimizer shard (per rank, so that ranks can load in parallel processes)."""
+    """Adds to digest d, per kind and rank, the _pieces_digest of the rank's generated optimizer
+    shard."""
     for kind in kinds:
         for r in range(w.ranks):
             flat = fdata(f"{prefix}/{kind}/rank{r}", w.shard)
-            sub = Digest()
-            for a, b in w.piece_bounds(r):
-                sub.add(flat[a - r * w.shard:b - r * w.shard])
-            d.add(sub.hexdigest())
+            d.add(_pieces_digest(flat[a - r * w.shard:b - r * w.shard] for a, b in w.piece_bounds(r)))
 
 
 class ZarrDist(Workload):
@@ -723,16 +726,14 @@ def _zarr_distopt_rank(rank, barrier, root, w):
 def _zarr_distopt_whole_region_rank(rank, barrier, root, w, check):
     """Rank's part of ZarrDistOpt.load_whole_region: per kind, the sub-digest of its pieces."""
     barrier.wait()
-    s, out = w.shard, []
-    for kind in w.kinds:
-        sub = Digest() if check else None
+    s = w.shard
+
+    def pieces(kind):
         for a, b in w.piece_bounds(rank):
-            region = w._open(root, kind)[rank * s:(rank + 1) * s]
-            piece = region[a - rank * s:b - rank * s]
-            if sub:
-                sub.add(piece)
-        out.append(sub.hexdigest() if sub else None)
-    return out
+            region = w._open(root, kind)[rank * s:(rank + 1) * s]  # Read whole, per piece.
+            yield region[a - rank * s:b - rank * s]
+
+    return [_pieces_digest(pieces(kind), check) for kind in w.kinds]
 
 
 # ------------------------------------------------------------------------------------------------
