@@ -675,12 +675,14 @@ class ZarrDistOpt(Workload):
             _load_pieces(d, self._open(root, kind), self)
         return d.hexdigest() if d else None
 
-    def load_whole_region(self, root, check=True):
+    def load_whole_region(self, root, check=True, every=1):
         """Megatron's zarr loader (_load_from_array of a flattened-range ShardedTensor), in one
         process per rank as the ranks load: every parameter opens the array, reads its rank's
-        whole region arr[r*shard:(r+1)*shard] and takes its range out of it."""
+        whole region arr[r*shard:(r+1)*shard] and takes its range out of it. every=N loads only
+        every Nth piece of each rank (each costs the same: a read of the whole region)."""
         self._check_meta(root)
-        _, per_rank = _run_ranks(_zarr_distopt_whole_region_rank, self.ranks, (root, self, check))
+        _, per_rank = _run_ranks(_zarr_distopt_whole_region_rank, self.ranks,
+                                 (root, self, check, every))
         if not check:
             return None
         d = Digest()
@@ -723,13 +725,13 @@ def _zarr_distopt_rank(rank, barrier, root, w):
 
 
 @_rank_main
-def _zarr_distopt_whole_region_rank(rank, barrier, root, w, check):
+def _zarr_distopt_whole_region_rank(rank, barrier, root, w, check, every):
     """Rank's part of ZarrDistOpt.load_whole_region: per kind, the sub-digest of its pieces."""
     barrier.wait()
     s = w.shard
 
     def pieces(kind):
-        for a, b in w.piece_bounds(rank):
+        for a, b in w.piece_bounds(rank)[::every]:
             region = w._open(root, kind)[rank * s:(rank + 1) * s]  # Read whole, per piece.
             yield region[a - rank * s:b - rank * s]
 
