@@ -145,6 +145,12 @@ class CkptfsDaemon:
                     return int(line.split()[1])
         return 0
 
+    def cpu_seconds(self):
+        """User plus system CPU time the daemon has used so far (all its threads)."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def unmount(self):
         """fusermount3 -u, then waits for the daemon to flush and exit; returns its exit code."""
         if self.proc is None:
