@@ -20,7 +20,7 @@ namespace ckptfs {
 
 class BlockMap {
  public:
-  static constexpr uint64_t kSegmentBlocks = 64;  // 4 MiB of file.
+  static constexpr uint64_t kSegmentBlocks = (4ull << 20) / kBlockSize;  // 4 MiB of file.
 
  private:
   struct Segment {

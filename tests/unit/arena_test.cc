@@ -121,7 +121,7 @@ TEST(ArenaTest, MappedBlocksDoNotGrowWhenFreedBlocksAreReused) {
   // Large enough capacity that the first mapping (64 MiB) does not cover it: a second mapping
   // would be made if freed blocks were not reused.
   Arena arena(256ull << 20);
-  const size_t n = 900;
+  const size_t n = (48ull << 20) / kBlockSize;  // 48 MiB: within the first mapping.
   std::vector<BlockRef> file;
   {
     Reservation r = arena.Reserve(n);
