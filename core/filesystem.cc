@@ -1077,8 +1077,15 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   if (may_bypass && read_only) {
     std::lock_guard ilock(inode.mu);
     const FileContent& c = inode.content;
-    held_by_backing = c.memory_blocks() == 0 && c.base() && !c.base()->spill() &&
-                      c.base_len() == c.size() && c.size() >= policy::kBackingReadMinBytes;
+    const bool whole_on_backing = c.memory_blocks() == 0 && c.base() && !c.base()->spill() &&
+                                  c.base_len() == c.size();
+    held_by_backing = whole_on_backing && c.size() >= policy::kBackingReadMinBytes;
+    if (whole_on_backing && !held_by_backing && c.size() > 0 && !inode.backing_prefetched) {
+      // The disk reads the file while the opener's next requests travel; later opens find it
+      // in the mount's page cache.
+      inode.backing_prefetched = true;
+      posix_fadvise(c.base()->fd(), 0, static_cast<off_t>(c.size()), POSIX_FADV_WILLNEED);
+    }
     if (held_by_backing && open_backing_ && inode.passthrough_handles == 0 &&
         inode.open_handles == 0) {
       inode.backing_id = open_backing_(c.base()->fd());

@@ -105,6 +105,7 @@ struct Inode {
   // that cache may miss a change made through a handle that bypasses it.
   uint32_t cached_handles = 0;
   bool page_cache_stale = false;
+  bool backing_prefetched = false;  // A read-only open had the backing file read ahead.
 
   uint32_t TypeBits() const {
     switch (type) {

@@ -9,9 +9,11 @@ meanwhile. BackingReadTest turns passthrough off to test the daemon's own read p
 """
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
+import time
 import unittest
 
 from harness import CkptfsMount, require_fuse, require_root
@@ -116,6 +118,43 @@ def daemon_bytes_read(m):
         return int(next(line for line in f if line.startswith("rchar:")).split()[1])
 
 
+def evict(path):
+    """Drops the (clean) pages of `path` from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
+def resident(path):
+    """Whether every page of `path` is in the page cache (mincore: looking does not read)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        addr = LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "mmap " + path)
+        try:
+            pages = (size + PAGE - 1) // PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if LIBC.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore " + path)
+            return all(v & 1 for v in vec)
+        finally:
+            LIBC.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
 class BackingReadTest(unittest.TestCase):
     """Reads of data the daemon does not hold in memory, served from the backing store by the
     daemon (passthrough off)."""
@@ -159,6 +198,20 @@ class BackingReadTest(unittest.TestCase):
                 self.assertEqual(os.pread(reader.fileno(), 5, MiB), want)
                 with mmap.mmap(reader.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ) as mm:
                     self.assertEqual(mm[MiB:MiB + 5], want)
+
+    def test_a_small_file_opened_for_reading_is_read_ahead_from_the_backing_store(self):
+        small = os.urandom(200 << 10)
+        with remounted({"meta.pt": small}) as m:
+            backing = m.bpath("meta.pt")
+            evict(backing)
+            if resident(backing):
+                self.skipTest("the backing store keeps its pages (tmpfs?): nothing to read ahead")
+            with open(m.path("meta.pt"), "rb") as f:  # Opened, not read yet.
+                deadline = time.monotonic() + 10
+                while not resident(backing) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                self.assertTrue(resident(backing), "the daemon did not read the file ahead")
+                self.assertEqual(f.read(), small)
 
     def test_direct_read_off_reads_through_the_page_cache(self):
         big = os.urandom(2 * MiB)
