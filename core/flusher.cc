@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +36,14 @@ Status Preallocate(const std::vector<WriteRequest>& writes) {
   return Status::Ok();
 }
 
+uint64_t OpenFileLimit() {
+  rlimit nofile {};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY) {
+    return UINT64_MAX;
+  }
+  return nofile.rlim_cur;
+}
+
 }  // namespace
 
 Flusher::Flusher(const Config& config, std::unique_ptr<Backend> backend, int staging_fd,
@@ -43,6 +52,7 @@ Flusher::Flusher(const Config& config, std::unique_ptr<Backend> backend, int sta
       backend_(std::move(backend)),
       backend_name_(backend_->Name()),
       staging_fd_(staging_fd),
+      max_batch_entries_(policy::MaxBatchEntries(OpenFileLimit())),
       ns_mu_(ns_mu),
       journal_(journal),
       stats_(stats),
@@ -92,7 +102,7 @@ void Flusher::Run() {
     uint64_t force = hurry ? journal_.last_seq() : force_seq_;
     std::vector<EntryRef> batch;
     if (now >= retry_at_) {
-      batch = journal_.TakeBatch(now, config_.flush_delay, force, policy::kMaxBatchEntries,
+      batch = journal_.TakeBatch(now, config_.flush_delay, force, max_batch_entries_,
                                  policy::kMaxBatchBytes);
     }
     if (batch.empty() && hooks_.spill && hooks_.waiting_writers() > 0) {

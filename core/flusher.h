@@ -77,6 +77,7 @@ class Flusher {
   std::unique_ptr<Backend> backend_;
   const std::string backend_name_;
   const int staging_fd_;
+  const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   std::mutex& ns_mu_;
   Journal& journal_;
   Stats& stats_;

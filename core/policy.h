@@ -12,6 +12,12 @@ namespace ckptfs::policy {
 // Batches are bounded so that one slow batch does not hold back sync waiters for long.
 inline constexpr size_t kMaxBatchEntries = 1024;
 inline constexpr uint64_t kMaxBatchBytes = 1ull << 30;
+// Entries of one batch for a process that may open `open_file_limit` descriptors: each file a
+// batch publishes holds a staging file open until its data is synced, so a batch takes at most
+// a quarter of them (the rest serve backing directories, files being read, FUSE and io_uring).
+inline size_t MaxBatchEntries(uint64_t open_file_limit) {
+  return static_cast<size_t>(std::clamp<uint64_t>(open_file_limit / 4, 16, kMaxBatchEntries));
+}
 // Above this many files in a batch, one syncfs replaces per-file fdatasync and directory fsync.
 inline constexpr size_t kSyncfsThreshold = 32;
 // With flush_io=auto, files of at least this size bypass the backing store's page cache: a copy

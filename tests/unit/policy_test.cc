@@ -8,6 +8,13 @@ namespace {
 
 using std::chrono::milliseconds;
 
+TEST(PolicyTest, BatchesTakeAQuarterOfTheDescriptorsBetween16And1024Entries) {
+  EXPECT_EQ(MaxBatchEntries(1024), 256u);
+  EXPECT_EQ(MaxBatchEntries(1u << 20), kMaxBatchEntries);
+  EXPECT_EQ(MaxBatchEntries(UINT64_MAX), kMaxBatchEntries);
+  EXPECT_EQ(MaxBatchEntries(40), 16u);
+}
+
 TEST(PolicyTest, RetryDelayDoublesFrom100msAndCapsAt5s) {
   EXPECT_EQ(RetryDelay(0), milliseconds(100));
   EXPECT_EQ(RetryDelay(1), milliseconds(100));
