@@ -371,7 +371,12 @@ bool Filesystem::JournaledLocked(const InodeRef& inode) const {
 
 uint64_t Filesystem::AppendLocked(EntryRef entry) {
   entry->sealed_at = Clock::now();
-  entry->inode->last_entry = entry;
+  // An unlink or rmdir is about its victim, though it names the directory as its inode: the
+  // removal may be cancelled with the victim, and must not then leave the directory looking as
+  // if its own pending entries (a mkdir) were done.
+  if (entry->kind != JournalEntry::Kind::kUnlink && entry->kind != JournalEntry::Kind::kRmdir) {
+    entry->inode->last_entry = entry;
+  }
   uint64_t seq = journal_.Append(std::move(entry));
   flusher_->NotifyLocked();
   return seq;

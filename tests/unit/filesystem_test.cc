@@ -497,6 +497,20 @@ TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
   EXPECT_TRUE(SameTree(Backing(), expected));
 }
 
+// Found by test_differential: removing a subdirectory that never reached the backing store
+// cancels its mkdir and rmdir; the parent, itself not flushed yet, must still be moved there.
+TEST_F(FilesystemTest, RenameOfADirectoryWhoseSubdirectoryCameAndWentBeforeAFlush) {
+  Mount({.flush_delay = 1h});
+  ASSERT_TRUE(Mkdir("d1").ok());
+  ASSERT_TRUE(Mkdir("d1/d2").ok());
+  ASSERT_TRUE(fs_->Rmdir(Ino("d1"), "d2").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "d1/f", "f").ok());
+  ASSERT_TRUE(Mkdir("d3").ok());
+  ASSERT_TRUE(Rename("d1", "d3/l0").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(SameTree(Backing(), {{"d3", "<dir>"}, {"d3/l0", "<dir>"}, {"d3/l0/f", "f"}}));
+}
+
 TEST_F(FilesystemTest, ReadDirListsEverything) {
   WriteHostFile(B("dir/on_disk"), "1");
   Mount({.flush_delay = 1h});
