@@ -16,7 +16,7 @@ trap 'mountpoint -q "$mnt" && fusermount3 -u "$mnt"' EXIT
 echo "== mounted: $(grep " $mnt " /proc/self/mounts)"
 
 echo "== saving a checkpoint through the mount (torch.save, then the tracker file)"
-/usr/bin/python3 - "$mnt" <<'PY'
+.venv/bin/python - "$mnt" <<'PY'
 import os, sys, time, torch
 root = sys.argv[1]
 state = {"model": {f"layer{i}.weight": torch.randn(1024, 1024) for i in range(64)},

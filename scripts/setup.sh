@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages ckptfs needs and builds it into build/ (or $CKPTFS_BUILD_DIR).
-# Extra arguments are passed to cmake, e.g. -DCKPTFS_SANITIZE=address.
+# Installs what ckptfs needs and builds it into build/ (or $CKPTFS_BUILD_DIR):
+#   - Debian packages for the C++ side (and fuse3's fusermount3);
+#   - a Python virtual environment in .venv/ with the pinned packages of scripts/requirements.txt
+#     (torch first, alone, so that nothing pulls a newer torch);
+#   - the build, with extra arguments passed to cmake, e.g. -DCKPTFS_SANITIZE=address.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-dev libgtest-dev
-          libgmock-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
-          python3-torch python3-zarr python3-numpy)
+          libgmock-dev nlohmann-json3-dev libcli11-dev python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,7 +21,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+venv="$PWD/.venv"
+stamp="$venv/.requirements-installed"
+if ! cmp -s scripts/requirements.txt "$stamp"; then
+  echo "setup: installing the Python packages into $venv"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$(grep '^torch==' scripts/requirements.txt)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
+  cp scripts/requirements.txt "$stamp"
+fi
+
 build="${CKPTFS_BUILD_DIR:-build}"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPTFS_PYTHON="$venv/bin/python" "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)"
 echo "setup: built $build/ckptfs"

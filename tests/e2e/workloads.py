@@ -102,6 +102,16 @@ def pool_bytes(name, n):
     return bytes(out)
 
 
+def torch_load(f):
+    """torch.load with weights_only (nothing in the file is executed), admitting the numpy
+    arrays that Megatron's RNG state holds."""
+    import torch
+    numpy_globals = [np._core.multiarray._reconstruct, np.ndarray, np.dtype,
+                     type(np.dtype(np.uint32))]
+    with torch.serialization.safe_globals(numpy_globals):
+        return torch.load(f, map_location="cpu", weights_only=True)
+
+
 class Digest:
     """sha256 over a canonical walk of (nested) checkpoint objects."""
 
@@ -378,8 +388,7 @@ class TorchLegacy(Workload):
     def load(self, root, check=True):
         import torch
         it = _read_tracker(root)
-        sd = torch.load(os.path.join(root, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt"),
-                        map_location="cpu")
+        sd = torch_load(os.path.join(root, f"iter_{it:07d}", "mp_rank_00", "model_optim_rng.pt"))
         return digest(it, sd) if check else None
 
     def expected_digest(self):
@@ -522,7 +531,7 @@ class ZarrDist(Workload):
             meta = json.load(f)
         assert meta["sharded_backend"] == "zarr", meta
         d = Digest() if check else None
-        common = torch.load(os.path.join(root, "common.pt"), map_location="cpu")
+        common = torch_load(os.path.join(root, "common.pt"))
         if d:
             d.add(common)
         for key, shape, chunk, split in self.model_tensors():
@@ -799,7 +808,7 @@ class DLRover(Workload):
         d = Digest() if check else None
         for r in range(self.ranks):
             for p in self.paths(root, r):
-                obj = torch.load(p, map_location="cpu")
+                obj = torch_load(p)
                 if d:
                     d.add(obj)
         return d.hexdigest() if d else None
@@ -903,7 +912,7 @@ class DCP(Workload):
                 f.seek(offset)
                 raw = f.read(length)
             assert len(raw) == length, (fqn, len(raw), length)
-            obj = raw if kind == "bytes" else torch.load(io.BytesIO(raw), map_location="cpu")
+            obj = raw if kind == "bytes" else torch_load(io.BytesIO(raw))
             if d:
                 d.add(fqn)
                 d.add(obj)

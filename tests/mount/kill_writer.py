@@ -1,6 +1,6 @@
 """Writer process of test_kill_workloads, and the contents it writes (shared with the checker).
 
-    /usr/bin/python3 kill_writer.py MODE DIR SEED LOG
+    python kill_writer.py MODE DIR SEED LOG
 
 Imports what it needs, prints "ready", then saves checkpoints under DIR with real save code
 until it is stopped by an error (the daemon was killed) or has saved MAX_ITERATIONS of them:

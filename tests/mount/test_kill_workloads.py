@@ -3,7 +3,7 @@ of Megatron state dicts + tracker, zarr checkpoints + metadata.json, small files
 place + a manifest.
 
 Each kill point: the daemon (flush_delay, cache_size and fsync mode drawn from the seed) mounts
-BACKING, kill_writer.py MODE runs in a child /usr/bin/python3 under run<k>/ and logs its close
+BACKING, kill_writer.py MODE runs in a child Python (the tests' own) under run<k>/ and logs its close
 order outside the mount, the daemon (only the pid this test started) is SIGKILLed after a random
 delay, the writer is reaped, a new daemon mounts the same BACKING, and run<k> is checked through
 the mount:
@@ -41,9 +41,8 @@ from harness import HERE, CkptfsMount, choose_seed, require_fuse, require_long
 
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
 from ckptfs_daemon import describe_tree_diff, snapshot  # noqa: E402
-from workloads import digest  # noqa: E402
+from workloads import digest, torch_load  # noqa: E402
 
-WRITER_PYTHON = "/usr/bin/python3"  # Debian's, with torch, zarr, numpy.
 MAX_DELAY = 1.5  # Seconds after the writer is ready; the writers save for longer than that.
 DEFAULT_KILLS, LONG_KILLS = 2, 17
 PARTIAL = re.compile(r"^(.*)\.[0-9a-f]{32}\.partial$")  # zarr DirectoryStore's temporary names.
@@ -75,14 +74,13 @@ class TorchPlan:
         return self.digests[it]
 
     def version_of(self, name, path):
-        import torch
         if name == kw.TRACKER:
             return _versioned_int(path, name)
         m = re.fullmatch(r"iter_(\d{7})/mp_rank_00/model_optim_rng\.pt", name)
         if not m:
             return "unexpected"
         try:
-            got = digest(torch.load(path, map_location="cpu"))
+            got = digest(torch_load(path))
         except Exception as e:
             raise Torn(f"{name}: torch.load failed: {type(e).__name__}: {e}")
         if got != self.expected_digest(int(m.group(1))):
@@ -319,7 +317,7 @@ class KillRuns:
     def kill_during_writer(self, m, mode, run, wseed, delay, log):
         os.mkdir(m.path(run))
         with open(os.path.join(m.workdir, f"{run}.err"), "w+") as err:
-            writer = subprocess.Popen([WRITER_PYTHON, os.path.join(HERE, "kill_writer.py"), mode,
+            writer = subprocess.Popen([sys.executable, os.path.join(HERE, "kill_writer.py"), mode,
                                        m.path(run), str(wseed), log],
                                       stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
             try:
