@@ -133,7 +133,7 @@ int Mount(int argc, char** argv) {
   app.add_flag("-f,--foreground", o.foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists,
-                 "Mount options: cache_size=SIZE, prefault=on|off, flush_delay=MS, fsync=wait|defer, "
+                 "Mount options: cache_size=SIZE, prefault=on|off, flush_delay=MS, fsync=defer|wait, "
                  "queue_depth=N, flush_io=auto|direct|buffered, passthrough=auto|on|off, "
                  "direct_read=on|off, zarr_chunk=SIZE, max_read=SIZE, log_level=LEVEL, "
                  "log_file=PATH, unmount_timeout=MS, "
