@@ -22,10 +22,8 @@ real libraries (torch.save, zarr), from separate processes where a trainer has s
     dlrover       DLRover flash-checkpoint layout, 4 rank processes in parallel:
                   iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt and
                   iter_0000100/rank_RRRR/distrib_optim.pt, tracker last.
-    dcp           PyTorch DCP's FileSystemWriter syscalls by hand (Debian's torch 1.13 has no
-                  torch.distributed.checkpoint): 2 rank processes x 2 writer threads, each thread
-                  writes one __R_I.distcp sequentially with torch.save per tensor and fsyncs it;
-                  then .metadata.tmp is written, fsynced and renamed to .metadata.
+    dcp           real PyTorch DCP (dcp_workload.py): dcp.save of a DTensor-sharded GPT + Adam
+                  from 2 rank processes (gloo), FileSystemWriter(thread_count=2, sync_files=True).
     seq           a few large files written sequentially (8 MiB writes).
     small         many small files (1-64 KiB) in 100 directories.
 
@@ -41,15 +39,15 @@ byte of the tracker/metadata), load(root, check) -> digest (the way a loader rea
 expected_digest() (the same digest computed from the generated data).
 """
 
+import datetime
 import functools
 import hashlib
-import io
 import json
 import multiprocessing
 import os
-import pickle
 import queue as queue_mod
-import threading
+import shutil
+import tempfile
 import time
 import zlib
 
@@ -158,19 +156,20 @@ def _write_all(path, data):
         f.write(data)
 
 
-def _ctx():
+def _ctx(preload):
     # forkserver, not fork: forking a process that has used torch's OpenMP pool can hang the
-    # child. The server imports torch and zarr once, so rank processes start in milliseconds.
+    # child. The server imports torch and zarr (and the modules of the first workload to start
+    # ranks in this process) once, so rank processes start in milliseconds.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["numpy", "torch", "zarr", "numcodecs", "workloads"])
+    ctx.set_forkserver_preload(["numpy", "torch", "zarr", "numcodecs", "workloads", *preload])
     return ctx
 
 
-def _run_ranks(target, nranks, args):
+def _run_ranks(target, nranks, args, preload=()):
     """Starts nranks processes target(rank, barrier, queue, *args); they generate their data and
     wait at the barrier; the clock starts when the barrier opens. Returns (seconds until every
     rank exited, [rank results])."""
-    ctx = _ctx()
+    ctx = _ctx(preload)
     barrier = ctx.Barrier(nranks + 1)  # Start line: every rank and this process.
     group = ctx.Barrier(nranks)  # Between the ranks (torch.distributed.barrier()).
     queue = ctx.Queue()
@@ -243,6 +242,34 @@ def _rank_main(fn):
             queue.put((rank, RuntimeError(f"{type(e).__name__}: {e}")))
             raise
     return wrapper
+
+
+def run_distributed(target, nranks, args, preload=()):
+    """_run_ranks for a target made with @distributed_rank: its ranks form a torch.distributed
+    gloo group (rendezvous through a file store in a fresh temporary directory)."""
+    store = tempfile.mkdtemp(prefix="ckptfs-pg-")
+    try:
+        return _run_ranks(target, nranks, (nranks, store) + tuple(args),
+                          preload=(target.__module__, *preload))
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def distributed_rank(fn):
+    """A rank body fn(rank, barrier, *args) run inside a torch.distributed gloo group of the
+    ranks run_distributed starts."""
+
+    @functools.wraps(fn)
+    def body(rank, barrier, world, store, *args):
+        import torch.distributed as dist
+        os.environ["MASTER_ADDR"] = "127.0.0.1"  # DCP's checkpoint process meets here too.
+        dist.init_process_group("gloo", init_method=f"file://{store}/rendezvous", rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=300))
+        try:
+            return fn(rank, barrier, *args)
+        finally:
+            dist.destroy_process_group()
+    return _rank_main(body)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -345,6 +372,7 @@ def _read_tracker(root):
 class Workload:
     name = "?"
     description = ""
+    varying = ()  # Names of files whose bytes the library does not write deterministically.
 
     def __init__(self, nbytes):
         self.nbytes = int(nbytes)
@@ -835,147 +863,6 @@ def _dlrover_rank(rank, barrier, root, w):
 
 
 # ------------------------------------------------------------------------------------------------
-# 4. PyTorch DCP FileSystemWriter, by hand
-
-class DCP(Workload):
-    name = "dcp"
-    description = "PyTorch DCP file pattern: 2 ranks x 2 threads, __R_I.distcp, .metadata"
-    ranks, threads = 2, 2
-
-    def __init__(self, nbytes):
-        super().__init__(nbytes)
-        per_rank = self.nbytes // self.ranks
-        params = max(1, per_rank // 14)
-        self.hidden = 512 if params < 20_000_000 else 1024
-        self.vocab = 8192
-        self.layers = max(1, int(round((params * 2 - self.vocab * self.hidden) / (12 * self.hidden ** 2))))
-
-    def rank_items(self, rank):
-        """[(fqn, tensor or bytes)] this rank writes: its TP shard of the model (fp16) and of the
-        Adam state (fp32), and one non-tensor item (bytes, as DCP writes BytesIO items)."""
-        items = []
-        for name, shape in gpt_param_shapes(self.hidden, self.layers, self.vocab, 2, rank):
-            items.append((f"model.{name}", tensor(f"dcp/r{rank}/{name}", shape, "float16")))
-            items.append((f"optim.state.{name}.exp_avg", tensor(f"dcp/r{rank}/m/{name}", shape)))
-            items.append((f"optim.state.{name}.exp_avg_sq", tensor(f"dcp/r{rank}/v/{name}", shape)))
-        buf = io.BytesIO()
-        pickle.dump({"rank": rank, "iteration": ITERATION, "extra": list(range(100))}, buf, protocol=4)
-        items.append((f"extra_state.rank{rank}", buf.getvalue()))
-        return items
-
-    def split(self, items):
-        """DCP's _split_by_size_and_type: bytes items round-robin, tensors to the smallest bucket."""
-        buckets = [[] for _ in range(self.threads)]
-        sizes = [0] * self.threads
-        tensors = [it for it in items if not isinstance(it[1], bytes)]
-        blobs = [it for it in items if isinstance(it[1], bytes)]
-        for i, it in enumerate(blobs):
-            buckets[i % self.threads].append(it)
-        tensors.sort(key=lambda it: -it[1].numel() * it[1].element_size())
-        for it in tensors:
-            i = sizes.index(min(sizes))
-            buckets[i].append(it)
-            sizes[i] += it[1].numel() * it[1].element_size()
-        return buckets
-
-    def logical_bytes(self):
-        n = 0
-        for r in range(self.ranks):
-            for name, shape in gpt_param_shapes(self.hidden, self.layers, self.vocab, 2, r):
-                n += int(np.prod(shape)) * 10
-        return n
-
-    def save(self, root):
-        elapsed, results = _run_ranks(_dcp_rank, self.ranks, (root, self))
-        t = time.monotonic()
-        storage = {}
-        for res in results:
-            storage.update(res)
-        meta = {"version": 1, "storage_data": {k: storage[k] for k in sorted(storage)}}
-        tmp = os.path.join(root, ".metadata.tmp")
-        with open(tmp, "wb") as f:
-            pickle.dump(meta, f, protocol=4)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, os.path.join(root, ".metadata"))
-        return elapsed + time.monotonic() - t
-
-    def load(self, root, check=True):
-        """DCP's FileSystemReader: per item, read its byte range and torch.load it."""
-        import torch
-        with open(os.path.join(root, ".metadata"), "rb") as f:
-            meta = pickle.load(f)
-        d = Digest() if check else None
-        for fqn in sorted(meta["storage_data"]):
-            rel, offset, length, kind = meta["storage_data"][fqn]
-            with open(os.path.join(root, rel), "rb") as f:
-                f.seek(offset)
-                raw = f.read(length)
-            assert len(raw) == length, (fqn, len(raw), length)
-            obj = raw if kind == "bytes" else torch_load(io.BytesIO(raw))
-            if d:
-                d.add(fqn)
-                d.add(obj)
-        return d.hexdigest() if d else None
-
-    def expected_digest(self):
-        d = Digest()
-        items = {}
-        for r in range(self.ranks):
-            items.update(dict(self.rank_items(r)))
-        for fqn in sorted(items):
-            d.add(fqn)
-            d.add(items[fqn])
-        return d.hexdigest()
-
-
-def _dcp_write_file(path, rel, items, out):
-    import torch
-    with open(path, "wb") as stream:
-        for fqn, obj in items:
-            offset = stream.tell()
-            if isinstance(obj, bytes):
-                stream.write(obj)
-                kind = "bytes"
-            else:
-                torch.save(obj, stream)
-                kind = "tensor"
-            out[fqn] = (rel, offset, stream.tell() - offset, kind)
-        stream.flush()
-        os.fsync(stream.fileno())
-
-
-@_rank_main
-def _dcp_rank(rank, barrier, root, w):
-    buckets = w.split(w.rank_items(rank))
-    barrier.wait()
-    os.makedirs(root, exist_ok=True)
-    results = [dict() for _ in buckets]
-    threads = []
-    errors = []
-    for i, items in enumerate(buckets):
-        rel = f"__{rank}_{i}.distcp"
-
-        def run(i=i, items=items, rel=rel):
-            try:
-                _dcp_write_file(os.path.join(root, rel), rel, items, results[i])
-            except BaseException as e:
-                errors.append(e)
-
-        t = threading.Thread(target=run)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    merged = {}
-    for r in results:
-        merged.update(r)
-    return merged
-
-
-# ------------------------------------------------------------------------------------------------
 # Plain sequential large files and many small files (bench only)
 
 class SeqWrite(Workload):
@@ -1100,8 +987,11 @@ def make(name, scale=1.0, for_test=False, **kw):
         sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "zarr_distopt": 400 * MB,
                  "dlrover": 512 * MB, "dcp": 512 * MB, "seq": 4096 * MB, "small": 20000}
     n = int(sizes[name] * scale)
-    cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "zarr_distopt": ZarrDistOpt,
-           "dlrover": DLRover, "dcp": DCP, "seq": SeqWrite, "small": SmallFiles}[name]
+    if name == "dcp":  # Imported on demand: the real libraries take seconds to import.
+        from dcp_workload import DCP as cls
+    else:
+        cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "zarr_distopt": ZarrDistOpt,
+               "dlrover": DLRover, "seq": SeqWrite, "small": SmallFiles}[name]
     return cls(n, **kw)
 
 

@@ -1,0 +1,178 @@
+"""PyTorch DCP, the real thing: torch.distributed.checkpoint.save, async_save and load.
+
+Each rank process (torch.distributed with gloo on the CPU) holds a small GPT-like model whose
+parameters are DTensors sharded along their first dimension (Shard(0) on a 1-D CPU mesh) and an
+Adam optimizer after one step (exp_avg, exp_avg_sq). The state dict comes from
+torch.distributed.checkpoint.state_dict.get_state_dict and is written with
+dcp.save(storage_writer=FileSystemWriter(root, thread_count=2, sync_files=True)): per rank
+__R_0.distcp and __R_1.distcp, each fsynced, then .metadata (written as .metadata.tmp, fsynced,
+renamed) by rank 0. Loads read it back into a model sharded over any number of ranks
+(resharding) and push it through set_state_dict.
+
+Data is deterministic (workloads.tensor), so the digest of the full (unsharded) state is the
+same for every rank count. .metadata is not byte-deterministic: it records a random save id
+and the checkpoint's path (see e2e_check's `varying`).
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+import workloads as wl
+
+MiB = 1 << 20
+
+
+class _Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d, device="meta")
+        self.qkv = nn.Linear(d, 3 * d, device="meta")
+        self.proj = nn.Linear(d, d, device="meta")
+        self.ln2 = nn.LayerNorm(d, device="meta")
+        self.fc1 = nn.Linear(d, 4 * d, device="meta")
+        self.fc2 = nn.Linear(4 * d, d, device="meta")
+
+
+class TinyGPT(nn.Module):
+    """The parameter tree of a GPT decoder (names and shapes; no forward pass is needed)."""
+
+    def __init__(self, vocab, d, layers):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, d, device="meta")
+        self.blocks = nn.ModuleList(_Block(d) for _ in range(layers))
+        self.final_ln = nn.LayerNorm(d, device="meta")
+        self.lm_head = nn.Linear(d, vocab, bias=False, device="meta")
+
+
+def build(dims, mesh, fill):
+    """(model, Adam) with every parameter a Shard(0) DTensor on `mesh`. fill: deterministic
+    values and one Adam step on deterministic gradients; otherwise zeros (a load target)."""
+    model = TinyGPT(*dims)
+    for name, p in list(model.named_parameters()):
+        owner, _, attr = name.rpartition(".")
+        full = wl.tensor(f"dcp/{name}", tuple(p.shape)) if fill else torch.zeros(p.shape)
+        setattr(model.get_submodule(owner), attr, nn.Parameter(distribute_tensor(full, mesh, [Shard(0)])))
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if fill:
+        for name, p in model.named_parameters():
+            p.grad = distribute_tensor(wl.tensor(f"dcp/grad/{name}", tuple(p.shape)), mesh, [Shard(0)])
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+    return model, optim
+
+
+def state_dict(model, optim):
+    msd, osd = get_state_dict(model, optim)
+    return {"model": msd, "optim": osd}
+
+
+def full_digest(state):
+    """Digest of the unsharded state in canonical order. Collective (DTensor.full_tensor)."""
+    def full(obj):
+        if isinstance(obj, DTensor):
+            return obj.full_tensor()
+        if isinstance(obj, dict):
+            return {k: full(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(full(v) for v in obj)
+        return obj
+    return wl.digest(full(state))
+
+
+class DCP(wl.Workload):
+    name = "dcp"
+    description = ("PyTorch DCP save: 2 ranks (gloo), DTensor-sharded GPT + Adam, "
+                   "FileSystemWriter(thread_count=2, sync_files=True)")
+    ranks = 2
+    varying = (".metadata",)
+
+    def __init__(self, nbytes):
+        super().__init__(nbytes)
+        vocab, layers = 8192, 4
+        params = self.nbytes // 12  # fp32 weights, exp_avg, exp_avg_sq
+        # 12 * layers * d^2 + 2 * vocab * d ~= params
+        a, b = 12 * layers, 2 * vocab
+        d = int((-b + (b * b + 4 * a * params) ** 0.5) / (2 * a)) // 64 * 64
+        self.dims = (vocab, max(64, d), layers)
+        self._expected = None
+
+    def logical_bytes(self):
+        model = TinyGPT(*self.dims)
+        return 12 * sum(p.numel() for p in model.parameters())
+
+    def save(self, root):
+        elapsed, _ = wl.run_distributed(_save_rank, self.ranks, (root, self))
+        return elapsed
+
+    def save_async(self, root, executor):
+        """dcp.async_save with the "thread" or "process" executor: (seconds until async_save
+        returned, seconds until its future completed), the slowest rank's."""
+        _, results = wl.run_distributed(_save_async_rank, self.ranks, (root, self, executor))
+        return max(r[0] for r in results), max(r[1] for r in results)
+
+    def load(self, root, check=True, ranks=1):
+        _, results = wl.run_distributed(_load_rank, ranks, (root, self, check))
+        return results[0]
+
+    def expected_digest(self):
+        if self._expected is None:
+            self._expected = wl.run_distributed(_digest_rank, 1, (self,))[1][0]
+        return self._expected
+
+
+def _mesh():
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def _writer(root):
+    return dcp.FileSystemWriter(root, thread_count=2, sync_files=True)
+
+
+@wl.distributed_rank
+def _save_rank(rank, barrier, root, w):
+    state = state_dict(*build(w.dims, _mesh(), fill=True))
+    barrier.wait()
+    dcp.save(state, storage_writer=_writer(root))
+
+
+@wl.distributed_rank
+def _save_async_rank(rank, barrier, root, w, executor):
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+    kind = {"thread": AsyncCheckpointerType.THREAD, "process": AsyncCheckpointerType.PROCESS}[executor]
+    state = state_dict(*build(w.dims, _mesh(), fill=True))
+    barrier.wait()
+    t0 = time.monotonic()
+    future = dcp.async_save(state, storage_writer=_writer(root), async_checkpointer_type=kind)
+    blocked = time.monotonic() - t0
+    getattr(future, "upload_completion", future).result()
+    done = time.monotonic() - t0
+    if executor == "process":
+        # torch has no public close for its checkpoint process; dropping the handle runs the
+        # handle's own shutdown (terminate request, join).
+        from torch.distributed.checkpoint import _async_process_executor
+        _async_process_executor._CHECKPOINT_PROCESS = None
+    return blocked, done
+
+
+@wl.distributed_rank
+def _load_rank(rank, barrier, root, w, check):
+    model, optim = build(w.dims, _mesh(), fill=False)
+    state = state_dict(model, optim)
+    barrier.wait()
+    dcp.load(state, storage_reader=dcp.FileSystemReader(root))
+    set_state_dict(model, optim, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return full_digest(state_dict(model, optim)) if check else None
+
+
+@wl.distributed_rank
+def _digest_rank(rank, barrier, w):
+    state = state_dict(*build(w.dims, _mesh(), fill=True))
+    barrier.wait()
+    return full_digest(state)
