@@ -42,6 +42,7 @@ expected_digest() (the same digest computed from the generated data).
 import datetime
 import functools
 import hashlib
+import importlib
 import json
 import multiprocessing
 import os
@@ -982,17 +983,30 @@ def make(name, scale=1.0, for_test=False, **kw):
     MB = 1 << 20
     if for_test:
         sizes = {"torch_legacy": 200 * MB, "zarr_dist": 100 * MB, "zarr_distopt": 32 * MB,
-                 "dlrover": 160 * MB, "dcp": 120 * MB, "seq": 256 * MB, "small": 2000}
+                 "dlrover": 160 * MB, "dcp": 120 * MB, "mcore_torch_dist": 120 * MB,
+                 "nvrx_local": 64 * MB, "safetensors": 1024 * MB, "seq": 256 * MB, "small": 2000}
     else:
         sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "zarr_distopt": 400 * MB,
-                 "dlrover": 512 * MB, "dcp": 512 * MB, "seq": 4096 * MB, "small": 20000}
+                 "dlrover": 512 * MB, "dcp": 1024 * MB, "mcore_torch_dist": 1024 * MB,
+                 "nvrx_local": 1024 * MB, "safetensors": 1024 * MB, "seq": 4096 * MB,
+                 "small": 20000}
     n = int(sizes[name] * scale)
-    if name == "dcp":  # Imported on demand: the real libraries take seconds to import.
-        from dcp_workload import DCP as cls
+    if name in REAL_LIBRARY_WORKLOADS:  # Imported on demand: they take seconds to import.
+        module, cls_name = REAL_LIBRARY_WORKLOADS[name]
+        cls = getattr(importlib.import_module(module), cls_name)
     else:
         cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "zarr_distopt": ZarrDistOpt,
                "dlrover": DLRover, "seq": SeqWrite, "small": SmallFiles}[name]
     return cls(n, **kw)
+
+
+# Workloads that run a library's own checkpointing code, each in a module of its own.
+REAL_LIBRARY_WORKLOADS = {
+    "dcp": ("dcp_workload", "DCP"),
+    "mcore_torch_dist": ("mcore_workload", "MCoreTorchDist"),
+    "nvrx_local": ("nvrx_workload", "NVRxLocal"),
+    "safetensors": ("safetensors_workload", "Safetensors"),
+}
 
 
 ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp"]
