@@ -111,15 +111,17 @@ class DCP(wl.Workload):
         elapsed, _ = wl.run_distributed(_save_rank, self.ranks, (root, self))
         return elapsed
 
-    def save_async(self, root, executor):
+    def save_async(self, root, executor="thread"):
         """dcp.async_save with the "thread" or "process" executor: (seconds until async_save
         returned, seconds until its future completed), the slowest rank's."""
         _, results = wl.run_distributed(_save_async_rank, self.ranks, (root, self, executor))
         return max(r[0] for r in results), max(r[1] for r in results)
 
     def load(self, root, check=True, ranks=1):
-        _, results = wl.run_distributed(_load_rank, ranks, (root, self, check))
-        return results[0]
+        return wl.run_distributed(_load_rank, ranks, (root, self, check))[1][0]
+
+    def load_seconds(self, root):
+        return wl.run_distributed(_load_rank, 1, (root, self, False))[0]
 
     def expected_digest(self):
         if self._expected is None:

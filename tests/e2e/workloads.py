@@ -391,6 +391,13 @@ class Workload:
     def expected_digest(self):
         raise NotImplementedError
 
+    def load_seconds(self, root):
+        """How long load(root, check=False) takes; workloads whose loader runs in rank processes
+        count from the ranks' start line (process start-up excluded)."""
+        t = time.monotonic()
+        self.load(root, check=False)
+        return time.monotonic() - t
+
 
 # ------------------------------------------------------------------------------------------------
 # 1. torch.save, Megatron legacy layout
@@ -1009,4 +1016,5 @@ REAL_LIBRARY_WORKLOADS = {
 }
 
 
-ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp"]
+ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp",
+       "mcore_torch_dist", "nvrx_local", "safetensors"]
