@@ -166,10 +166,11 @@ def _ctx(preload):
     return ctx
 
 
-def _run_ranks(target, nranks, args, preload=()):
+def run_ranks(target, nranks, args, preload=()):
     """Starts nranks processes target(rank, barrier, queue, *args); they generate their data and
-    wait at the barrier; the clock starts when the barrier opens. Returns (seconds until every
-    rank exited, [rank results])."""
+    wait at the barrier; the clock starts when the barrier opens. Returns (seconds until the last
+    rank's body returned: what the processes do at exit, such as stopping a library's helper
+    processes, is not counted; [rank results])."""
     ctx = _ctx(preload)
     barrier = ctx.Barrier(nranks + 1)  # Start line: every rank and this process.
     group = ctx.Barrier(nranks)  # Between the ranks (torch.distributed.barrier()).
@@ -195,7 +196,7 @@ def _run_ranks(target, nranks, args, preload=()):
             results[r] = res
         for p in procs:
             p.join(timeout=600)
-        elapsed = time.monotonic() - t0
+        elapsed = max(results[r][2] for r in range(nranks)) - t0  # CLOCK_MONOTONIC: one clock.
     finally:
         for p in procs:
             if p.is_alive():
@@ -224,7 +225,7 @@ def _written_by_self():
     return io["write_bytes"] - io["cancelled_write_bytes"]
 
 
-def _rank_main(fn):
+def rank_main(fn):
     """Wraps a rank body: reports its result or exception on the queue."""
 
     @functools.wraps(fn)  # Picklable by name (forkserver start method).
@@ -233,7 +234,8 @@ def _rank_main(fn):
             barrier.group = group
             io0 = _written_by_self()
             res = fn(rank, barrier, *args)
-            queue.put((rank, (res, _written_by_self() - io0)))
+            done = time.monotonic()
+            queue.put((rank, (res, _written_by_self() - io0, done)))
         except BaseException as e:  # Report to the parent, then fail.
             for b in (barrier, group):
                 try:
@@ -246,11 +248,11 @@ def _rank_main(fn):
 
 
 def run_distributed(target, nranks, args, preload=()):
-    """_run_ranks for a target made with @distributed_rank: its ranks form a torch.distributed
+    """run_ranks for a target made with @distributed_rank: its ranks form a torch.distributed
     gloo group (rendezvous through a file store in a fresh temporary directory)."""
     store = tempfile.mkdtemp(prefix="ckptfs-pg-")
     try:
-        return _run_ranks(target, nranks, (nranks, store) + tuple(args),
+        return run_ranks(target, nranks, (nranks, store) + tuple(args),
                           preload=(target.__module__, *preload))
     finally:
         shutil.rmtree(store, ignore_errors=True)
@@ -270,7 +272,7 @@ def distributed_rank(fn):
             return fn(rank, barrier, *args)
         finally:
             dist.destroy_process_group()
-    return _rank_main(body)
+    return rank_main(body)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -311,7 +313,7 @@ def gpt_param_shapes(hidden, layers, vocab, tp=1, tp_rank=0):
     return shapes
 
 
-def _rng_state(seed):
+def rng_state(seed):
     import torch
     g = torch.Generator().manual_seed(seed)
     return {"random_rng_state": (3, tuple(range(seed, seed + 16)), None),
@@ -340,7 +342,7 @@ def gpt_state_dict(tag, hidden, layers, vocab, tp=1, tp_rank=0, pp=1, with_optim
         else:
             model["language_model"]["encoder"][short[len("encoder."):]] = t
     sd = {"args": _args_dict(hidden, layers, vocab, tp, pp), "checkpoint_version": 3.0,
-          "iteration": ITERATION, "model": model, "rng_state": [_rng_state(tp_rank + 7)]}
+          "iteration": ITERATION, "model": model, "rng_state": [rng_state(tp_rank + 7)]}
     if with_optimizer:
         state = {}
         masters = []
@@ -418,7 +420,7 @@ class TorchLegacy(Workload):
         return sum(int(np.prod(s)) for _, s in gpt_param_shapes(h, l, v)) * 14
 
     def save(self, root):
-        elapsed, _ = _run_ranks(_torch_legacy_rank, 1, (root, self.dims))
+        elapsed, _ = run_ranks(_torch_legacy_rank, 1, (root, self.dims))
         return elapsed
 
     def load(self, root, check=True):
@@ -431,7 +433,7 @@ class TorchLegacy(Workload):
         return digest(ITERATION, self._sd())
 
 
-@_rank_main
+@rank_main
 def _torch_legacy_rank(rank, barrier, root, dims):
     import torch
     sd = gpt_state_dict("legacy", *dims)
@@ -536,7 +538,7 @@ class ZarrDist(Workload):
 
     def common_state(self):
         return {"iteration": ITERATION, "args": _args_dict(self.hidden, self.layers, self.vocab, 2, 1),
-                "rng_state": [_rng_state(3)], "checkpoint_version": 3.0,
+                "rng_state": [rng_state(3)], "checkpoint_version": 3.0,
                 "optimizer": {"param_groups": [{"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8,
                                                 "weight_decay": 0.1, "step": ITERATION}]},
                 "opt_param_scheduler": {"max_lr": 3e-4, "num_steps": ITERATION * 512}}
@@ -548,7 +550,7 @@ class ZarrDist(Workload):
         return n + 3 * self.ranks * self.shard * 4
 
     def save(self, root):
-        elapsed, _ = _run_ranks(_zarr_rank, self.ranks, (root, self))
+        elapsed, _ = run_ranks(_zarr_rank, self.ranks, (root, self))
         return elapsed
 
     def _tp_slices(self, shape, chunk, split, rank):
@@ -592,7 +594,7 @@ class ZarrDist(Workload):
         return d.hexdigest()
 
 
-@_rank_main
+@rank_main
 def _zarr_rank(rank, barrier, root, w):
     import numcodecs
     import torch
@@ -697,7 +699,7 @@ class ZarrDistOpt(Workload):
         return len(self.kinds) * self.ranks * self.shard * 4
 
     def save(self, root):
-        elapsed, _ = _run_ranks(_zarr_distopt_rank, self.ranks, (root, self))
+        elapsed, _ = run_ranks(_zarr_distopt_rank, self.ranks, (root, self))
         return elapsed
 
     def _open(self, root, kind):
@@ -726,7 +728,7 @@ class ZarrDistOpt(Workload):
         whole region arr[r*shard:(r+1)*shard] and takes its range out of it. every=N loads only
         every Nth piece of each rank (each costs the same: a read of the whole region)."""
         self._check_meta(root)
-        _, per_rank = _run_ranks(_zarr_distopt_whole_region_rank, self.ranks,
+        _, per_rank = run_ranks(_zarr_distopt_whole_region_rank, self.ranks,
                                  (root, self, check, every))
         if not check:
             return None
@@ -742,7 +744,7 @@ class ZarrDistOpt(Workload):
         return d.hexdigest()
 
 
-@_rank_main
+@rank_main
 def _zarr_distopt_rank(rank, barrier, root, w):
     import zarr
     opt = {kind: fdata(f"zarr_distopt/{kind}/rank{rank}", w.shard) for kind in w.kinds}
@@ -769,7 +771,7 @@ def _zarr_distopt_rank(rank, barrier, root, w):
     return None
 
 
-@_rank_main
+@rank_main
 def _zarr_distopt_whole_region_rank(rank, barrier, root, w, check, every):
     """Rank's part of ZarrDistOpt.load_whole_region: per kind, the sub-digest of its pieces."""
     barrier.wait()
@@ -832,7 +834,7 @@ class DLRover(Workload):
         return sum(sum(int(np.prod(s)) for _, s in self.rank_shapes(r)) * 14 for r in range(self.ranks))
 
     def save(self, root):
-        elapsed0, _ = _run_ranks(_dlrover_rank, self.ranks, (root, self))
+        elapsed0, _ = run_ranks(_dlrover_rank, self.ranks, (root, self))
         t = time.monotonic()
         _tracker(root)  # Rank 0's tracker, after every rank's files.
         return elapsed0 + time.monotonic() - t
@@ -857,7 +859,7 @@ class DLRover(Workload):
         return d.hexdigest()
 
 
-@_rank_main
+@rank_main
 def _dlrover_rank(rank, barrier, root, w):
     import torch
     sd, optim = w.rank_state(rank)
@@ -884,7 +886,7 @@ class SeqWrite(Workload):
         return per * self.files
 
     def save(self, root):
-        elapsed, _ = _run_ranks(_seq_rank, 1, (root, self))
+        elapsed, _ = run_ranks(_seq_rank, 1, (root, self))
         return elapsed
 
     def load(self, root, check=True):
@@ -915,7 +917,7 @@ class SeqWrite(Workload):
                 yield i, base
 
 
-@_rank_main
+@rank_main
 def _seq_rank(rank, barrier, root, w):
     base = bytearray(pool_bytes("seq", w.block))
     barrier.wait()
@@ -951,7 +953,7 @@ class SmallFiles(Workload):
         return sum(s for _, s in self._files())
 
     def save(self, root):
-        elapsed, _ = _run_ranks(_small_rank, 1, (root, self))
+        elapsed, _ = run_ranks(_small_rank, 1, (root, self))
         return elapsed
 
     def load(self, root, check=True):
@@ -972,7 +974,7 @@ class SmallFiles(Workload):
         return d.hexdigest()
 
 
-@_rank_main
+@rank_main
 def _small_rank(rank, barrier, root, w):
     base = pool_bytes("small", 65536 + 4096)
     barrier.wait()
