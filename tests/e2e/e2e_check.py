@@ -60,10 +60,25 @@ def _without(tree, dirs):
     return {k: v for k, v in tree.items() if not any(k.startswith(d + os.sep) for d in dirs)}
 
 
-def _comparable(tree, varying):
+def comparable(tree, varying):
     """`tree` with the contents of files named in `varying` left out of the comparison."""
     return {k: (v[:3] + ("(varies)",) if v[0] == "f" and os.path.basename(k) in varying else v)
             for k, v in tree.items()}
+
+
+def fresh_mount(tc, prefix, options=("cache_size=1G",)):
+    """A ckptfs daemon mounted over an empty backing directory in a new temporary directory,
+    unmounted and removed when the test ends: (daemon, backing, mount point)."""
+    require_fuse()
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=E2E_TMP)
+    tc.addCleanup(remove_tmp, tmp)
+    backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "mount")
+    os.mkdir(backing)
+    os.mkdir(mnt)
+    d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon.log"))
+    tc.addCleanup(d.cleanup)
+    d.start()
+    return d, backing, mnt
 
 
 def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
@@ -73,7 +88,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     require_fuse()
 
     def tree(root):
-        return _comparable(snapshot(root), w.varying)
+        return comparable(snapshot(root), w.varying)
     tmp = tempfile.mkdtemp(prefix=f"ckptfs-e2e-{w.name}-", dir=E2E_TMP)
     # Cleanups run last-registered first: the daemon is unmounted before the temp dir goes, and
     # the temp dir is only removed when nothing is mounted under it.

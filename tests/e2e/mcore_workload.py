@@ -115,33 +115,40 @@ def rng_object(tp_rank):
     return {"tp_rank": tp_rank, "torch_rng_state": torch.Generator().manual_seed(tp_rank).get_state()}
 
 
+def tensors(w):
+    """Every tensor of the state dict: (section, name in the model, checkpoint key, full shape
+    per layer, dtype, TP axis or None, layer or None)."""
+    for prefix, dtype in DTYPES:
+        section = "optimizer" if prefix else "model"
+        for key, shape, tp_axis, stacked in param_specs(w.hidden, w.vocab):
+            key = prefix + key
+            for layer in range(w.layers) if stacked else [None]:
+                name = key if layer is None else key.replace("layers.", f"layers.{layer}.", 1)
+                yield section, name, key, shape, dtype, tp_axis, layer
+
+
 def sharded_state_dict(w, tp_rank, tp_size):
     """Megatron's sharded state dict of one rank: saving (tp_size == TP, with data) or loading
     unsplit (tp_size == 1, empty tensors to fill)."""
     from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
     saving = tp_size == TP
-    model, optimizer = {}, {}
-    for prefix, dtype in DTYPES:
-        target = optimizer if prefix else model
-        for key, shape, tp_axis, stacked in param_specs(w.hidden, w.vocab):
-            key = prefix + key
-            for layer in range(w.layers) if stacked else [None]:
-                if saving:
-                    data = shard(key, shape, dtype, tp_axis, tp_rank, layer)
-                else:
-                    data = torch.empty(shape, dtype=dtype)
-                offsets = [(0, layer, w.layers)] if stacked else []
-                if tp_axis is not None:
-                    offsets.append((tp_axis + len(offsets), tp_rank, tp_size))
-                name = key if layer is None else key.replace("layers.", f"layers.{layer}.", 1)
-                target[name] = ShardedTensor.from_rank_offsets(
-                    key, data, *offsets, replica_id=(0, 0 if tp_axis is not None else tp_rank, 0),
-                    prepend_axis_num=1 if stacked else 0)
+    state = {"model": {}, "optimizer": {}}
+    for section, name, key, shape, dtype, tp_axis, layer in tensors(w):
+        if saving:
+            data = shard(key, shape, dtype, tp_axis, tp_rank, layer)
+        else:
+            data = torch.empty(shape, dtype=dtype)
+        offsets = [] if layer is None else [(0, layer, w.layers)]
+        if tp_axis is not None:
+            offsets.append((tp_axis + len(offsets), tp_rank, tp_size))
+        state[section][name] = ShardedTensor.from_rank_offsets(
+            key, data, *offsets, replica_id=(0, 0 if tp_axis is not None else tp_rank, 0),
+            prepend_axis_num=0 if layer is None else 1)
     if saving:
         rng = ShardedObject("rng_state", rng_object(tp_rank), (1, TP), (0, tp_rank), replica_id=0)
     else:
         rng = [ShardedObject("rng_state", None, (1, TP), (0, r), replica_id=0) for r in range(TP)]
-    return {"model": model, "optimizer": optimizer, "rng_state": rng,
+    return {**state, "rng_state": rng,
             "args": ShardedObject("args", args_object(w) if saving else None, (1,), (0,),
                                   replica_id=tp_rank),
             "iteration": ITERATION, "checkpoint_version": 3.0}
@@ -149,15 +156,10 @@ def sharded_state_dict(w, tp_rank, tp_size):
 
 def expected_state(w):
     """The state a TP 1 load returns, built from the generated data."""
-    model, optimizer = {}, {}
-    for prefix, dtype in DTYPES:
-        target = optimizer if prefix else model
-        for key, shape, tp_axis, stacked in param_specs(w.hidden, w.vocab):
-            key = prefix + key
-            for layer in range(w.layers) if stacked else [None]:
-                name = key if layer is None else key.replace("layers.", f"layers.{layer}.", 1)
-                target[name] = full(key, shape, dtype, tp_axis, layer)
-    return {"model": model, "optimizer": optimizer, "rng_state": [rng_object(r) for r in range(TP)],
+    state = {"model": {}, "optimizer": {}}
+    for section, name, key, shape, dtype, tp_axis, layer in tensors(w):
+        state[section][name] = full(key, shape, dtype, tp_axis, layer)
+    return {**state, "rng_state": [rng_object(r) for r in range(TP)],
             "args": args_object(w), "iteration": ITERATION, "checkpoint_version": 3.0}
 
 
