@@ -132,14 +132,9 @@ int Mount(int argc, char** argv) {
   app.add_option("MOUNTPOINT", o.mountpoint, "Where to mount")->required();
   app.add_flag("-f,--foreground", o.foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
-  app.add_option("-o", option_lists,
-                 "Mount options: cache_size=SIZE, prefault=on|off, flush_delay=MS, fsync=defer|wait, "
-                 "queue_depth=N, flush_io=auto|direct|buffered, passthrough=auto|on|off, "
-                 "direct_read=on|off, zarr_chunk=SIZE, max_read=SIZE, log_level=LEVEL, "
-                 "log_file=PATH, unmount_timeout=MS, "
-                 "and the FUSE options allow_other, allow_root, auto_unmount, "
-                 "default_permissions, fsname=, subtype=, ro, ...")
+  app.add_option("-o", option_lists, "Mount options, comma separated (below)")
       ->allow_extra_args(false);
+  app.footer(MountOptionsHelp());
   app.set_version_flag("-V,--version", std::string("ckptfs ") + CKPTFS_VERSION);
   try {
     app.parse(argc, argv);

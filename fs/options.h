@@ -1,6 +1,7 @@
 // Command-line options of the ckptfs program.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,9 +32,27 @@ struct MountOptions {
   bool direct_read = true;  // Large files on the backing store are read past the page cache.
 };
 
+// One mount option of ckptfs: its name, the form of its value, its default and meaning as the
+// user reads them, and how it is applied (EINVAL with a reason when the value is malformed).
+struct MountOption {
+  const char* name;
+  const char* values;  // "SIZE", "on|off", ...
+  const char* default_text;
+  const char* help;
+  Status (*apply)(const std::string& value, MountOptions* out);
+};
+
+// Every mount option of ckptfs itself (not those passed on to FUSE).
+std::span<const MountOption> MountOptionTable();
+
 // Applies one `-o` list ("cache_size=8G,fsync=defer,allow_other") to `out`. Unknown or
 // malformed options give EINVAL with a message naming the option.
 Status ApplyMountOptions(const std::string& list, MountOptions* out);
+
+// The options for --help, one a line with their values and defaults.
+std::string MountOptionsHelp();
+// The options as README.md's Markdown table.
+std::string MountOptionsMarkdown();
 
 // "8G", "512M", "1048576", "64KiB" -> bytes.
 Result<uint64_t> ParseSize(const std::string& text);
