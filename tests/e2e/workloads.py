@@ -49,7 +49,9 @@ import os
 import queue as queue_mod
 import shutil
 import tempfile
+import threading
 import time
+import traceback
 import zlib
 
 import numpy as np
@@ -180,7 +182,10 @@ def run_ranks(target, nranks, args, preload=()):
     for p in procs:
         p.start()
     try:
-        barrier.wait(timeout=300)
+        try:
+            barrier.wait(timeout=300)
+        except threading.BrokenBarrierError:  # A rank failed before the start line: say why.
+            raise RuntimeError(f"a rank failed before the start line: {_rank_errors(queue)}")
         t0 = time.monotonic()
         results = {}
         while len(results) < nranks:
@@ -208,6 +213,20 @@ def run_ranks(target, nranks, args, preload=()):
     global ranks_written
     ranks_written += sum(results[r][1] for r in range(nranks))
     return elapsed, [results[r][0] for r in range(nranks)]
+
+
+def _rank_errors(queue, wait=10):
+    """The failures the ranks reported on `queue` within `wait` seconds."""
+    errors, deadline = [], time.monotonic() + wait
+    while not errors and time.monotonic() < deadline:
+        try:
+            while True:
+                r, res = queue.get(timeout=1)
+                if isinstance(res, BaseException):
+                    errors.append(f"rank {r}: {res}")
+        except queue_mod.Empty:
+            pass
+    return "; ".join(errors) or "no rank reported an error"
 
 
 # Bytes the rank processes of all saves so far wrote towards a block device (write_bytes -
@@ -242,7 +261,7 @@ def rank_main(fn):
                     b.abort()
                 except Exception:
                     pass
-            queue.put((rank, RuntimeError(f"{type(e).__name__}: {e}")))
+            queue.put((rank, RuntimeError(traceback.format_exc(limit=-4))))
             raise
     return wrapper
 
