@@ -1,7 +1,9 @@
-"""Runs one ckptfs daemon in the foreground (-f) as a child process, for the e2e tests and the bench.
+"""The one harness that runs ckptfs for the mount tests (tests/mount/harness.py builds on it),
+the e2e tests and the bench: a daemon in the foreground (-f) as a child process, tree snapshots,
+mount helpers.
 
     with CkptfsDaemon(backing, mnt, options=["cache_size=1G"]) as d:
-        ...   # d.pid, d.sync(), d.stats(), d.io(), d.vm_hwm_kib(), d.unmount()
+        ...   # d.pid, d.sync(), d.stats(), d.io(), d.vm_hwm_kib(), d.unmount(), d.kill9()
 
 Leaving the block always unmounts, waits for the daemon it started (killing only that pid if it
 does not exit), and never touches any other process. Temp directories belong to the caller.
@@ -14,6 +16,7 @@ import json
 import os
 import re
 import resource
+import signal
 import stat
 import subprocess
 import time
@@ -75,7 +78,10 @@ def proc_io(pid="self"):
 
 
 class CkptfsDaemon:
-    def __init__(self, backing, mnt, options=(), log_file=None, exit_timeout=300, nofile=None):
+    """One ckptfs daemon run with -f as a child process over `backing`, mounted on `mnt`."""
+
+    def __init__(self, backing, mnt, options=(), log_file=None, exit_timeout=300, nofile=None,
+                 mount_timeout=30):
         """nofile: run the daemon with RLIMIT_NOFILE (soft and hard) set to this."""
         self.nofile = nofile
         self.backing = os.path.realpath(backing)
@@ -83,10 +89,12 @@ class CkptfsDaemon:
         self.options = list(options)
         self.log_file = log_file or os.path.join(os.path.dirname(self.mnt),
                                                  os.path.basename(self.mnt) + ".ckptfs.log")
+        self.stderr_file = self.log_file + ".stderr"
         self.exit_timeout = exit_timeout
+        self.mount_timeout = mount_timeout
         self.proc = None
         self.returncode = None
-        self.last_status = None
+        self.killed = False
 
     def __enter__(self):
         try:
@@ -104,36 +112,49 @@ class CkptfsDaemon:
     def pid(self):
         return self.proc.pid
 
-    def start(self, timeout=30):
+    def start(self):
+        """Starts the daemon (again, e.g. after kill9) and waits until the mount is live."""
         # auto_unmount: should the test or bench be killed, its daemon dies with it and
         # fusermount3 removes the mount.
         opts = ",".join(["log_file=" + self.log_file, "auto_unmount"] + self.options)
-        self._out = open(self.log_file + ".stderr", "ab")
+        self._out = open(self.stderr_file, "ab")
         limit = None
         if self.nofile:
             limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
         self.proc = subprocess.Popen([ckptfs_bin(), self.backing, self.mnt, "-f", "-o", opts],
                                      stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._out,
                                      preexec_fn=limit)
-        deadline = time.monotonic() + timeout
+        self.returncode = None
+        self.killed = False
+        deadline = time.monotonic() + self.mount_timeout
         while not mounted(self.mnt):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ckptfs exited with {self.proc.returncode} before mounting:\n"
                                    + self.output())
             if time.monotonic() > deadline:
-                raise RuntimeError(f"ckptfs did not mount within {timeout}s:\n" + self.output())
+                raise RuntimeError(f"ckptfs did not mount within {self.mount_timeout}s:\n"
+                                   + self.output())
             time.sleep(0.02)
+        entry = mount_entry(self.mnt)
+        if not entry["fstype"].startswith("fuse"):
+            raise RuntimeError(f"unexpected mount at {self.mnt}: {entry}")
 
     def sync(self, timeout=600):
         """`ckptfs sync MNT`; raises with its output when it fails."""
-        r = subprocess.run([ckptfs_bin(), "sync", self.mnt], capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        r = run_ckptfs(["sync", self.mnt], timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError(f"ckptfs sync failed ({r.returncode}): {r.stdout}{r.stderr}")
+        return r
 
     def stats(self):
         with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
             return json.load(f)
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def bpath(self, *parts):
+        return os.path.join(self.backing, *parts)
 
     def io(self):
         return proc_io(self.pid)
@@ -151,7 +172,7 @@ class CkptfsDaemon:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def unmount(self):
+    def unmount(self, timeout=None):
         """fusermount3 -u, then waits for the daemon to flush and exit; returns its exit code."""
         if self.proc is None:
             return self.returncode
@@ -160,17 +181,33 @@ class CkptfsDaemon:
                                timeout=60)
             if r.returncode != 0 and mounted(self.mnt):
                 raise RuntimeError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
-        if self._reap():
-            raise RuntimeError(f"ckptfs did not exit within {self.exit_timeout}s after unmount; "
-                               "killed it\n" + self.output()[-4000:])
+        return self.wait_exit(timeout)
+
+    def wait_exit(self, timeout=None):
+        """Waits for the daemon to exit and returns its exit code; raises when it had to be
+        killed (only this pid) after the timeout (default exit_timeout)."""
+        if self.proc is None:
+            return self.returncode
+        if self._reap(timeout):
+            raise RuntimeError(f"ckptfs did not exit within {timeout or self.exit_timeout}s "
+                               "after unmount; killed it\n" + self.output()[-4000:])
         return self.returncode
 
-    def _reap(self):
-        """Waits for the daemon to exit, killing it (only this pid) after exit_timeout; returns
+    def kill9(self):
+        """SIGKILLs the daemon (a crash), reaps it, and detaches the dead mount."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self._reap()
+        self.killed = True
+        if not force_unmount(self.mnt, timeout=20):
+            raise RuntimeError(f"cannot unmount the dead mount {self.mnt}")
+        return self.returncode
+
+    def _reap(self, timeout=None):
+        """Waits for the daemon to exit, killing it (only this pid) after the timeout; returns
         whether it had to be killed."""
         killed = False
         try:
-            self.returncode = self.proc.wait(timeout=self.exit_timeout)
+            self.returncode = self.proc.wait(timeout=timeout or self.exit_timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.returncode = self.proc.wait()
@@ -180,18 +217,23 @@ class CkptfsDaemon:
         return killed
 
     def cleanup(self):
-        """Unmounts and reaps the daemon, whatever state things are in. Never raises."""
+        """Unmounts and reaps the daemon, whatever state things are in. Never raises; returns
+        what went wrong, one line each."""
+        problems = []
         try:
             if mounted(self.mnt):
-                force_unmount(self.mnt)
-            if self.proc is not None:
-                self._reap()
-        except Exception:
-            pass
+                force_unmount(self.mnt, timeout=20)
+            if self.proc is not None and self._reap():
+                problems.append("ckptfs did not exit after unmount; killed it")
+            if mounted(self.mnt) and not force_unmount(self.mnt, timeout=20):
+                problems.append(f"{self.mnt} is still mounted")
+        except Exception as e:
+            problems.append(f"cleanup failed: {e}")
+        return problems
 
     def output(self):
         text = ""
-        for p in (self.log_file, self.log_file + ".stderr"):
+        for p in (self.log_file, self.stderr_file):
             try:
                 with open(p, errors="replace") as f:
                     text += f.read()
@@ -203,6 +245,12 @@ class CkptfsDaemon:
         return error_lines(self.output())
 
 
+def run_ckptfs(args, timeout=30):
+    """The ckptfs program with `args` (a client command, or a mount expected to fail)."""
+    return subprocess.run([ckptfs_bin()] + list(args), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
 # A daemon's error log lines, and the reports of sanitizers built into it.
 ERROR_LINE = re.compile(r"\[(error|critical)\]|(ERROR|WARNING): \w+Sanitizer|runtime error:",
                         re.IGNORECASE)
@@ -212,40 +260,50 @@ def error_lines(text):
     return [line for line in text.splitlines() if ERROR_LINE.search(line)]
 
 
-def snapshot(root, skip_root=(".ckptfs",)):
-    """{relative path: description} of the tree under root: files ("f", mode, size, sha256),
-    directories ("d", mode), symlinks ("l", target). Reads every byte."""
-    out = {}
+def snapshot(root, skip_root=(".ckptfs",), contents="sha256", with_nlink=False):
+    """{relative path: description} of every entry under root (root itself and the root entries
+    named in skip_root excluded): files ("f", mode, size, sha256 or, with contents="bytes", the
+    bytes), directories ("d", mode), symlinks ("l", target), other kinds ("?", st_mode); files
+    and directories end with their link count when with_nlink. Reads every byte."""
+    tree = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
         if rel_dir == ".":
-            dirnames[:] = sorted(d for d in dirnames if d not in skip_root)
+            dirnames[:] = [d for d in dirnames if d not in skip_root]
             filenames = [f for f in filenames if f not in skip_root]
-        for name in sorted(dirnames) + sorted(filenames):
+        for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
             rel = os.path.normpath(os.path.join(rel_dir, name))
             st = os.lstat(p)
             if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("l", os.readlink(p))
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("d", oct(stat.S_IMODE(st.st_mode)))
+                tree[rel] = ("l", os.readlink(p))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                desc = ("d", oct(stat.S_IMODE(st.st_mode)))
             elif stat.S_ISREG(st.st_mode):
-                h = hashlib.sha256()
-                with open(p, "rb") as f:
-                    while True:
-                        b = f.read(8 << 20)
-                        if not b:
-                            break
-                        h.update(b)
-                out[rel] = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, h.hexdigest())
+                desc = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, _contents(p, contents))
             else:
-                out[rel] = ("?", st.st_mode)
-    return out
+                tree[rel] = ("?", st.st_mode)
+                continue
+            tree[rel] = desc + (st.st_nlink,) if with_nlink else desc
+    return tree
+
+
+def _contents(path, contents):
+    with open(path, "rb") as f:
+        if contents == "bytes":
+            return f.read()
+        h = hashlib.sha256()
+        while True:
+            b = f.read(8 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
 
 
 def describe_tree_diff(a, b, name_a="expected", name_b="actual", limit=40):
-    """The differences between two trees ({relative path: description}, as snapshot() or the
-    mount harness's walk_tree() make them), one line each, at most `limit` lines."""
+    """The differences between two trees ({relative path: description}, as snapshot() makes
+    them), one line each, at most `limit` lines."""
     lines = []
     for k in sorted(set(a) | set(b)):
         if k not in b:

@@ -255,7 +255,7 @@ def rank_main(fn):
             res = fn(rank, barrier, *args)
             done = time.monotonic()
             queue.put((rank, (res, _written_by_self() - io0, done)))
-        except BaseException as e:  # Report to the parent, then fail.
+        except BaseException:  # Report to the parent, then fail.
             for b in (barrier, group):
                 try:
                     b.abort()

@@ -13,15 +13,11 @@ Only the absence of /dev/fuse makes a test skip (require_fuse()).
 """
 
 import errno
-import json
 import os
 import queue
 import random
 import re
 import shutil
-import signal
-import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +28,8 @@ SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
 
 # Shared with the e2e tests and the bench.
-from ckptfs_daemon import (ckptfs_bin, describe_tree_diff, error_lines,  # noqa: E402,F401
-                           force_unmount, mount_entry, mounted)
+from ckptfs_daemon import (CkptfsDaemon, ckptfs_bin, describe_tree_diff,  # noqa: E402,F401
+                           force_unmount, mounted, run_ckptfs, snapshot)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.
@@ -66,15 +62,6 @@ def choose_seed(env_var, what):
     return seed
 
 
-def daemon_vm_hwm(pid):
-    """Peak resident memory (VmHWM) of process pid, in bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) << 10
-    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
-
-
 def run_processes(procs, results, timeout, on_result=None, describe=lambda: ""):
     """Starts the multiprocessing.Process objects `procs` (each puts one item on the queue
     `results` when it ends) and returns the items in arrival order, calling on_result(item) as
@@ -103,235 +90,72 @@ def run_processes(procs, results, timeout, on_result=None, describe=lambda: ""):
     return items
 
 
-def walk_tree(root, skip_root_names=(".ckptfs",), with_nlink=True):
-    """{relative path: description} of every entry under root (root itself excluded).
-
-    Files: ("f", mode, size, bytes[, nlink]); dirs: ("d", mode); symlinks: ("l", target).
-    """
-    tree = {}
-
-    def visit(rel):
-        full = os.path.join(root, rel) if rel else root
-        for name in sorted(os.listdir(full)):
-            if not rel and name in skip_root_names:
-                continue
-            r = os.path.join(rel, name) if rel else name
-            p = os.path.join(root, r)
-            st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode):
-                tree[r] = ("l", os.readlink(p))
-            elif stat.S_ISDIR(st.st_mode):
-                tree[r] = ("d", oct(stat.S_IMODE(st.st_mode)))
-                if with_nlink:
-                    tree[r] += (st.st_nlink,)
-                visit(r)
-            elif stat.S_ISREG(st.st_mode):
-                with open(p, "rb") as f:
-                    data = f.read()
-                desc = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, data)
-                if with_nlink:
-                    desc += (st.st_nlink,)
-                tree[r] = desc
-            else:
-                tree[r] = ("?", st.st_mode)
-
-    visit("")
-    return tree
-
-
-class CkptfsMount:
-    """A ckptfs daemon run with -f on a temp mount point, over a temp (or given) backing dir."""
+class CkptfsMount(CkptfsDaemon):
+    """A ckptfs daemon on a temp mount point, over a temp (or given) backing dir, for one `with`
+    block: leaving it fails when the daemon logged an unannounced error."""
 
     def __init__(self, options=(), backing=None, expect_errors=(), mount_timeout=MOUNT_TIMEOUT,
                  exit_timeout=EXIT_TIMEOUT, mnt=None):
-        self.options = list(options)
         self.expect_errors = [re.compile(e) for e in expect_errors]
-        self.mount_timeout = mount_timeout
-        self.exit_timeout = exit_timeout
         self.workdir = os.path.realpath(tempfile.mkdtemp(prefix="ckptfs-mt-"))
         os.chmod(self.workdir, 0o755)  # Other users (permission tests) must reach the mount.
         self._own_backing = backing is None
-        self.backing = backing or os.path.join(self.workdir, "backing")
         if self._own_backing:
-            os.mkdir(self.backing, 0o755)
-        self._own_mnt = mnt is None
-        self.mnt = mnt or os.path.join(self.workdir, "mnt")
-        if self._own_mnt:
-            os.mkdir(self.mnt, 0o755)
-        self.log_file = os.path.join(self.workdir, "daemon.log")
-        self.stderr_file = os.path.join(self.workdir, "daemon.stderr")
-        self.proc = None
-        self.returncode = None
-        self.killed = False
+            backing = os.path.join(self.workdir, "backing")
+            os.mkdir(backing, 0o755)
+        if mnt is None:
+            mnt = os.path.join(self.workdir, "mnt")
+            os.mkdir(mnt, 0o755)
+        super().__init__(backing, mnt, options, log_file=os.path.join(self.workdir, "daemon.log"),
+                         exit_timeout=exit_timeout, mount_timeout=mount_timeout)
         self._exit_hooks = []
 
     def on_exit(self, fn):
         """Runs fn() when the mount context is left, before the temp dirs are removed."""
         self._exit_hooks.append(fn)
 
-    # --- life cycle ---------------------------------------------------------------------------
-
     def __enter__(self):
         try:
             self.start()
         except BaseException:
-            self._cleanup()
+            self._leave()
             raise
         return self
 
-    def start(self):
-        """Starts the daemon (again, e.g. after kill9) and waits until the mount is live."""
-        # auto_unmount: should this test be killed (a CTest timeout), its daemon dies with it and
-        # fusermount3 removes the mount.
-        opts = ",".join(["log_file=" + self.log_file, "auto_unmount"] + self.options)
-        cmd = [ckptfs_bin(), self.backing, self.mnt, "-f", "-o", opts]
-        self._stderr = open(self.stderr_file, "ab")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._stderr,
-                                     stderr=self._stderr)
-        self.returncode = None
-        self.killed = False
-        deadline = time.monotonic() + self.mount_timeout
-        while not mounted(self.mnt):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"ckptfs exited with {self.proc.returncode} before mounting:\n"
-                                     + self.daemon_output())
-            if time.monotonic() > deadline:
-                raise AssertionError(f"ckptfs did not mount within {self.mount_timeout}s:\n"
-                                     + self.daemon_output())
-            time.sleep(0.02)
-        entry = mount_entry(self.mnt)
-        if not entry["fstype"].startswith("fuse"):
-            raise AssertionError(f"unexpected mount at {self.mnt}: {entry}")
-
-    def unmount(self, timeout=None):
-        """Unmounts cleanly and waits for the daemon; returns its exit code."""
-        if self.proc is None:
-            return self.returncode
-        if mounted(self.mnt):
-            r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True, text=True,
-                               timeout=30)
-            if r.returncode != 0 and mounted(self.mnt):
-                raise AssertionError(f"fusermount3 -u {self.mnt} failed: {r.stderr.strip()}")
-        return self.wait_exit(timeout)
-
-    def wait_exit(self, timeout=None):
-        """Waits for the daemon this harness started; kills that pid when it does not exit."""
-        if self.proc is None:
-            return self.returncode
-        try:
-            self.returncode = self.proc.wait(timeout=timeout or self.exit_timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()  # Only the pid we started.
-            self.returncode = self.proc.wait()
-            self.proc = None
-            self._stderr.close()
-            raise AssertionError(f"ckptfs did not exit within {timeout or self.exit_timeout}s "
-                                 "after unmount; killed it\n" + self.daemon_output())
-        self.proc = None
-        self._stderr.close()
-        return self.returncode
-
-    def kill9(self):
-        """SIGKILLs the daemon (a crash), reaps it, and detaches the dead mount."""
-        pid = self.proc.pid
-        os.kill(pid, signal.SIGKILL)
-        self.returncode = self.proc.wait()
-        self.proc = None
-        self._stderr.close()
-        self.killed = True
-        if not force_unmount(self.mnt, timeout=20):
-            raise AssertionError(f"cannot unmount the dead mount {self.mnt}")
-        return self.returncode
-
     def __exit__(self, exc_type, exc, tb):
-        problems = self._cleanup()
+        problems = self._leave()
         if exc_type is None and problems:
             raise AssertionError(problems)
         return False
 
-    def _cleanup(self):
-        problems = []
-        try:
-            if self.proc is not None and self.proc.poll() is None:
-                if mounted(self.mnt):
-                    force_unmount(self.mnt, timeout=20)
-                try:
-                    self.returncode = self.proc.wait(timeout=self.exit_timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()  # Only the pid we started.
-                    self.returncode = self.proc.wait()
-                    problems.append("ckptfs did not exit after unmount; killed it")
-                self._stderr.close()
-                self.proc = None
-            elif self.proc is not None:
-                self.returncode = self.proc.wait()
-                self._stderr.close()
-                self.proc = None
-            if mounted(self.mnt) and not force_unmount(self.mnt, timeout=20):
-                problems.append(f"{self.mnt} is still mounted")
-            errors = self.unexpected_errors()
-            if errors:
-                problems.append("the daemon logged unexpected errors:\n" + "\n".join(errors))
-        finally:
-            for fn in reversed(self._exit_hooks):
-                try:
-                    fn()
-                except Exception as e:  # Keep cleaning up.
-                    problems.append(f"exit hook failed: {e}")
-            if problems or os.environ.get("CKPTFS_KEEP_LOGS"):
-                sys.stderr.write(f"\n--- daemon output ({self.workdir}) ---\n"
-                                 + self.daemon_output()[-4000:] + "\n")
-            if not mounted(self.mnt):
-                if self._own_backing:
-                    shutil.rmtree(self.backing, ignore_errors=True)
-                shutil.rmtree(self.workdir, ignore_errors=True)
-        return "\n".join(problems)
-
-    # --- inspection ---------------------------------------------------------------------------
-
-    def daemon_output(self):
-        text = ""
-        for path in (self.log_file, self.stderr_file):
+    def _leave(self):
+        """Cleans up (daemon, exit hooks, temp dirs); returns what went wrong."""
+        problems = self.cleanup()
+        errors = self.unexpected_errors()
+        if errors:
+            problems.append("the daemon logged unexpected errors:\n" + "\n".join(errors))
+        for fn in reversed(self._exit_hooks):
             try:
-                with open(path, errors="replace") as f:
-                    text += f.read()
-            except FileNotFoundError:
-                pass
-        return text
-
-    def error_lines(self):
-        return error_lines(self.daemon_output())
+                fn()
+            except Exception as e:  # Keep cleaning up.
+                problems.append(f"exit hook failed: {e}")
+        if problems or os.environ.get("CKPTFS_KEEP_LOGS"):
+            sys.stderr.write(f"\n--- daemon output ({self.workdir}) ---\n"
+                             + self.output()[-4000:] + "\n")
+        if not mounted(self.mnt):
+            if self._own_backing:
+                shutil.rmtree(self.backing, ignore_errors=True)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return "\n".join(problems)
 
     def unexpected_errors(self):
         return [l for l in self.error_lines() if not any(e.search(l) for e in self.expect_errors)]
-
-    def path(self, *parts):
-        return os.path.join(self.mnt, *parts)
-
-    def bpath(self, *parts):
-        return os.path.join(self.backing, *parts)
-
-    def stats(self):
-        with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
-            return json.load(f)
-
-    def sync(self, timeout=60):
-        """Runs `ckptfs sync MNT`; fails the test when it does not exit 0."""
-        r = run_ckptfs(["sync", self.mnt], timeout=timeout)
-        if r.returncode != 0:
-            raise AssertionError(f"ckptfs sync failed ({r.returncode}): {r.stderr.strip()}")
-        return r
 
     def staging_files(self):
         try:
             return sorted(os.listdir(os.path.join(self.backing, ".ckptfs", "staging")))
         except FileNotFoundError:
             return []
-
-
-def run_ckptfs(args, timeout=30):
-    return subprocess.run([ckptfs_bin()] + list(args), capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def errno_name(e):

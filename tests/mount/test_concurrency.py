@@ -28,7 +28,7 @@ import traceback
 import unittest
 
 from harness import (CkptfsMount, choose_seed, ckptfs_bin, describe_tree_diff, errno_name,
-                     require_fuse, require_long, run_processes, walk_tree)
+                     require_fuse, require_long, run_processes, snapshot)
 
 NAMES = [f"{d}/f{i}" for d in ("a", "b") for i in range(5)]
 SEQ_BYTE = len(NAMES)  # The lock byte of the `seq` file.
@@ -259,11 +259,11 @@ class ConcurrentRun(unittest.TestCase):
             for where, root in (("mount", m.mnt), ("BACKING after sync", m.backing)):
                 if root == m.backing:
                     m.sync()
-                got = walk_tree(root, with_nlink=False)
+                got = snapshot(root, contents="bytes")
                 self.assertEqual(want, got, f"seed {seed}: {where} differs from the model:\n"
                                  + describe_tree_diff(want, got, "model", where))
             self.assertEqual(m.unmount(), 0)
-            self.assertEqual(walk_tree(m.backing, with_nlink=False), want,
+            self.assertEqual(snapshot(m.backing, contents="bytes"), want,
                              f"seed {seed}: BACKING after unmount")
 
 

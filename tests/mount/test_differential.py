@@ -24,7 +24,7 @@ import tempfile
 import unittest
 
 from harness import (CkptfsMount, choose_seed, describe_tree_diff, errno_name, require_fuse,
-                     require_long, walk_tree)
+                     require_long, snapshot)
 
 TREE_EVERY = 25
 MAX_HANDLES = 8
@@ -288,7 +288,8 @@ class Differential:
                       f"{short(results[1])}")
 
     def compare_trees(self, root, where):
-        want, got = walk_tree(self.sides[1].root), walk_tree(root)
+        want = snapshot(self.sides[1].root, contents="bytes", with_nlink=True)
+        got = snapshot(root, contents="bytes", with_nlink=True)
         if want != got:
             self.fail(f"{where} differs from the plain directory:\n"
                       + describe_tree_diff(want, got, "plain", where))

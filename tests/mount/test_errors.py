@@ -121,8 +121,8 @@ class BackingRemovedTest(unittest.TestCase):
             with open(m.path("iter_0000100", "model.pt"), "rb") as f:
                 self.assertEqual(f.read(), data, "the data is still served")
             self.assertNotEqual(m.unmount(), 0, "unmount claimed success")
-            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.daemon_output())
-            self.assertIsNotNone(found, m.daemon_output()[-2000:])
+            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.output())
+            self.assertIsNotNone(found, m.output()[-2000:])
             try:
                 self.assertEqual(read(os.path.join(found.group(1), "iter_0000100", "model.pt")),
                                  data)

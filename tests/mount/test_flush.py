@@ -207,7 +207,7 @@ class UnmountTest(unittest.TestCase):
             self.assertFalse(os.path.exists(m.bpath("f0")))
             code = stop(m)
             self.assertEqual(code, 0, "the daemon did not exit 0 after flushing:\n"
-                             + m.daemon_output()[-2000:])
+                             + m.output()[-2000:])
             self.assertFalse(os.path.ismount(m.mnt))
             for name, data in files.items():
                 self.assertTrue(read_file(m.bpath(name)) == data, name)

@@ -93,8 +93,8 @@ class FullDiskTest(unittest.TestCase):
             with open(m.path("iter_0000100", "model.pt"), "wb") as f:
                 f.write(data)
             self.assertNotEqual(m.unmount(), 0, "unmount claimed success on a full disk")
-            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.daemon_output())
-            self.assertIsNotNone(found, m.daemon_output()[-2000:])
+            found = re.search(r"saved to (/var/tmp/ckptfs-rescue-[^\s:]+)", m.output())
+            self.assertIsNotNone(found, m.output()[-2000:])
             rescue = found.group(1)
             try:
                 with open(os.path.join(rescue, "iter_0000100", "model.pt"), "rb") as f:

@@ -22,7 +22,7 @@ import unittest
 
 import numpy as np
 
-from harness import (CkptfsMount, choose_seed, daemon_vm_hwm, require_fuse, require_long,
+from harness import (CkptfsMount, choose_seed, require_fuse, require_long,
                      run_processes)
 
 MiB = 1 << 20
@@ -147,7 +147,7 @@ class PressureRun(unittest.TestCase):
             run_processes(writers + readers, results, timeout, on_result,
                           describe=lambda: f"seed {seed}, {sorted(done)} did; stats: {m.stats()}")
             elapsed = time.monotonic() - t0
-            hwm = daemon_vm_hwm(m.proc.pid)
+            hwm = m.vm_hwm_kib() << 10
             stats = m.stats()
             verified = sum(len(v) for (k, _), v in done.items() if k == "reader")
             print(f"\n{WRITERS} x ({big_mib} MiB + {small_count} small files) in {elapsed:.1f}s, "

@@ -9,7 +9,7 @@ import stat
 import tempfile
 import unittest
 
-from harness import (CkptfsMount, describe_tree_diff, require_fuse, walk_tree)
+from harness import (CkptfsMount, describe_tree_diff, require_fuse, snapshot)
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -234,7 +234,7 @@ class NamespaceTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.ref, True)
         populate_existing(self.ref)
         self.ref_log = op_sequence(self.ref)
-        self.ref_tree = walk_tree(self.ref)
+        self.ref_tree = snapshot(self.ref, contents="bytes", with_nlink=True)
 
     def compare_logs(self, got):
         self.assertEqual([l for l, _ in got], [l for l, _ in self.ref_log])
@@ -244,7 +244,7 @@ class NamespaceTest(unittest.TestCase):
             self.fail("operations that differ from a plain directory:\n" + "\n".join(diffs))
 
     def assert_tree(self, root, where):
-        tree = walk_tree(root)
+        tree = snapshot(root, contents="bytes", with_nlink=True)
         diff = describe_tree_diff(self.ref_tree, tree, "plain dir", where)
         if diff:
             self.fail(f"{where} differs from the plain directory:\n{diff}")

@@ -7,7 +7,7 @@ import os
 import time
 import unittest
 
-from harness import CkptfsMount, daemon_vm_hwm, require_fuse
+from harness import CkptfsMount, require_fuse
 
 MiB = 1 << 20
 QUIET = 10  # seconds: policy::kPrefaultQuiet
@@ -28,7 +28,7 @@ class PrefaultTest(unittest.TestCase):
         data = os.urandom(8 * MiB)
         output = []
         with CkptfsMount(options=["cache_size=64M", "prefault=on", "flush_delay=0"]) as m:
-            m.on_exit(lambda: output.append(m.daemon_output()))
+            m.on_exit(lambda: output.append(m.output()))
             with open(m.path("f"), "wb") as f:
                 f.write(data)
                 # An open file holds the prefault back, however long it stays open.
@@ -38,7 +38,7 @@ class PrefaultTest(unittest.TestCase):
             stats = m.stats()
             self.assertEqual(stats["memory_prefaulted"], 64 * MiB)
             self.assertEqual(stats["memory_mapped"], 64 * MiB)
-            self.assertGreaterEqual(daemon_vm_hwm(m.proc.pid), 64 * MiB)
+            self.assertGreaterEqual(m.vm_hwm_kib() << 10, 64 * MiB)
             with open(m.path("f"), "rb") as f:
                 self.assertEqual(f.read(), data)
             m.sync()
@@ -49,7 +49,7 @@ class PrefaultTest(unittest.TestCase):
     def test_unmount_stops_a_prefault_that_has_not_finished(self):
         output = []
         with CkptfsMount(options=["cache_size=4G", "prefault=on"]) as m:
-            m.on_exit(lambda: output.append(m.daemon_output()))
+            m.on_exit(lambda: output.append(m.output()))
             self.assertTrue(m.stats()["prefault_running"])
         self.assertEqual(m.returncode, 0)
         self.assertIn("prefault stopped by unmount", output[0])

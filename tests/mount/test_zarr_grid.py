@@ -17,15 +17,15 @@ import unittest
 import numpy as np
 import zarr
 
-from harness import CkptfsMount, describe_tree_diff, require_fuse, walk_tree
+from harness import CkptfsMount, describe_tree_diff, require_fuse, snapshot
 
 MiB = 1 << 20
 
 
 def tree_without_locks(root):
-    """walk_tree(root) without zarr's lock directories (*.sync), whose file names follow the
+    """snapshot(root, contents="bytes") without zarr's lock directories (*.sync), whose file names follow the
     chunk keys clients use."""
-    return {k: v for k, v in walk_tree(root, with_nlink=False).items()
+    return {k: v for k, v in snapshot(root, contents="bytes").items()
             if not any(part.endswith(".sync") for part in k.split(os.sep))}
 
 
