@@ -65,8 +65,8 @@ size_t WorstCaseBlocks(uint64_t offset, size_t length) {
 
 }  // namespace
 
-Result<std::unique_ptr<Filesystem>> Filesystem::Create(const Config& config,
-                                                       std::unique_ptr<Backend> backend) {
+Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
+                                                     std::unique_ptr<Backend> backend) {
   int root = open(config.backing_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) {
     int err = errno;

@@ -85,8 +85,8 @@ class Filesystem {
  public:
   // Checks the backing directory (exists, is a directory, writable), prepares the staging
   // directory and removes what a killed daemon left there. Does not start threads.
-  static Result<std::unique_ptr<Filesystem>> Create(const Config& config,
-                                                    std::unique_ptr<Backend> backend);
+  static Result<std::unique_ptr<Filesystem>> Make(const Config& config,
+                                                  std::unique_ptr<Backend> backend);
   ~Filesystem();
 
   // Starts the flusher thread (after the daemon has forked).

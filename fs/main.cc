@@ -165,7 +165,7 @@ int Mount(int argc, char** argv) {
   Status fallback;
   std::unique_ptr<Backend> backend = MakeBestBackend(o.config.queue_depth, &fallback);
   if (!fallback.ok()) spdlog::warn("io_uring unavailable, using POSIX I/O: {}", fallback.ToString());
-  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Create(o.config, std::move(backend));
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(o.config, std::move(backend));
   if (!fs.ok()) return Fail(fs.status().ToString());
 
   std::string fuse_opts = "default_permissions,fsname=ckptfs:" + RealPath(backing) + ",subtype=ckptfs";

@@ -198,9 +198,9 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
     if (fault) *fault = f.get();
     backend = std::move(f);
   }
-  auto fs = Filesystem::Create(config, std::move(backend));
+  auto fs = Filesystem::Make(config, std::move(backend));
   if (!fs.ok()) {
-    ADD_FAILURE() << "Filesystem::Create: " << fs.status().ToString();
+    ADD_FAILURE() << "Filesystem::Make: " << fs.status().ToString();
     return nullptr;
   }
   std::unique_ptr<Filesystem> out = std::move(*fs);
