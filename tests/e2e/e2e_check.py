@@ -66,19 +66,24 @@ def comparable(tree, varying):
             for k, v in tree.items()}
 
 
-def fresh_mount(tc, prefix, options=("cache_size=1G",)):
-    """A ckptfs daemon mounted over an empty backing directory in a new temporary directory,
-    unmounted and removed when the test ends: (daemon, backing, mount point)."""
-    require_fuse()
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=E2E_TMP)
-    tc.addCleanup(remove_tmp, tmp)
+def mount_in(tc, tmp, options=("cache_size=1G",), nofile=None):
+    """A ckptfs daemon mounted on tmp/mount over an empty tmp/backing, unmounted when the test
+    ends: (daemon, backing, mount point)."""
     backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "mount")
     os.mkdir(backing)
     os.mkdir(mnt)
-    d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon.log"))
+    d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon.log"), nofile=nofile)
     tc.addCleanup(d.cleanup)
     d.start()
     return d, backing, mnt
+
+
+def fresh_mount(tc, prefix, options=("cache_size=1G",)):
+    """mount_in a new temporary directory, removed when the test ends."""
+    require_fuse()
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=E2E_TMP)
+    tc.addCleanup(remove_tmp, tmp)
+    return mount_in(tc, tmp, options)
 
 
 def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
@@ -102,12 +107,7 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     tc.assertTrue(expected, "the workload wrote nothing")
     timer.mark("plain")
 
-    backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "mount")
-    os.mkdir(backing)
-    os.mkdir(mnt)
-    d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, "daemon.log"), nofile=nofile)
-    tc.addCleanup(d.cleanup)
-    d.start()
+    d, backing, mnt = mount_in(tc, tmp, options, nofile)
     w.save(mnt)
     timer.mark("save via mount")
     saved_stats = d.stats()
