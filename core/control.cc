@@ -13,35 +13,34 @@ namespace ckptfs {
 namespace {
 
 // Creates every directory of `rel` below `root_fd`; returns the fd of the last one.
-int MakeDirs(int root_fd, const std::string& rel) {
+Result<int> MakeDirs(Env& env, int root_fd, const std::string& rel) {
   int fd = dup(root_fd);
+  if (fd < 0) return Status::FromErrno("dup");
   size_t pos = 0;
-  while (fd >= 0 && pos < rel.size()) {
+  while (pos < rel.size()) {
     size_t slash = rel.find('/', pos);
     std::string part = rel.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
     pos = slash == std::string::npos ? rel.size() : slash + 1;
     if (part.empty()) continue;
-    mkdirat(fd, part.c_str(), 0700);
-    int next = openat(fd, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    close(fd);
-    fd = next;
+    (void)env.Mkdir(fd, part, 0700);
+    Result<int> next = env.Open(fd, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    env.Close(fd);
+    if (!next.ok()) return next.status();
+    fd = *next;
   }
   return fd;
 }
 
-Status WriteAll(int fd, const FileContent& content) {
+// Writes `content` to `fd` and makes it durable (the flusher has stopped: this thread owns the
+// Env's syncs).
+Status WriteAll(Env& env, int fd, const FileContent& content) {
   std::vector<char> buf(1 << 20);
   for (uint64_t off = 0; off < content.size(); off += buf.size()) {
     Result<size_t> n = content.ReadInto(off, buf.size(), buf.data());
     if (!n.ok()) return n.status();
-    for (size_t done = 0; done < *n;) {
-      ssize_t w = pwrite(fd, buf.data() + done, *n - done, static_cast<off_t>(off + done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return Status::FromErrno("write");
-      done += static_cast<size_t>(w);
-    }
+    if (Status st = env.WriteAt(fd, buf.data(), *n, off); !st.ok()) return st;
   }
-  return fsync(fd) == 0 ? Status::Ok() : Status::FromErrno("fsync");
+  return env.Sync(std::vector<int>{fd}, /*data_only=*/false).front();
 }
 
 }  // namespace
@@ -148,17 +147,17 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
     std::string rel;
     std::string shown;
   };
-  int var_tmp = open("/var/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  Result<int> var_tmp = env_->Open(AT_FDCWD, "/var/tmp", O_RDONLY | O_DIRECTORY);
   const Place places[] = {
       {root_fd_, std::string(kReservedName) + "/" + name,
        config_.backing_dir + "/" + kReservedName + "/" + name},
-      {var_tmp, "ckptfs-" + name, "/var/tmp/ckptfs-" + name}};
+      {var_tmp.ok() ? *var_tmp : -1, "ckptfs-" + name, "/var/tmp/ckptfs-" + name}};
   Status result;
   for (const Place& place : places) {
     files->clear();
-    int dfd = place.base_fd < 0 ? -1 : MakeDirs(place.base_fd, place.rel);
-    if (dfd < 0) {
-      result = Status::FromErrno("create rescue directory " + place.shown);
+    Result<int> dfd = place.base_fd < 0 ? var_tmp.status() : MakeDirs(*env_, place.base_fd, place.rel);
+    if (!dfd.ok()) {
+      result = Status::Error(dfd.status().err(), "create rescue directory " + place.shown);
       continue;
     }
     result = Status::Ok();
@@ -167,24 +166,27 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
       std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
       files->push_back(path);
       size_t slash = path.rfind('/');
-      int parent = slash == std::string::npos ? dup(dfd) : MakeDirs(dfd, path.substr(0, slash));
+      Result<int> parent = MakeDirs(*env_, *dfd, slash == std::string::npos ? "" : path.substr(0, slash));
       std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-      int fd = parent < 0 ? -1
-                          : openat(parent, base.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC,
-                                   0600);
-      Status st = fd < 0 ? Status::FromErrno("create " + path) : WriteAll(fd, e->snapshot);
-      if (fd >= 0) close(fd);
-      if (parent >= 0) close(parent);
+      Result<int> fd = parent.ok() ? env_->Open(*parent, base, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW, 0600)
+                                   : parent;
+      Status st = fd.ok() ? WriteAll(*env_, *fd, e->snapshot)
+                          : Status::Error(fd.status().err(), "create " + path);
+      if (fd.ok()) env_->Close(*fd);
+      if (parent.ok()) env_->Close(*parent);
       if (!st.ok() && result.ok()) result = Status::Error(st.err(), place.shown + ": " + st.ToString());
     }
-    if (result.ok() && fsync(dfd) != 0) result = Status::FromErrno("fsync " + place.shown);
-    close(dfd);
     if (result.ok()) {
-      if (var_tmp >= 0) close(var_tmp);
+      Status synced = env_->Sync(std::vector<int>{*dfd}, /*data_only=*/false).front();
+      if (!synced.ok()) result = Status::Error(synced.err(), "fsync " + place.shown);
+    }
+    env_->Close(*dfd);
+    if (result.ok()) {
+      if (var_tmp.ok()) env_->Close(*var_tmp);
       return place.shown;
     }
   }
-  if (var_tmp >= 0) close(var_tmp);
+  if (var_tmp.ok()) env_->Close(*var_tmp);
   return result;
 }
 

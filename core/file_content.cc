@@ -4,27 +4,6 @@
 #include <cstring>
 
 namespace ckptfs {
-namespace {
-
-// pread that retries short reads; bytes past EOF of the base are zero-filled.
-Status PreadFull(int fd, char* dst, size_t length, uint64_t offset) {
-  size_t done = 0;
-  while (done < length) {
-    ssize_t n = ::pread(fd, dst + done, length - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("read of backing file");
-    }
-    if (n == 0) {
-      std::memset(dst + done, 0, length - done);
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 size_t FileContent::BlocksNeededForWrite(uint64_t offset, size_t length) const {
   if (length == 0) return 0;
@@ -43,7 +22,7 @@ Status FileContent::FillBlock(uint64_t index, char* dst, size_t skip_from, size_
     uint64_t base_end = std::min<uint64_t>(base_len_, block_start + to);
     size_t from_base = abs_from < base_end ? static_cast<size_t>(base_end - abs_from) : 0;
     if (from_base > 0) {
-      Status s = PreadFull(base_->fd(), dst + from, from_base, abs_from);
+      Status s = base_->Read(dst + from, from_base, abs_from);
       if (!s.ok()) return s;
     }
     std::memset(dst + from + from_base, 0, to - from - from_base);
@@ -166,7 +145,7 @@ Result<size_t> FileContent::ReadInto(uint64_t offset, size_t length, char* out) 
     if (seg.kind == ReadSegment::Kind::kMemory) {
       std::memcpy(out + done, seg.data, seg.length);
     } else if (seg.kind == ReadSegment::Kind::kBacking) {
-      Status s = PreadFull(seg.file->fd(), out + done, seg.length, seg.file_offset);
+      Status s = seg.file->Read(out + done, seg.length, seg.file_offset);
       if (!s.ok()) return s;
     } else {
       std::memset(out + done, 0, seg.length);
@@ -206,33 +185,6 @@ void FileContent::ReplaceWithBase(std::shared_ptr<BackingFile> base) {
   blocks_.Clear();
   base_ = std::move(base);
   base_len_ = size_;
-}
-
-Status CopyFilePrefix(int from, int to, uint64_t length) {
-  loff_t in = 0, out = 0;
-  while (static_cast<uint64_t>(in) < length) {
-    ssize_t n = copy_file_range(from, &in, to, &out, length - in, 0);
-    if (n > 0) continue;
-    if (n == 0) break;
-    if (errno == EINTR) continue;
-    if (errno != EXDEV && errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
-      return Status::FromErrno("copy of unchanged bytes");
-    }
-    std::vector<char> buf(1 << 20);
-    while (static_cast<uint64_t>(in) < length) {
-      ssize_t r = pread(from, buf.data(), std::min<uint64_t>(buf.size(), length - in), in);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return r == 0 ? Status::Ok() : Status::FromErrno("read of unchanged bytes");
-      for (ssize_t w = 0; w < r;) {
-        ssize_t k = pwrite(to, buf.data() + w, r - w, in + w);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return Status::FromErrno("copy of unchanged bytes");
-        w += k;
-      }
-      in += r;
-    }
-  }
-  return Status::Ok();
 }
 
 std::vector<std::pair<uint64_t, BlockRef>> FileContent::SpillCandidates() const {

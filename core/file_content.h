@@ -20,23 +20,31 @@
 #include "core/arena.h"
 #include "core/block_map.h"
 #include "core/status.h"
-#include "iouring/backend.h"
+#include "iouring/env.h"
 
 namespace ckptfs {
 
-// An open descriptor of a file on the backing store; closed with the last reference. A spill
-// file is ckptfs' own anonymous scratch file that holds content evicted from memory before the
-// file was sealed; only spill files are ever written through a BackingFile.
+// An open descriptor of a file on the backing store, read and closed (with the last reference)
+// through the Env that opened it, which must outlive it. A spill file is ckptfs' own anonymous
+// scratch file that holds content evicted from memory before the file was sealed; only spill
+// files are ever written through a BackingFile.
 class BackingFile {
  public:
-  explicit BackingFile(int fd, bool spill = false) : fd_(fd), spill_(spill) {}
-  ~BackingFile() { ::close(fd_); }
+  BackingFile(Env& env, int fd, bool spill = false) : env_(env), fd_(fd), spill_(spill) {}
+  ~BackingFile() { env_.Close(fd_); }
   BackingFile(const BackingFile&) = delete;
   BackingFile& operator=(const BackingFile&) = delete;
   int fd() const { return fd_; }
   bool spill() const { return spill_; }
+  // Reads `length` bytes at `offset`; bytes past the end read as zeros.
+  Status Read(char* dst, size_t length, uint64_t offset) const {
+    return env_.Read(fd_, dst, length, offset);
+  }
+  // Copies its first `length` bytes to the same offsets of `to`.
+  Status CopyPrefixTo(int to, uint64_t length) const { return env_.Copy(fd_, to, length); }
 
  private:
+  Env& env_;
   const int fd_;
   const bool spill_;
 };
@@ -112,9 +120,6 @@ class FileContent {
   std::shared_ptr<BackingFile> base_;
   uint64_t base_len_ = 0;
 };
-
-// Copies bytes [0, length) of file `from` to the same offsets of `to` (in-kernel where possible).
-Status CopyFilePrefix(int from, int to, uint64_t length);
 
 // Offsets and lengths of O_DIRECT writes to backing files are multiples of this.
 inline constexpr size_t kDirectAlign = 4096;

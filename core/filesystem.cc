@@ -1,6 +1,5 @@
 #include "core/filesystem.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -43,18 +42,9 @@ bool IsZarrTempName(const std::string& temp, const std::string& name) {
              std::string_view::npos;
 }
 
-// Whether files in directory `dir` take O_DIRECT writes aligned to kDirectAlign.
-bool TakesDirectIo(int dir) {
-  constexpr const char* kProbe = "direct_io_probe";
-  int fd = openat(dir, kProbe, O_CREAT | O_TRUNC | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
-  unlinkat(dir, kProbe, 0);
-  if (fd < 0) return false;
-  void* page = std::aligned_alloc(kDirectAlign, kDirectAlign);
-  std::memset(page, 0, kDirectAlign);
-  bool ok = pwrite(fd, page, kDirectAlign, 0) == static_cast<ssize_t>(kDirectAlign);
-  std::free(page);
-  close(fd);
-  return ok;
+Config WithFlushIo(Config config, FlushIo flush_io) {
+  config.flush_io = flush_io;
+  return config;
 }
 
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
@@ -66,69 +56,22 @@ size_t WorstCaseBlocks(uint64_t offset, size_t length) {
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
-                                                     std::unique_ptr<Backend> backend) {
-  int root = open(config.backing_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0) {
-    int err = errno;
-    if (err == ENOTDIR) {
-      return Status::Error(err, "backing directory " + config.backing_dir + " is not a directory");
-    }
-    return Status::Error(err, "cannot open backing directory " + config.backing_dir);
-  }
-  if (faccessat(root, ".", W_OK | X_OK, AT_EACCESS) != 0) {
-    Status st = Status::Error(errno, "backing directory " + config.backing_dir + " is not writable");
-    close(root);
-    return st;
-  }
-  auto fail = [&](const std::string& what) {
-    Status st = Status::FromErrno(what + " in backing directory " + config.backing_dir);
-    close(root);
-    return st;
-  };
-  if (mkdirat(root, kReservedName, 0700) != 0 && errno != EEXIST) return fail("cannot create .ckptfs");
-  int own = openat(root, kReservedName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (own < 0) return fail("cannot open .ckptfs");
-  if (mkdirat(own, "staging", 0700) != 0 && errno != EEXIST) {
-    close(own);
-    return fail("cannot create .ckptfs/staging");
-  }
-  int staging = openat(own, "staging", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  close(own);
-  if (staging < 0) return fail("cannot open .ckptfs/staging");
-  // Staged files of a daemon that was killed never reached a final name: drop them.
-  if (DIR* d = fdopendir(dup(staging))) {
-    size_t removed = 0;
-    while (dirent* de = readdir(d)) {
-      if (std::strcmp(de->d_name, ".") == 0 || std::strcmp(de->d_name, "..") == 0) continue;
-      removed += unlinkat(staging, de->d_name, 0) == 0;
-    }
-    closedir(d);
-    if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
-  }
-  Config checked = config;
-  if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(staging)) {
-    if (config.flush_io == FlushIo::kDirect) {
-      close(staging);
-      close(root);
-      return Status::Error(EINVAL, "flush_io=direct: the backing filesystem of " +
-                                       config.backing_dir + " does not take O_DIRECT writes");
-    }
-    spdlog::info("the backing filesystem does not take O_DIRECT writes: flushing through its page cache");
-    checked.flush_io = FlushIo::kBuffered;
-  }
-  return std::unique_ptr<Filesystem>(new Filesystem(checked, root, staging, std::move(backend)));
+                                                     std::unique_ptr<Env> env) {
+  Result<BackingStore> store = OpenBackingStore(*env, config);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<Filesystem>(new Filesystem(config, *store, std::move(env)));
 }
 
-Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
-                       std::unique_ptr<Backend> backend)
-    : config_(config),
-      root_fd_(root_fd),
-      staging_fd_(staging_fd),
+Filesystem::Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env)
+    : config_(WithFlushIo(config, store.flush_io)),
+      env_(std::move(env)),
+      root_fd_(store.root_fd),
+      staging_fd_(store.staging_fd),
       start_time_(Now()),
       arena_(config.cache_size) {
   auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
   struct stat st {};
-  fstat(root_fd_, &st);
+  (void)env_->Stat(root_fd_, "", &st);
   root->mode = st.st_mode & 07777;
   root->uid = st.st_uid;
   root->gid = st.st_gid;
@@ -137,16 +80,16 @@ Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
   root->ctime = st.st_ctim;
   root->nlink = 2;
   root->on_backing = true;
-  root->dir_fd = std::make_shared<BackingFile>(dup(root_fd_));
+  root->dir_fd = std::make_shared<BackingFile>(*env_, dup(root_fd_));
   inodes_[kRootIno] = root;
 
   Flusher::Hooks hooks;
   hooks.on_clean = [this](const InodeRef& inode) { clean_.push_back(inode); };
   hooks.path_of = [this](const InodeRef& inode) { return PathLocked(inode); };
   hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
-  hooks.spill = [this](Backend& backend) { return Spill(backend); };
-  flusher_ = std::make_unique<Flusher>(config_, std::move(backend), staging_fd_, ns_mu_, journal_,
-                                       stats_, std::move(hooks));
+  hooks.spill = [this](Env& env) { return Spill(env); };
+  flusher_ = std::make_unique<Flusher>(config_, *env_, staging_fd_, ns_mu_, journal_, stats_,
+                                       std::move(hooks));
   arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
 }
@@ -168,8 +111,8 @@ Filesystem::~Filesystem() {
     inodes_.clear();
     clean_.clear();
   }
-  close(staging_fd_);
-  close(root_fd_);
+  env_->Close(staging_fd_);
+  env_->Close(root_fd_);
 }
 
 void Filesystem::Start() {
@@ -225,9 +168,7 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
 Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
   int dfd = dir->dir_fd->fd();
   struct stat st {};
-  if (fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return Status::FromErrno(name);
-  }
+  if (Status found = env_->Stat(dfd, name, &st); !found.ok()) return found;
   const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
   if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
     // Another name of a hard-linked file seen already: the same inode.
@@ -256,19 +197,17 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   inode->on_backing = true;
   if (type == FileType::kRegular && st.st_nlink > 1) backing_links_[backing_id] = inode;
   if (type == FileType::kDirectory) {
-    int fd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(name);
-    inode->dir_fd = std::make_shared<BackingFile>(fd);
+    Result<int> fd = env_->Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!fd.ok()) return fd.status();
+    inode->dir_fd = std::make_shared<BackingFile>(*env_, *fd);
   } else if (type == FileType::kRegular) {
     inode->origin_dir = dir->dir_fd;
     inode->origin_name = name;
     inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
   } else {
-    std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
-    ssize_t n = readlinkat(dfd, name.c_str(), target.data(), target.size());
-    if (n < 0) return Status::FromErrno(name);
-    target.resize(static_cast<size_t>(n));
-    inode->symlink_target = std::move(target);
+    Result<std::string> target = env_->ReadLink(dfd, name);
+    if (!target.ok()) return target.status();
+    inode->symlink_target = std::move(*target);
   }
   inodes_[inode->ino] = inode;
   return inode;
@@ -291,18 +230,14 @@ void Filesystem::LoadDirLocked(const InodeRef& dir) {
     dir->complete = true;
     return;
   }
-  DIR* d = fdopendir(dup(dir->dir_fd->fd()));
-  if (!d) return;
-  std::vector<std::string> names;
-  while (dirent* de = readdir(d)) {
-    std::string name = de->d_name;
-    if (name == "." || name == "..") continue;
-    if (dir->ino == kRootIno && name == kReservedName) continue;
-    if (dir->children.count(name) || dir->whiteouts.count(name)) continue;
-    names.push_back(std::move(name));
-  }
-  closedir(d);
-  for (const std::string& name : names) {
+  Result<std::vector<std::string>> listed = env_->ListDir(dir->dir_fd->fd());
+  if (!listed.ok()) return;
+  // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
+  std::erase_if(*listed, [&](const std::string& name) {
+    return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
+           dir->whiteouts.count(name);
+  });
+  for (const std::string& name : *listed) {
     if (dir->zarr && ZarrAddBackingLocked(dir, name)) continue;
     Result<InodeRef> child = ChildLocked(dir, name);
     (void)child;  // Entries that vanished or are special files are simply not listed.
@@ -346,14 +281,16 @@ void Filesystem::JournalRemovalLocked(const InodeRef& dir, const std::string& na
 
 Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
   if (!inode->origin_dir) return Status::Ok();
-  int fd = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
-                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open backing file " + inode->origin_name);
+  Result<int> fd = env_->Open(inode->origin_dir->fd(), inode->origin_name, O_RDONLY | O_NOFOLLOW);
+  if (!fd.ok()) {
+    return Status::Error(fd.status().err(), "open backing file " + inode->origin_name);
+  }
+  auto file = std::make_shared<BackingFile>(*env_, *fd);
   struct stat st {};
-  fstat(fd, &st);
+  (void)env_->Stat(*fd, "", &st);
   {
     std::lock_guard lock(inode->mu);
-    inode->content = FileContent(std::make_shared<BackingFile>(fd), static_cast<uint64_t>(st.st_size));
+    inode->content = FileContent(std::move(file), static_cast<uint64_t>(st.st_size));
   }
   inode->origin_dir.reset();
   inode->origin_name.clear();
@@ -540,7 +477,7 @@ size_t Filesystem::Reclaim(size_t wanted) {
   return freed;
 }
 
-size_t Filesystem::Spill(Backend& backend) {
+size_t Filesystem::Spill(Env& env) {
   InodeRef victim;
   {
     std::lock_guard lock(ns_mu_);
@@ -565,16 +502,16 @@ size_t Filesystem::Spill(Backend& backend) {
   // Reusable only when no sealed version shares it (then this copy and the content's are all).
   bool reuse = file && file->spill() && file.use_count() == 2;
   if (reuse) {
-    if (ftruncate(file->fd(), static_cast<off_t>(content.base_len())) != 0) return 0;
+    if (!env.Truncate(file->fd(), content.base_len()).ok()) return 0;
   } else {
-    int fd = openat(staging_fd_, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      spdlog::error("cannot create a spill file: {}", std::strerror(errno));
+    Result<int> fd = env.Open(staging_fd_, ".", O_TMPFILE | O_RDWR, 0600);
+    if (!fd.ok()) {
+      spdlog::error("cannot create a spill file: {}", fd.status().ToString());
       return 0;
     }
-    file = std::make_shared<BackingFile>(fd, /*spill=*/true);
+    file = std::make_shared<BackingFile>(env, *fd, /*spill=*/true);
     if (content.base() && content.base_len() > 0) {
-      Status st = CopyFilePrefix(content.base()->fd(), fd, content.base_len());
+      Status st = content.base()->CopyPrefixTo(*fd, content.base_len());
       if (!st.ok()) {
         spdlog::error("cannot spill: {}", st.ToString());
         return 0;
@@ -583,7 +520,7 @@ size_t Filesystem::Spill(Backend& backend) {
   }
   std::vector<WriteRequest> requests =
       BlockWriteRequests(spilled, content.size(), file->fd(), /*direct=*/false);
-  for (const Status& st : backend.Write(requests)) {
+  for (const Status& st : env.Write(requests)) {
     if (!st.ok()) {
       spdlog::error("cannot spill: {}", st.ToString());
       return 0;
@@ -1089,7 +1026,7 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
       // The disk reads the file while the opener's next requests travel; later opens find it
       // in the mount's page cache.
       inode.backing_prefetched = true;
-      posix_fadvise(c.base()->fd(), 0, static_cast<off_t>(c.size()), POSIX_FADV_WILLNEED);
+      env_->Advise(c.base()->fd(), 0, c.size());
     }
     if (held_by_backing && open_backing_ && inode.passthrough_handles == 0 &&
         inode.open_handles == 0) {
@@ -1159,8 +1096,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
     }
   }
   if (ahead.file) {
-    posix_fadvise(ahead.file->fd(), static_cast<off_t>(ahead.offset),
-                  static_cast<off_t>(ahead.length), POSIX_FADV_WILLNEED);
+    env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
   }
   if (view) {
     Result<ReadData> chunk = ZarrRead(*view, offset, size);
@@ -1346,7 +1282,9 @@ Status Filesystem::FsyncDir(uint64_t ino) {
 
 Result<struct statvfs> Filesystem::StatFs() {
   struct statvfs st {};
-  if (fstatvfs(root_fd_, &st) != 0) return Status::FromErrno("statfs of backing directory");
+  if (Status got = env_->StatFs(root_fd_, &st); !got.ok()) {
+    return Status::Error(got.err(), "statfs of backing directory");
+  }
   return st;
 }
 

@@ -26,13 +26,14 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backing_store.h"
 #include "core/config.h"
 #include "core/flusher.h"
 #include "core/inode.h"
 #include "core/journal.h"
 #include "core/stats.h"
 #include "core/zarr_array.h"
-#include "iouring/backend.h"
+#include "iouring/env.h"
 
 namespace ckptfs {
 
@@ -41,9 +42,6 @@ inline constexpr uint64_t kControlDirIno = 2;
 inline constexpr uint64_t kStatsIno = 3;
 inline constexpr uint64_t kSyncIno = 4;
 inline constexpr uint64_t kFirstIno = 16;
-// The reserved name at the root: the control directory in the mount, ckptfs' own files
-// (staging, rescue) in the backing directory.
-inline constexpr const char* kReservedName = ".ckptfs";
 
 // Who asks (from the FUSE request).
 struct Caller {
@@ -83,10 +81,9 @@ struct ReadData {
 
 class Filesystem {
  public:
-  // Checks the backing directory (exists, is a directory, writable), prepares the staging
-  // directory and removes what a killed daemon left there. Does not start threads.
-  static Result<std::unique_ptr<Filesystem>> Make(const Config& config,
-                                                  std::unique_ptr<Backend> backend);
+  // Opens the backing store through `env` (OpenBackingStore), which every later call on the
+  // backing store goes through too. Does not start threads.
+  static Result<std::unique_ptr<Filesystem>> Make(const Config& config, std::unique_ptr<Env> env);
   ~Filesystem();
 
   // Starts the flusher thread (after the daemon has forked).
@@ -184,7 +181,7 @@ class Filesystem {
     std::vector<DirEntry> entries;
   };
 
-  Filesystem(const Config& config, int root_fd, int staging_fd, std::unique_ptr<Backend> backend);
+  Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env);
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
   // changed nothing and is run again with that many blocks reserved (taken without ns_mu_).
@@ -325,10 +322,12 @@ class Filesystem {
   size_t Reclaim(size_t wanted);
   // Moves the full blocks of the largest file still being written to its spill file (flusher
   // thread only). Returns the blocks freed.
-  size_t Spill(Backend& backend);
+  size_t Spill(Env& env);
   Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
 
   const Config config_;
+  // Declared first: every BackingFile closes its descriptor through it.
+  const std::unique_ptr<Env> env_;
   const int root_fd_;
   const int staging_fd_;
   const timespec start_time_;

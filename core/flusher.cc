@@ -24,14 +24,13 @@ struct Staged {
 // Allocates the ranges about to be written: a full disk shows before any byte is written, and
 // the direct writes become overwrites, which the backing filesystem may run in parallel instead
 // of serialising them on growing the file. Filesystems without fallocate go without.
-Status Preallocate(const std::vector<WriteRequest>& writes) {
+Status Preallocate(Env& env, const std::vector<WriteRequest>& writes) {
   for (const WriteRequest& w : writes) {
     uint64_t len = w.bytes();
     if (len == 0) continue;
-    if (fallocate(w.fd, 0, static_cast<off_t>(w.offset), static_cast<off_t>(len)) != 0) {
-      if (errno == EOPNOTSUPP) return Status::Ok();
-      return Status::FromErrno("allocate staging file");
-    }
+    Status st = env.Allocate(w.fd, w.offset, len);
+    if (st.err() == EOPNOTSUPP) return Status::Ok();
+    if (!st.ok()) return Status::Error(st.err(), "allocate staging file");
   }
   return Status::Ok();
 }
@@ -46,11 +45,11 @@ uint64_t OpenFileLimit() {
 
 }  // namespace
 
-Flusher::Flusher(const Config& config, std::unique_ptr<Backend> backend, int staging_fd,
-                 std::mutex& ns_mu, Journal& journal, Stats& stats, Hooks hooks)
+Flusher::Flusher(const Config& config, Env& env, int staging_fd, std::mutex& ns_mu,
+                 Journal& journal, Stats& stats, Hooks hooks)
     : config_(config),
-      backend_(std::move(backend)),
-      backend_name_(backend_->Name()),
+      env_(env),
+      backend_name_(env.Name()),
       staging_fd_(staging_fd),
       max_batch_entries_(policy::MaxBatchEntries(OpenFileLimit())),
       ns_mu_(ns_mu),
@@ -107,7 +106,7 @@ void Flusher::Run() {
     }
     if (batch.empty() && hooks_.spill && hooks_.waiting_writers() > 0) {
       lock.unlock();
-      size_t freed = hooks_.spill(*backend_);
+      size_t freed = hooks_.spill(env_);
       lock.lock();
       if (freed > 0) continue;
     }
@@ -124,18 +123,17 @@ void Flusher::Run() {
     }
     lock.unlock();
     auto started = Clock::now();
-    Status error;
-    EntryRef failed;
-    size_t done = ApplyBatch(batch, &error, &failed);
+    BatchResult result = ApplyBatch(batch);
     stats_.flush_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 Clock::now() - started).count();
     stats_.flush_batches++;
     lock.lock();
-    CompleteBatch(batch, done, error, failed);
+    CompleteBatch(batch, result);
   }
 }
 
-size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, EntryRef* failed) {
+Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
+  BatchResult result;
   std::vector<Staged> staged(batch.size());
   std::vector<WriteRequest> requests;
   std::vector<size_t> request_owner;
@@ -144,7 +142,7 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
   // Phase 1: write every sealed version of the batch to its staging file.
   for (size_t i = 0; i < batch.size(); ++i) {
     const JournalEntry& e = *batch[i];
-    if (e.kind != JournalEntry::Kind::kPublish) continue;
+    if (e.kind != JournalEntry::Kind::kPublish || e.applied) continue;
     ++publishes;
     Staged& s = staged[i];
     s.name = std::to_string(e.seq);
@@ -154,19 +152,20 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     const bool direct = !c.base() && (config_.flush_io == FlushIo::kDirect ||
                                       (config_.flush_io == FlushIo::kAuto &&
                                        size >= policy::kDirectFlushMinBytes));
-    int flags = O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC | (direct ? O_DIRECT : 0);
-    s.fd = openat(staging_fd_, s.name.c_str(), flags, 0600);
-    if (s.fd < 0) {
-      s.status = Status::FromErrno("create staging file");
+    int flags = O_CREAT | O_RDWR | O_TRUNC | O_NOFOLLOW | (direct ? O_DIRECT : 0);
+    Result<int> fd = env_.Open(staging_fd_, s.name, flags, 0600);
+    if (!fd.ok()) {
+      s.status = Status::Error(fd.status().err(), "create staging file");
       continue;
     }
+    s.fd = *fd;
     if (c.base() && c.base_len() > 0) {
-      s.status = CopyFilePrefix(c.base()->fd(), s.fd, std::min(c.base_len(), size));
+      s.status = c.base()->CopyPrefixTo(s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
     }
     std::vector<WriteRequest> writes = BlockWriteRequests(c.blocks(), size, s.fd, direct);
     if (direct) {
-      s.status = Preallocate(writes);
+      s.status = Preallocate(env_, writes);
       if (!s.status.ok()) continue;
     }
     for (WriteRequest& req : writes) {
@@ -174,7 +173,7 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
       request_owner.push_back(i);
     }
   }
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_.Write(requests);
   for (size_t r = 0; r < results.size(); ++r) {
     Staged& s = staged[request_owner[r]];
     if (s.status.ok() && !results[r].ok()) s.status = results[r];
@@ -189,23 +188,27 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     if (s.fd < 0 || !s.status.ok()) continue;
     const JournalEntry& e = *batch[i];
     timespec times[2] = {e.atime, e.mtime};
-    if (ftruncate(s.fd, static_cast<off_t>(e.snapshot.size())) != 0 ||
-        fchmod(s.fd, e.mode & 07777) != 0 ||
-        ((e.uid != euid || e.gid != egid) && fchown(s.fd, e.uid, e.gid) != 0 && euid == 0) ||
-        futimens(s.fd, times) != 0) {
-      s.status = Status::FromErrno("set size and attributes of staging file");
+    Status st = env_.Truncate(s.fd, e.snapshot.size());
+    if (st.ok() && (e.uid != euid || e.gid != egid)) {
+      Status owned = env_.Chown(s.fd, "", e.uid, e.gid);
+      if (euid == 0) st = owned;  // Others cannot give a file away: it stays the daemon's.
+    }
+    // After the chown, which clears the set-user-ID and set-group-ID bits.
+    if (st.ok()) st = env_.Chmod(s.fd, "", e.mode & 07777);
+    if (st.ok()) st = env_.SetTimes(s.fd, "", times);
+    if (!st.ok()) {
+      s.status = Status::Error(st.err(), "set size and attributes of staging file");
       continue;
     }
     sync_fds.push_back(s.fd);
     sync_owner.push_back(i);
   }
   if (publishes > policy::kSyncfsThreshold) {
-    if (syncfs(staging_fd_) != 0) {
-      Status st = Status::FromErrno("syncfs");
+    if (Status st = env_.SyncFs(staging_fd_); !st.ok()) {
       for (size_t i : sync_owner) staged[i].status = st;
     }
   } else {
-    std::vector<Status> synced = backend_->Sync(sync_fds, /*data_only=*/true);
+    std::vector<Status> synced = env_.Sync(sync_fds, /*data_only=*/true);
     for (size_t k = 0; k < synced.size(); ++k) {
       if (!synced[k].ok()) staged[sync_owner[k]].status = synced[k];
     }
@@ -213,24 +216,25 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
 
   // Phase 2: in journal order, publish staged files and apply namespace changes.
   std::vector<int> touched_dirs;
-  size_t done = 0;
+  size_t& done = result.applied;
   for (; done < batch.size(); ++done) {
     const JournalEntry& e = *batch[done];
     Staged& s = staged[done];
     Status st = s.status;
-    if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
+    if (e.applied) {
+      AddAppliedDirs(e, &touched_dirs);
+    } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       for (size_t k = 0; k < e.names.size() && st.ok(); ++k) {
         const Inode::Name& n = e.names[k];
         int dfd = DirFd(n.parent);
         std::string link_name = s.name + ".link";
         if (k + 1 < e.names.size()) {
           // Every further name becomes a hard link of the same staged file.
-          if (linkat(staging_fd_, s.name.c_str(), staging_fd_, link_name.c_str(), 0) != 0 ||
-              renameat(staging_fd_, link_name.c_str(), dfd, n.name.c_str()) != 0) {
-            st = Status::FromErrno("publish link " + n.name);
-          }
-        } else if (renameat(staging_fd_, s.name.c_str(), dfd, n.name.c_str()) != 0) {
-          st = Status::FromErrno("publish " + n.name);
+          Status linked = env_.Link(staging_fd_, s.name, staging_fd_, link_name);
+          if (linked.ok()) linked = env_.Rename(staging_fd_, link_name, dfd, n.name);
+          if (!linked.ok()) st = Status::Error(linked.err(), "publish link " + n.name);
+        } else if (Status renamed = env_.Rename(staging_fd_, s.name, dfd, n.name); !renamed.ok()) {
+          st = Status::Error(renamed.err(), "publish " + n.name);
         }
         touched_dirs.push_back(dfd);
       }
@@ -244,8 +248,8 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
       }
     }
     if (!st.ok()) {
-      *error = st;
-      *failed = batch[done];
+      result.error = st;
+      result.failed = batch[done];
       break;
     }
   }
@@ -256,23 +260,35 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
   touched_dirs.erase(std::remove(touched_dirs.begin(), touched_dirs.end(), -1), touched_dirs.end());
   Status dir_status;
   if (touched_dirs.size() > policy::kSyncfsThreshold) {
-    if (syncfs(staging_fd_) != 0) dir_status = Status::FromErrno("syncfs");
+    dir_status = env_.SyncFs(staging_fd_);
   } else {
-    for (const Status& st : backend_->Sync(touched_dirs, /*data_only=*/false)) {
+    for (const Status& st : env_.Sync(touched_dirs, /*data_only=*/false)) {
       if (!st.ok() && dir_status.ok()) dir_status = st;
     }
   }
-  if (!dir_status.ok()) {
-    spdlog::error("backing store: directory sync failed: {}", dir_status.ToString());
-    stats_.flush_errors++;
+  result.durable = dir_status.ok() ? done : 0;
+  if (!dir_status.ok() && !result.failed && done > 0) {
+    result.error = Status::Error(dir_status.err(), "sync of directories: " + dir_status.message());
+    result.failed = batch[0];
   }
 
   for (size_t i = 0; i < batch.size(); ++i) {
     Staged& s = staged[i];
-    if (s.fd >= 0) close(s.fd);
-    if (i >= done && !s.name.empty()) unlinkat(staging_fd_, s.name.c_str(), 0);
+    if (s.fd >= 0) env_.Close(s.fd);
+    if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
-  return done;
+  return result;
+}
+
+void Flusher::AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) {
+  using Kind = JournalEntry::Kind;
+  if (e.kind == Kind::kPublish) {
+    for (const Inode::Name& n : e.names) touched_dirs->push_back(DirFd(n.parent));
+    return;
+  }
+  touched_dirs->push_back(DirFd(e.parent));
+  if (e.kind == Kind::kRename || e.kind == Kind::kLink) touched_dirs->push_back(DirFd(e.new_parent));
+  if (e.kind == Kind::kMkdir) touched_dirs->push_back(DirFd(e.inode));
 }
 
 Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) {
@@ -281,72 +297,47 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
   touched_dirs->push_back(dfd);
   switch (e.kind) {
     case Kind::kMkdir: {
-      if (mkdirat(dfd, e.name.c_str(), e.mode & 07777) != 0 && errno != EEXIST) {
-        return Status::FromErrno("mkdir " + e.name);
-      }
-      int fd = openat(dfd, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) return Status::FromErrno("open new directory " + e.name);
-      if (fchmod(fd, e.mode & 07777) != 0 ||
-          (geteuid() == 0 && fchown(fd, e.uid, e.gid) != 0)) {
-        Status st = Status::FromErrno("set attributes of directory " + e.name);
-        close(fd);
-        return st;
-      }
-      touched_dirs->push_back(fd);
+      Status made = env_.Mkdir(dfd, e.name, e.mode & 07777);
+      if (!made.ok() && made.err() != EEXIST) return made;
+      Result<int> fd = env_.Open(dfd, e.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+      if (!fd.ok()) return Status::Error(fd.status().err(), "open new directory " + e.name);
+      auto dir = std::make_shared<BackingFile>(env_, *fd);
+      Status st = env_.Chmod(*fd, "", e.mode & 07777);
+      if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", e.uid, e.gid);
+      if (!st.ok()) return Status::Error(st.err(), "set attributes of directory " + e.name);
+      touched_dirs->push_back(*fd);
       std::lock_guard lock(ns_mu_);
-      e.inode->dir_fd = std::make_shared<BackingFile>(fd);
+      e.inode->dir_fd = std::move(dir);
       return Status::Ok();
     }
     case Kind::kSymlink: {
       std::string tmp = std::to_string(e.seq);
-      if (symlinkat(e.symlink_target.c_str(), staging_fd_, tmp.c_str()) != 0) {
-        return Status::FromErrno("symlink " + e.name);
+      Status st = env_.Symlink(e.symlink_target, staging_fd_, tmp);
+      if (st.ok()) {
+        if (geteuid() == 0) (void)env_.Chown(staging_fd_, tmp, e.uid, e.gid);
+        st = env_.Rename(staging_fd_, tmp, dfd, e.name);
+        if (!st.ok()) (void)env_.Unlink(staging_fd_, tmp);
       }
-      if (geteuid() == 0) fchownat(staging_fd_, tmp.c_str(), e.uid, e.gid, AT_SYMLINK_NOFOLLOW);
-      if (renameat(staging_fd_, tmp.c_str(), dfd, e.name.c_str()) != 0) {
-        Status st = Status::FromErrno("symlink " + e.name);
-        unlinkat(staging_fd_, tmp.c_str(), 0);
-        return st;
-      }
-      return Status::Ok();
+      return st.ok() ? st : Status::Error(st.err(), "symlink " + e.name);
     }
-    case Kind::kRename: {
-      int nfd = DirFd(e.new_parent);
-      touched_dirs->push_back(nfd);
-      if (renameat2(dfd, e.name.c_str(), nfd, e.new_name.c_str(), e.rename_flags) != 0) {
-        return Status::FromErrno("rename " + e.name + " to " + e.new_name);
-      }
-      return Status::Ok();
-    }
+    case Kind::kRename:
+      touched_dirs->push_back(DirFd(e.new_parent));
+      return env_.Rename(dfd, e.name, touched_dirs->back(), e.new_name, e.rename_flags);
     case Kind::kUnlink:
-    case Kind::kRmdir:
-      if (unlinkat(dfd, e.name.c_str(), e.kind == Kind::kRmdir ? AT_REMOVEDIR : 0) != 0 &&
-          errno != ENOENT) {
-        return Status::FromErrno(std::string(KindName(e.kind)) + " " + e.name);
-      }
-      return Status::Ok();
-    case Kind::kLink: {
-      int nfd = DirFd(e.new_parent);
-      touched_dirs->push_back(nfd);
-      if (linkat(dfd, e.name.c_str(), nfd, e.new_name.c_str(), 0) != 0) {
-        return Status::FromErrno("link " + e.name + " to " + e.new_name);
-      }
-      return Status::Ok();
+    case Kind::kRmdir: {
+      Status st = env_.Unlink(dfd, e.name, e.kind == Kind::kRmdir);
+      return st.err() == ENOENT ? Status::Ok() : st;
     }
+    case Kind::kLink:
+      touched_dirs->push_back(DirFd(e.new_parent));
+      return env_.Link(dfd, e.name, touched_dirs->back(), e.new_name);
     case Kind::kSetAttr: {
-      const char* n = e.name.c_str();
-      if (e.set_mode && e.inode->type != FileType::kSymlink &&
-          fchmodat(dfd, n, e.mode & 07777, 0) != 0) {
-        return Status::FromErrno("chmod " + e.name);
-      }
-      if (e.set_owner && fchownat(dfd, n, e.uid, e.gid, AT_SYMLINK_NOFOLLOW) != 0) {
-        return Status::FromErrno("chown " + e.name);
-      }
+      Status st;
+      if (e.set_mode && e.inode->type != FileType::kSymlink) st = env_.Chmod(dfd, e.name, e.mode & 07777);
+      if (st.ok() && e.set_owner) st = env_.Chown(dfd, e.name, e.uid, e.gid);
       timespec times[2] = {e.atime, e.mtime};
-      if (e.set_times && utimensat(dfd, n, times, AT_SYMLINK_NOFOLLOW) != 0) {
-        return Status::FromErrno("utimes " + e.name);
-      }
-      return Status::Ok();
+      if (st.ok() && e.set_times) st = env_.SetTimes(dfd, e.name, times);
+      return st;
     }
     case Kind::kPublish:
       break;
@@ -354,9 +345,14 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
   return Status::Error(EINVAL, "unexpected journal entry");
 }
 
-void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, size_t done, const Status& error,
-                            const EntryRef& failed) {
-  for (size_t i = 0; i < done; ++i) {
+void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) {
+  const Status& error = result.error;
+  const EntryRef& failed = result.failed;
+  for (size_t i = result.durable; i < result.applied; ++i) {
+    batch[i]->applied = true;
+    batch[i]->inode->on_backing = true;
+  }
+  for (size_t i = 0; i < result.durable; ++i) {
     const EntryRef& e = batch[i];
     e->inode->on_backing = true;
     if (e->kind != JournalEntry::Kind::kPublish) continue;
@@ -371,12 +367,12 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, size_t done, con
     }
     if (clean && hooks_.on_clean) hooks_.on_clean(e->inode);
   }
-  journal_.Complete(batch, done);
+  journal_.Complete(batch, result.durable);
   if (failed) {
     std::string path = hooks_.path_of ? hooks_.path_of(failed->inode) : failed->name;
     struct stat staging {};
     // Nothing can be flushed once the backing directory is gone; unmount rescues the data.
-    const bool gone = fstat(staging_fd_, &staging) == 0 && staging.st_nlink == 0;
+    const bool gone = env_.Stat(staging_fd_, "", &staging).ok() && staging.st_nlink == 0;
     Status st = Status::Error(error.err(), path + ": " + error.message() +
                                                (gone ? " (the backing directory, or its .ckptfs, "
                                                        "was removed; unmount saves the data to "

@@ -2,12 +2,13 @@
 //
 // A batch is a run of due journal entries from the head. Each sealed file version in it is
 // written to its own file in the staging directory (<backing>/.ckptfs/staging) through the
-// Backend (io_uring: all files of the batch in flight at once) and made durable; then, in journal
+// Env (io_uring: all files of the batch in flight at once) and made durable; then, in journal
 // order, the staged files are renamed to their final names and the namespace changes are applied;
 // then the touched directories are made durable. A failed batch is retried with back-off; the
 // entries before the failure stay done, the failure is reported to waiters and kept on the inode.
 //
-// Thread model: one flusher thread owns the Backend. Other threads call the public methods.
+// Thread model: one flusher thread makes the Env's batched writes and syncs. Other threads call
+// the public methods.
 #pragma once
 
 #include <condition_variable>
@@ -22,7 +23,7 @@
 #include "core/config.h"
 #include "core/journal.h"
 #include "core/stats.h"
-#include "iouring/backend.h"
+#include "iouring/env.h"
 
 namespace ckptfs {
 
@@ -36,12 +37,14 @@ class Flusher {
     // Number of writers waiting for memory.
     std::function<size_t()> waiting_writers;
     // Called without locks when writers wait and nothing is due: frees memory held by files that
-    // are still being written, through `backend`. Returns the blocks freed.
-    std::function<size_t(Backend& backend)> spill;
+    // are still being written, through `env`. Returns the blocks freed.
+    std::function<size_t(Env& env)> spill;
   };
 
-  Flusher(const Config& config, std::unique_ptr<Backend> backend, int staging_fd,
-          std::mutex& ns_mu, Journal& journal, Stats& stats, Hooks hooks);
+  // Every call on the backing store goes through `env`, whose Write and Sync only this thread
+  // calls; `env` must outlive the Flusher.
+  Flusher(const Config& config, Env& env, int staging_fd, std::mutex& ns_mu, Journal& journal,
+          Stats& stats, Hooks hooks);
   ~Flusher();
 
   void Start();
@@ -65,16 +68,21 @@ class Flusher {
 
  private:
   void Run();
-  // Applies a batch; returns how many entries from its start are done. Sets `*error` when
-  // it stopped early.
-  size_t ApplyBatch(const std::vector<EntryRef>& batch, Status* error, EntryRef* failed);
+  struct BatchResult {
+    size_t applied = 0;  // Entries from the start now on the backing store.
+    size_t durable = 0;  // Of those, entries durable (0 when syncing their directories failed).
+    Status error;        // Why it stopped early, or why its directories are not durable.
+    EntryRef failed;     // The entry the error is about.
+  };
+  BatchResult ApplyBatch(const std::vector<EntryRef>& batch);
   Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs);
-  void CompleteBatch(const std::vector<EntryRef>& batch, size_t done, const Status& error,
-                     const EntryRef& failed);
+  // The directories an applied entry changed, to sync again.
+  void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs);
+  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result);
   int DirFd(const InodeRef& dir);  // Takes ns_mu.
 
   const Config config_;
-  std::unique_ptr<Backend> backend_;
+  Env& env_;
   const std::string backend_name_;
   const int staging_fd_;
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.

@@ -34,7 +34,7 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
   };
   for (const EntryRef& e : pending_) {
     if (e->done) continue;
-    if (about(*e) && e->started) return 0;
+    if (about(*e) && (e->started || e->applied)) return 0;
     if (!about(*e) && (e->parent == inode || e->new_parent == inode)) return 0;
     for (const Inode::Name& n : e->names) {
       if (n.parent == inode) return 0;
@@ -62,7 +62,7 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
 }
 
 void Journal::Cancel(const EntryRef& e) {
-  if (e->started || e->done) return;  // The flusher owns a started entry.
+  if (e->started || e->applied || e->done) return;  // The flusher owns a started entry.
   if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
   e->snapshot = FileContent();
   e->cancelled = true;

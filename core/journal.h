@@ -55,6 +55,9 @@ struct JournalEntry {
   std::string symlink_target;
 
   bool started = false;    // Taken by the flusher; no longer cancellable.
+  // On the backing store, but not durable yet (syncing its directory failed): no longer
+  // cancellable; the flusher only syncs its directories again.
+  bool applied = false;
   bool cancelled = false;  // Superseded before it was sent.
   bool done = false;       // Durable on the backing store, or cancelled.
 };

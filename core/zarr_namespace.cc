@@ -53,15 +53,16 @@ std::optional<ZarrGrid> Filesystem::ZarrGridFor(const InodeRef& dir, const std::
 
 void Filesystem::ZarrProbeLocked(const InodeRef& dir) {
   if (config_.zarr_chunk == 0 || !dir->dir_fd) return;
-  int fd = openat(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return;
-  BackingFile file(fd);
+  Result<int> fd = env_->Open(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  if (!fd.ok()) return;
+  BackingFile file(*env_, *fd);
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxZarrayBytes) {
+  if (!env_->Stat(*fd, "", &st).ok() || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) > kMaxZarrayBytes) {
     return;
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
-  if (pread(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) return;
+  if (!file.Read(text.data(), text.size(), 0).ok()) return;
   std::optional<ZarrGrid> grid = ZarrGridFor(dir, text);
   if (!grid) return;
   dir->zarr = std::make_shared<ZarrArray>(std::move(*grid));

@@ -21,7 +21,7 @@
 #include "fs/fuse_adapter.h"
 #include "fs/options.h"
 #include "fs/session_hooks.h"
-#include "iouring/backend.h"
+#include "iouring/env.h"
 
 namespace ckptfs {
 namespace {
@@ -163,9 +163,9 @@ int Mount(int argc, char** argv) {
   }
 
   Status fallback;
-  std::unique_ptr<Backend> backend = MakeBestBackend(o.config.queue_depth, &fallback);
+  std::unique_ptr<Env> env = MakeBestEnv(o.config.queue_depth, &fallback);
   if (!fallback.ok()) spdlog::warn("io_uring unavailable, using POSIX I/O: {}", fallback.ToString());
-  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(o.config, std::move(backend));
+  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(o.config, std::move(env));
   if (!fs.ok()) return Fail(fs.status().ToString());
 
   std::string fuse_opts = "default_permissions,fsname=ckptfs:" + RealPath(backing) + ",subtype=ckptfs";

@@ -23,8 +23,8 @@
 
 #include "core/config.h"
 #include "core/filesystem.h"
-#include "iouring/backend.h"
-#include "iouring/fault_injecting_backend.h"
+#include "iouring/env.h"
+#include "iouring/fault_injecting_env.h"
 
 namespace ckptfs::testing_util {
 
@@ -174,12 +174,12 @@ struct FsOptions {
   std::chrono::milliseconds flush_delay{0};
   std::chrono::milliseconds unmount_retry{10000};
   FsyncMode fsync_mode = FsyncMode::kWait;
-  bool fault = false;  // Wrap the backend in a FaultInjectingBackend.
+  bool fault = false;  // Wrap the Env in a FaultInjectingEnv.
 };
 
-// A started Filesystem over `backing`. `*fault` receives the fault-injecting backend if asked.
+// A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
 inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsOptions& o,
-                                           FaultInjectingBackend** fault = nullptr) {
+                                           FaultInjectingEnv** fault = nullptr) {
   Config config;
   config.backing_dir = backing;
   config.cache_size = o.cache_size;
@@ -188,17 +188,17 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.fsync_mode = o.fsync_mode;
   config.queue_depth = 16;
   Status why;
-  std::unique_ptr<Backend> backend = MakeBestBackend(config.queue_depth, &why);
-  if (!backend) {
-    ADD_FAILURE() << "no backend: " << why.ToString();
+  std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
+  if (!env) {
+    ADD_FAILURE() << "no Env: " << why.ToString();
     return nullptr;
   }
   if (o.fault) {
-    auto f = std::make_unique<FaultInjectingBackend>(std::move(backend));
+    auto f = std::make_unique<FaultInjectingEnv>(std::move(env));
     if (fault) *fault = f.get();
-    backend = std::move(f);
+    env = std::move(f);
   }
-  auto fs = Filesystem::Make(config, std::move(backend));
+  auto fs = Filesystem::Make(config, std::move(env));
   if (!fs.ok()) {
     ADD_FAILURE() << "Filesystem::Make: " << fs.status().ToString();
     return nullptr;

@@ -54,9 +54,10 @@ class FileContentTest : public ::testing::Test {
     testing_util::WriteHostFile(path, bytes);
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     EXPECT_GE(fd, 0);
-    return std::make_shared<BackingFile>(fd);
+    return std::make_shared<BackingFile>(*env_, fd);
   }
 
+  std::unique_ptr<Env> env_ = MakePosixEnv();
   TempDir dir_;
   int next_ = 0;
   Arena arena_{64ull << 20};

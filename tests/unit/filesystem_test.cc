@@ -1,5 +1,5 @@
 // Tests of Filesystem (core, no FUSE) over a real temporary backing directory with the real
-// io_uring backend (FaultInjectingBackend wrapped around it for the error tests). Results are
+// io_uring backend (FaultInjectingEnv wrapped around it for the error tests). Results are
 // checked by reading the backing directory itself after Sync(), Fsync() or Shutdown().
 #include "core/filesystem.h"
 
@@ -78,7 +78,7 @@ class FilesystemTest : public ::testing::Test {
 
   TempDir backing_;
   std::unique_ptr<Filesystem> fs_;
-  FaultInjectingBackend* fault_ = nullptr;
+  FaultInjectingEnv* fault_ = nullptr;
   bool shut_down_ = false;
 };
 
@@ -904,7 +904,89 @@ TEST_F(FilesystemTest, CloseAfterAFailedFlushReportsIt) {
   EXPECT_EQ(ReadHostFile(B("first")).value_or("<missing>"), Pattern(1, 1000));
 }
 
-TEST_F(FilesystemTest, ShutdownWithAFailingBackendSavesFilesToARescueDirectory) {
+// A rename, mkdir or directory fsync the backing store refuses is reported like a failed data
+// write, holds back everything journaled after it, and lands when retried.
+using Fault = FaultInjectingEnv::Fault;
+
+// Heals the fault and waits until everything is durable: a retry that started before Heal()
+// may still fail; the next one must succeed.
+Status HealAndSync(FaultInjectingEnv& fault, Filesystem& fs) {
+  fault.Heal();
+  Status healed = fs.Sync();
+  return healed.ok() ? healed : fs.Sync();
+}
+
+TEST_F(FilesystemTest, ARenameTheBackingStoreRefusesHoldsBackTheTrackerUntilItIsRetried) {
+  Mount({.flush_delay = 0ms, .fault = true});
+  ASSERT_TRUE(Mkdir("ckpt").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "ckpt/shard.tmp", Pattern(3, 70000)).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  fault_->Inject(Fault(Env::Op::kRename, EIO).Named("shard.bin"));
+  ASSERT_TRUE(Rename("ckpt/shard.tmp", "ckpt/shard.bin").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "latest", "1").ok());
+
+  Status sync = fs_->Sync();
+  EXPECT_EQ(sync.err(), EIO) << sync.ToString();
+  EXPECT_NE(sync.message().find("shard"), std::string::npos) << sync.ToString();
+  EXPECT_GE(StatOf(*fs_, "flush_errors"), 1u);
+  // The mount shows the rename; the backing store has neither it nor the tracker after it.
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "ckpt/shard.bin"), Pattern(3, 70000)));
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"ckpt", "<dir>"}, {"ckpt/shard.tmp", Pattern(3, 70000)}})));
+
+  Status healed = HealAndSync(*fault_, *fs_);
+  ASSERT_TRUE(healed.ok()) << healed.ToString();
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"ckpt", "<dir>"},
+                                        {"ckpt/shard.bin", Pattern(3, 70000)},
+                                        {"latest", "1"}})));
+  EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+TEST_F(FilesystemTest, AMkdirTheBackingStoreRefusesHoldsBackTheFilesInsideIt) {
+  Mount({.flush_delay = 0ms, .fault = true});
+  fault_->Inject(Fault(Env::Op::kMkdir, ENOSPC).Named("iter_2"));
+  ASSERT_TRUE(Mkdir("iter_2").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "iter_2/model.pt", Pattern(4, 5000)).ok());
+  ASSERT_TRUE(WriteFile(*fs_, "latest", "2").ok());
+
+  Status sync = fs_->Sync();
+  EXPECT_EQ(sync.err(), ENOSPC) << sync.ToString();
+  EXPECT_NE(sync.message().find("iter_2"), std::string::npos) << sync.ToString();
+  EXPECT_TRUE(SameTree(Backing(), Tree{}));
+  EXPECT_TRUE(SameBytes(*ReadFile(*fs_, "iter_2/model.pt"), Pattern(4, 5000)));
+
+  Status healed = HealAndSync(*fault_, *fs_);
+  ASSERT_TRUE(healed.ok()) << healed.ToString();
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"iter_2", "<dir>"},
+                                        {"iter_2/model.pt", Pattern(4, 5000)},
+                                        {"latest", "2"}})));
+  EXPECT_TRUE(StagingLeftovers().empty());
+}
+
+TEST_F(FilesystemTest, ADirectoryFsyncThatFailsIsReportedAndRetriedWithoutApplyingTwice) {
+  Mount({.flush_delay = 0ms, .fault = true});
+  ASSERT_TRUE(Mkdir("ckpt").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "ckpt/a", "first").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  fault_->Inject(Fault(Env::Op::kSync, EIO).Named("fsync"));
+  ASSERT_TRUE(Rename("ckpt/a", "ckpt/b").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "ckpt/c", "second").ok());
+
+  Status sync = fs_->Sync();
+  EXPECT_EQ(sync.err(), EIO) << sync.ToString();
+  EXPECT_NE(sync.message().find("sync of directories"), std::string::npos) << sync.ToString();
+  EXPECT_GE(StatOf(*fs_, "flush_errors"), 1u);
+  const uint64_t renames = fault_->calls(Env::Op::kRename);
+
+  Status healed = HealAndSync(*fault_, *fs_);
+  ASSERT_TRUE(healed.ok()) << healed.ToString();
+  // The retry synced the directories again; it did not rename or publish anything twice.
+  EXPECT_EQ(fault_->calls(Env::Op::kRename), renames);
+  EXPECT_TRUE(SameTree(Backing(), (Tree{{"ckpt", "<dir>"}, {"ckpt/b", "first"}, {"ckpt/c", "second"}})));
+  EXPECT_TRUE(StagingLeftovers().empty());
+  EXPECT_EQ(StatsOf(*fs_).at("last_error").get<std::string>(), "");
+}
+
+TEST_F(FilesystemTest, ShutdownWithAFailingBackingStoreSavesFilesToARescueDirectory) {
   Mount({.flush_delay = 0ms, .unmount_retry = 300ms, .fault = true});
   ASSERT_TRUE(Mkdir("run").ok());
   ASSERT_TRUE(fs_->Sync().ok());

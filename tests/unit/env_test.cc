@@ -1,6 +1,6 @@
-// Tests of the io_uring and POSIX backends against real files, and of FaultInjectingBackend
+// Tests of the io_uring and POSIX Envs against real files, and of FaultInjectingEnv
 // wrapped around each of them. File contents are always checked by reading the files back.
-#include "iouring/backend.h"
+#include "iouring/env.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,7 +26,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "iouring/fault_injecting_backend.h"
+#include "iouring/fault_injecting_env.h"
 
 namespace ckptfs {
 namespace {
@@ -33,7 +35,7 @@ using Bytes = std::vector<uint8_t>;
 
 enum class Kind { kUring, kPosix };
 
-// Queue depth of the backends under test: small, so that most tests overflow it.
+// Queue depth of the Envs under test: small, so that most tests overflow it.
 constexpr unsigned kDepth = 8;
 
 // `size` bytes of a deterministic stream chosen by `seed`.
@@ -142,27 +144,35 @@ std::string KindName(const ::testing::TestParamInfo<Kind>& info) {
   return info.param == Kind::kUring ? "Uring" : "Posix";
 }
 
-// Runs each test against a fresh backend of the parameter's kind (depth kDepth) in a fresh
+// Runs each test against a fresh Env of the parameter's kind (depth kDepth) in a fresh
 // temporary directory. The io_uring case is skipped, with the reason, where io_uring is unusable.
-class BackendTest : public ::testing::TestWithParam<Kind> {
+class EnvTest : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
     if (GetParam() == Kind::kUring) {
       Status why_not;
-      backend_ = MakeUringBackend(kDepth, &why_not);
-      if (backend_ == nullptr) GTEST_SKIP() << "io_uring unavailable: " << why_not.ToString();
+      env_ = MakeUringEnv(kDepth, &why_not);
+      if (env_ == nullptr) GTEST_SKIP() << "io_uring unavailable: " << why_not.ToString();
     } else {
-      backend_ = MakePosixBackend();
+      env_ = MakePosixEnv();
     }
-    std::string dir = ::testing::TempDir() + "ckptfs_backend_test.XXXXXX";
+    std::string dir = ::testing::TempDir() + "ckptfs_env_test.XXXXXX";
     ASSERT_NE(mkdtemp(dir.data()), nullptr) << std::strerror(errno);
     dir_ = dir;
   }
 
   void TearDown() override {
     for (int fd : fds_) close(fd);
-    for (const std::string& path : paths_) unlink(path.c_str());
-    if (!dir_.empty()) rmdir(dir_.c_str());
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+
+  // A descriptor of the test directory, closed at the end of the test.
+  int DirFd() {
+    int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    if (fd >= 0) fds_.push_back(fd);
+    return fd;
   }
 
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
@@ -172,7 +182,6 @@ class BackendTest : public ::testing::TestWithParam<Kind> {
     std::string path = Path(name);
     int fd = open(path.c_str(), flags | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     EXPECT_GE(fd, 0) << "open " << path << ": " << std::strerror(errno);
-    paths_.push_back(path);
     if (fd >= 0) fds_.push_back(fd);
     return fd;
   }
@@ -188,24 +197,23 @@ class BackendTest : public ::testing::TestWithParam<Kind> {
     }
   }
 
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Env> env_;
 
  private:
   std::string dir_;
-  std::vector<std::string> paths_;
   std::vector<int> fds_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, BackendTest, ::testing::Values(Kind::kUring, Kind::kPosix),
+INSTANTIATE_TEST_SUITE_P(Envs, EnvTest, ::testing::Values(Kind::kUring, Kind::kPosix),
                          KindName);
 
-TEST_P(BackendTest, NameMatchesKind) {
-  EXPECT_EQ(backend_->Name(), GetParam() == Kind::kUring ? "io_uring" : "posix");
+TEST_P(EnvTest, NameMatchesKind) {
+  EXPECT_EQ(env_->Name(), GetParam() == Kind::kUring ? "io_uring" : "posix");
 }
 
-TEST_P(BackendTest, EmptyCallsAndZeroLengthRequestsSucceed) {
-  EXPECT_TRUE(backend_->Write({}).empty());
-  EXPECT_TRUE(backend_->Sync({}, true).empty());
+TEST_P(EnvTest, EmptyCallsAndZeroLengthRequestsSucceed) {
+  EXPECT_TRUE(env_->Write({}).empty());
+  EXPECT_TRUE(env_->Sync({}, true).empty());
 
   int fd = Create("empty");
   Bytes data(10);
@@ -213,13 +221,13 @@ TEST_P(BackendTest, EmptyCallsAndZeroLengthRequestsSucceed) {
       WriteRequest{fd, 0, {}},
       WriteRequest{fd, 4096, {iovec{data.data(), 0}, iovec{data.data() + 5, 0}}},
   };
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), 2u);
   ExpectAllOk(results);
   EXPECT_TRUE(SameBytes(ReadFile(Path("empty")), {}));
 }
 
-TEST_P(BackendTest, ThousandRequestsThroughDepthEight) {
+TEST_P(EnvTest, ThousandRequestsThroughDepthEight) {
   constexpr int kFiles = 7;
   constexpr int kRequests = 1000;
   std::vector<int> fds;
@@ -236,7 +244,7 @@ TEST_P(BackendTest, ThousandRequestsThroughDepthEight) {
     requests.push_back(WriteRequest{fds[f], offset, Slice(buffers.back(), {100, 0, 1000, 7})});
   }
 
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), requests.size());
   ExpectAllOk(results);
   for (int f = 0; f < kFiles; ++f) {
@@ -244,7 +252,7 @@ TEST_P(BackendTest, ThousandRequestsThroughDepthEight) {
   }
 }
 
-TEST_P(BackendTest, RequestsWithMoreThanIovMaxIovecs) {
+TEST_P(EnvTest, RequestsWithMoreThanIovMaxIovecs) {
   int fd = Create("iovecs");
   Bytes image;
   // About 7000 iovecs of mixed lengths, some empty.
@@ -265,24 +273,24 @@ TEST_P(BackendTest, RequestsWithMoreThanIovMaxIovecs) {
   Put(image, 2'000'000, exact);
   Put(image, 3'000'000, one_more);
 
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), requests.size());
   ExpectAllOk(results);
   EXPECT_TRUE(SameBytes(ReadFile(Path("iovecs")), image));
 }
 
-TEST_P(BackendTest, LargeMultiIovecWrite) {
+TEST_P(EnvTest, LargeMultiIovecWrite) {
   constexpr size_t kMiB = 1 << 20;
   int fd = Create("large");
   Bytes data = Pattern(4, 32 * kMiB + 12345);
   std::vector<WriteRequest> requests = {WriteRequest{fd, 0, Slice(data, {4 * kMiB, 1, kMiB})}};
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), 1u);
   ExpectAllOk(results);
   EXPECT_TRUE(SameBytes(ReadFile(Path("large")), data));
 }
 
-TEST_P(BackendTest, WritesAtOffsetsWithHoles) {
+TEST_P(EnvTest, WritesAtOffsetsWithHoles) {
   int fd = Create("holes");
   std::vector<Bytes> buffers = {Pattern(5, 100), Pattern(6, 5000), Pattern(7, 1), Pattern(8, 4096)};
   std::vector<uint64_t> offsets = {0, (1 << 20) + 3, (10 << 20) + 7, 8192};
@@ -292,13 +300,13 @@ TEST_P(BackendTest, WritesAtOffsetsWithHoles) {
     requests.push_back(WriteRequest{fd, offsets[i], Slice(buffers[i], {333})});
     Put(image, offsets[i], buffers[i]);
   }
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), requests.size());
   ExpectAllOk(results);
   EXPECT_TRUE(SameBytes(ReadFile(Path("holes")), image));
 }
 
-TEST_P(BackendTest, ManyCallsOnOneBackend) {
+TEST_P(EnvTest, ManyCallsOnOneEnv) {
   int fd = Create("calls");
   Bytes image;
   std::vector<Bytes> buffers;
@@ -311,15 +319,15 @@ TEST_P(BackendTest, ManyCallsOnOneBackend) {
       requests.push_back(WriteRequest{fd, offset, Slice(buffers.back(), {50})});
       Put(image, offset, buffers.back());
     }
-    std::vector<Status> results = backend_->Write(requests);
+    std::vector<Status> results = env_->Write(requests);
     ASSERT_EQ(results.size(), 3u);
     ExpectAllOk(results);
-    if (call % 50 == 0) ExpectAllOk(backend_->Sync(std::vector<int>{fd}, call % 100 == 0));
+    if (call % 50 == 0) ExpectAllOk(env_->Sync(std::vector<int>{fd}, call % 100 == 0));
   }
   EXPECT_TRUE(SameBytes(ReadFile(Path("calls")), image));
 }
 
-TEST_P(BackendTest, SyncsManyFds) {
+TEST_P(EnvTest, SyncsManyFds) {
   constexpr int kFiles = 100;
   std::vector<int> fds;
   std::vector<Bytes> buffers;
@@ -330,14 +338,14 @@ TEST_P(BackendTest, SyncsManyFds) {
     buffers.push_back(Pattern(100 + f, 1000 + f));
     requests.push_back(WriteRequest{fds.back(), 0, Slice(buffers.back(), {4096})});
   }
-  ExpectAllOk(backend_->Write(requests));
+  ExpectAllOk(env_->Write(requests));
 
-  std::vector<Status> data_only = backend_->Sync(fds, true);
+  std::vector<Status> data_only = env_->Sync(fds, true);
   ASSERT_EQ(data_only.size(), fds.size());
   ExpectAllOk(data_only);
   std::vector<int> twice = fds;
   twice.insert(twice.end(), fds.begin(), fds.end());
-  std::vector<Status> full = backend_->Sync(twice, false);
+  std::vector<Status> full = env_->Sync(twice, false);
   ASSERT_EQ(full.size(), twice.size());
   ExpectAllOk(full);
   for (int f = 0; f < kFiles; ++f) {
@@ -345,7 +353,7 @@ TEST_P(BackendTest, SyncsManyFds) {
   }
 }
 
-TEST_P(BackendTest, BadFdFailsOnlyItsOwnRequest) {
+TEST_P(EnvTest, BadFdFailsOnlyItsOwnRequest) {
   int good = Create("good");
   int read_only = Create("read_only", O_RDONLY);
   constexpr int kNeverOpen = 1 << 30;
@@ -358,7 +366,7 @@ TEST_P(BackendTest, BadFdFailsOnlyItsOwnRequest) {
       WriteRequest{read_only, 0, Slice(buffers[3], {1000})},
       WriteRequest{kNeverOpen, 0, Slice(buffers[4], {1000})},
   };
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   ASSERT_EQ(results.size(), requests.size());
   EXPECT_TRUE(results[0].ok()) << results[0].ToString();
   EXPECT_EQ(results[1].err(), EBADF) << results[1].ToString();
@@ -374,7 +382,7 @@ TEST_P(BackendTest, BadFdFailsOnlyItsOwnRequest) {
   EXPECT_TRUE(SameBytes(ReadFile(Path("read_only")), {}));
 
   for (bool data_only : {true, false}) {
-    std::vector<Status> synced = backend_->Sync(std::vector<int>{good, -1, read_only}, data_only);
+    std::vector<Status> synced = env_->Sync(std::vector<int>{good, -1, read_only}, data_only);
     ASSERT_EQ(synced.size(), 3u);
     EXPECT_TRUE(synced[0].ok()) << synced[0].ToString();
     EXPECT_EQ(synced[1].err(), EBADF) << synced[1].ToString();
@@ -382,7 +390,7 @@ TEST_P(BackendTest, BadFdFailsOnlyItsOwnRequest) {
   }
 }
 
-TEST_P(BackendTest, DeviceWithoutSpaceReportsEnospc) {
+TEST_P(EnvTest, DeviceWithoutSpaceReportsEnospc) {
   int full = open("/dev/full", O_WRONLY | O_CLOEXEC);
   if (full < 0) GTEST_SKIP() << "/dev/full: " << std::strerror(errno);
   int good = Create("beside_full");
@@ -390,7 +398,7 @@ TEST_P(BackendTest, DeviceWithoutSpaceReportsEnospc) {
   Bytes b = Pattern(15, 5000);
   std::vector<WriteRequest> requests = {WriteRequest{full, 0, Slice(a, {4096})},
                                         WriteRequest{good, 0, Slice(b, {4096})}};
-  std::vector<Status> results = backend_->Write(requests);
+  std::vector<Status> results = env_->Write(requests);
   close(full);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].err(), ENOSPC) << results[0].ToString();
@@ -398,7 +406,7 @@ TEST_P(BackendTest, DeviceWithoutSpaceReportsEnospc) {
   EXPECT_TRUE(SameBytes(ReadFile(Path("beside_full")), b));
 }
 
-TEST_P(BackendTest, ShortWriteIsContinuedUntilTheRealError) {
+TEST_P(EnvTest, ShortWriteIsContinuedUntilTheRealError) {
   constexpr rlim_t kLimit = (1 << 20) + 100;
   int capped = Create("capped");
   int small = Create("small");
@@ -409,7 +417,7 @@ TEST_P(BackendTest, ShortWriteIsContinuedUntilTheRealError) {
   std::vector<Status> results;
   {
     FileSizeLimit limit(kLimit);
-    results = backend_->Write(requests);
+    results = env_->Write(requests);
   }
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].err(), EFBIG) << results[0].ToString();
@@ -418,27 +426,99 @@ TEST_P(BackendTest, ShortWriteIsContinuedUntilTheRealError) {
   EXPECT_TRUE(SameBytes(ReadFile(Path("small")), little));
 }
 
-// FaultInjectingBackend around each real backend.
-class FaultInjectionTest : public BackendTest {
+TEST_P(EnvTest, NamespaceCallsChangeTheDirectoryAsTheirSystemCallsDo) {
+  int dir = DirFd();
+  ASSERT_TRUE(env_->Mkdir(dir, "sub", 0750).ok());
+  EXPECT_EQ(env_->Mkdir(dir, "sub", 0750).err(), EEXIST);
+  Result<int> sub = env_->Open(dir, "sub", O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  ASSERT_TRUE(sub.ok()) << sub.status().ToString();
+  Result<int> file = env_->Open(*sub, "a", O_CREAT | O_RDWR | O_NOFOLLOW, 0600);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_TRUE(env_->WriteAt(*file, "hello", 5, 0).ok());
+  env_->Close(*file);
+  ASSERT_TRUE(env_->Link(*sub, "a", dir, "b").ok());
+  ASSERT_TRUE(env_->Symlink("sub/a", dir, "c").ok());
+  Result<std::string> target = env_->ReadLink(dir, "c");
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(*target, "sub/a");
+  EXPECT_EQ(env_->Rename(dir, "b", dir, "c", RENAME_NOREPLACE).err(), EEXIST);
+  ASSERT_TRUE(env_->Rename(dir, "b", dir, "c").ok());
+  struct stat st {};
+  ASSERT_TRUE(env_->Stat(dir, "c", &st).ok());
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_nlink, 2u);
+  Result<std::vector<std::string>> names = env_->ListDir(dir);
+  ASSERT_TRUE(names.ok());
+  std::sort(names->begin(), names->end());
+  EXPECT_EQ(*names, (std::vector<std::string>{"c", "sub"}));
+  EXPECT_EQ(env_->Unlink(dir, "sub", /*directory=*/true).err(), ENOTEMPTY);
+  ASSERT_TRUE(env_->Unlink(*sub, "a").ok());
+  ASSERT_TRUE(env_->Unlink(dir, "c").ok());
+  env_->Close(*sub);
+  ASSERT_TRUE(env_->Unlink(dir, "sub", /*directory=*/true).ok());
+  Status missing = env_->Stat(dir, "sub", &st);
+  EXPECT_EQ(missing.err(), ENOENT);
+  EXPECT_NE(missing.message().find("sub"), std::string::npos) << missing.ToString();
+  ASSERT_TRUE(env_->Sync(std::vector<int>{dir}, /*data_only=*/false).front().ok());
+  ASSERT_TRUE(env_->SyncFs(dir).ok());
+  struct statvfs vfs {};
+  ASSERT_TRUE(env_->StatFs(dir, &vfs).ok());
+  EXPECT_GT(vfs.f_bsize, 0u);
+}
+
+TEST_P(EnvTest, FileCallsReadWriteCopyAndChangeAttributes) {
+  int dir = DirFd();
+  int from = Create("from");
+  int to = Create("to");
+  Bytes data = Pattern(90, 300'000);
+  ASSERT_TRUE(env_->WriteAt(from, reinterpret_cast<const char*>(data.data()), data.size(), 0).ok());
+  ASSERT_TRUE(env_->Copy(from, to, 200'000).ok());
+  EXPECT_TRUE(SameBytes(ReadFile(Path("to")), Bytes(data.begin(), data.begin() + 200'000)));
+  // Reads past the end give zeros.
+  std::string back(10, 'x');
+  ASSERT_TRUE(env_->Read(from, back.data(), back.size(), data.size() - 4).ok());
+  EXPECT_EQ(back.substr(0, 4), std::string(reinterpret_cast<const char*>(&data[data.size() - 4]), 4));
+  EXPECT_EQ(back.substr(4), std::string(6, '\0'));
+  ASSERT_TRUE(env_->Truncate(to, 10).ok());
+  Status allocated = env_->Allocate(to, 0, 1 << 20);
+  EXPECT_TRUE(allocated.ok() || allocated.err() == EOPNOTSUPP) << allocated.ToString();
+  env_->Advise(from, 0, data.size());
+  ASSERT_TRUE(env_->Chmod(to, "", 0604).ok());
+  ASSERT_TRUE(env_->Chmod(dir, "from", 0640).ok());
+  ASSERT_TRUE(env_->Chown(to, "", geteuid(), getegid()).ok());
+  timespec times[2] = {{1000, 0}, {2000, 0}};
+  ASSERT_TRUE(env_->SetTimes(dir, "to", times).ok());
+  struct stat st {};
+  ASSERT_TRUE(env_->Stat(to, "", &st).ok());
+  EXPECT_EQ(st.st_size, allocated.ok() ? 1 << 20 : 10);  // fallocate extends the file.
+  EXPECT_EQ(st.st_mode & 07777, 0604u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 2000);
+  ASSERT_TRUE(env_->Stat(dir, "from", &st).ok());
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(env_->Open(dir, "nothing", O_RDONLY).status().err(), ENOENT);
+}
+
+// FaultInjectingEnv around each real Env.
+class FaultInjectionTest : public EnvTest {
  protected:
   void SetUp() override {
-    BackendTest::SetUp();
+    EnvTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto counting = std::make_unique<FaultInjectingBackend>(std::move(backend_));
+    auto counting = std::make_unique<FaultInjectingEnv>(std::move(env_));
     counting_ = counting.get();
-    fault_ = std::make_unique<FaultInjectingBackend>(std::move(counting));
+    fault_ = std::make_unique<FaultInjectingEnv>(std::move(counting));
   }
 
-  // The backend under test; it wraps counting_, which wraps the real backend.
-  std::unique_ptr<FaultInjectingBackend> fault_;
-  // Fault-free wrapper that counts what reaches the real backend.
-  FaultInjectingBackend* counting_ = nullptr;
+  // The Env under test; it wraps counting_, which wraps the real Env.
+  std::unique_ptr<FaultInjectingEnv> fault_;
+  // Fault-free wrapper that counts what reaches the real Env.
+  FaultInjectingEnv* counting_ = nullptr;
 };
 
-INSTANTIATE_TEST_SUITE_P(Backends, FaultInjectionTest,
+INSTANTIATE_TEST_SUITE_P(Envs, FaultInjectionTest,
                          ::testing::Values(Kind::kUring, Kind::kPosix), KindName);
 
-TEST_P(FaultInjectionTest, NameShowsTheWrappedBackend) {
+TEST_P(FaultInjectionTest, NameShowsTheWrappedEnv) {
   std::string real = GetParam() == Kind::kUring ? "io_uring" : "posix";
   EXPECT_EQ(fault_->Name(), "fault(fault(" + real + "))");
 }
@@ -546,7 +626,7 @@ TEST_P(FaultInjectionTest, ShortWritesStillProduceCompleteFiles) {
   std::vector<Status> results = fault_->Write(requests);
   ASSERT_EQ(results.size(), requests.size());
   ExpectAllOk(results);
-  // Requests of two bytes or more reach the real backend as two pieces.
+  // Requests of two bytes or more reach the real Env as two pieces.
   EXPECT_EQ(counting_->writes_seen(), 1u + 2u + 2u + 2u + 1u);
   EXPECT_TRUE(SameBytes(ReadFile(Path("short")), image));
 }
@@ -662,37 +742,84 @@ TEST_P(FaultInjectionTest, KnobsMayChangeWhileAnotherThreadWrites) {
   EXPECT_TRUE(SameBytes(ReadFile(Path("racing")), data));
 }
 
-TEST(MakeUringBackendTest, RejectsZeroQueueDepth) {
+TEST_P(FaultInjectionTest, AnyCallFailsByOperationAndNameWithoutReachingTheDisk) {
+  int dir = DirFd();
+  Env& env = *fault_;  // Its defaults (rename flags) are the interface's.
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kRename, EXDEV).Named("latest"));
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kMkdir, ENOSPC));
+  ASSERT_TRUE(env.WriteAt(Create("a"), "1", 1, 0).ok());
+  ASSERT_TRUE(env.Rename(dir, "a", dir, "b").ok());
+  Status renamed = env.Rename(dir, "b", dir, "latest");
+  EXPECT_EQ(renamed.err(), EXDEV);
+  EXPECT_NE(renamed.message().find("(injected)"), std::string::npos) << renamed.ToString();
+  EXPECT_NE(renamed.message().find("latest"), std::string::npos) << renamed.ToString();
+  EXPECT_EQ(env.Mkdir(dir, "d", 0700).err(), ENOSPC);
+  struct stat st {};
+  EXPECT_EQ(stat(Path("d").c_str(), &st), -1);
+  EXPECT_EQ(stat(Path("latest").c_str(), &st), -1);
+  EXPECT_EQ(stat(Path("b").c_str(), &st), 0);
+  EXPECT_EQ(fault_->calls(Env::Op::kRename), 2u);
+  EXPECT_EQ(counting_->calls(Env::Op::kRename), 1u);
+  EXPECT_EQ(counting_->calls(Env::Op::kMkdir), 0u);
+  fault_->Heal();
+  ASSERT_TRUE(env.Rename(dir, "b", dir, "latest").ok());
+  ASSERT_TRUE(env.Mkdir(dir, "d", 0700).ok());
+}
+
+TEST_P(FaultInjectionTest, AFaultSkipsItsFirstCallsAndLastsItsCount) {
+  int dir = DirFd();
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kStat, EIO).After(2).Times(2));
+  std::vector<int> errs;
+  for (int i = 0; i < 6; ++i) {
+    struct stat st {};
+    errs.push_back(fault_->Stat(dir, "", &st).err());
+  }
+  EXPECT_EQ(errs, (std::vector<int>{0, 0, EIO, EIO, 0, 0}));
+  EXPECT_EQ(counting_->calls(Env::Op::kStat), 4u);
+}
+
+TEST_P(FaultInjectionTest, ADelayedCallWaitsAndThenRuns) {
+  int dir = DirFd();
+  constexpr auto kDelay = std::chrono::milliseconds(50);
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kMkdir, 0).Delayed(kDelay).Times(1));
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(fault_->Mkdir(dir, "slow", 0700).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, kDelay);
+  struct stat st {};
+  EXPECT_EQ(stat(Path("slow").c_str(), &st), 0);
+}
+
+TEST(MakeUringEnvTest, RejectsZeroQueueDepth) {
   Status why_not;
-  EXPECT_EQ(MakeUringBackend(0, &why_not), nullptr);
+  EXPECT_EQ(MakeUringEnv(0, &why_not), nullptr);
   EXPECT_EQ(why_not.err(), EINVAL) << why_not.ToString();
 }
 
-TEST(MakeUringBackendTest, RejectsQueueDepthBeyondTheKernelLimit) {
+TEST(MakeUringEnvTest, RejectsQueueDepthBeyondTheKernelLimit) {
   Status why_not;
-  if (MakeUringBackend(kDepth, &why_not) == nullptr) {
+  if (MakeUringEnv(kDepth, &why_not) == nullptr) {
     GTEST_SKIP() << "io_uring unavailable: " << why_not.ToString();
   }
-  EXPECT_EQ(MakeUringBackend(1u << 20, &why_not), nullptr);
+  EXPECT_EQ(MakeUringEnv(1u << 20, &why_not), nullptr);
   EXPECT_EQ(why_not.err(), EINVAL) << why_not.ToString();
   EXPECT_NE(why_not.message().find("io_uring_queue_init"), std::string::npos);
 }
 
-TEST(MakeBestBackendTest, FallsBackToPosixOnlyWithAReason) {
+TEST(MakeBestEnvTest, FallsBackToPosixOnlyWithAReason) {
   Status why_not;
-  bool uring_usable = MakeUringBackend(64, &why_not) != nullptr;
+  bool uring_usable = MakeUringEnv(64, &why_not) != nullptr;
   Status fallback_reason;
-  std::unique_ptr<Backend> backend = MakeBestBackend(64, &fallback_reason);
-  ASSERT_NE(backend, nullptr);
+  std::unique_ptr<Env> env = MakeBestEnv(64, &fallback_reason);
+  ASSERT_NE(env, nullptr);
   if (uring_usable) {
-    EXPECT_EQ(backend->Name(), "io_uring");
+    EXPECT_EQ(env->Name(), "io_uring");
     EXPECT_TRUE(fallback_reason.ok()) << fallback_reason.ToString();
   } else {
-    EXPECT_EQ(backend->Name(), "posix");
+    EXPECT_EQ(env->Name(), "posix");
     EXPECT_EQ(fallback_reason.err(), why_not.err()) << fallback_reason.ToString();
   }
 
-  std::unique_ptr<Backend> posix = MakeBestBackend(0, &fallback_reason);
+  std::unique_ptr<Env> posix = MakeBestEnv(0, &fallback_reason);
   ASSERT_NE(posix, nullptr);
   EXPECT_EQ(posix->Name(), "posix");
   EXPECT_EQ(fallback_reason.err(), EINVAL) << fallback_reason.ToString();

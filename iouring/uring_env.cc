@@ -1,4 +1,4 @@
-// io_uring implementation of Backend: every request of a call goes through one ring, with up to
+// The io_uring Env: every write and sync of a batch goes through one ring, with up to
 // `queue_depth` of them in flight at once.
 #include <liburing.h>
 #include <limits.h>
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "iouring/backend.h"
+#include "iouring/posix_env.h"
 
 namespace ckptfs {
 namespace {
@@ -39,20 +39,21 @@ int IoUringDisabledSysctl() {
   return value;
 }
 
-// Owns one ring for its whole lifetime. Not thread-safe: the thread that calls Write and Sync owns
-// the ring while it does; every call reaps all it submitted before returning.
-class UringBackend final : public Backend {
+// Owns one ring for its whole lifetime. Write and Sync are not thread-safe: the thread that calls
+// them owns the ring while it does; every call reaps all it submitted before returning. Every
+// other call is PosixEnv's.
+class UringEnv final : public PosixEnv {
  public:
-  explicit UringBackend(unsigned queue_depth) : depth_(queue_depth) {}
+  explicit UringEnv(unsigned queue_depth) : depth_(queue_depth) {}
 
-  ~UringBackend() override {
+  ~UringEnv() override {
     if (initialized_) io_uring_queue_exit(&ring_);
   }
 
-  UringBackend(const UringBackend&) = delete;
-  UringBackend& operator=(const UringBackend&) = delete;
+  UringEnv(const UringEnv&) = delete;
+  UringEnv& operator=(const UringEnv&) = delete;
 
-  // Sets up the ring and checks that the kernel supports every operation this backend uses.
+  // Sets up the ring and checks that the kernel supports every operation the batches use.
   // Called once, before any other method.
   Status Init() {
     int disabled = IoUringDisabledSysctl();
@@ -99,7 +100,7 @@ class UringBackend final : public Backend {
     std::vector<Status> results(fds.size());
     ops_.clear();
     for (size_t i = 0; i < fds.size(); ++i) {
-      Op op;
+      RingOp op;
       op.slot = i;
       op.fd = fds[i];
       op.sync = true;
@@ -111,10 +112,10 @@ class UringBackend final : public Backend {
   }
 
  private:
-  enum class OpState { kReady, kQueued, kInFlight, kDone };
+  enum class RingOpState { kReady, kQueued, kInFlight, kDone };
 
   // One SQE's worth of work: a writev of at most IOV_MAX iovecs, or an fsync.
-  struct Op {
+  struct RingOp {
     size_t slot = 0;  // index of the request (or fd) whose Status this op reports into
     int fd = -1;
     bool sync = false;
@@ -123,12 +124,12 @@ class UringBackend final : public Backend {
     std::vector<iovec> iov;  // bytes not yet written are iov[first..]
     size_t first = 0;
     uint64_t remaining = 0;  // bytes not yet written
-    OpState state = OpState::kReady;
+    RingOpState state = RingOpState::kReady;
   };
 
   std::vector<Status> Broken(size_t n) const { return std::vector<Status>(n, broken_); }
 
-  static std::string Describe(const Op& op) {
+  static std::string Describe(const RingOp& op) {
     if (op.sync) return (op.data_only ? "fdatasync fd " : "fsync fd ") + std::to_string(op.fd);
     return "writev fd " + std::to_string(op.fd) + " at offset " + std::to_string(op.offset);
   }
@@ -143,7 +144,7 @@ class UringBackend final : public Backend {
     uint64_t offset = request.offset;
     for (size_t begin = 0; begin < request.iov.size(); begin += IOV_MAX) {
       size_t end = std::min(request.iov.size(), begin + static_cast<size_t>(IOV_MAX));
-      Op op;
+      RingOp op;
       op.slot = slot;
       op.fd = request.fd;
       op.offset = offset;
@@ -175,9 +176,9 @@ class UringBackend final : public Backend {
       Reap(results);
     }
     if (broken_.ok()) return;
-    for (Op& op : ops_) {
-      if (op.state == OpState::kDone) continue;
-      op.state = OpState::kDone;
+    for (RingOp& op : ops_) {
+      if (op.state == RingOpState::kDone) continue;
+      op.state = RingOpState::kDone;
       if (results[op.slot].ok()) results[op.slot] = broken_;
     }
     ready_.clear();
@@ -190,10 +191,10 @@ class UringBackend final : public Backend {
     size_t budget = std::min<size_t>(io_uring_sq_space_left(&ring_), depth_ - outstanding);
     while (budget > 0 && !ready_.empty()) {
       size_t index = ready_.front();
-      Op& op = ops_[index];
+      RingOp& op = ops_[index];
       if (!results[op.slot].ok()) {
         ready_.pop_front();
-        op.state = OpState::kDone;
+        op.state = RingOpState::kDone;
         continue;
       }
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -206,7 +207,7 @@ class UringBackend final : public Backend {
                              static_cast<unsigned>(op.iov.size() - op.first), op.offset);
       }
       io_uring_sqe_set_data64(sqe, index);
-      op.state = OpState::kQueued;
+      op.state = RingOpState::kQueued;
       queued_.push_back(index);
       --budget;
     }
@@ -220,7 +221,7 @@ class UringBackend final : public Backend {
       int rc = io_uring_submit(&ring_);
       if (rc > 0) {
         for (int i = 0; i < rc && !queued_.empty(); ++i) {
-          ops_[queued_.front()].state = OpState::kInFlight;
+          ops_[queued_.front()].state = RingOpState::kInFlight;
           queued_.pop_front();
           ++in_flight_;
         }
@@ -266,10 +267,10 @@ class UringBackend final : public Backend {
 
   // Applies one completion to the op that the registry records as in flight under `user_data`.
   void Complete(uint64_t user_data, int res, std::vector<Status>& results) {
-    if (user_data >= ops_.size() || ops_[user_data].state != OpState::kInFlight) return;
-    Op& op = ops_[user_data];
+    if (user_data >= ops_.size() || ops_[user_data].state != RingOpState::kInFlight) return;
+    RingOp& op = ops_[user_data];
     --in_flight_;
-    op.state = OpState::kDone;
+    op.state = RingOpState::kDone;
     if (res < 0) {
       if (IsRetryable(-res)) {
         Retry(user_data);
@@ -290,12 +291,12 @@ class UringBackend final : public Backend {
   }
 
   void Retry(size_t index) {
-    ops_[index].state = OpState::kReady;
+    ops_[index].state = RingOpState::kReady;
     ready_.push_back(index);
   }
 
   // Drops the first `n` written bytes from `op`.
-  static void Advance(Op& op, uint64_t n) {
+  static void Advance(RingOp& op, uint64_t n) {
     n = std::min(n, op.remaining);
     op.offset += n;
     op.remaining -= n;
@@ -317,7 +318,7 @@ class UringBackend final : public Backend {
   // Set when the ring can no longer be used; every later request fails with it.
   Status broken_;
   // The in-flight registry of the current call: user_data is an index into ops_.
-  std::vector<Op> ops_;
+  std::vector<RingOp> ops_;
   std::deque<size_t> ready_;   // ops waiting for an SQE
   std::deque<size_t> queued_;  // ops in the SQ that the kernel has not consumed, in SQ order
   size_t in_flight_ = 0;       // ops consumed by the kernel whose completion is not yet seen
@@ -325,16 +326,16 @@ class UringBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeUringBackend(unsigned queue_depth, Status* why_not) {
+std::unique_ptr<Env> MakeUringEnv(unsigned queue_depth, Status* why_not) {
   Status status;
-  std::unique_ptr<UringBackend> backend;
+  std::unique_ptr<UringEnv> env;
   if (queue_depth == 0) {
     status = Status::Error(EINVAL, "io_uring queue depth must be positive");
   } else {
-    backend = std::make_unique<UringBackend>(queue_depth);
-    status = backend->Init();
+    env = std::make_unique<UringEnv>(queue_depth);
+    status = env->Init();
   }
-  if (status.ok()) return backend;
+  if (status.ok()) return env;
   if (why_not != nullptr) *why_not = std::move(status);
   return nullptr;
 }

@@ -1,0 +1,28 @@
+// The backing store's setup: the backing directory checked and opened, ckptfs' own directory
+// (.ckptfs/staging) prepared and emptied of what a killed daemon left there, and how files may be
+// flushed into it.
+#pragma once
+
+#include "core/config.h"
+#include "core/status.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+// The reserved name at the root: the control directory in the mount, ckptfs' own files
+// (staging, rescue) in the backing directory.
+inline constexpr const char* kReservedName = ".ckptfs";
+
+struct BackingStore {
+  int root_fd = -1;     // The backing directory.
+  int staging_fd = -1;  // <backing>/.ckptfs/staging: where versions are written before publishing.
+  // config.flush_io, or kBuffered when it was kAuto and the filesystem refuses O_DIRECT.
+  FlushIo flush_io = FlushIo::kAuto;
+};
+
+// Opens the backing directory of `config` (it must exist, be a directory and be writable) and
+// prepares the staging directory. The caller owns both descriptors. Fails with a message naming
+// the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
+Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
+
+}  // namespace ckptfs
