@@ -97,7 +97,7 @@ bool Arena::TryReserveLocked(size_t count) {
 
 bool Arena::TryReserve(size_t count, Reservation* out, bool reclaim) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (TryReserveLocked(count)) {
       *out = Reservation(this, count);
       return true;
@@ -105,7 +105,7 @@ bool Arena::TryReserve(size_t count, Reservation* out, bool reclaim) {
   }
   if (!reclaim || !reclaimer_) return false;
   reclaimer_(count);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!TryReserveLocked(count)) return false;
   *out = Reservation(this, count);
   return true;
@@ -116,13 +116,13 @@ Reservation Arena::Reserve(size_t count) {
   Reservation out;
   while (!TryReserve(count, &out, /*reclaim=*/true)) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++waiting_;  // Before the callback, so that the flusher sees a waiter when it wakes.
     }
     if (on_pressure_) on_pressure_();
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     freed_.wait_for(lock, std::chrono::milliseconds(50),
-                    [&] { return used_ + count <= capacity_blocks_; });
+                    [&]() REQUIRES(mu_) { return used_ + count <= capacity_blocks_; });
     --waiting_;
   }
   return out;
@@ -149,7 +149,7 @@ void Arena::MapSlabLocked() {
 void Arena::Prefault(std::function<bool()> may_run) {
   std::vector<std::pair<void*, size_t>> slabs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     while (mapped_ < capacity_blocks_) MapSlabLocked();
     slabs = slabs_;
   }
@@ -204,7 +204,7 @@ void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
 }
 
 Block* Arena::TakeBlock() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (free_.empty()) MapSlabLocked();
   Block* b = free_.back();
   free_.pop_back();
@@ -213,7 +213,7 @@ Block* Arena::TakeBlock() {
 
 void Arena::ReturnBlock(Block* block) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     free_.push_back(block);
     --used_;
   }
@@ -222,24 +222,24 @@ void Arena::ReturnBlock(Block* block) {
 
 void Arena::Unreserve(size_t count) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     used_ -= count;
   }
   freed_.notify_all();
 }
 
 size_t Arena::used_blocks() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return used_;
 }
 
 size_t Arena::mapped_blocks() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return mapped_;
 }
 
 size_t Arena::waiting_writers() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return waiting_;
 }
 

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread_annotations.h"
+
 namespace ckptfs {
 
 // Granularity of file data in memory: a file takes whole blocks. At 16 KiB, 20,000 files of
@@ -122,11 +124,11 @@ class Arena {
   friend class BlockRef;
   friend class Reservation;
 
-  bool TryReserveLocked(size_t count);
-  Block* TakeBlock();                // For a reserved slot.
-  void ReturnBlock(Block* block);    // Last reference dropped.
-  void Unreserve(size_t count);
-  void MapSlabLocked();
+  bool TryReserveLocked(size_t count) REQUIRES(mu_);
+  Block* TakeBlock() EXCLUDES(mu_);              // For a reserved slot.
+  void ReturnBlock(Block* block) EXCLUDES(mu_);  // Last reference dropped.
+  void Unreserve(size_t count) EXCLUDES(mu_);
+  void MapSlabLocked() REQUIRES(mu_);
   void PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
                      const std::function<bool()>& may_run);
 
@@ -134,14 +136,14 @@ class Arena {
   Reclaimer reclaimer_;
   std::function<void()> on_pressure_;
 
-  mutable std::mutex mu_;
-  std::condition_variable freed_;
-  size_t used_ = 0;                       // Guarded by mu_.
-  size_t mapped_ = 0;                     // Guarded by mu_.
-  size_t waiting_ = 0;                    // Guarded by mu_.
-  std::vector<Block*> free_;              // Guarded by mu_. LIFO: hot blocks first.
-  std::vector<std::pair<void*, size_t>> slabs_;  // Guarded by mu_.
-  std::vector<Block*> headers_;           // Guarded by mu_. Owns every Block header.
+  mutable Mutex mu_;
+  std::condition_variable_any freed_;  // With mu_.
+  size_t used_ GUARDED_BY(mu_) = 0;
+  size_t mapped_ GUARDED_BY(mu_) = 0;
+  size_t waiting_ GUARDED_BY(mu_) = 0;
+  std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
+  std::vector<std::pair<void*, size_t>> slabs_ GUARDED_BY(mu_);
+  std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header.
 
   std::thread prefaulter_;
   std::atomic<bool> stop_prefault_{false};

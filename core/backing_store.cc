@@ -41,7 +41,9 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
   Result<int> root = env.Open(AT_FDCWD, path, O_RDONLY | O_DIRECTORY);
   if (!root.ok()) {
     int err = root.status().err();
-    if (err == ENOTDIR) return Status::Error(err, "backing directory " + path + " is not a directory");
+    if (err == ENOTDIR) {
+      return Status::Error(err, "backing directory " + path + " is not a directory");
+    }
     return Status::Error(err, "cannot open backing directory " + path);
   }
   if (faccessat(*root, ".", W_OK | X_OK, AT_EACCESS) != 0) {
@@ -72,7 +74,8 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
       return Status::Error(EINVAL, "flush_io=direct: the backing filesystem of " + path +
                                        " does not take O_DIRECT writes");
     }
-    spdlog::info("the backing filesystem does not take O_DIRECT writes: flushing through its page cache");
+    spdlog::info(
+        "the backing filesystem does not take O_DIRECT writes: flushing through its page cache");
     store.flush_io = FlushIo::kBuffered;
   }
   return store;

@@ -85,7 +85,7 @@ std::string Filesystem::StatsJson() {
   std::string last_error;
   nlohmann::json zarr_arrays;
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     zarr_arrays = ZarrStatsLocked();
     pending_bytes = journal_.pending_bytes();
     pending_entries = journal_.pending_entries();
@@ -118,12 +118,12 @@ std::string Filesystem::StatsJson() {
 
 Status Filesystem::Shutdown() {
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     for (auto& [ino, inode] : inodes_) SealLocked(inode);
   }
   Status st = flusher_->Drain(config_.unmount_retry);
   if (st.ok()) return st;
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   std::vector<std::string> files;
   Result<std::string> where = RescueLocked(&files);
   std::string list;
@@ -155,7 +155,8 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
   Status result;
   for (const Place& place : places) {
     files->clear();
-    Result<int> dfd = place.base_fd < 0 ? var_tmp.status() : MakeDirs(*env_, place.base_fd, place.rel);
+    Result<int> dfd =
+        place.base_fd < 0 ? var_tmp.status() : MakeDirs(*env_, place.base_fd, place.rel);
     if (!dfd.ok()) {
       result = Status::Error(dfd.status().err(), "create rescue directory " + place.shown);
       continue;
@@ -166,10 +167,12 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
       std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
       files->push_back(path);
       size_t slash = path.rfind('/');
-      Result<int> parent = MakeDirs(*env_, *dfd, slash == std::string::npos ? "" : path.substr(0, slash));
+      Result<int> parent =
+          MakeDirs(*env_, *dfd, slash == std::string::npos ? "" : path.substr(0, slash));
       std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-      Result<int> fd = parent.ok() ? env_->Open(*parent, base, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW, 0600)
-                                   : parent;
+      Result<int> fd =
+          parent.ok() ? env_->Open(*parent, base, O_CREAT | O_WRONLY | O_TRUNC | O_NOFOLLOW, 0600)
+                      : parent;
       Status st = fd.ok() ? WriteAll(*env_, *fd, e->snapshot)
                           : Status::Error(fd.status().err(), "create " + path);
       if (fd.ok()) env_->Close(*fd);

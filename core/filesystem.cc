@@ -84,8 +84,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   inodes_[kRootIno] = root;
 
   Flusher::Hooks hooks;
-  hooks.on_clean = [this](const InodeRef& inode) { clean_.push_back(inode); };
-  hooks.path_of = [this](const InodeRef& inode) { return PathLocked(inode); };
+  hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) { clean_.push_back(inode); };
+  hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return PathLocked(inode); };
   hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
   hooks.spill = [this](Env& env) { return Spill(env); };
   flusher_ = std::make_unique<Flusher>(config_, *env_, staging_fd_, ns_mu_, journal_, stats_,
@@ -98,13 +98,13 @@ Filesystem::~Filesystem() {
   arena_.StopPrefault();
   flusher_.reset();
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     for (auto& [ino, inode] : inodes_) {
       inode->children.clear();
       inode->names.clear();
       inode->last_entry.reset();
       inode->zarr.reset();
-      std::lock_guard ilock(inode->mu);
+      MutexLock ilock(inode->mu);
       inode->view.reset();
     }
     handles_.clear();  // Files the kernel never released (the mount went away).
@@ -140,10 +140,13 @@ Result<InodeRef> Filesystem::DirLocked(uint64_t ino) const {
 
 InodeRef Filesystem::NewInodeLocked(FileType type, uint32_t mode, const Caller& c) {
   auto inode = std::make_shared<Inode>(next_ino_++, type);
-  inode->mode = mode & 07777;
-  inode->uid = c.uid;
-  inode->gid = c.gid;
-  inode->atime = inode->mtime = inode->ctime = Now();
+  {
+    MutexLock lock(inode->mu);
+    inode->mode = mode & 07777;
+    inode->uid = c.uid;
+    inode->gid = c.gid;
+    inode->atime = inode->mtime = inode->ctime = Now();
+  }
   inode->nlink = type == FileType::kDirectory ? 2 : 1;
   inodes_[inode->ino] = inode;
   return inode;
@@ -187,12 +190,18 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
     return Status::Error(ENOENT, name + ": special files on the backing store are not shown");
   }
   auto inode = std::make_shared<Inode>(next_ino_++, type);
-  inode->mode = st.st_mode & 07777;
-  inode->uid = st.st_uid;
-  inode->gid = st.st_gid;
-  inode->atime = st.st_atim;
-  inode->mtime = st.st_mtim;
-  inode->ctime = st.st_ctim;
+  {
+    MutexLock lock(inode->mu);
+    inode->mode = st.st_mode & 07777;
+    inode->uid = st.st_uid;
+    inode->gid = st.st_gid;
+    inode->atime = st.st_atim;
+    inode->mtime = st.st_mtim;
+    inode->ctime = st.st_ctim;
+    if (type == FileType::kRegular) {
+      inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
+    }
+  }
   inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
   if (type == FileType::kRegular && st.st_nlink > 1) backing_links_[backing_id] = inode;
@@ -203,7 +212,6 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   } else if (type == FileType::kRegular) {
     inode->origin_dir = dir->dir_fd;
     inode->origin_name = name;
-    inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
   } else {
     Result<std::string> target = env_->ReadLink(dfd, name);
     if (!target.ok()) return target.status();
@@ -233,7 +241,7 @@ void Filesystem::LoadDirLocked(const InodeRef& dir) {
   Result<std::vector<std::string>> listed = env_->ListDir(dir->dir_fd->fd());
   if (!listed.ok()) return;
   // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
-  std::erase_if(*listed, [&](const std::string& name) {
+  std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
     return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
            dir->whiteouts.count(name);
   });
@@ -251,7 +259,7 @@ void Filesystem::AddNameLocked(const InodeRef& dir, const std::string& name,
   dir->children[name] = inode;
   dir->whiteouts.erase(name);
   inode->names.insert({dir, name});
-  std::lock_guard lock(dir->mu);
+  MutexLock lock(dir->mu);
   dir->mtime = dir->ctime = Now();
 }
 
@@ -262,7 +270,7 @@ void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
   // The backing store may still hold this name until the journal says otherwise.
   if (!dir->complete) dir->whiteouts.insert(name);
   inode->names.erase({dir, name});
-  std::lock_guard lock(dir->mu);
+  MutexLock lock(dir->mu);
   dir->mtime = dir->ctime = Now();
 }
 
@@ -289,7 +297,7 @@ Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
   struct stat st {};
   (void)env_->Stat(*fd, "", &st);
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(inode->mu);
     inode->content = FileContent(std::move(file), static_cast<uint64_t>(st.st_size));
   }
   inode->origin_dir.reset();
@@ -299,7 +307,7 @@ Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
 
 bool Filesystem::JournaledLocked(const InodeRef& inode) const {
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(inode->mu);
     if (inode->view) return false;  // Virtual chunks never reach the backing store.
   }
   EntryRef last = inode->last_entry.lock();
@@ -324,7 +332,7 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
   if (InodeRef owner = ContentOwner(inode); owner != inode) return SealLocked(owner);
   auto entry = std::make_shared<JournalEntry>();
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(inode->mu);
     if (inode->version == inode->sealed_version) return 0;
     inode->sealed_version = inode->version;
     if (inode->names.empty()) return 0;  // Deleted: nothing to publish.
@@ -369,7 +377,7 @@ uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
 }
 
 bool Filesystem::NoFileOpenFor(std::chrono::steady_clock::duration quiet) const {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   return open_files_ == 0 && std::chrono::steady_clock::now() - last_open_or_release_ >= quiet;
 }
 
@@ -377,19 +385,19 @@ void Filesystem::SealHandleLocked(Handle* h) {
   InodeRef owner = ContentOwner(h->inode);
   bool changed;
   {
-    std::lock_guard lock(owner->mu);
+    MutexLock lock(owner->mu);
     changed = h->wrote_version > owner->sealed_version;
   }
   if (changed) SealLocked(owner);
 }
 
 bool Filesystem::IsZarrView(const Inode& inode) {
-  std::lock_guard lock(inode.mu);
+  MutexLock lock(inode.mu);
   return inode.view || !inode.served_text.empty();
 }
 
 InodeRef Filesystem::ContentOwner(const InodeRef& inode) {
-  std::lock_guard lock(inode->mu);
+  MutexLock lock(inode->mu);
   return inode->view ? inode->view->real : inode;
 }
 
@@ -413,7 +421,7 @@ Attr Filesystem::AttrOf(const Inode& inode) const {
   Attr a;
   a.ino = inode.ino;
   a.nlink = inode.nlink;
-  std::lock_guard lock(inode.mu);
+  MutexLock lock(inode.mu);
   a.mode = inode.TypeBits() | inode.mode;
   a.uid = inode.uid;
   a.gid = inode.gid;
@@ -434,14 +442,14 @@ void Filesystem::MaybeDropLocked(const InodeRef& inode) {
   if (inode->nlink > 0 || inode->open_handles > 0) return;
   // Deleted and closed: its data is unreachable now, even while the kernel still knows the inode.
   if (inode->type == FileType::kRegular) {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     inode->content = FileContent();
   }
   inode->origin_dir.reset();
   if (inode->lookups == 0) inodes_.erase(inode->ino);
 }
 
-size_t Filesystem::UnloadLocked(const InodeRef& inode, std::unique_lock<std::mutex>& ilock) {
+size_t Filesystem::UnloadLocked(const InodeRef& inode) {
   EntryRef pending = inode->last_entry.lock();
   if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
       inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
@@ -452,25 +460,24 @@ size_t Filesystem::UnloadLocked(const InodeRef& inode, std::unique_lock<std::mut
   if (!name.parent->dir_fd) return 0;
   size_t blocks = inode->content.memory_blocks();
   inode->content = FileContent(nullptr, inode->content.size());
-  ilock.unlock();
   inode->origin_dir = name.parent->dir_fd;
   inode->origin_name = name.name;
   return blocks;
 }
 
 size_t Filesystem::Reclaim(size_t wanted) {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   size_t freed = 0;
   while (freed < wanted && !clean_.empty()) {
     InodeRef inode = clean_.front().lock();
     clean_.pop_front();
     if (!inode) continue;
-    std::unique_lock ilock(inode->mu, std::try_to_lock);
-    if (!ilock.owns_lock()) {
+    if (!inode->mu.try_lock()) {
       clean_.push_back(inode);
       break;
     }
-    size_t blocks = UnloadLocked(inode, ilock);
+    size_t blocks = UnloadLocked(inode);
+    inode->mu.unlock();
     freed += blocks;
     stats_.evicted_blocks += blocks;
   }
@@ -480,21 +487,21 @@ size_t Filesystem::Reclaim(size_t wanted) {
 size_t Filesystem::Spill(Env& env) {
   InodeRef victim;
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     size_t most = 0;
     for (const auto& [ino, inode] : inodes_) {
       if (inode->type != FileType::kRegular) continue;
-      std::unique_lock ilock(inode->mu, std::try_to_lock);
-      if (!ilock.owns_lock() || inode->version == inode->sealed_version) continue;
-      if (inode->content.memory_blocks() > most) {
+      if (!inode->mu.try_lock()) continue;
+      if (inode->version != inode->sealed_version && inode->content.memory_blocks() > most) {
         most = inode->content.memory_blocks();
         victim = inode;
       }
+      inode->mu.unlock();
     }
   }
   if (!victim) return 0;
   // The file's lock is held throughout: its content cannot change under the spill.
-  std::lock_guard ilock(victim->mu);
+  MutexLock ilock(victim->mu);
   FileContent& content = victim->content;
   auto spilled = content.SpillCandidates();
   if (spilled.empty()) return 0;
@@ -541,7 +548,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
     if (!c.ok()) return c.status();
     return ControlAttr(*c);
   }
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   Result<InodeRef> child = ChildLocked(*dir, name);
@@ -552,7 +559,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (ino < kFirstIno) return;
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
@@ -561,7 +568,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
 
 Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   if (ino != kRootIno && ino < kFirstIno) return ControlAttr(ino);
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   return AttrOf(*inode);
@@ -572,7 +579,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
   if (req.size) WaitPassthroughReleased(ino);
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   timespec now = Now();
@@ -585,7 +592,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     }
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     inode->content.Truncate(*req.size, reservation);
     inode->version++;
     inode->mtime = inode->ctime = now;
@@ -593,7 +600,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     if (req.mode) inode->mode = *req.mode & 07777;
     if (req.uid) inode->uid = *req.uid;
     if (req.gid) inode->gid = *req.gid;
@@ -608,7 +615,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     e->inode = inode;
     e->parent = inode->names.begin()->parent;
     e->name = inode->names.begin()->name;
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     e->set_mode = req.mode.has_value();
     e->set_owner = req.uid || req.gid;
     e->set_times = req.atime || req.mtime;
@@ -629,7 +636,7 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_
   if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
@@ -642,9 +649,12 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_
   e->inode = inode;
   e->parent = *dir;
   e->name = name;
-  e->mode = inode->mode;
-  e->uid = inode->uid;
-  e->gid = inode->gid;
+  {
+    MutexLock ilock(inode->mu);
+    e->mode = inode->mode;
+    e->uid = inode->uid;
+    e->gid = inode->gid;
+  }
   AppendLocked(std::move(e));
   inode->lookups++;
   return AttrOf(*inode);
@@ -660,7 +670,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
                                   Reservation& reservation, size_t& more) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
   if (parent == kControlDirIno) return Status::Error(EPERM, name);
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   Result<InodeRef> child = ChildLocked(*dir, name);
@@ -675,7 +685,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   RemoveNameLocked(*dir, name, inode);
   inode->nlink--;
   {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     inode->ctime = Now();
   }
   if (inode->nlink == 0) {
@@ -689,7 +699,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
 Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
   if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   Result<InodeRef> child = ChildLocked(*dir, name);
@@ -715,7 +725,7 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
@@ -736,7 +746,7 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
 }
 
 Result<std::string> Filesystem::Readlink(uint64_t ino) {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type != FileType::kSymlink) return Status::Error(EINVAL, "not a symlink");
@@ -763,7 +773,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   }
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> src = DirLocked(parent);
   if (!src.ok()) return src.status();
   Result<InodeRef> dst = DirLocked(new_parent);
@@ -833,7 +843,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     (*dst)->nlink++;
   }
   {
-    std::lock_guard ilock(child->mu);
+    MutexLock ilock(child->mu);
     child->ctime = Now();
   }
   if (victim && victim->nlink == 0) {
@@ -853,7 +863,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
@@ -877,7 +887,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   inode->nlink++;
   inode->lookups++;
   {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     inode->ctime = Now();
   }
   return AttrOf(*inode);
@@ -891,7 +901,7 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
   if (!bad.ok()) return bad;
   uint64_t existing_ino = 0;
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     Result<InodeRef> dir = DirLocked(parent);
     if (!dir.ok()) return dir.status();
     Result<InodeRef> existing = ChildLocked(*dir, name);
@@ -907,7 +917,10 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       InodeRef inode = NewInodeLocked(FileType::kRegular, mode, c);
       AddNameLocked(*dir, name, inode);
       inode->lookups++;
-      inode->version = 1;  // A new file is a change even when nothing is written to it.
+      {
+        MutexLock ilock(inode->mu);
+        inode->version = 1;  // A new file is a change even when nothing is written to it.
+      }
       auto h = std::make_unique<Handle>(inode, flags);
       h->wrote_version = 1;
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
@@ -926,7 +939,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
     auto h = std::make_unique<Handle>();
     h->control_ino = ino;
     if (ino == kStatsIno) h->content = StatsJson();
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     h->sync_seq = journal_.last_seq();
     return OpenFile{ControlAttr(ino), AdoptHandleLocked(std::move(h)), true};
   }
@@ -939,8 +952,8 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
 
 void Filesystem::WaitPassthroughReleased(uint64_t ino) {
   if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
-  std::unique_lock lock(ns_mu_);
-  passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&] {
+  NamespaceLock lock(ns_mu_);
+  passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&]() REQUIRES(ns_lock) {
     InodeRef inode = FindLocked(ino);
     return !inode || inode->passthrough_handles == 0;
   });
@@ -948,7 +961,7 @@ void Filesystem::WaitPassthroughReleased(uint64_t ino) {
 
 Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& reservation,
                                           size_t& more) {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
@@ -962,7 +975,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
   std::shared_ptr<const ChunkView> view;
   bool served_zarray;
   {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     view = inode->view;
     served_zarray = !inode->served_text.empty();
   }
@@ -981,7 +994,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     if (truncate) {
       st = ZarrFillView(*view, reservation, more);
       if (!st.ok() || more > 0) return st;
-      std::lock_guard rlock(view->real->mu);
+      MutexLock rlock(view->real->mu);
       h->wrote_version = view->real->version;
     }
     view->real->open_handles++;
@@ -992,7 +1005,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     return Status::Ok();
   }
   if (truncate) {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     if (inode->content.size() > 0 || inode->origin_dir) {
       inode->content = FileContent();
       inode->version++;
@@ -1005,68 +1018,68 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
   }
   auto h = std::make_unique<Handle>(inode, flags);
   if (flags & O_TRUNC) {
-    std::lock_guard ilock(inode->mu);
+    MutexLock ilock(inode->mu);
     h->wrote_version = inode->version;
   }
   return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
 }
 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
-  Inode& inode = *h->inode;
-  OpenFile out{AttrOf(inode)};
+  Inode* inode = h->inode.get();
+  OpenFile out{AttrOf(*inode)};
   const bool read_only = (h->flags & O_ACCMODE) == O_RDONLY;
   bool held_by_backing = false;
   if (may_bypass && read_only) {
-    std::lock_guard ilock(inode.mu);
-    const FileContent& c = inode.content;
-    const bool whole_on_backing = c.memory_blocks() == 0 && c.base() && !c.base()->spill() &&
-                                  c.base_len() == c.size();
-    held_by_backing = whole_on_backing && c.size() >= policy::kBackingReadMinBytes;
-    if (whole_on_backing && !held_by_backing && c.size() > 0 && !inode.backing_prefetched) {
+    MutexLock ilock(inode->mu);
+    const FileContent* c = &inode->content;
+    const bool whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
+                                  c->base_len() == c->size();
+    held_by_backing = whole_on_backing && c->size() >= policy::kBackingReadMinBytes;
+    if (whole_on_backing && !held_by_backing && c->size() > 0 && !inode->backing_prefetched) {
       // The disk reads the file while the opener's next requests travel; later opens find it
       // in the mount's page cache.
-      inode.backing_prefetched = true;
-      env_->Advise(c.base()->fd(), 0, c.size());
+      inode->backing_prefetched = true;
+      env_->Advise(c->base()->fd(), 0, c->size());
     }
-    if (held_by_backing && open_backing_ && inode.passthrough_handles == 0 &&
-        inode.open_handles == 0) {
-      inode.backing_id = open_backing_(c.base()->fd());
+    if (held_by_backing && open_backing_ && inode->passthrough_handles == 0 &&
+        inode->open_handles == 0) {
+      inode->backing_id = open_backing_(c->base()->fd());
     }
   }
   // Only readers get here while passthrough handles are open (OpenReserved).
-  h->passthrough = inode.backing_id >= 0;
+  h->passthrough = inode->backing_id >= 0;
   if (h->passthrough) {
-    inode.passthrough_handles++;
-    out.backing_id = inode.backing_id;
+    inode->passthrough_handles++;
+    out.backing_id = inode->backing_id;
   } else {
-    std::lock_guard ilock(inode.mu);
-    h->direct = may_bypass && inode.cached_handles == 0 &&
+    MutexLock ilock(inode->mu);
+    h->direct = may_bypass && inode->cached_handles == 0 &&
                 ((h->flags & O_ACCMODE) == O_WRONLY || (held_by_backing && direct_reads_));
     if (!h->direct) {
-      inode.cached_handles++;
-      out.keep_cache = !inode.page_cache_stale;
-      inode.page_cache_stale = false;
+      inode->cached_handles++;
+      out.keep_cache = !inode->page_cache_stale;
+      inode->page_cache_stale = false;
     }
     out.direct_io = h->direct;
   }
-  inode.open_handles++;
+  inode->open_handles++;
   out.handle = AdoptHandleLocked(std::move(h));
   return out;
 }
 
 Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, size_t size) {
-  const FileContent& c = h.inode->content;
+  const FileContent* c = &h.inode->content;
   const bool sequential = offset == h.next_read;
   h.next_read = offset + size;
-  if (!sequential || !c.base() || offset + size >= c.base_len()) return {};
+  if (!sequential || !c->base() || offset + size >= c->base_len()) return {};
   uint64_t from = std::max(h.read_ahead_until, offset + size);
-  uint64_t to = std::min(c.base_len(), offset + size + policy::kBackingReadAheadBytes);
+  uint64_t to = std::min(c->base_len(), offset + size + policy::kBackingReadAheadBytes);
   // Asks again once the reader has consumed half of what was asked for (or for the rest).
-  if (to <= from || (to - from < policy::kBackingReadAheadBytes / 2 && to < c.base_len())) {
+  if (to <= from || (to - from < policy::kBackingReadAheadBytes / 2 && to < c->base_len())) {
     return {};
   }
   h.read_ahead_until = to;
-  return {c.base(), from, to - from};
+  return {c->base(), from, to - from};
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
@@ -1083,13 +1096,13 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   std::shared_ptr<const ChunkView> view;
   ReadAhead ahead;
   {
-    std::lock_guard lock(h->inode->mu);
-    const std::string& text = h->inode->served_text;
+    MutexLock lock(h->inode->mu);
     view = h->inode->view;
     if (view) {
       // Read below, under the real chunk's lock.
-    } else if (!text.empty()) {
-      if (offset < text.size()) out.owned = text.substr(offset, size);
+    } else if (!h->inode->served_text.empty()) {
+      const std::string* text = &h->inode->served_text;
+      if (offset < text->size()) out.owned = text->substr(offset, size);
     } else {
       out.segments = h->inode->content.Read(offset, size);
       if (h->direct) ahead = ReadAheadLocked(*h, offset, size);
@@ -1116,7 +1129,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;
   {
-    std::lock_guard lock(h->inode->mu);
+    MutexLock lock(h->inode->mu);
     view = h->inode->view;
     if (view) h->inode->mtime = h->inode->ctime = Now();
   }
@@ -1128,16 +1141,16 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
     target_offset = vc.offset + offset;
     target_size = offset >= vc.stored ? 0 : static_cast<size_t>(std::min<uint64_t>(size, vc.stored - offset));
   }
-  Inode& inode = view ? *view->real : *h->inode;
+  Inode* inode = view ? view->real.get() : h->inode.get();
   Reservation reservation;
-  std::unique_lock lock(inode.mu);
+  MutexLock lock(inode->mu);
   while (true) {
     // The kernel places O_APPEND writes at the end itself; write-back of mmap'ed pages through
     // such a descriptor comes at the pages' own offsets.
-    size_t needed = inode.content.BlocksNeededForWrite(target_offset, target_size);
+    size_t needed = inode->content.BlocksNeededForWrite(target_offset, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = inode.content.Write(target_offset, data, target_size, reservation);
+      Status st = inode->content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
       break;
     }
@@ -1145,13 +1158,13 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
     reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)));
     lock.lock();
   }
-  inode.version++;
-  inode.mtime = inode.ctime = Now();
-  h->wrote_version = inode.version;
+  inode->version++;
+  inode->mtime = inode->ctime = Now();
+  h->wrote_version = inode->version;
   stats_.bytes_written += size;
   if (h->direct) {
-    if (inode.cached_handles == 0) {
-      inode.page_cache_stale = true;
+    if (inode->cached_handles == 0) {
+      inode->page_cache_stale = true;
     } else {
       lock.unlock();
       if (invalidate_page_cache_) invalidate_page_cache_(h->inode->ino, offset, size);
@@ -1163,10 +1176,10 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
 Status Filesystem::Flush(uint64_t handle) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return Status::Ok();
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   SealHandleLocked(h);
   if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
-  std::lock_guard ilock(h->inode->mu);
+  MutexLock ilock(h->inode->mu);
   if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
     h->inode->flush_error_reported = true;
     return h->inode->flush_error;
@@ -1176,7 +1189,7 @@ Status Filesystem::Flush(uint64_t handle) {
 
 Status Filesystem::Release(uint64_t handle) {
   Handle* h = HandleOf(handle);
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   if (h->inode) {
     SealHandleLocked(h);
     if (h->passthrough) {
@@ -1186,7 +1199,7 @@ Status Filesystem::Release(uint64_t handle) {
         passthrough_released_.notify_all();
       }
     } else if (!h->direct) {
-      std::lock_guard ilock(h->inode->mu);
+      MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
     if (InodeRef real = ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
@@ -1202,8 +1215,8 @@ Status Filesystem::Release(uint64_t handle) {
 void Filesystem::CloseOneLocked(const InodeRef& inode) {
   inode->open_handles--;
   // A file read from the backing store and left unchanged gives its descriptor back.
-  std::unique_lock ilock(inode->mu);
-  if (inode->content.memory_blocks() == 0) UnloadLocked(inode, ilock);
+  MutexLock ilock(inode->mu);
+  if (inode->content.memory_blocks() == 0) UnloadLocked(inode);
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
@@ -1211,17 +1224,17 @@ Status Filesystem::Fsync(uint64_t handle) {
   if (!h->inode) return Status::Ok();
   uint64_t seq;
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     SealLocked(h->inode);
     seq = journal_.last_seq();
   }
   if (config_.fsync_mode == FsyncMode::kDefer) {
-    std::lock_guard ilock(h->inode->mu);
+    MutexLock ilock(h->inode->mu);
     return h->inode->flush_error;
   }
   Status st = flusher_->WaitDurable(seq);
   if (!st.ok()) {
-    std::lock_guard ilock(h->inode->mu);
+    MutexLock ilock(h->inode->mu);
     if (!h->inode->flush_error.ok()) return h->inode->flush_error;
   }
   return st;
@@ -1231,7 +1244,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
   Handle* h = HandleOf(handle);
   if (!h->inode) return Status::Error(EBADF, "control file");
   if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
-  std::lock_guard lock(h->inode->mu);
+  MutexLock lock(h->inode->mu);
   if (h->inode->view) return Status::Error(EOPNOTSUPP, "fallocate of a zarr chunk");
   if (offset + length > h->inode->content.size()) {
     Reservation none;
@@ -1250,7 +1263,7 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
                    {"stats", kStatsIno, S_IFREG}, {"sync", kSyncIno, S_IFREG}};
     return reinterpret_cast<uint64_t>(dh);
   }
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(ino);
   if (!dir.ok()) {
     delete dh;
@@ -1291,7 +1304,7 @@ Result<struct statvfs> Filesystem::StatFs() {
 Status Filesystem::Sync() {
   uint64_t seq;
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     seq = journal_.last_seq();
   }
   return flusher_->WaitDurable(seq);

@@ -32,6 +32,7 @@
 #include "core/inode.h"
 #include "core/journal.h"
 #include "core/stats.h"
+#include "core/thread_annotations.h"
 #include "core/zarr_array.h"
 #include "iouring/env.h"
 
@@ -165,14 +166,16 @@ class Filesystem {
     int flags = 0;
     bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
     bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
-    // The file's version after this handle's latest change (guarded by inode->mu). Its close
-    // seals the file only when that change is not sealed yet: a reader's close, or the late
-    // release of an earlier open, never publishes a version another handle is still writing.
+    // The file's version after this handle's latest change. Its close seals the file only when
+    // that change is not sealed yet: a reader's close, or the late release of an earlier open,
+    // never publishes a version another handle is still writing. Guarded by the mu of the
+    // inode that holds the content (ContentOwner(inode), the real chunk of a virtual one), which
+    // a view may change: not an expression the annotations can name.
     uint64_t wrote_version = 0;
     // Direct reads: where the next sequential read starts, and how far the backing file has
-    // been asked to be read ahead (guarded by inode->mu).
-    uint64_t next_read = 0;
-    uint64_t read_ahead_until = 0;
+    // been asked to be read ahead.
+    uint64_t next_read GUARDED_BY(inode->mu) = 0;
+    uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
     uint64_t control_ino = 0;
     uint64_t sync_seq = 0;  // .ckptfs/sync: what its reader waits for.
     std::string content;    // Control files: generated at open (stats) or first read (sync).
@@ -203,32 +206,35 @@ class Filesystem {
                         size_t& more);
   Result<OpenFile> OpenReserved(uint64_t ino, int flags, Reservation& reservation, size_t& more);
 
-  // --- Called with ns_mu_ held ---
-  InodeRef FindLocked(uint64_t ino) const;
-  Result<InodeRef> DirLocked(uint64_t ino) const;
+  // --- Called with the namespace lock held ---
+  InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
+  Result<InodeRef> DirLocked(uint64_t ino) const REQUIRES(ns_lock);
   // The child named `name` of `dir`, looking it up on the backing store if needed.
-  Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name);
+  Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
   // A new inode for the backing entry `name` of `dir` (or the inode of another name of the same
   // hard-linked file), with no name yet.
-  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name);
+  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name)
+      REQUIRES(ns_lock);
   // Ok when `dir` has no entry `name`; EEXIST when it has, or why the lookup failed.
-  Status CheckAbsentLocked(const InodeRef& dir, const std::string& name);
-  InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c);
-  void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
+  Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c) REQUIRES(ns_lock);
+  void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
   void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode,
-                        bool journal = true);
+                        bool journal = true) REQUIRES(ns_lock);
   // Journals the removal of `name` from the backing store, when `inode` may be there under it.
-  void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode);
+  void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
   // Opens the backing content of a file found on the backing store, before its name changes.
-  Status LoadOriginLocked(const InodeRef& inode);
-  void LoadDirLocked(const InodeRef& dir);
-  bool JournaledLocked(const InodeRef& inode) const;
-  uint64_t AppendLocked(EntryRef entry);
+  Status LoadOriginLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  void LoadDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
+  bool JournaledLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  uint64_t AppendLocked(EntryRef entry) REQUIRES(ns_lock);
   // Seals the current version of a regular file if it changed; returns the seq to wait for.
-  uint64_t SealLocked(const InodeRef& inode);
+  uint64_t SealLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Takes ownership of an open file; returns its handle number.
-  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle);
+  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`. Takes ns_mu_.
   bool NoFileOpenFor(std::chrono::steady_clock::duration quiet) const;
   // Counts the handle as open on its regular file and chooses how the kernel serves it; only
@@ -242,7 +248,7 @@ class Filesystem {
   // - else the page cache, whose pages never go stale under a reader: a cached open drops the
   //   pages older than a direct write (keep_cache false), and a direct write while cached
   //   handles are open invalidates its range (SetPageCacheInvalidator).
-  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass);
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
   // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
   // reader (none: no file), asked for outside the lock.
   struct ReadAhead {
@@ -250,13 +256,13 @@ class Filesystem {
     uint64_t offset = 0;
     uint64_t length = 0;
   };
-  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size);
+  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
   // Seals the file of `h` if a change made through `h` is not sealed yet.
-  void SealHandleLocked(Handle* h);
-  std::string PathLocked(const InodeRef& inode) const;
-  Attr AttrOf(const Inode& inode) const;  // Takes inode.mu.
+  void SealHandleLocked(Handle* h) REQUIRES(ns_lock);
+  std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
   // Frees the data of a deleted, closed file, and forgets the inode once the kernel has.
-  void MaybeDropLocked(const InodeRef& inode);
+  void MaybeDropLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
   // The inode whose content a file's reads and writes reach: its real chunk for a virtual
   // chunk, else the file itself. Takes inode->mu.
@@ -264,49 +270,51 @@ class Filesystem {
   // A virtual chunk or the shown .zarray of a fine-grid array. Takes inode.mu.
   static bool IsZarrView(const Inode& inode);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
-  void CloseOneLocked(const InodeRef& inode);
+  void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
   // --- The zarr fine grid (core/zarr_namespace.cc); ns_mu_ held ---
   // Serves `dir`, just found on the backing store, with a fine grid when its .zarray qualifies.
-  void ZarrProbeLocked(const InodeRef& dir);
+  void ZarrProbeLocked(const InodeRef& dir) REQUIRES(ns_lock);
   // Starts serving `dir` with a fine grid once zarr has renamed a qualifying .zarray into it,
   // unless chunk files were written there before.
-  void ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray);
+  void ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) REQUIRES(ns_lock);
   // Whether `dir` can serve the grid of `text` (fill values need memory for whole chunks).
   std::optional<ZarrGrid> ZarrGridFor(const InodeRef& dir, const std::string& text,
-                                      const ZarrGrid* keep = nullptr) const;
+                                      const ZarrGrid* keep = nullptr) const REQUIRES(ns_lock);
   // Adds the backing entry `name` of a fine-grid directory being loaded, when it is the array's
   // (a real chunk, or hidden); false for an ordinary child.
-  bool ZarrAddBackingLocked(const InodeRef& dir, const std::string& name);
+  bool ZarrAddBackingLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
   // Shows sub-chunk `sub` of real chunk `real_key` as a file named by its virtual key.
-  void ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub);
+  void ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub)
+      REQUIRES(ns_lock);
   // rename(`src_dir`/`src_name` = `file`, `dir`/`key`) where `key` is a virtual chunk: the bytes
   // go into the real chunk and `file` becomes the virtual chunk.
   Status ZarrRenameInLocked(const InodeRef& src_dir, const std::string& src_name,
                             const InodeRef& file, const InodeRef& dir, const std::string& key,
-                            const VirtualChunk& vc, Reservation& reservation, size_t& more);
+                            const VirtualChunk& vc, Reservation& reservation, size_t& more)
+      REQUIRES(ns_lock);
   // Checks a .zarray renamed over the one of fine-grid `dir` before the rename; after it,
   // ZarrZarrayReplacedLocked stores the real text and takes the new grid.
   Status ZarrCheckZarrayLocked(const InodeRef& dir, const InodeRef& file, Reservation& reservation,
-                               size_t& more);
+                               size_t& more) REQUIRES(ns_lock);
   void ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& zarray,
-                                Reservation& reservation);
+                                Reservation& reservation) REQUIRES(ns_lock);
   Status ZarrUnlinkLocked(const InodeRef& dir, const std::string& key, const InodeRef& view,
-                          Reservation& reservation, size_t& more);
+                          Reservation& reservation, size_t& more) REQUIRES(ns_lock);
   // Removes real chunk `real_key` (all its virtual chunks are gone).
-  void ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& real_key);
+  void ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& real_key) REQUIRES(ns_lock);
   // Serves `dir` as a plain directory again once neither chunks nor .zarray are left.
-  void ZarrForgetIfGoneLocked(const InodeRef& dir);
+  void ZarrForgetIfGoneLocked(const InodeRef& dir) REQUIRES(ns_lock);
   // Sets [offset, offset + length) of a real chunk to the fill value (`real`->mu held).
   static Status ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
-                         Reservation& reservation);
+                         Reservation& reservation) REQUIRES(real.mu);
   // Fills the range of a virtual chunk (its real chunk loaded), or sets `more` to the blocks that
   // needs when `reservation` holds fewer.
   static Status ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more);
   // Reads of a virtual chunk.
   static Result<ReadData> ZarrRead(const ChunkView& view, uint64_t offset, size_t size);
   // The fine-grid arrays for .ckptfs/stats, as a JSON array.
-  nlohmann::json ZarrStatsLocked() const;
+  nlohmann::json ZarrStatsLocked() const REQUIRES(ns_lock);
 
   // A command written to a control file: "sync" to the sync file. Returns the bytes taken.
   Result<size_t> ControlWrite(uint64_t ino, std::string_view command);
@@ -314,15 +322,14 @@ class Filesystem {
   Result<uint64_t> ControlLookup(const std::string& name) const;
   Attr ControlAttr(uint64_t ino) const;
   // Writes every unflushed file version to a rescue directory; returns its path.
-  Result<std::string> RescueLocked(std::vector<std::string>* files);
+  Result<std::string> RescueLocked(std::vector<std::string>* files) REQUIRES(ns_lock);
   // Drops the content of a durable, unchanged, closed file from memory (and its descriptor); it
-  // is opened again by name when needed. Requires ns_mu_ and `ilock` on inode->mu, which it may
-  // release. Returns the blocks freed.
-  size_t UnloadLocked(const InodeRef& inode, std::unique_lock<std::mutex>& ilock);
-  size_t Reclaim(size_t wanted);
+  // is opened again by name when needed. Returns the blocks freed.
+  size_t UnloadLocked(const InodeRef& inode) REQUIRES(ns_lock, inode->mu);
+  size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
   // Moves the full blocks of the largest file still being written to its spill file (flusher
   // thread only). Returns the blocks freed.
-  size_t Spill(Env& env);
+  size_t Spill(Env& env) EXCLUDES(ns_lock);
   Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
 
   const Config config_;
@@ -334,25 +341,28 @@ class Filesystem {
   Stats stats_;
   Arena arena_;
 
-  mutable std::mutex ns_mu_;
-  std::unordered_map<uint64_t, InodeRef> inodes_;  // Guarded by ns_mu_.
-  uint64_t next_ino_ = kFirstIno;                  // Guarded by ns_mu_.
-  Journal journal_;                                // Guarded by ns_mu_.
-  // Guarded by ns_mu_. Open files, owned here until released.
-  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_;
-  // Guarded by ns_mu_. Open handles of files (control files aside), and when one was last
-  // opened or released (mount time before that).
-  size_t open_files_ = 0;
-  std::chrono::steady_clock::time_point last_open_or_release_ = std::chrono::steady_clock::now();
-  std::deque<std::weak_ptr<Inode>> clean_;         // Guarded by ns_mu_. Eviction candidates.
-  // Guarded by ns_mu_. Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_;
-  std::vector<std::weak_ptr<Inode>> zarr_dirs_;  // Guarded by ns_mu_. Served with a fine grid.
+  // The namespace lock (core/thread_annotations.h).
+  mutable NamespaceMutex ns_mu_;
+  std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
+  uint64_t next_ino_ GUARDED_BY(ns_lock) = kFirstIno;
+  Journal journal_ GUARDED_BY(ns_lock);
+  // Open files, owned here until released.
+  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
+  // Open handles of files (control files aside), and when one was last opened or released
+  // (mount time before that).
+  size_t open_files_ GUARDED_BY(ns_lock) = 0;
+  std::chrono::steady_clock::time_point last_open_or_release_ GUARDED_BY(ns_lock) =
+      std::chrono::steady_clock::now();
+  std::deque<std::weak_ptr<Inode>> clean_ GUARDED_BY(ns_lock);  // Eviction candidates.
+  // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);
+  // Directories served with a fine grid.
+  std::vector<std::weak_ptr<Inode>> zarr_dirs_ GUARDED_BY(ns_lock);
   std::unique_ptr<Flusher> flusher_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
   std::atomic<bool> direct_reads_{false};
   std::function<int(int)> open_backing_;
-  std::condition_variable passthrough_released_;  // With ns_mu_: a file's last one closed.
+  std::condition_variable_any passthrough_released_;  // With ns_mu_: a file's last one closed.
   std::function<void(int)> close_backing_;
 };
 

@@ -45,7 +45,7 @@ uint64_t OpenFileLimit() {
 
 }  // namespace
 
-Flusher::Flusher(const Config& config, Env& env, int staging_fd, std::mutex& ns_mu,
+Flusher::Flusher(const Config& config, Env& env, int staging_fd, NamespaceMutex& ns_mu,
                  Journal& journal, Stats& stats, Hooks hooks)
     : config_(config),
       env_(env),
@@ -59,7 +59,7 @@ Flusher::Flusher(const Config& config, Env& env, int staging_fd, std::mutex& ns_
 
 Flusher::~Flusher() {
   {
-    std::lock_guard lock(ns_mu_);
+    NamespaceLock lock(ns_mu_);
     stop_ = true;
     wake_.notify_all();
   }
@@ -69,13 +69,13 @@ Flusher::~Flusher() {
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void Flusher::Hurry() {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   force_seq_ = std::max(force_seq_, journal_.last_seq());
   wake_.notify_all();
 }
 
 Status Flusher::WaitDurable(uint64_t seq) {
-  std::unique_lock lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   force_seq_ = std::max(force_seq_, seq);
   wake_.notify_all();
   uint64_t epoch = error_epoch_;
@@ -89,12 +89,12 @@ Status Flusher::WaitDurable(uint64_t seq) {
 }
 
 int Flusher::DirFd(const InodeRef& dir) {
-  std::lock_guard lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   return dir && dir->dir_fd ? dir->dir_fd->fd() : -1;
 }
 
 void Flusher::Run() {
-  std::unique_lock lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   while (true) {
     auto now = Clock::now();
     bool hurry = policy::FlushEverythingNow(hooks_.waiting_writers(), false, draining_);
@@ -287,7 +287,9 @@ void Flusher::AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_di
     return;
   }
   touched_dirs->push_back(DirFd(e.parent));
-  if (e.kind == Kind::kRename || e.kind == Kind::kLink) touched_dirs->push_back(DirFd(e.new_parent));
+  if (e.kind == Kind::kRename || e.kind == Kind::kLink) {
+    touched_dirs->push_back(DirFd(e.new_parent));
+  }
   if (e.kind == Kind::kMkdir) touched_dirs->push_back(DirFd(e.inode));
 }
 
@@ -306,7 +308,7 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", e.uid, e.gid);
       if (!st.ok()) return Status::Error(st.err(), "set attributes of directory " + e.name);
       touched_dirs->push_back(*fd);
-      std::lock_guard lock(ns_mu_);
+      NamespaceLock lock(ns_mu_);
       e.inode->dir_fd = std::move(dir);
       return Status::Ok();
     }
@@ -333,7 +335,9 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       return env_.Link(dfd, e.name, touched_dirs->back(), e.new_name);
     case Kind::kSetAttr: {
       Status st;
-      if (e.set_mode && e.inode->type != FileType::kSymlink) st = env_.Chmod(dfd, e.name, e.mode & 07777);
+      if (e.set_mode && e.inode->type != FileType::kSymlink) {
+        st = env_.Chmod(dfd, e.name, e.mode & 07777);
+      }
       if (st.ok() && e.set_owner) st = env_.Chown(dfd, e.name, e.uid, e.gid);
       timespec times[2] = {e.atime, e.mtime};
       if (st.ok() && e.set_times) st = env_.SetTimes(dfd, e.name, times);
@@ -359,11 +363,11 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
     stats_.files_flushed++;
     bool clean;
     {
-      std::lock_guard ilock(e->inode->mu);
-      Inode& inode = *e->inode;
-      inode.durable_version = std::max(inode.durable_version, e->version);
-      inode.flush_error = Status::Ok();
-      clean = inode.durable_version == inode.version;
+      Inode* inode = e->inode.get();
+      MutexLock ilock(inode->mu);
+      inode->durable_version = std::max(inode->durable_version, e->version);
+      inode->flush_error = Status::Ok();
+      clean = inode->durable_version == inode->version;
     }
     if (clean && hooks_.on_clean) hooks_.on_clean(e->inode);
   }
@@ -379,7 +383,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
                                                        "a rescue directory)"
                                                      : ""));
     if (failed->kind == JournalEntry::Kind::kPublish) {
-      std::lock_guard ilock(failed->inode->mu);
+      MutexLock ilock(failed->inode->mu);
       failed->inode->flush_error = st;
       failed->inode->flush_error_reported = false;
     }
@@ -401,7 +405,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
 
 Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   auto give_up = Clock::now() + retry_for;
-  std::unique_lock lock(ns_mu_);
+  NamespaceLock lock(ns_mu_);
   draining_ = true;
   wake_.notify_all();
   while (journal_.pending_entries() > 0) {

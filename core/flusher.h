@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "core/journal.h"
 #include "core/stats.h"
+#include "core/thread_annotations.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
@@ -30,9 +31,9 @@ namespace ckptfs {
 class Flusher {
  public:
   struct Hooks {
-    // Called with ns_mu held, after `inode`'s newest version became durable.
+    // Called with the namespace lock held, after `inode`'s newest version became durable.
     std::function<void(const InodeRef& inode)> on_clean;
-    // Called with ns_mu held: a printable path for messages.
+    // Called with the namespace lock held: a printable path for messages.
     std::function<std::string(const InodeRef& inode)> path_of;
     // Number of writers waiting for memory.
     std::function<size_t()> waiting_writers;
@@ -43,66 +44,66 @@ class Flusher {
 
   // Every call on the backing store goes through `env`, whose Write and Sync only this thread
   // calls; `env` must outlive the Flusher.
-  Flusher(const Config& config, Env& env, int staging_fd, std::mutex& ns_mu, Journal& journal,
+  // `journal` is guarded by the namespace lock `ns_mu`.
+  Flusher(const Config& config, Env& env, int staging_fd, NamespaceMutex& ns_mu, Journal& journal,
           Stats& stats, Hooks hooks);
   ~Flusher();
 
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
-  Status Drain(std::chrono::milliseconds retry_for);
+  Status Drain(std::chrono::milliseconds retry_for) EXCLUDES(ns_lock);
 
-  // Wakes the flusher after an append; call with ns_mu held.
-  void NotifyLocked() { wake_.notify_all(); }
+  // Wakes the flusher after an append.
+  void NotifyLocked() REQUIRES(ns_lock) { wake_.notify_all(); }
   // Ask for everything appended so far to be flushed now (ignores flush_delay).
-  void Hurry();
+  void Hurry() EXCLUDES(ns_lock);
 
   // Blocks until every entry with seq <= `seq` is durable; or, when a flush covering `seq` fails
-  // while waiting (or failed before and is still failing), returns that failure. Takes ns_mu.
-  Status WaitDurable(uint64_t seq);
+  // while waiting (or failed before and is still failing), returns that failure.
+  Status WaitDurable(uint64_t seq) EXCLUDES(ns_lock);
 
-  // Called with ns_mu held.
-  const Status& last_error_locked() const { return last_error_; }
-  bool has_unresolved_error_locked() const { return !last_error_.ok(); }
+  const Status& last_error_locked() const REQUIRES(ns_lock) { return last_error_; }
+  bool has_unresolved_error_locked() const REQUIRES(ns_lock) { return !last_error_.ok(); }
   std::string backend_name() const { return backend_name_; }
 
  private:
-  void Run();
+  void Run() EXCLUDES(ns_lock);
   struct BatchResult {
     size_t applied = 0;  // Entries from the start now on the backing store.
     size_t durable = 0;  // Of those, entries durable (0 when syncing their directories failed).
     Status error;        // Why it stopped early, or why its directories are not durable.
     EntryRef failed;     // The entry the error is about.
   };
-  BatchResult ApplyBatch(const std::vector<EntryRef>& batch);
-  Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs);
+  BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(ns_lock);
+  Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
   // The directories an applied entry changed, to sync again.
-  void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs);
-  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result);
-  int DirFd(const InodeRef& dir);  // Takes ns_mu.
+  void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
+  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result)
+      REQUIRES(ns_lock);
+  int DirFd(const InodeRef& dir) EXCLUDES(ns_lock);
 
   const Config config_;
   Env& env_;
   const std::string backend_name_;
   const int staging_fd_;
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
-  std::mutex& ns_mu_;
-  Journal& journal_;
+  NamespaceMutex& ns_mu_;
+  Journal& journal_ GUARDED_BY(ns_lock);
   Stats& stats_;
   Hooks hooks_;
   std::thread thread_;
 
-  // Guarded by ns_mu_.
-  std::condition_variable_any wake_;
-  std::condition_variable_any progress_;
-  uint64_t force_seq_ = 0;
-  bool draining_ = false;
-  bool stop_ = false;
-  bool stopped_ = false;
-  Status last_error_;
-  uint64_t error_epoch_ = 0;
-  unsigned consecutive_failures_ = 0;
-  Clock::time_point retry_at_{};
+  std::condition_variable_any wake_;      // With ns_mu_.
+  std::condition_variable_any progress_;  // With ns_mu_.
+  uint64_t force_seq_ GUARDED_BY(ns_lock) = 0;
+  bool draining_ GUARDED_BY(ns_lock) = false;
+  bool stop_ GUARDED_BY(ns_lock) = false;
+  bool stopped_ GUARDED_BY(ns_lock) = false;
+  Status last_error_ GUARDED_BY(ns_lock);
+  uint64_t error_epoch_ GUARDED_BY(ns_lock) = 0;
+  unsigned consecutive_failures_ GUARDED_BY(ns_lock) = 0;
+  Clock::time_point retry_at_ GUARDED_BY(ns_lock){};
 };
 
 }  // namespace ckptfs

@@ -1,8 +1,9 @@
 // Inode: one file, directory or symlink as the mount shows it.
 //
-// Lock order: Filesystem::ns_mu_ before Inode::mu. The namespace fields (children, names, nlink,
-// lookups, open counts, journal links) are guarded by Filesystem::ns_mu_; attributes and content
-// by Inode::mu. Inode numbers are never reused (64-bit counter), so the generation is always 0.
+// Lock order: the namespace lock (Filesystem::ns_mu_) before Inode::mu. The namespace fields
+// (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
+// attributes and content by Inode::mu. Inode numbers are never reused (64-bit counter), so the
+// generation is always 0.
 #pragma once
 
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 
 #include "core/file_content.h"
 #include "core/status.h"
+#include "core/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -53,59 +55,64 @@ struct Inode {
   const uint64_t ino;
   const FileType type;
 
-  // --- Guarded by Filesystem::ns_mu_ ---
-  uint32_t nlink = 1;
-  uint64_t lookups = 0;
-  uint32_t open_handles = 0;
+  // --- Guarded by the namespace lock ---
+  uint32_t nlink GUARDED_BY(ns_lock) = 1;
+  uint64_t lookups GUARDED_BY(ns_lock) = 0;
+  uint32_t open_handles GUARDED_BY(ns_lock) = 0;
   // Open handles read by the kernel from the backing file, and the backing id they share (the
   // kernel takes one backing file per inode).
-  uint32_t passthrough_handles = 0;
-  int backing_id = -1;
+  uint32_t passthrough_handles GUARDED_BY(ns_lock) = 0;
+  int backing_id GUARDED_BY(ns_lock) = -1;
   // Names of a non-directory (several with hard links); the one name of a directory.
-  std::set<Name> names;
+  std::set<Name> names GUARDED_BY(ns_lock);
   // Present on the backing store under some name (found there, or published/created there).
-  bool on_backing = false;
+  bool on_backing GUARDED_BY(ns_lock) = false;
   // A regular file whose content is only on the backing store and not opened (found there, or
   // unloaded once durable): where to open it. Content holds just its size meanwhile.
-  std::shared_ptr<BackingFile> origin_dir;
-  std::string origin_name;
+  std::shared_ptr<BackingFile> origin_dir GUARDED_BY(ns_lock);
+  std::string origin_name GUARDED_BY(ns_lock);
   // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
-  std::weak_ptr<JournalEntry> last_entry;
+  std::weak_ptr<JournalEntry> last_entry GUARDED_BY(ns_lock);
   // When its content was last sealed, and how long that version waits (policy::NextHold).
-  std::chrono::steady_clock::time_point last_sealed{};
-  std::chrono::steady_clock::duration hold{};
+  std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
+  std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
   // Directory: children by name, names removed here that may still exist on the backing store,
   // whether every backing entry has been loaded, and the backing directory once it exists.
-  std::map<std::string, std::shared_ptr<Inode>> children;
-  std::set<std::string> whiteouts;
-  bool complete = false;
-  std::shared_ptr<BackingFile> dir_fd;  // Set by lookup, or by the flusher when it creates the dir.
-  std::string symlink_target;
+  std::map<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
+  std::set<std::string> whiteouts GUARDED_BY(ns_lock);
+  bool complete GUARDED_BY(ns_lock) = false;
+  // Set by lookup, or by the flusher when it creates the directory.
+  std::shared_ptr<BackingFile> dir_fd GUARDED_BY(ns_lock);
+  std::string symlink_target GUARDED_BY(ns_lock);
   // Directory: the zarr array it holds, when served with a fine chunk grid (core/zarr_array.h).
-  std::shared_ptr<ZarrArray> zarr;
+  std::shared_ptr<ZarrArray> zarr GUARDED_BY(ns_lock);
 
   // --- Guarded by mu ---
   // Regular file: a virtual chunk of a fine-grid zarr array; its bytes are a range of a real
-  // chunk file and `content` holds only its size. Changed with ns_mu_ and mu held.
-  std::shared_ptr<const ChunkView> view;
+  // chunk file and `content` holds only its size. Changed with the namespace lock and mu held.
+  std::shared_ptr<const ChunkView> view GUARDED_BY(mu);
   // The .zarray of a fine-grid array: the text clients read (`content` holds the real one).
-  std::string served_text;
-  mutable std::mutex mu;
-  uint32_t mode = 0;  // Permission bits only.
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  timespec atime{}, mtime{}, ctime{};
-  FileContent content;
-  uint64_t version = 0;         // Bumped by every change of content.
-  uint64_t sealed_version = 0;  // Version of the newest sealed snapshot.
-  uint64_t durable_version = 0; // Version the backing store holds durably.
-  Status flush_error;           // Last failed flush of this file; cleared when one succeeds.
-  bool flush_error_reported = false;  // The error was returned by a close already.
+  std::string served_text GUARDED_BY(mu);
+  mutable Mutex mu;
+  uint32_t mode GUARDED_BY(mu) = 0;  // Permission bits only.
+  uint32_t uid GUARDED_BY(mu) = 0;
+  uint32_t gid GUARDED_BY(mu) = 0;
+  timespec atime GUARDED_BY(mu){};
+  timespec mtime GUARDED_BY(mu){};
+  timespec ctime GUARDED_BY(mu){};
+  FileContent content GUARDED_BY(mu);
+  uint64_t version GUARDED_BY(mu) = 0;          // Bumped by every change of content.
+  uint64_t sealed_version GUARDED_BY(mu) = 0;   // Version of the newest sealed snapshot.
+  uint64_t durable_version GUARDED_BY(mu) = 0;  // Version the backing store holds durably.
+  // Last failed flush of this file (cleared when one succeeds), and whether a close returned it.
+  Status flush_error GUARDED_BY(mu);
+  bool flush_error_reported GUARDED_BY(mu) = false;
   // Open handles that use the kernel's page cache (Filesystem::OpenHandleLocked), and whether
   // that cache may miss a change made through a handle that bypasses it.
-  uint32_t cached_handles = 0;
-  bool page_cache_stale = false;
-  bool backing_prefetched = false;  // A read-only open had the backing file read ahead.
+  uint32_t cached_handles GUARDED_BY(mu) = 0;
+  bool page_cache_stale GUARDED_BY(mu) = false;
+  // A read-only open had the backing file read ahead.
+  bool backing_prefetched GUARDED_BY(mu) = false;
 
   uint32_t TypeBits() const {
     switch (type) {

@@ -6,7 +6,8 @@
 // a version superseded before its turn (the file rewritten at the same name, deleted, or renamed
 // over) is skipped: such a file then shows an older version, never a newer one early.
 //
-// Not thread-safe: guarded by Filesystem::ns_mu_.
+// Not thread-safe: guarded by the namespace lock. A started entry belongs to the flusher until
+// the batch completes; other threads use entries under the namespace lock.
 #pragma once
 
 #include <chrono>
@@ -74,7 +75,7 @@ class Journal {
   // Cancels every unsent entry about `inode` when it never reached the backing store, its last
   // name is gone and no other pending entry needs it (as a parent directory): nothing of it needs
   // to be written. Returns how many file versions it cancelled.
-  size_t CancelUnsent(const InodeRef& inode);
+  size_t CancelUnsent(const InodeRef& inode) REQUIRES(ns_lock);
   // Cancels one unsent entry (a version superseded by a newer one at the same names).
   void Cancel(const EntryRef& entry);
 

@@ -13,7 +13,7 @@
 
 namespace ckptfs {
 
-// Guarded by Filesystem::ns_mu_.
+// Guarded by the namespace lock.
 struct ZarrArray {
   explicit ZarrArray(ZarrGrid g) : grid(std::move(g)) {}
 
@@ -21,9 +21,10 @@ struct ZarrArray {
     InodeRef file;              // Named (dir, real key) but not among the directory's children.
     std::vector<bool> present;  // Which of its virtual chunks exist, by VirtualChunk::sub.
   };
-  ZarrGrid grid;
-  std::map<std::string, Chunk> chunks;  // By real key.
-  size_t hidden = 0;  // Backing entries not shown: shadowed by virtual names or of a wrong size.
+  ZarrGrid grid GUARDED_BY(ns_lock);
+  std::map<std::string, Chunk> chunks GUARDED_BY(ns_lock);  // By real key.
+  // Backing entries not shown: shadowed by virtual names or of a wrong size.
+  size_t hidden GUARDED_BY(ns_lock) = 0;
 };
 
 // Immutable; replaced as a whole.

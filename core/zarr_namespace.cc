@@ -25,7 +25,7 @@ timespec Now() {
 
 // The whole content of a small file (`inode.mu` held), or nothing when it is too large or
 // cannot be read.
-std::optional<std::string> SmallText(const Inode& inode) {
+std::optional<std::string> SmallText(const Inode& inode) REQUIRES(inode.mu) {
   if (inode.content.size() > kMaxZarrayBytes) return std::nullopt;
   std::string text(inode.content.size(), '\0');
   Result<size_t> n = inode.content.ReadInto(0, text.size(), text.data());
@@ -68,7 +68,7 @@ void Filesystem::ZarrProbeLocked(const InodeRef& dir) {
   dir->zarr = std::make_shared<ZarrArray>(std::move(*grid));
   LoadDirLocked(dir);
   if (auto it = dir->children.find(kZarray); it != dir->children.end()) {
-    std::lock_guard lock(it->second->mu);
+    MutexLock lock(it->second->mu);
     it->second->served_text = dir->zarr->grid.VirtualText(text);
   }
   zarr_dirs_.push_back(dir);
@@ -78,7 +78,7 @@ void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
   if (config_.zarr_chunk == 0) return;
   std::optional<std::string> text;
   {
-    std::lock_guard lock(zarray->mu);
+    MutexLock lock(zarray->mu);
     text = SmallText(*zarray);
   }
   if (!text) return;
@@ -93,7 +93,7 @@ void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
     }
   }
   {
-    std::lock_guard lock(zarray->mu);
+    MutexLock lock(zarray->mu);
     zarray->served_text = grid->VirtualText(*text);
   }
   dir->zarr = std::make_shared<ZarrArray>(std::move(*grid));
@@ -108,7 +108,7 @@ bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
     if (!file.ok()) return true;
     bool whole;
     {
-      std::lock_guard lock((*file)->mu);
+      MutexLock lock((*file)->mu);
       whole = (*file)->type == FileType::kRegular && (*file)->content.size() == grid.chunk_bytes();
     }
     if (!whole || !(*file)->names.empty()) {
@@ -141,16 +141,20 @@ void Filesystem::ZarrShowLocked(const InodeRef& dir, const std::string& real_key
   ZarrArray::Chunk& chunk = array.chunks.at(real_key);
   chunk.present[sub] = true;
   auto inode = std::make_shared<Inode>(next_ino_++, FileType::kRegular);
+  Attr attr;
   {
-    std::lock_guard lock(chunk.file->mu);
-    inode->mode = chunk.file->mode;
-    inode->uid = chunk.file->uid;
-    inode->gid = chunk.file->gid;
-    inode->atime = chunk.file->atime;
-    inode->mtime = chunk.file->mtime;
-    inode->ctime = chunk.file->ctime;
+    MutexLock lock(chunk.file->mu);
+    attr = Attr{.mode = chunk.file->mode, .uid = chunk.file->uid, .gid = chunk.file->gid,
+                .atime = chunk.file->atime, .mtime = chunk.file->mtime, .ctime = chunk.file->ctime};
   }
   VirtualChunk vc = *array.grid.Virtual(*key);
+  MutexLock lock(inode->mu);
+  inode->mode = attr.mode;
+  inode->uid = attr.uid;
+  inode->gid = attr.gid;
+  inode->atime = attr.atime;
+  inode->mtime = attr.mtime;
+  inode->ctime = attr.ctime;
   inode->content = FileContent(nullptr, vc.length);
   inode->view = std::make_shared<ChunkView>(ChunkView{chunk.file, std::move(vc), array.grid.fill()});
   inodes_[inode->ino] = inode;
@@ -170,7 +174,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
   uint32_t mode;
   Caller owner;
   {
-    std::lock_guard lock(file->mu);
+    MutexLock lock(file->mu);
     data = file->content;
     mode = file->mode;
     owner = Caller{file->uid, file->gid, 0};
@@ -186,7 +190,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
   if (real) {
     st = LoadOriginLocked(real);
     if (!st.ok()) return st;
-    std::lock_guard lock(real->mu);
+    MutexLock lock(real->mu);
     needed = real->content.BlocksNeededForSplice(vc.offset, data, vc.stored);
   } else if (grid.zero_fill()) {
     FileContent fresh;
@@ -203,9 +207,9 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
   if (!real) {
     // A new real chunk: what zarr starts a chunk with, the fill value.
     real = NewInodeLocked(FileType::kRegular, mode, owner);
-    real->version = 1;
     {
-      std::lock_guard lock(real->mu);
+      MutexLock lock(real->mu);
+      real->version = 1;
       real->content.Truncate(grid.chunk_bytes(), reservation);
       if (!grid.zero_fill()) {
         st = ZarrFill(*real, 0, grid.chunk_bytes(), grid.fill(), reservation);
@@ -218,7 +222,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
     chunk.present.assign(grid.subs_per_chunk(), false);
   }
   {
-    std::lock_guard lock(real->mu);
+    MutexLock lock(real->mu);
     st = real->content.Splice(vc.offset, data, vc.stored, reservation);
     if (!st.ok()) return st;
     real->version++;
@@ -238,7 +242,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
     MaybeDropLocked(previous);
   }
   {
-    std::lock_guard lock(file->mu);
+    MutexLock lock(file->mu);
     file->content = FileContent(nullptr, vc.length);
     file->view = std::make_shared<ChunkView>(ChunkView{real, vc, grid.fill()});
     file->ctime = Now();
@@ -259,7 +263,7 @@ Status Filesystem::ZarrCheckZarrayLocked(const InodeRef& dir, const InodeRef& fi
   if (!st.ok()) return st;
   std::optional<std::string> text;
   {
-    std::lock_guard lock(file->mu);
+    MutexLock lock(file->mu);
     text = SmallText(*file);
   }
   std::optional<std::string> real_text = text ? array.grid.RealText(*text) : std::nullopt;
@@ -277,14 +281,14 @@ void Filesystem::ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& z
                                           Reservation& reservation) {
   std::optional<std::string> text;
   {
-    std::lock_guard lock(zarray->mu);
+    MutexLock lock(zarray->mu);
     text = SmallText(*zarray);
   }
   std::optional<std::string> real_text = text ? dir->zarr->grid.RealText(*text) : std::nullopt;
   if (real_text) {
     // The client wrote the virtual chunks: the backing store gets the real ones.
     {
-      std::lock_guard lock(zarray->mu);
+      MutexLock lock(zarray->mu);
       zarray->content = FileContent();
       Status st = zarray->content.Write(0, real_text->data(), real_text->size(), reservation);
       if (!st.ok()) spdlog::error("{}/.zarray: {}", PathLocked(dir), st.ToString());
@@ -305,7 +309,7 @@ void Filesystem::ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& z
   std::shared_ptr<ZarrArray> array = dir->zarr;
   const ZarrGrid old = std::exchange(array->grid, std::move(*grid));
   {
-    std::lock_guard lock(zarray->mu);
+    MutexLock lock(zarray->mu);
     zarray->served_text = array->grid.VirtualText(stored);
   }
   for (auto& [real_key, chunk] : array->chunks) {
@@ -324,7 +328,7 @@ Status Filesystem::ZarrUnlinkLocked(const InodeRef& dir, const std::string& key,
   std::shared_ptr<ZarrArray> array = dir->zarr;
   std::shared_ptr<const ChunkView> view;
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(inode->mu);
     view = inode->view;
   }
   ZarrArray::Chunk& chunk = array->chunks.at(view->chunk.real_key);
@@ -342,7 +346,7 @@ Status Filesystem::ZarrUnlinkLocked(const InodeRef& dir, const std::string& key,
   RemoveNameLocked(dir, key, inode, /*journal=*/false);
   inode->nlink = 0;
   {
-    std::lock_guard lock(inode->mu);
+    MutexLock lock(inode->mu);
     inode->ctime = Now();
   }
   MaybeDropLocked(inode);
@@ -370,7 +374,7 @@ void Filesystem::ZarrForgetIfGoneLocked(const InodeRef& dir) {
 }
 
 Status Filesystem::ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more) {
-  std::lock_guard lock(view.real->mu);
+  MutexLock lock(view.real->mu);
   size_t needed = view.real->content.BlocksNeededForWrite(view.chunk.offset, view.chunk.stored);
   if (reservation.count() < needed) {
     more = needed;
@@ -402,7 +406,7 @@ Result<ReadData> Filesystem::ZarrRead(const ChunkView& view, uint64_t offset, si
   if (offset >= vc.length) return out;
   size = static_cast<size_t>(std::min<uint64_t>(size, vc.length - offset));
   if (offset + size <= vc.stored) {
-    std::lock_guard lock(view.real->mu);
+    MutexLock lock(view.real->mu);
     out.segments = view.real->content.Read(vc.offset + offset, size);
     return out;
   }
@@ -410,7 +414,7 @@ Result<ReadData> Filesystem::ZarrRead(const ChunkView& view, uint64_t offset, si
   out.owned.resize(size);
   size_t stored = offset < vc.stored ? static_cast<size_t>(vc.stored - offset) : 0;
   if (stored > 0) {
-    std::lock_guard lock(view.real->mu);
+    MutexLock lock(view.real->mu);
     Result<size_t> n = view.real->content.ReadInto(vc.offset + offset, stored, out.owned.data());
     if (!n.ok()) return n.status();
   }

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/thread_annotations.h"
+
 namespace ckptfs {
 namespace {
 
@@ -41,9 +43,9 @@ struct State {
   std::atomic<bool> offered{false};         // The kernel's INIT has FUSE_PASSTHROUGH (wanted).
   std::atomic<uint64_t> init_unique{0};
   std::atomic<bool> active{false};
-  std::mutex mu;
-  std::unordered_set<uint64_t> open_requests;     // Unanswered OPEN requests (guarded by mu).
-  std::unordered_map<uint64_t, int> backing_ids;  // File handle -> backing id (guarded by mu).
+  Mutex mu;
+  std::unordered_set<uint64_t> open_requests GUARDED_BY(mu);     // Unanswered OPEN requests.
+  std::unordered_map<uint64_t, int> backing_ids GUARDED_BY(mu);  // File handle -> backing id.
 };
 
 State& S() {
@@ -64,7 +66,7 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
     s.offered = s.passthrough_wanted && ext && (init->flags2 & kPassthroughFlags2);
     s.init_unique = in->unique;
   } else if (in->opcode == FUSE_OPEN && s.active) {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     s.open_requests.insert(in->unique);
   }
   return n;
@@ -90,7 +92,7 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
         s.active = true;
       }
     } else if (s.active) {
-      std::lock_guard lock(s.mu);
+      MutexLock lock(s.mu);
       if (s.open_requests.erase(out->unique) > 0 && out->error == 0 && count >= 2 &&
           iov[1].iov_len == sizeof(fuse_open_out)) {
         auto* open = static_cast<fuse_open_out*>(iov[1].iov_base);
@@ -162,8 +164,9 @@ void CloseBacking(int backing_id) {
 }
 
 void RegisterOpen(uint64_t fh, int backing_id) {
-  std::lock_guard lock(S().mu);
-  S().backing_ids[fh] = backing_id;
+  State& s = S();
+  MutexLock lock(s.mu);
+  s.backing_ids[fh] = backing_id;
 }
 
 }  // namespace ckptfs

@@ -51,7 +51,7 @@ std::string FaultInjectingEnv::Name() const { return "fault(" + inner_->Name() +
 
 Status FaultInjectingEnv::Judge(Op op, std::initializer_list<std::string_view> names,
                                 std::chrono::milliseconds* delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++calls_[static_cast<size_t>(op)];
   Status verdict;
   for (ActiveFault& active : faults_) {
@@ -95,7 +95,7 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
   }
   bool short_writes;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     short_writes = short_writes_;
   }
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
@@ -156,7 +156,8 @@ std::vector<Status> FaultInjectingEnv::Sync(std::span<const int> fds, bool data_
 }
 
 Result<int> FaultInjectingEnv::Open(int dir, const std::string& name, int flags, mode_t mode) {
-  return Pass(Op::kOpen, {name}, [&]() -> Result<int> { return inner_->Open(dir, name, flags, mode); });
+  return Pass(Op::kOpen, {name},
+              [&]() -> Result<int> { return inner_->Open(dir, name, flags, mode); });
 }
 
 void FaultInjectingEnv::Close(int fd) {
@@ -251,7 +252,7 @@ Status FaultInjectingEnv::SetTimes(int dir, const std::string& name, const times
 }
 
 void FaultInjectingEnv::Inject(Fault fault) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   faults_.push_back(ActiveFault{std::move(fault)});
 }
 
@@ -260,30 +261,30 @@ void FaultInjectingEnv::RemoveFaults(Op op) {
 }
 
 void FaultInjectingEnv::FailWritesFrom(uint64_t k, int err, uint64_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RemoveFaults(Op::kWrite);
   faults_.push_back(ActiveFault{Fault(Op::kWrite, err).After(k).Times(count)});
 }
 
 void FaultInjectingEnv::ShortWrites(bool enabled) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   short_writes_ = enabled;
 }
 
 void FaultInjectingEnv::FailSyncs(int err, uint64_t count) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RemoveFaults(Op::kSync);
   faults_.push_back(ActiveFault{Fault(Op::kSync, err).Times(count)});
 }
 
 void FaultInjectingEnv::Heal() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   faults_.clear();
   short_writes_ = false;
 }
 
 uint64_t FaultInjectingEnv::calls(Op op) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return calls_[static_cast<size_t>(op)];
 }
 

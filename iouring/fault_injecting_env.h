@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_annotations.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
@@ -117,14 +118,14 @@ class FaultInjectingEnv final : public Env {
   template <typename Forward>
   auto Pass(Op op, std::initializer_list<std::string_view> names, Forward forward)
       -> decltype(forward());
-  void RemoveFaults(Op op);
+  void RemoveFaults(Op op) REQUIRES(mu_);
 
   const std::unique_ptr<Env> inner_;
 
-  mutable std::mutex mu_;
-  std::vector<ActiveFault> faults_;  // Guarded by mu_.
-  std::vector<uint64_t> calls_;      // Guarded by mu_. By Op.
-  bool short_writes_ = false;        // Guarded by mu_.
+  mutable Mutex mu_;
+  std::vector<ActiveFault> faults_ GUARDED_BY(mu_);
+  std::vector<uint64_t> calls_ GUARDED_BY(mu_);  // By Op.
+  bool short_writes_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckptfs

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what ckptfs needs and builds it into build/ (or $CKPTFS_BUILD_DIR):
-#   - Debian packages for the C++ side (and fuse3's fusermount3);
+#   - Debian packages for the C++ side (and fuse3's fusermount3; clang for the thread-safety
+#     build of scripts/test.sh);
 #   - a Python virtual environment in .venv/ with the pinned packages of scripts/requirements.txt
 #     (torch first, alone, so that nothing pulls a newer torch);
 #   - the build, with extra arguments passed to cmake, e.g. -DCKPTFS_SANITIZE=address.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake g++ pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-dev libgtest-dev
+packages=(cmake g++ clang pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-dev libgtest-dev
           libgmock-dev nlohmann-json3-dev libcli11-dev python3 python3-venv)
 missing=()
 for p in "${packages[@]}"; do

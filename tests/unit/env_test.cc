@@ -477,7 +477,8 @@ TEST_P(EnvTest, FileCallsReadWriteCopyAndChangeAttributes) {
   // Reads past the end give zeros.
   std::string back(10, 'x');
   ASSERT_TRUE(env_->Read(from, back.data(), back.size(), data.size() - 4).ok());
-  EXPECT_EQ(back.substr(0, 4), std::string(reinterpret_cast<const char*>(&data[data.size() - 4]), 4));
+  const char* tail = reinterpret_cast<const char*>(&data[data.size() - 4]);
+  EXPECT_EQ(back.substr(0, 4), std::string(tail, 4));
   EXPECT_EQ(back.substr(4), std::string(6, '\0'));
   ASSERT_TRUE(env_->Truncate(to, 10).ok());
   Status allocated = env_->Allocate(to, 0, 1 << 20);
