@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +56,16 @@ bool TakesDirectIo(int dir) {
   std::free(page);
   close(fd);
   return ok;
+}
+
+// Whether directory `dir` takes device nodes: it needs CAP_MKNOD, and a filesystem (and user
+// namespace) that allows them.
+bool TakesDeviceNodes(int dir) {
+  constexpr const char* kProbe = "device_node_probe";
+  unlinkat(dir, kProbe, 0);
+  if (mknodat(dir, kProbe, S_IFCHR | 0600, makedev(1, 3)) != 0) return false;
+  unlinkat(dir, kProbe, 0);
+  return true;
 }
 
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
@@ -116,7 +127,10 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     spdlog::info("the backing filesystem does not take O_DIRECT writes: flushing through its page cache");
     checked.flush_io = FlushIo::kBuffered;
   }
-  return std::unique_ptr<Filesystem>(new Filesystem(checked, root, staging, std::move(backend)));
+  const bool device_nodes = TakesDeviceNodes(staging);
+  auto fs = std::unique_ptr<Filesystem>(new Filesystem(checked, root, staging, std::move(backend)));
+  fs->device_nodes_ = device_nodes;
+  return fs;
 }
 
 Filesystem::Filesystem(const Config& config, int root_fd, int staging_fd,
@@ -229,7 +243,8 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
     return Status::FromErrno(name);
   }
   const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
-  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+  const bool linkable = !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
+  if (linkable && st.st_nlink > 1) {
     // Another name of a hard-linked file seen already: the same inode.
     auto it = backing_links_.find(backing_id);
     InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
@@ -243,9 +258,13 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   } else if (S_ISLNK(st.st_mode)) {
     type = FileType::kSymlink;
   } else {
-    return Status::Error(ENOENT, name + ": special files on the backing store are not shown");
+    type = FileType::kSpecial;
   }
   auto inode = std::make_shared<Inode>(next_ino_++, type);
+  if (type == FileType::kSpecial) {
+    inode->special_type = st.st_mode & S_IFMT;
+    inode->rdev = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? st.st_rdev : 0;
+  }
   inode->mode = st.st_mode & 07777;
   inode->uid = st.st_uid;
   inode->gid = st.st_gid;
@@ -254,7 +273,7 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   inode->ctime = st.st_ctim;
   inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
-  if (type == FileType::kRegular && st.st_nlink > 1) backing_links_[backing_id] = inode;
+  if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
   if (type == FileType::kDirectory) {
     int fd = openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return Status::FromErrno(name);
@@ -263,7 +282,7 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
     inode->origin_dir = dir->dir_fd;
     inode->origin_name = name;
     inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
-  } else {
+  } else if (type == FileType::kSymlink) {
     std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
     ssize_t n = readlinkat(dfd, name.c_str(), target.data(), target.size());
     if (n < 0) return Status::FromErrno(name);
@@ -489,6 +508,7 @@ Attr Filesystem::AttrOf(const Inode& inode) const {
       break;
     case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
     case FileType::kDirectory: a.size = 4096; break;
+    case FileType::kSpecial: a.rdev = inode.rdev; break;
   }
   return a;
 }
@@ -641,7 +661,9 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   timespec now = Now();
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
-    if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
+    if (inode->type != FileType::kRegular) {
+      return Status::Error(EINVAL, "truncate of a symlink or special file");
+    }
     if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
     if (inode->passthrough_handles > 0) {
       return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
@@ -793,6 +815,50 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
   e->symlink_target = target;
   e->uid = c.uid;
   e->gid = c.gid;
+  AppendLocked(std::move(e));
+  inode->lookups++;
+  return AttrOf(*inode);
+}
+
+Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
+                               uint64_t rdev, const Caller& c) {
+  const uint32_t type = mode & S_IFMT;
+  if (type == S_IFREG || type == 0) {
+    Result<OpenFile> created = Create(parent, name, mode, O_WRONLY | O_EXCL, c);
+    if (!created.ok()) return created.status();
+    Status released = Release(created->handle);
+    if (!released.ok()) return released;
+    return created->attr;
+  }
+  const bool device = type == S_IFCHR || type == S_IFBLK;
+  if (!device && type != S_IFIFO && type != S_IFSOCK) return Status::Error(EINVAL, "mknod type");
+  if (device && !device_nodes_) {
+    return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
+  }
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  std::lock_guard lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
+  InodeRef inode = NewInodeLocked(FileType::kSpecial, mode, c);
+  inode->special_type = type;
+  inode->rdev = device ? rdev : 0;
+  AddNameLocked(*dir, name, inode);
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kMknod;
+  e->inode = inode;
+  e->parent = *dir;
+  e->name = name;
+  e->node_type = type;
+  e->rdev = inode->rdev;
+  e->mode = inode->mode;
+  e->uid = inode->uid;
+  e->gid = inode->gid;
+  e->atime = inode->atime;
+  e->mtime = inode->mtime;
   AppendLocked(std::move(e));
   inode->lookups++;
   return AttrOf(*inode);
@@ -1015,7 +1081,10 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
-  if (inode->type != FileType::kRegular) return Status::Error(ELOOP, "open of a symlink");
+  if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
+  if (inode->type != FileType::kRegular) {
+    return Status::Error(ENXIO, "open of a special file (the kernel opens those itself)");
+  }
   const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   if (inode->passthrough_handles > 0 && (flags & O_ACCMODE) != O_RDONLY) {
     spdlog::warn("{}: refused to open for writing (ETXTBSY) while it is read through FUSE "

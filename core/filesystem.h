@@ -125,6 +125,11 @@ class Filesystem {
   Status Rmdir(uint64_t parent, const std::string& name);
   Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
                        const Caller& c);
+  // A FIFO, socket or device node (mode's type bits; `rdev` for devices), shown and published
+  // like the other nodes; with S_IFREG (or no type), an empty regular file. Device nodes fail
+  // with EPERM when the backing store takes none (probed at mount).
+  Result<Attr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                     const Caller& c);
   Result<std::string> Readlink(uint64_t ino);
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                 const std::string& new_name, unsigned flags);
@@ -352,6 +357,7 @@ class Filesystem {
   std::unique_ptr<Flusher> flusher_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
   std::atomic<bool> direct_reads_{false};
+  bool device_nodes_ = false;  // The backing store takes device nodes (set by Make).
   std::function<int(int)> open_backing_;
   std::condition_variable passthrough_released_;  // With ns_mu_: a file's last one closed.
   std::function<void(int)> close_backing_;

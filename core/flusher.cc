@@ -310,6 +310,8 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       }
       return Status::Ok();
     }
+    case Kind::kMknod:
+      return MakeNode(e, dfd);
     case Kind::kRename: {
       int nfd = DirFd(e.new_parent);
       touched_dirs->push_back(nfd);
@@ -352,6 +354,24 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       break;
   }
   return Status::Error(EINVAL, "unexpected journal entry");
+}
+
+Status Flusher::MakeNode(const JournalEntry& e, int dir) {
+  const std::string tmp = std::to_string(e.seq);
+  const timespec times[2] = {e.atime, e.mtime};
+  if (mknodat(staging_fd_, tmp.c_str(), e.node_type | (e.mode & 07777), e.rdev) != 0) {
+    return Status::FromErrno("mknod " + e.name);
+  }
+  // chown before chmod: a chown clears the set-user-ID bit.
+  if ((geteuid() == 0 && fchownat(staging_fd_, tmp.c_str(), e.uid, e.gid, AT_SYMLINK_NOFOLLOW) != 0) ||
+      fchmodat(staging_fd_, tmp.c_str(), e.mode & 07777, 0) != 0 ||
+      utimensat(staging_fd_, tmp.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0 ||
+      renameat(staging_fd_, tmp.c_str(), dir, e.name.c_str()) != 0) {
+    Status st = Status::FromErrno("mknod " + e.name);
+    unlinkat(staging_fd_, tmp.c_str(), 0);
+    return st;
+  }
+  return Status::Ok();
 }
 
 void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, size_t done, const Status& error,

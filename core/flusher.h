@@ -69,6 +69,9 @@ class Flusher {
   // it stopped early.
   size_t ApplyBatch(const std::vector<EntryRef>& batch, Status* error, EntryRef* failed);
   Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs);
+  // Creates the FIFO, socket or device node of a kMknod entry in directory `dir`, with its
+  // mode, owner (when root) and times; it shows there only once complete.
+  Status MakeNode(const JournalEntry& e, int dir);
   void CompleteBatch(const std::vector<EntryRef>& batch, size_t done, const Status& error,
                      const EntryRef& failed);
   int DirFd(const InodeRef& dir);  // Takes ns_mu.

@@ -37,6 +37,7 @@ struct stat ToStat(const Attr& a) {
   st.st_uid = a.uid;
   st.st_gid = a.gid;
   st.st_size = static_cast<off_t>(a.size);
+  st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_blksize = kPreferredIoSize;
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_atim = a.atime;
@@ -211,22 +212,9 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   });
 }
 
-void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
-  Guard(req, "mknod", [&] {
-    if (!S_ISREG(mode)) {
-      fuse_reply_err(req, EPERM);
-      return;
-    }
-    Result<OpenFile> r = Fs(req).Create(parent, name, mode, O_WRONLY | O_EXCL, CallerOf(req));
-    if (!r.ok()) {
-      fuse_reply_err(req, r.status().err());
-      return;
-    }
-    Status released = Fs(req).Release(r->handle);
-    (void)released;
-    fuse_entry_param e = ToEntry(r->attr);
-    fuse_reply_entry(req, &e);
-  });
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Guard(req, "mknod",
+        [&] { ReplyEntry(req, Fs(req).Mknod(parent, name, mode, rdev, CallerOf(req))); });
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
