@@ -68,6 +68,15 @@ bool TakesDeviceNodes(int dir) {
   return true;
 }
 
+// The mode a write or truncation by `c` leaves (the kernel's file_remove_privs): a caller
+// without CAP_FSETID clears set-user-ID, and set-group-ID when group execute is set.
+uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
+  if (c.uid == 0) return mode;
+  mode &= ~static_cast<uint32_t>(S_ISUID);
+  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
+  return mode;
+}
+
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -687,26 +696,34 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     inode->ctime = now;
   }
   if (req.size && handle == 0) SealLocked(inode);
-  if (meta && JournaledLocked(inode) && !inode->names.empty()) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kSetAttr;
-    e->inode = inode;
-    e->parent = inode->names.begin()->parent;
-    e->name = inode->names.begin()->name;
+  if (meta && inode->ino == kRootIno) {
+    spdlog::debug("attributes of the mount root are not written to the backing directory");
+  } else if (meta) {
+    JournalAttrsLocked(inode, req.mode.has_value(), req.uid || req.gid, req.atime || req.mtime);
+  }
+  return AttrOf(*inode);
+}
+
+void Filesystem::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner,
+                                    bool set_times) {
+  if (!JournaledLocked(inode) || inode->names.empty()) return;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kSetAttr;
+  e->inode = inode;
+  e->parent = inode->names.begin()->parent;
+  e->name = inode->names.begin()->name;
+  e->set_mode = set_mode;
+  e->set_owner = set_owner;
+  e->set_times = set_times;
+  {
     std::lock_guard ilock(inode->mu);
-    e->set_mode = req.mode.has_value();
-    e->set_owner = req.uid || req.gid;
-    e->set_times = req.atime || req.mtime;
     e->mode = inode->mode;
     e->uid = inode->uid;
     e->gid = inode->gid;
     e->atime = inode->atime;
     e->mtime = inode->mtime;
-    AppendLocked(std::move(e));
-  } else if (meta && inode->ino == kRootIno) {
-    spdlog::debug("attributes of the mount root are not written to the backing directory");
   }
-  return AttrOf(*inode);
+  AppendLocked(std::move(e));
 }
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
@@ -1042,12 +1059,12 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
-  Result<OpenFile> opened = Open(existing_ino, flags);
+  Result<OpenFile> opened = Open(existing_ino, flags, c);
   if (!opened.ok()) Forget(existing_ino, 1);
   return opened;
 }
 
-Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
+Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
   if (ino == kStatsIno || ino == kSyncIno) {
     if (ino == kStatsIno && (flags & O_ACCMODE) != O_RDONLY) {
       return Status::Error(EACCES, "the stats file is read-only");
@@ -1062,7 +1079,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
   if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
   return Reserving([&](Reservation& reservation, size_t& more) {
-    return OpenReserved(ino, flags, reservation, more);
+    return OpenReserved(ino, flags, c, reservation, more);
   });
 }
 
@@ -1075,8 +1092,8 @@ void Filesystem::WaitPassthroughReleased(uint64_t ino) {
   });
 }
 
-Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& reservation,
-                                          size_t& more) {
+Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller& c,
+                                          Reservation& reservation, size_t& more) {
   std::lock_guard lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
@@ -1124,13 +1141,20 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     return Status::Ok();
   }
   if (truncate) {
-    std::lock_guard ilock(inode->mu);
-    if (inode->content.size() > 0 || inode->origin_dir) {
-      inode->content = FileContent();
-      inode->version++;
-      inode->mtime = inode->ctime = Now();
+    bool mode_changed;
+    {
+      std::lock_guard ilock(inode->mu);
+      if (inode->content.size() > 0 || inode->origin_dir) {
+        inode->content = FileContent();
+        inode->version++;
+        inode->mtime = inode->ctime = Now();
+      }
+      inode->origin_dir.reset();
+      const uint32_t mode = ModeAfterChangeBy(inode->mode, c);
+      mode_changed = mode != inode->mode;
+      inode->mode = mode;
     }
-    inode->origin_dir.reset();
+    if (mode_changed) JournalAttrsLocked(inode, /*set_mode=*/true, false, false);
   } else {
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
@@ -1242,7 +1266,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 }
 
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
-                                 size_t size) {
+                                 size_t size, const Caller& c) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return ControlWrite(h->control_ino, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
@@ -1252,6 +1276,8 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
     std::lock_guard lock(h->inode->mu);
     view = h->inode->view;
     if (view) h->inode->mtime = h->inode->ctime = Now();
+    // Reaches the backing store with the version this write makes, at its seal.
+    h->inode->mode = ModeAfterChangeBy(h->inode->mode, c);
   }
   uint64_t target_offset = offset;
   size_t target_size = size;

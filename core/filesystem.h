@@ -45,7 +45,8 @@ inline constexpr uint64_t kFirstIno = 16;
 // (staging, rescue) in the backing directory.
 inline constexpr const char* kReservedName = ".ckptfs";
 
-// Who asks (from the FUSE request).
+// Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
+// other user none.
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -137,9 +138,13 @@ class Filesystem {
 
   Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
                           const Caller& c);
-  Result<OpenFile> Open(uint64_t ino, int flags);
+  // An open with O_TRUNC, and a write, by a caller without CAP_FSETID clear the file's
+  // set-user-ID bit, and its set-group-ID bit when group execute is set, as the kernel does for
+  // local filesystems (it leaves that to the FUSE daemon for these requests).
+  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller());
   Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size);
-  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
+  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                       const Caller& c = Caller());
   // close(): seals the file if it changed through this handle; a handle opened for writing
   // also gets a flush error of the file not reported yet.
   Status Flush(uint64_t handle);
@@ -209,7 +214,8 @@ class Filesystem {
                         size_t& more);
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
                         size_t& more);
-  Result<OpenFile> OpenReserved(uint64_t ino, int flags, Reservation& reservation, size_t& more);
+  Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
+                                size_t& more);
 
   // --- Called with ns_mu_ held ---
   InodeRef FindLocked(uint64_t ino) const;
@@ -233,6 +239,9 @@ class Filesystem {
   void LoadDirLocked(const InodeRef& dir);
   bool JournaledLocked(const InodeRef& inode) const;
   uint64_t AppendLocked(EntryRef entry);
+  // Journals `inode`'s current mode (with set_mode), owner (set_owner) and times (set_times) for
+  // the backing store, when it is there or on its way.
+  void JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner, bool set_times);
   // Seals the current version of a regular file if it changed; returns the seq to wait for.
   uint64_t SealLocked(const InodeRef& inode);
   // Takes ownership of an open file; returns its handle number.

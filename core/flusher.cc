@@ -189,10 +189,10 @@ size_t Flusher::ApplyBatch(const std::vector<EntryRef>& batch, Status* error, En
     if (s.fd < 0 || !s.status.ok()) continue;
     const JournalEntry& e = *batch[i];
     timespec times[2] = {e.atime, e.mtime};
+    // chown before chmod: a chown clears the set-user-ID bit.
     if (ftruncate(s.fd, static_cast<off_t>(e.snapshot.size())) != 0 ||
-        fchmod(s.fd, e.mode & 07777) != 0 ||
         ((e.uid != euid || e.gid != egid) && fchown(s.fd, e.uid, e.gid) != 0 && euid == 0) ||
-        futimens(s.fd, times) != 0) {
+        fchmod(s.fd, e.mode & 07777) != 0 || futimens(s.fd, times) != 0) {
       s.status = Status::FromErrno("set size and attributes of staging file");
       continue;
     }

@@ -218,7 +218,8 @@ void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guard(req, "open", [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags), false); });
+  Guard(req, "open",
+        [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags, CallerOf(req)), false); });
 }
 
 // Reads [offset, offset+length) of `fd` into `dst`; returns bytes read (short only at EOF).
@@ -351,7 +352,8 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
 void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
   Guard(req, "write", [&] {
-    Result<size_t> r = Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size);
+    Result<size_t> r =
+        Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, CallerOf(req));
     if (!r.ok()) {
       fuse_reply_err(req, r.status().err());
     } else {

@@ -415,6 +415,77 @@ TEST_F(FilesystemTest, OverwriteTruncateAndExtend) {
 // ---------------------------------------------------------------------------------------------
 // Files that exist on the backing store before the mount.
 
+// The kernel leaves clearing set-ID bits to the daemon for writes that bypass the page cache and
+// for opens with O_TRUNC (it does it itself, with a setattr, for cached writes and truncate).
+TEST_F(FilesystemTest, WritesAndTruncatingOpensByOtherUsersClearSetIdBits) {
+  Mount({.flush_delay = 1h});
+  const Caller nobody{65534, 65534, 022};
+  auto write_as = [&](const std::string& path, const Caller& c, int flags) {
+    Result<OpenFile> f = fs_->Open(Ino(path), flags, c);
+    EXPECT_TRUE(f.ok()) << path << ": " << f.status().ToString();
+    if (!f.ok()) return;
+    if (!(flags & O_TRUNC)) {
+      EXPECT_TRUE(fs_->Write(f->handle, 0, "w", 1, c).ok());
+    }
+    EXPECT_TRUE(Close(*fs_, f->handle).ok());
+  };
+  auto mode_of = [&](const std::string& path) { return Resolve(*fs_, path)->mode & 07777; };
+  for (const char* name : {"suid", "sgid-x", "sgid", "by-root", "trunc", "empty"}) {
+    ASSERT_TRUE(WriteFile(*fs_, name, std::string(name) == "empty" ? "" : "data").ok());
+  }
+  ASSERT_TRUE(fs_->Sync().ok());  // "empty" is then on the backing store, with its mode.
+  for (auto [name, mode] : std::map<std::string, uint32_t>{
+           {"suid", 04777}, {"sgid-x", 02777}, {"sgid", 02767}, {"by-root", 06777},
+           {"trunc", 06777}, {"empty", 06777}}) {
+    SetAttrRequest chmod;
+    chmod.mode = mode;
+    ASSERT_TRUE(fs_->SetAttr(Ino(name), chmod).ok());
+  }
+  write_as("suid", nobody, O_WRONLY);
+  write_as("sgid-x", nobody, O_RDWR);
+  write_as("sgid", nobody, O_WRONLY);
+  write_as("by-root", Caller{}, O_WRONLY);
+  write_as("trunc", nobody, O_WRONLY | O_TRUNC);
+  write_as("empty", nobody, O_WRONLY | O_TRUNC);
+  EXPECT_EQ(mode_of("suid"), 0777u);
+  EXPECT_EQ(mode_of("sgid-x"), 0777u);
+  EXPECT_EQ(mode_of("sgid"), 02767u) << "set-group-ID without group execute stays";
+  EXPECT_EQ(mode_of("by-root"), 06777u) << "root has CAP_FSETID";
+  EXPECT_EQ(mode_of("trunc"), 0777u);
+  EXPECT_EQ(mode_of("empty"), 0777u);
+  ASSERT_TRUE(fs_->Sync().ok());
+  for (auto [name, mode] : std::map<std::string, uint32_t>{
+           {"suid", 0777}, {"sgid-x", 0777}, {"sgid", 02767}, {"by-root", 06777},
+           {"trunc", 0777}, {"empty", 0777}}) {
+    struct stat st {};
+    ASSERT_EQ(stat(B(name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode) << name << " on the backing store";
+  }
+}
+
+// A set-user-ID file of another owner keeps its bits on the backing store: the chown that gives
+// the published file its owner comes before the chmod (a chown clears set-user-ID).
+TEST_F(FilesystemTest, ASetUserIdFileOfAnotherOwnerIsPublishedWithItsBits) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give files to another owner";
+  Mount({.flush_delay = 1h});
+  Result<uint64_t> h = CreatePath(*fs_, "tool");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "#!/bin/true\n").ok());
+  SetAttrRequest chown;
+  chown.uid = 65534;
+  chown.gid = 65534;
+  ASSERT_TRUE(fs_->SetAttr(Ino("tool"), chown).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 06755;
+  ASSERT_TRUE(fs_->SetAttr(Ino("tool"), chmod).ok());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  struct stat st {};
+  ASSERT_EQ(stat(B("tool").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_mode & 07777, 06755u);
+}
+
 TEST_F(FilesystemTest, PreExistingFilesAreVisibleLazilyAndModifiable) {
   std::string a = Pattern(10, 3 * kBlockSize + 17);
   WriteHostFile(B("old/a.bin"), a);
