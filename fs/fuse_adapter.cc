@@ -104,9 +104,11 @@ void Init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // Locks are kept by the kernel for this mount; readdirplus is not implemented. Every change
   // of file data passes through the kernel (its page cache stays right), so a changed mtime must
-  // not drop the cache: files read back right after they were written are served from it.
+  // not drop the cache: files read back right after they were written are served from it. The
+  // kernel clears set-ID bits itself (a setattr) on truncate, chown and cached writes; core
+  // clears them on direct writes and truncating opens, which the kernel leaves to the daemon.
   conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_READDIRPLUS |
-                  FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA);
+                  FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_HANDLE_KILLPRIV);
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
