@@ -363,7 +363,8 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
     return Status::FromErrno("mknod " + e.name);
   }
   // chown before chmod: a chown clears the set-user-ID bit.
-  if ((geteuid() == 0 && fchownat(staging_fd_, tmp.c_str(), e.uid, e.gid, AT_SYMLINK_NOFOLLOW) != 0) ||
+  const bool root = geteuid() == 0;
+  if ((root && fchownat(staging_fd_, tmp.c_str(), e.uid, e.gid, AT_SYMLINK_NOFOLLOW) != 0) ||
       fchmodat(staging_fd_, tmp.c_str(), e.mode & 07777, 0) != 0 ||
       utimensat(staging_fd_, tmp.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0 ||
       renameat(staging_fd_, tmp.c_str(), dir, e.name.c_str()) != 0) {

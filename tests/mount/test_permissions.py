@@ -60,7 +60,8 @@ def set_id_modes_after_changes(root):
         with open(os.path.join(root, name), "wb") as f:
             f.write(b"data")
         os.chmod(os.path.join(root, name), mode)
-    r = as_nobody(CHANGE, *[f"{os.path.join(root, n)}:{how}" for n, (_, how) in SET_ID_FILES.items()])
+    changes = [f"{os.path.join(root, n)}:{how}" for n, (_, how) in SET_ID_FILES.items()]
+    r = as_nobody(CHANGE, *changes)
     return {n: oct(os.stat(os.path.join(root, n)).st_mode & 0o7777) for n in SET_ID_FILES}, r.stderr
 
 

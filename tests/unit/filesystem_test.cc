@@ -1125,7 +1125,8 @@ TEST_F(FilesystemTest, DeviceNodesFailWithEpermWhereTheBackingStoreTakesNone) {
     if (!fs) return "mount failed";
     Result<Attr> dev = fs->Mknod(kRootIno, "null", S_IFCHR | 0600, makedev(1, 3), Me());
     if (dev.ok() || dev.status().err() != EPERM) {
-      return "mknod of a device: " + (dev.ok() ? std::string("succeeded") : dev.status().ToString());
+      return "mknod of a device: " +
+             (dev.ok() ? std::string("succeeded") : dev.status().ToString());
     }
     if (fs->Lookup(kRootIno, "null").ok()) return "the refused device node is shown";
     if (!fs->Mknod(kRootIno, "fifo", S_IFIFO | 0600, 0, Me()).ok()) return "mkfifo failed";
