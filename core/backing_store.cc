@@ -1,6 +1,8 @@
 #include "core/backing_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -25,6 +27,15 @@ bool TakesDirectIo(Env& env, int dir) {
   std::free(page);
   env.Close(*fd);
   return ok;
+}
+
+// Whether directory `dir` takes device nodes.
+bool TakesDeviceNodes(Env& env, int dir) {
+  constexpr const char* kProbe = "device_node_probe";
+  (void)env.Unlink(dir, kProbe);
+  if (!env.Mknod(dir, kProbe, S_IFCHR | 0600, makedev(1, 3)).ok()) return false;
+  (void)env.Unlink(dir, kProbe);
+  return true;
 }
 
 // Opens directory `name` of `dir`, made first if missing.
@@ -66,7 +77,7 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
     for (const std::string& name : *left) removed += env.Unlink(*staging, name).ok();
     if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
   }
-  BackingStore store{*root, *staging, config.flush_io};
+  BackingStore store{*root, *staging, config.flush_io, TakesDeviceNodes(env, *staging)};
   if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(env, *staging)) {
     if (config.flush_io == FlushIo::kDirect) {
       env.Close(*staging);

@@ -18,6 +18,9 @@ struct BackingStore {
   int staging_fd = -1;  // <backing>/.ckptfs/staging: where versions are written before publishing.
   // config.flush_io, or kBuffered when it was kAuto and the filesystem refuses O_DIRECT.
   FlushIo flush_io = FlushIo::kAuto;
+  // The staging directory takes device nodes (CAP_MKNOD, and a filesystem and user namespace
+  // that allow them).
+  bool device_nodes = false;
 };
 
 // Opens the backing directory of `config` (it must exist, be a directory and be writable) and

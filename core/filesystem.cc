@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +48,15 @@ Config WithFlushIo(Config config, FlushIo flush_io) {
   return config;
 }
 
+// The mode a write or truncation by `c` leaves (the kernel's file_remove_privs): a caller
+// without CAP_FSETID clears set-user-ID, and set-group-ID when group execute is set.
+uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
+  if (c.uid == 0) return mode;
+  mode &= ~static_cast<uint32_t>(S_ISUID);
+  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
+  return mode;
+}
+
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -65,6 +75,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
 Filesystem::Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env)
     : config_(WithFlushIo(config, store.flush_io)),
       env_(std::move(env)),
+      device_nodes_(store.device_nodes),
       root_fd_(store.root_fd),
       staging_fd_(store.staging_fd),
       start_time_(Now()),
@@ -173,7 +184,8 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   struct stat st {};
   if (Status found = env_->Stat(dfd, name, &st); !found.ok()) return found;
   const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
-  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+  const bool linkable = !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
+  if (linkable && st.st_nlink > 1) {
     // Another name of a hard-linked file seen already: the same inode.
     auto it = backing_links_.find(backing_id);
     InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
@@ -187,7 +199,7 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   } else if (S_ISLNK(st.st_mode)) {
     type = FileType::kSymlink;
   } else {
-    return Status::Error(ENOENT, name + ": special files on the backing store are not shown");
+    type = FileType::kSpecial;
   }
   auto inode = std::make_shared<Inode>(next_ino_++, type);
   {
@@ -202,9 +214,13 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
       inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
     }
   }
+  if (type == FileType::kSpecial) {
+    inode->special_type = st.st_mode & S_IFMT;
+    inode->rdev = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? st.st_rdev : 0;
+  }
   inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
-  if (type == FileType::kRegular && st.st_nlink > 1) backing_links_[backing_id] = inode;
+  if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
   if (type == FileType::kDirectory) {
     Result<int> fd = env_->Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (!fd.ok()) return fd.status();
@@ -212,7 +228,7 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   } else if (type == FileType::kRegular) {
     inode->origin_dir = dir->dir_fd;
     inode->origin_name = name;
-  } else {
+  } else if (type == FileType::kSymlink) {
     Result<std::string> target = env_->ReadLink(dfd, name);
     if (!target.ok()) return target.status();
     inode->symlink_target = std::move(*target);
@@ -434,6 +450,7 @@ Attr Filesystem::AttrOf(const Inode& inode) const {
       break;
     case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
     case FileType::kDirectory: a.size = 4096; break;
+    case FileType::kSpecial: a.rdev = inode.rdev; break;
   }
   return a;
 }
@@ -585,7 +602,9 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   timespec now = Now();
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
-    if (inode->type != FileType::kRegular) return Status::Error(EINVAL, "truncate of a symlink");
+    if (inode->type != FileType::kRegular) {
+      return Status::Error(EINVAL, "truncate of a symlink or special file");
+    }
     if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
     if (inode->passthrough_handles > 0) {
       return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
@@ -609,26 +628,34 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     inode->ctime = now;
   }
   if (req.size && handle == 0) SealLocked(inode);
-  if (meta && JournaledLocked(inode) && !inode->names.empty()) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kSetAttr;
-    e->inode = inode;
-    e->parent = inode->names.begin()->parent;
-    e->name = inode->names.begin()->name;
+  if (meta && inode->ino == kRootIno) {
+    spdlog::debug("attributes of the mount root are not written to the backing directory");
+  } else if (meta) {
+    JournalAttrsLocked(inode, req.mode.has_value(), req.uid || req.gid, req.atime || req.mtime);
+  }
+  return AttrOf(*inode);
+}
+
+void Filesystem::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner,
+                                    bool set_times) {
+  if (!JournaledLocked(inode) || inode->names.empty()) return;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kSetAttr;
+  e->inode = inode;
+  e->parent = inode->names.begin()->parent;
+  e->name = inode->names.begin()->name;
+  e->set_mode = set_mode;
+  e->set_owner = set_owner;
+  e->set_times = set_times;
+  {
     MutexLock ilock(inode->mu);
-    e->set_mode = req.mode.has_value();
-    e->set_owner = req.uid || req.gid;
-    e->set_times = req.atime || req.mtime;
     e->mode = inode->mode;
     e->uid = inode->uid;
     e->gid = inode->gid;
     e->atime = inode->atime;
     e->mtime = inode->mtime;
-    AppendLocked(std::move(e));
-  } else if (meta && inode->ino == kRootIno) {
-    spdlog::debug("attributes of the mount root are not written to the backing directory");
   }
-  return AttrOf(*inode);
+  AppendLocked(std::move(e));
 }
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
@@ -740,6 +767,53 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
   e->symlink_target = target;
   e->uid = c.uid;
   e->gid = c.gid;
+  AppendLocked(std::move(e));
+  inode->lookups++;
+  return AttrOf(*inode);
+}
+
+Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
+                               uint64_t rdev, const Caller& c) {
+  const uint32_t type = mode & S_IFMT;
+  if (type == S_IFREG || type == 0) {
+    Result<OpenFile> created = Create(parent, name, mode, O_WRONLY | O_EXCL, c);
+    if (!created.ok()) return created.status();
+    Status released = Release(created->handle);
+    if (!released.ok()) return released;
+    return created->attr;
+  }
+  const bool device = type == S_IFCHR || type == S_IFBLK;
+  if (!device && type != S_IFIFO && type != S_IFSOCK) return Status::Error(EINVAL, "mknod type");
+  if (device && !device_nodes_) {
+    return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
+  }
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  NamespaceLock lock(ns_mu_);
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
+  InodeRef inode = NewInodeLocked(FileType::kSpecial, mode, c);
+  inode->special_type = type;
+  inode->rdev = device ? rdev : 0;
+  AddNameLocked(*dir, name, inode);
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kMknod;
+  e->inode = inode;
+  e->parent = *dir;
+  e->name = name;
+  e->node_type = type;
+  e->rdev = inode->rdev;
+  {
+    MutexLock ilock(inode->mu);
+    e->mode = inode->mode;
+    e->uid = inode->uid;
+    e->gid = inode->gid;
+    e->atime = inode->atime;
+    e->mtime = inode->mtime;
+  }
   AppendLocked(std::move(e));
   inode->lookups++;
   return AttrOf(*inode);
@@ -926,12 +1000,12 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
-  Result<OpenFile> opened = Open(existing_ino, flags);
+  Result<OpenFile> opened = Open(existing_ino, flags, c);
   if (!opened.ok()) Forget(existing_ino, 1);
   return opened;
 }
 
-Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
+Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
   if (ino == kStatsIno || ino == kSyncIno) {
     if (ino == kStatsIno && (flags & O_ACCMODE) != O_RDONLY) {
       return Status::Error(EACCES, "the stats file is read-only");
@@ -946,7 +1020,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags) {
   if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
   return Reserving([&](Reservation& reservation, size_t& more) {
-    return OpenReserved(ino, flags, reservation, more);
+    return OpenReserved(ino, flags, c, reservation, more);
   });
 }
 
@@ -959,13 +1033,16 @@ void Filesystem::WaitPassthroughReleased(uint64_t ino) {
   });
 }
 
-Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& reservation,
-                                          size_t& more) {
+Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller& c,
+                                          Reservation& reservation, size_t& more) {
   NamespaceLock lock(ns_mu_);
   InodeRef inode = FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
-  if (inode->type != FileType::kRegular) return Status::Error(ELOOP, "open of a symlink");
+  if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
+  if (inode->type != FileType::kRegular) {
+    return Status::Error(ENXIO, "open of a special file (the kernel opens those itself)");
+  }
   const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   if (inode->passthrough_handles > 0 && (flags & O_ACCMODE) != O_RDONLY) {
     spdlog::warn("{}: refused to open for writing (ETXTBSY) while it is read through FUSE "
@@ -1005,13 +1082,20 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, Reservation& 
     return Status::Ok();
   }
   if (truncate) {
-    MutexLock ilock(inode->mu);
-    if (inode->content.size() > 0 || inode->origin_dir) {
-      inode->content = FileContent();
-      inode->version++;
-      inode->mtime = inode->ctime = Now();
+    bool mode_changed;
+    {
+      MutexLock ilock(inode->mu);
+      if (inode->content.size() > 0 || inode->origin_dir) {
+        inode->content = FileContent();
+        inode->version++;
+        inode->mtime = inode->ctime = Now();
+      }
+      inode->origin_dir.reset();
+      const uint32_t mode = ModeAfterChangeBy(inode->mode, c);
+      mode_changed = mode != inode->mode;
+      inode->mode = mode;
     }
-    inode->origin_dir.reset();
+    if (mode_changed) JournalAttrsLocked(inode, /*set_mode=*/true, false, false);
   } else {
     Status st = LoadOriginLocked(inode);
     if (!st.ok()) return st;
@@ -1122,7 +1206,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 }
 
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
-                                 size_t size) {
+                                 size_t size, const Caller& c) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return ControlWrite(h->control_ino, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
@@ -1132,6 +1216,8 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
     MutexLock lock(h->inode->mu);
     view = h->inode->view;
     if (view) h->inode->mtime = h->inode->ctime = Now();
+    // Reaches the backing store with the version this write makes, at its seal.
+    h->inode->mode = ModeAfterChangeBy(h->inode->mode, c);
   }
   uint64_t target_offset = offset;
   size_t target_size = size;

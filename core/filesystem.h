@@ -44,7 +44,8 @@ inline constexpr uint64_t kStatsIno = 3;
 inline constexpr uint64_t kSyncIno = 4;
 inline constexpr uint64_t kFirstIno = 16;
 
-// Who asks (from the FUSE request).
+// Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
+// other user none.
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
@@ -123,6 +124,11 @@ class Filesystem {
   Status Rmdir(uint64_t parent, const std::string& name);
   Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
                        const Caller& c);
+  // A FIFO, socket or device node (mode's type bits; `rdev` for devices), shown and published
+  // like the other nodes; with S_IFREG (or no type), an empty regular file. Device nodes fail
+  // with EPERM when the backing store takes none (probed at mount).
+  Result<Attr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                     const Caller& c);
   Result<std::string> Readlink(uint64_t ino);
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                 const std::string& new_name, unsigned flags);
@@ -130,9 +136,13 @@ class Filesystem {
 
   Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
                           const Caller& c);
-  Result<OpenFile> Open(uint64_t ino, int flags);
+  // An open with O_TRUNC, and a write, by a caller without CAP_FSETID clear the file's
+  // set-user-ID bit, and its set-group-ID bit when group execute is set, as the kernel does for
+  // local filesystems (it leaves that to the FUSE daemon for these requests).
+  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller());
   Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size);
-  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size);
+  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                       const Caller& c = Caller());
   // close(): seals the file if it changed through this handle; a handle opened for writing
   // also gets a flush error of the file not reported yet.
   Status Flush(uint64_t handle);
@@ -204,7 +214,8 @@ class Filesystem {
                         size_t& more);
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
                         size_t& more);
-  Result<OpenFile> OpenReserved(uint64_t ino, int flags, Reservation& reservation, size_t& more);
+  Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
+                                size_t& more);
 
   // --- Called with the namespace lock held ---
   InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
@@ -231,6 +242,10 @@ class Filesystem {
   void LoadDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
   bool JournaledLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   uint64_t AppendLocked(EntryRef entry) REQUIRES(ns_lock);
+  // Journals `inode`'s current mode (with set_mode), owner (set_owner) and times (set_times) for
+  // the backing store, when it is there or on its way.
+  void JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner, bool set_times)
+      REQUIRES(ns_lock);
   // Seals the current version of a regular file if it changed; returns the seq to wait for.
   uint64_t SealLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Takes ownership of an open file; returns its handle number.
@@ -335,6 +350,7 @@ class Filesystem {
   const Config config_;
   // Declared first: every BackingFile closes its descriptor through it.
   const std::unique_ptr<Env> env_;
+  const bool device_nodes_;  // The backing store takes device nodes.
   const int root_fd_;
   const int staging_fd_;
   const timespec start_time_;

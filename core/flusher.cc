@@ -322,6 +322,8 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       }
       return st.ok() ? st : Status::Error(st.err(), "symlink " + e.name);
     }
+    case Kind::kMknod:
+      return MakeNode(e, dfd);
     case Kind::kRename:
       touched_dirs->push_back(DirFd(e.new_parent));
       return env_.Rename(dfd, e.name, touched_dirs->back(), e.new_name, e.rename_flags);
@@ -347,6 +349,23 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       break;
   }
   return Status::Error(EINVAL, "unexpected journal entry");
+}
+
+Status Flusher::MakeNode(const JournalEntry& e, int dir) {
+  const std::string tmp = std::to_string(e.seq);
+  const timespec times[2] = {e.atime, e.mtime};
+  Status st = env_.Mknod(staging_fd_, tmp, e.node_type | (e.mode & 07777), e.rdev);
+  if (!st.ok()) return Status::Error(st.err(), "mknod " + e.name);
+  // chown before chmod: a chown clears the set-user-ID bit.
+  if (geteuid() == 0) st = env_.Chown(staging_fd_, tmp, e.uid, e.gid);
+  if (st.ok()) st = env_.Chmod(staging_fd_, tmp, e.mode & 07777);
+  if (st.ok()) st = env_.SetTimes(staging_fd_, tmp, times);
+  if (st.ok()) st = env_.Rename(staging_fd_, tmp, dir, e.name);
+  if (!st.ok()) {
+    (void)env_.Unlink(staging_fd_, tmp);
+    return Status::Error(st.err(), "mknod " + e.name);
+  }
+  return Status::Ok();
 }
 
 void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) {

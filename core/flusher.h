@@ -77,6 +77,9 @@ class Flusher {
   };
   BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(ns_lock);
   Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
+  // Creates the FIFO, socket or device node of a kMknod entry in directory `dir`, with its
+  // mode, owner (when root) and times; it shows there only once complete.
+  Status MakeNode(const JournalEntry& e, int dir);
   // The directories an applied entry changed, to sync again.
   void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
   void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result)

@@ -1,4 +1,4 @@
-// Inode: one file, directory or symlink as the mount shows it.
+// Inode: one file, directory, symlink or special file as the mount shows it.
 //
 // Lock order: the namespace lock (Filesystem::ns_mu_) before Inode::mu. The namespace fields
 // (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
@@ -28,7 +28,8 @@ struct JournalEntry;
 struct ZarrArray;
 struct ChunkView;
 
-enum class FileType { kRegular, kDirectory, kSymlink };
+// kSpecial: a FIFO, socket or device node; metadata only (the kernel opens it itself).
+enum class FileType { kRegular, kDirectory, kSymlink, kSpecial };
 
 // What getattr returns.
 struct Attr {
@@ -38,6 +39,7 @@ struct Attr {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint64_t size = 0;
+  uint64_t rdev = 0;  // Device nodes: the device.
   timespec atime{}, mtime{}, ctime{};
 };
 
@@ -54,6 +56,10 @@ struct Inode {
 
   const uint64_t ino;
   const FileType type;
+  // kSpecial: S_IFIFO, S_IFSOCK, S_IFCHR or S_IFBLK, and the device of a device node. Set before
+  // the inode is shown, never changed.
+  uint32_t special_type = 0;
+  uint64_t rdev = 0;
 
   // --- Guarded by the namespace lock ---
   uint32_t nlink GUARDED_BY(ns_lock) = 1;
@@ -118,6 +124,7 @@ struct Inode {
     switch (type) {
       case FileType::kDirectory: return S_IFDIR;
       case FileType::kSymlink: return S_IFLNK;
+      case FileType::kSpecial: return special_type;
       default: return S_IFREG;
     }
   }

@@ -9,6 +9,7 @@ const char* KindName(JournalEntry::Kind kind) {
     case JournalEntry::Kind::kPublish: return "write";
     case JournalEntry::Kind::kMkdir: return "mkdir";
     case JournalEntry::Kind::kSymlink: return "symlink";
+    case JournalEntry::Kind::kMknod: return "mknod";
     case JournalEntry::Kind::kRename: return "rename";
     case JournalEntry::Kind::kUnlink: return "unlink";
     case JournalEntry::Kind::kRmdir: return "rmdir";

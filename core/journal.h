@@ -25,14 +25,17 @@ namespace ckptfs {
 using Clock = std::chrono::steady_clock;
 
 struct JournalEntry {
-  enum class Kind { kPublish, kMkdir, kSymlink, kRename, kUnlink, kRmdir, kLink, kSetAttr };
+  enum class Kind {
+    kPublish, kMkdir, kSymlink, kMknod, kRename, kUnlink, kRmdir, kLink, kSetAttr
+  };
 
   Kind kind = Kind::kPublish;
   uint64_t seq = 0;
   Clock::time_point sealed_at;
   Clock::duration hold{};  // Waits at least this long after sealed_at (see policy::NextHold).
   InodeRef inode;  // The subject.
-  // Where the subject is (rename, link: the source; unlink, rmdir, mkdir, symlink, setattr).
+  // Where the subject is (rename, link: the source; unlink, rmdir, mkdir, symlink, mknod,
+  // setattr).
   InodeRef parent;
   std::string name;
   // Rename and link destination.
@@ -47,13 +50,16 @@ struct JournalEntry {
   uint64_t version = 0;
   std::vector<Inode::Name> names;
 
-  // Attributes to apply (publish, mkdir, symlink, setattr).
+  // Attributes to apply (publish, mkdir, symlink, mknod, setattr).
   uint32_t mode = 0;
   uint32_t uid = 0;
   uint32_t gid = 0;
   timespec atime{}, mtime{};
   bool set_mode = false, set_owner = false, set_times = false;
   std::string symlink_target;
+  // kMknod: the node's type (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK) and device.
+  uint32_t node_type = 0;
+  uint64_t rdev = 0;
 
   bool started = false;    // Taken by the flusher; no longer cancellable.
   // On the backing store, but not durable yet (syncing its directory failed): no longer

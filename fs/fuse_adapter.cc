@@ -37,6 +37,7 @@ struct stat ToStat(const Attr& a) {
   st.st_uid = a.uid;
   st.st_gid = a.gid;
   st.st_size = static_cast<off_t>(a.size);
+  st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_blksize = kPreferredIoSize;
   st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_atim = a.atime;
@@ -103,9 +104,11 @@ void Init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // Locks are kept by the kernel for this mount; readdirplus is not implemented. Every change
   // of file data passes through the kernel (its page cache stays right), so a changed mtime must
-  // not drop the cache: files read back right after they were written are served from it.
+  // not drop the cache: files read back right after they were written are served from it. The
+  // kernel clears set-ID bits itself (a setattr) on truncate, chown and cached writes; core
+  // clears them on direct writes and truncating opens, which the kernel leaves to the daemon.
   conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_READDIRPLUS |
-                  FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA);
+                  FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_HANDLE_KILLPRIV);
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -211,26 +214,14 @@ void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fu
   });
 }
 
-void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
-  Guard(req, "mknod", [&] {
-    if (!S_ISREG(mode)) {
-      fuse_reply_err(req, EPERM);
-      return;
-    }
-    Result<OpenFile> r = Fs(req).Create(parent, name, mode, O_WRONLY | O_EXCL, CallerOf(req));
-    if (!r.ok()) {
-      fuse_reply_err(req, r.status().err());
-      return;
-    }
-    Status released = Fs(req).Release(r->handle);
-    (void)released;
-    fuse_entry_param e = ToEntry(r->attr);
-    fuse_reply_entry(req, &e);
-  });
+void Mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  Guard(req, "mknod",
+        [&] { ReplyEntry(req, Fs(req).Mknod(parent, name, mode, rdev, CallerOf(req))); });
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Guard(req, "open", [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags), false); });
+  Guard(req, "open",
+        [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags, CallerOf(req)), false); });
 }
 
 // Reads [offset, offset+length) of `fd` into `dst`; returns bytes read (short only at EOF).
@@ -363,7 +354,8 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
 void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
   Guard(req, "write", [&] {
-    Result<size_t> r = Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size);
+    Result<size_t> r =
+        Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, CallerOf(req));
     if (!r.ok()) {
       fuse_reply_err(req, r.status().err());
     } else {

@@ -63,6 +63,7 @@ class Env {
     kAdvise,
     kSyncFs,
     kMkdir,
+    kMknod,
     kSymlink,
     kLink,
     kRename,
@@ -112,6 +113,8 @@ class Env {
   virtual Status SyncFs(int fd) = 0;
 
   virtual Status Mkdir(int dir, const std::string& name, mode_t mode) = 0;
+  // mknodat: a FIFO, socket or device node (`mode` holds the type).
+  virtual Status Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) = 0;
   virtual Status Symlink(const std::string& target, int dir, const std::string& name) = 0;
   virtual Status Link(int dir, const std::string& name, int new_dir,
                       const std::string& new_name) = 0;

@@ -219,6 +219,10 @@ Status FaultInjectingEnv::Mkdir(int dir, const std::string& name, mode_t mode) {
   return Pass(Op::kMkdir, {name}, [&] { return inner_->Mkdir(dir, name, mode); });
 }
 
+Status FaultInjectingEnv::Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) {
+  return Pass(Op::kMknod, {name}, [&] { return inner_->Mknod(dir, name, mode, dev); });
+}
+
 Status FaultInjectingEnv::Symlink(const std::string& target, int dir, const std::string& name) {
   return Pass(Op::kSymlink, {name}, [&] { return inner_->Symlink(target, dir, name); });
 }

@@ -98,6 +98,7 @@ const char* Env::OpName(Op op) {
     case Op::kAdvise: return "fadvise";
     case Op::kSyncFs: return "syncfs";
     case Op::kMkdir: return "mkdir";
+    case Op::kMknod: return "mknod";
     case Op::kSymlink: return "symlink";
     case Op::kLink: return "link";
     case Op::kRename: return "rename";
@@ -241,6 +242,10 @@ Status PosixEnv::SyncFs(int fd) { return Checked(syncfs(fd), "syncfs"); }
 
 Status PosixEnv::Mkdir(int dir, const std::string& name, mode_t mode) {
   return Checked(mkdirat(dir, name.c_str(), mode), "mkdir " + name);
+}
+
+Status PosixEnv::Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) {
+  return Checked(mknodat(dir, name.c_str(), mode, dev), "mknod " + name);
 }
 
 Status PosixEnv::Symlink(const std::string& target, int dir, const std::string& name) {

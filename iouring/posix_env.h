@@ -29,6 +29,7 @@ class PosixEnv : public Env {
   void Advise(int fd, uint64_t offset, uint64_t length) override;
   Status SyncFs(int fd) override;
   Status Mkdir(int dir, const std::string& name, mode_t mode) override;
+  Status Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) override;
   Status Symlink(const std::string& target, int dir, const std::string& name) override;
   Status Link(int dir, const std::string& name, int new_dir, const std::string& new_name) override;
   Status Rename(int dir, const std::string& name, int new_dir, const std::string& new_name,

@@ -263,8 +263,9 @@ def error_lines(text):
 def snapshot(root, skip_root=(".ckptfs",), contents="sha256", with_nlink=False):
     """{relative path: description} of every entry under root (root itself and the root entries
     named in skip_root excluded): files ("f", mode, size, sha256 or, with contents="bytes", the
-    bytes), directories ("d", mode), symlinks ("l", target), other kinds ("?", st_mode); files
-    and directories end with their link count when with_nlink. Reads every byte."""
+    bytes), directories ("d", mode), symlinks ("l", target), FIFOs, sockets and device nodes
+    ("n", type, mode, device), never opened; all but symlinks end with their link count when
+    with_nlink. Reads every byte of the files."""
     tree = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
@@ -283,8 +284,7 @@ def snapshot(root, skip_root=(".ckptfs",), contents="sha256", with_nlink=False):
             elif stat.S_ISREG(st.st_mode):
                 desc = ("f", oct(stat.S_IMODE(st.st_mode)), st.st_size, _contents(p, contents))
             else:
-                tree[rel] = ("?", st.st_mode)
-                continue
+                desc = ("n", stat.S_IFMT(st.st_mode), oct(stat.S_IMODE(st.st_mode)), st.st_rdev)
             tree[rel] = desc + (st.st_nlink,) if with_nlink else desc
     return tree
 

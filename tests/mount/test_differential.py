@@ -4,10 +4,15 @@ mount and to a plain temp directory must give the same results.
 Operations: open/create (O_TRUNC, O_APPEND, O_EXCL, read-only, ...), write and pwrite at random
 offsets (holes), read and pread, lseek, ftruncate/truncate up and down, rename (over files and
 directories), unlink (the open descriptors stay in use), mmap read, mmap write + msync, fsync,
-mkdir/rmdir, symlink/readlink, link, chmod, stat/lstat/fstat, listdir. After every step the results
-(return values, errno) must be equal; every TREE_EVERY steps the whole trees (names, types,
-modes, sizes, bytes, link counts, symlink targets). At the end: the trees after closing
-everything, BACKING after `ckptfs sync`, BACKING after unmount, and a new mount over BACKING.
+mkdir/rmdir, symlink/readlink, link, chmod, stat/lstat/fstat, listdir, mkfifo/mknod (FIFOs,
+sockets, device nodes, files), and a write or truncation of a set-user-ID file by uid 65534.
+After every step the results (return values, errno) must be equal; every TREE_EVERY steps the
+whole trees (names, types, modes, sizes, bytes, link counts, symlink targets, device numbers).
+At the end: the trees after closing everything, BACKING after `ckptfs sync`, BACKING after
+unmount, and a new mount over BACKING.
+
+Every open is O_NONBLOCK, so that a FIFO never blocks the test (regular files ignore it). Device
+nodes are not opened: the mount is nodev (FUSE's default), a plain directory is not.
 
 A failure names the seed, the step and the last operations; CKPTFS_DIFF_SEED=N replays one seed.
 DifferentialTest, the default run: 5 seeds x 800 steps. DifferentialLongTest, the long variant,
@@ -16,6 +21,7 @@ runs only with CKPTFS_LONG_TESTS=1: 40 seeds x 3000 steps; without it, it is rep
 
 import mmap
 import os
+import pickle
 import random
 import shutil
 import stat
@@ -26,6 +32,8 @@ import unittest
 from harness import (CkptfsMount, choose_seed, describe_tree_diff, errno_name, require_fuse,
                      require_long, snapshot)
 
+NOBODY = 65534
+ROOT = os.geteuid() == 0  # Device nodes and changes by uid 65534 need root.
 TREE_EVERY = 25
 MAX_HANDLES = 8
 DIRS = ["", "d1", "d1/d2", "d3"]  # Made at the start; they can be renamed and removed.
@@ -46,7 +54,41 @@ OPEN_FLAGS = [
 def describe_stat(st):
     kind = stat.S_IFMT(st.st_mode)
     size = None if stat.S_ISDIR(st.st_mode) else st.st_size  # Directory sizes are fs-specific.
-    return (kind, oct(stat.S_IMODE(st.st_mode)), size, st.st_nlink)
+    return (kind, oct(stat.S_IMODE(st.st_mode)), size, st.st_nlink, st.st_rdev)
+
+
+def is_device(path):
+    """Whether path leads to a device node (never opened here: see the module's doc)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+
+
+def as_nobody(fn):
+    """fn() run by a forked child as uid/gid 65534: what it returned, or the errno it failed
+    with."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            try:
+                out = fn()
+            except OSError as e:
+                out = "error " + errno_name(e)
+            os.write(w, pickle.dumps(out))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data) if data else "the child failed"
 
 
 def mappable_size(fd):
@@ -122,7 +164,9 @@ class Differential:
         self.next_handle += 1
 
         def fn(side):
-            side.fds[hid] = os.open(side.p(path), flags, mode)
+            if is_device(side.p(path)):
+                return "a device node"
+            side.fds[hid] = os.open(side.p(path), flags | os.O_NONBLOCK, mode)
             return "opened"
         self.handles[hid] = f"{path} {label}"  # Removed again in step() when the open failed.
         return f"h{hid} = open({path!r}, {label}, {oct(mode)})", fn, hid
@@ -252,6 +296,47 @@ class Differential:
         path, mode = self.path(), self.rng.choice([0o600, 0o644, 0o640, 0o755, 0o700])
         return f"chmod({path!r}, {oct(mode)})", lambda side: os.chmod(side.p(path), mode)
 
+    def gen_mknod(self):
+        path, mode = self.path(), self.rng.choice([0o644, 0o600, 0o640])
+        kind = self.rng.choice(["fifo", "socket", "device", "file"] if ROOT else
+                               ["fifo", "socket", "file"])
+        if kind == "fifo":
+            return f"mkfifo({path!r}, {oct(mode)})", lambda side: os.mkfifo(side.p(path), mode)
+        mode |= {"socket": stat.S_IFSOCK, "device": stat.S_IFCHR, "file": stat.S_IFREG}[kind]
+        dev = os.makedev(1, 3) if kind == "device" else 0
+        return (f"mknod({path!r}, {kind} {oct(mode)})",
+                lambda side: os.mknod(side.p(path), mode, dev))
+
+    def gen_setid_write(self):
+        """chmod of a regular file to a set-ID mode, then a change of it by uid 65534 (who may
+        write it unless the mode is 0o4755): its result and the mode after."""
+        if not ROOT:
+            return self.gen_chmod()
+        path = self.path()
+        mode = self.rng.choice([0o4777, 0o6777, 0o2777, 0o4755])
+        how = self.rng.choice(["O_WRONLY", "O_RDWR", "O_WRONLY|O_TRUNC", "truncate"])
+        data, off = self.data()[:10_000], self.offset()
+
+        def change(p):
+            if how == "truncate":
+                return os.truncate(p, off)
+            flags = {"O_WRONLY": os.O_WRONLY, "O_RDWR": os.O_RDWR,
+                     "O_WRONLY|O_TRUNC": os.O_WRONLY | os.O_TRUNC}[how]
+            fd = os.open(p, flags | os.O_NONBLOCK)
+            try:
+                return None if "TRUNC" in how else os.pwrite(fd, data, off)
+            finally:
+                os.close(fd)
+
+        def fn(side):
+            p = side.p(path)
+            if not stat.S_ISREG(os.stat(p).st_mode):
+                return "not a regular file"
+            os.chmod(p, mode)
+            return as_nobody(lambda: change(p)), oct(stat.S_IMODE(os.stat(p).st_mode))
+        return (f"chmod({path!r}, {oct(mode)}); as uid {NOBODY}: {how} "
+                f"(<{len(data)} bytes> at {off})", fn)
+
     def gen_listdir(self):
         path = self.rng.choice(DIRS)
         return f"listdir({path!r})", lambda side: sorted(os.listdir(side.p(path)))
@@ -259,7 +344,8 @@ class Differential:
     WEIGHTS = {"open": 12, "close": 6, "pwrite": 12, "write": 6, "pread": 8, "read": 4,
                "lseek": 3, "ftruncate": 4, "fstat": 4, "fsync": 2, "mmap_read": 3,
                "mmap_write": 3, "truncate": 3, "stat": 4, "rename": 6, "link": 2, "unlink": 4,
-               "mkdir": 3, "rmdir": 2, "symlink": 2, "readlink": 1, "chmod": 2, "listdir": 2}
+               "mkdir": 3, "rmdir": 2, "symlink": 2, "readlink": 1, "chmod": 2, "listdir": 2,
+               "mknod": 2, "setid_write": 2}
 
     # --- running and comparing ----------------------------------------------------------------
 
@@ -333,10 +419,11 @@ def mmap_write_on_append_descriptor(root):
 def mount_options(seed):
     """Flushing at once, soon, or late; a cache that the files do or do not fit in. Passthrough
     is off: it refuses writers while a large file is read (ETXTBSY), a documented difference
-    from a plain directory."""
+    from a plain directory. As root, allow_other: uid 65534 changes set-ID files."""
     rng = random.Random(seed)
     return [f"flush_delay={rng.choice(['0', '20ms', '2s'])}",
-            f"cache_size={rng.choice(['16M', '64M'])}", "passthrough=off"]
+            f"cache_size={rng.choice(['16M', '64M'])}", "passthrough=off"] + (
+                ["allow_other"] if ROOT else [])
 
 
 def short(value):
@@ -359,6 +446,7 @@ class DifferentialRun(unittest.TestCase):
     def run_seed(self, seed, steps):
         plain = tempfile.mkdtemp(prefix="ckptfs-diff-plain-")
         self.addCleanup(shutil.rmtree, plain, True)
+        os.chmod(plain, 0o755)  # Reached by uid 65534.
         with CkptfsMount(options=mount_options(seed)) as m:
             d = Differential(self, seed, m.mnt, plain)
             try:

@@ -5,6 +5,7 @@ import ctypes
 import errno
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import unittest
@@ -40,6 +41,10 @@ def populate_existing(root):
     with open(os.path.join(root, "old", "hl1"), "wb") as f:
         f.write(b"hard-linked before the mount")
     os.link(os.path.join(root, "old", "hl1"), os.path.join(root, "old", "hl2"))
+    os.mkfifo(os.path.join(root, "old", "fifo"), 0o640)
+    os.mknod(os.path.join(root, "old", "sock"), stat.S_IFSOCK | 0o600)
+    if os.geteuid() == 0:
+        os.mknod(os.path.join(root, "old", "null"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
 
 
 class Recorder:
@@ -102,6 +107,31 @@ def op_sequence(root):
 
     def ls(rel=""):
         return sorted(os.listdir(p(rel)))
+
+    def describe(rel):
+        st = os.lstat(p(rel))
+        return (stat.S_IFMT(st.st_mode), oct(stat.S_IMODE(st.st_mode)), st.st_size, st.st_nlink,
+                st.st_rdev)
+
+    def fifo_round_trip(rel):
+        reader = os.open(p(rel), os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(p(rel), os.O_WRONLY)
+        try:
+            os.write(writer, b"through the pipe")
+            return os.read(reader, 100)
+        finally:
+            os.close(writer)
+            os.close(reader)
+
+    def socket_round_trip(rel):
+        with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
+            server.bind(p(rel))
+            server.listen(1)
+            client.connect(p(rel))
+            conn, _ = server.accept()
+            with conn:
+                client.sendall(b"through the socket")
+                return conn.recv(100)
 
     def read_write_same_fd(rel):
         fd = os.open(p(rel), os.O_RDWR | os.O_CREAT, 0o644)
@@ -198,6 +228,27 @@ def op_sequence(root):
     r.do("atime", lambda: os.stat(p("d/f1")).st_atime_ns)
     r.do("create mode 0640", write, "d/m640", b"m", os.O_WRONLY | os.O_CREAT, 0o640)
     r.do("mode m640", mode, "d/m640")
+    # FIFOs, sockets, device nodes.
+    r.do("mkfifo", os.mkfifo, p("d/fifo"), 0o640)
+    r.do("mkfifo exists", os.mkfifo, p("d/fifo"))
+    r.do("describe fifo", describe, "d/fifo")
+    r.do("fifo round trip", fifo_round_trip, "d/fifo")
+    r.do("mknod socket", os.mknod, p("d/sock"), stat.S_IFSOCK | 0o600)
+    r.do("mknod file", os.mknod, p("d/mknod-file"), stat.S_IFREG | 0o644)
+    r.do("describe mknod file", describe, "d/mknod-file")
+    r.do("bound socket", socket_round_trip, "d/bound")
+    r.do("describe bound socket", describe, "d/bound")
+    if os.geteuid() == 0:
+        r.do("mknod device", os.mknod, p("d/null"), stat.S_IFCHR | 0o600, os.makedev(1, 3))
+        r.do("describe device", describe, "d/null")
+    r.do("rename fifo", os.rename, p("d/fifo"), p("e/fifo"))
+    r.do("link fifo", os.link, p("e/fifo"), p("d/fifo-link"))
+    r.do("chmod fifo", os.chmod, p("e/fifo"), 0o600)
+    r.do("describe fifo link", describe, "d/fifo-link")
+    r.do("truncate fifo", os.truncate, p("e/fifo"), 0)
+    r.do("unlink socket", os.unlink, p("d/sock"))
+    r.do("mknod brief", os.mkfifo, p("d/brief"))
+    r.do("unlink brief", os.unlink, p("d/brief"))
     # Files already present in BACKING before mounting.
     r.do("ls old", ls, "old")
     r.do("read old/a.bin", read, "old/a.bin")
@@ -217,6 +268,12 @@ def op_sequence(root):
     r.do("pwrite old/hl1", pwrite, "old/hl1", b"HARD", 0)
     r.do("read old/hl2", read, "old/hl2")
     r.do("nlink old/sub", lambda: os.stat(p("old")).st_nlink)
+    r.do("describe old/fifo", describe, "old/fifo")
+    r.do("describe old/sock", describe, "old/sock")
+    r.do("fifo round trip old/fifo", fifo_round_trip, "old/fifo")
+    r.do("rename old/sock", os.rename, p("old/sock"), p("e/old-sock"))
+    if os.geteuid() == 0:
+        r.do("describe old/null", describe, "old/null")
     r.do("rmdir old/sub notempty", os.rmdir, p("old/sub"))
     # Listings.
     r.do("ls root", ls)
@@ -271,6 +328,19 @@ class NamespaceTest(unittest.TestCase):
             self.assertAlmostEqual(mv.f_frsize * mv.f_bavail, bv.f_frsize * bv.f_bavail,
                                    delta=512 << 20)
             self.assertGreater(mv.f_namemax, 0)
+            self.assertEqual(m.unmount(), 0)
+
+    def test_device_nodes_are_not_opened_through_the_mount(self):
+        """The mount is nodev (FUSE's default): a device node is shown but not opened."""
+        if os.geteuid() != 0:
+            self.skipTest("needs root (CAP_MKNOD) to make device nodes")
+        with CkptfsMount() as m:
+            os.mknod(m.path("null"), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            with self.assertRaises(PermissionError):
+                open(m.path("null"), "rb")
+            self.assertTrue(stat.S_ISCHR(os.lstat(m.path("null")).st_mode))
+            m.sync()
+            self.assertEqual(os.lstat(m.bpath("null")).st_rdev, os.makedev(1, 3))
             self.assertEqual(m.unmount(), 0)
 
     def test_backing_after_sync_and_unmount(self):

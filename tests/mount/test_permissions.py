@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 from harness import CkptfsMount, require_fuse, require_root
@@ -29,6 +30,39 @@ def as_nobody(code, *args):
 
 READ = "import sys; print(open(sys.argv[1], 'rb').read().decode())"
 WRITE = "import sys; open(sys.argv[1], 'w').write(sys.argv[2]); import os; os.mkdir(sys.argv[1] + '.d')"
+# Each argument PATH:HOW changes PATH one way: a write through a descriptor opened O_WRONLY (the
+# mount bypasses the page cache), O_RDWR (through it) or O_APPEND, an open with O_TRUNC, truncate.
+CHANGE = """
+import os, sys
+FLAGS = {"wronly": os.O_WRONLY, "rdwr": os.O_RDWR, "append": os.O_WRONLY | os.O_APPEND,
+         "trunc": os.O_WRONLY | os.O_TRUNC}
+for arg in sys.argv[1:]:
+    path, how = arg.rsplit(":", 1)
+    if how == "truncate":
+        os.truncate(path, 1)
+        continue
+    fd = os.open(path, FLAGS[how])
+    if how != "trunc":
+        os.write(fd, b"w")
+    os.close(fd)
+"""
+# name: (mode, how uid 65534 changes it).
+SET_ID_FILES = {"suid-wronly": (0o4777, "wronly"), "suid-rdwr": (0o4777, "rdwr"),
+                "suid-append": (0o4777, "append"), "suid-trunc": (0o4777, "trunc"),
+                "suid-truncate": (0o4777, "truncate"), "sgid-wronly": (0o2777, "wronly"),
+                "both-trunc": (0o6777, "trunc"), "both-rdwr": (0o6777, "rdwr")}
+
+
+def set_id_modes_after_changes(root):
+    """Makes SET_ID_FILES in root (owned by root), lets uid 65534 change each; returns
+    {name: mode} after, and what went wrong in the child."""
+    for name, (mode, _) in SET_ID_FILES.items():
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(b"data")
+        os.chmod(os.path.join(root, name), mode)
+    changes = [f"{os.path.join(root, n)}:{how}" for n, (_, how) in SET_ID_FILES.items()]
+    r = as_nobody(CHANGE, *changes)
+    return {n: oct(os.stat(os.path.join(root, n)).st_mode & 0o7777) for n in SET_ID_FILES}, r.stderr
 
 
 class PermissionTest(unittest.TestCase):
@@ -74,6 +108,25 @@ class PermissionTest(unittest.TestCase):
             with open(m.bpath("shared", "mine")) as f:
                 self.assertEqual(f.read(), "by nobody")
             self.assertFalse(os.path.exists(m.bpath("closed", "mine")))
+            self.assertEqual(m.unmount(), 0)
+
+    def test_changes_by_another_user_clear_set_id_bits(self):
+        """A write or truncation by a user without CAP_FSETID clears set-user-ID, and
+        set-group-ID with group execute, whichever way it reaches the mount, as on a plain
+        directory; the backing store gets the cleared modes."""
+        plain = tempfile.mkdtemp(prefix="ckptfs-plain-")
+        self.addCleanup(shutil.rmtree, plain, True)
+        os.chmod(plain, 0o755)
+        want, err = set_id_modes_after_changes(plain)
+        self.assertEqual(err, "")
+        self.assertNotIn("0o4777", want.values(), "the plain directory kept a set-user-ID bit")
+        with CkptfsMount(options=["allow_other", "flush_delay=60s"]) as m:
+            got, err = set_id_modes_after_changes(m.mnt)
+            self.assertEqual(err, "")
+            self.assertEqual(got, want, "modes on the mount (second) against a plain directory")
+            m.sync()
+            backing = {n: oct(os.stat(m.bpath(n)).st_mode & 0o7777) for n in SET_ID_FILES}
+            self.assertEqual(backing, want, "modes on the backing store after sync")
             self.assertEqual(m.unmount(), 0)
 
     def test_control_commands_only_from_the_mounting_user(self):

@@ -141,7 +141,9 @@ class ZarrFineGridTest(unittest.TestCase):
                 self.assertEqual(sorted(os.listdir(m.path(name))), [".zarray", "0"])
                 with open(m.path(name, ".zarray"), "rb") as f:
                     self.assertEqual(f.read(), bad_zarrays[name])
-            self.assertEqual(os.listdir(m.path("fifo")), [])  # Special files are not shown.
+            # A FIFO is shown as one, never opened as a .zarray.
+            self.assertEqual(os.listdir(m.path("fifo")), [".zarray"])
+            self.assertTrue(stat.S_ISFIFO(os.lstat(m.path("fifo", ".zarray")).st_mode))
             with open(m.path("fortran", ".zarray")) as f:
                 self.assertEqual(json.load(f)["chunks"], [2048, 2048])
             self.assertEqual(sorted(os.listdir(m.path("compressed"))), [".zarray", "0", "1"])

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -116,7 +117,8 @@ inline bool HostExists(const std::string& path) {
 }
 
 // The tree under `root`: relative path -> file bytes, or "<dir>" for directories, "<link:T>" for
-// symlinks. The reserved .ckptfs at the top is left out.
+// symlinks, "<fifo>", "<socket>", "<chr:MAJOR:MINOR>", "<blk:MAJOR:MINOR>" for special files
+// (never opened). The reserved .ckptfs at the top is left out.
 inline std::map<std::string, std::string> HostTree(const std::string& root) {
   std::map<std::string, std::string> out;
   std::error_code ec;
@@ -131,6 +133,15 @@ inline std::map<std::string, std::string> HostTree(const std::string& root) {
       out[rel] = "<link:" + std::filesystem::read_symlink(it->path()).string() + ">";
     } else if (it->is_directory()) {
       out[rel] = "<dir>";
+    } else if (it->is_fifo()) {
+      out[rel] = "<fifo>";
+    } else if (it->is_socket()) {
+      out[rel] = "<socket>";
+    } else if (it->is_character_file() || it->is_block_file()) {
+      struct stat st {};
+      lstat(it->path().c_str(), &st);
+      out[rel] = std::string(it->is_character_file() ? "<chr:" : "<blk:") +
+                 std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)) + ">";
     } else {
       out[rel] = ReadHostFile(it->path().string()).value_or("<unreadable>");
     }

@@ -5,10 +5,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +60,18 @@ class FilesystemTest : public ::testing::Test {
     Result<Attr> a = Resolve(*fs_, path);
     EXPECT_TRUE(a.ok()) << path << ": " << a.status().ToString();
     return a.ok() ? a->ino : 0;
+  }
+  // Name -> type bits of the entries of directory `dir`.
+  std::map<std::string, uint32_t> Listed(uint64_t dir) {
+    std::map<std::string, uint32_t> out;
+    Result<uint64_t> dh = fs_->OpenDir(dir);
+    if (!dh.ok()) return out;
+    Result<std::vector<DirEntry>> entries = fs_->ReadDir(*dh, 0);
+    for (const DirEntry& e : entries.ok() ? *entries : std::vector<DirEntry>{}) {
+      out[e.name] = e.type_bits;
+    }
+    fs_->ReleaseDir(*dh);
+    return out;
   }
   Result<Attr> Mkdir(const std::string& path, uint32_t mode = 0755) {
     auto p = ParentOf(*fs_, path);
@@ -400,6 +415,77 @@ TEST_F(FilesystemTest, OverwriteTruncateAndExtend) {
 // ---------------------------------------------------------------------------------------------
 // Files that exist on the backing store before the mount.
 
+// The kernel leaves clearing set-ID bits to the daemon for writes that bypass the page cache and
+// for opens with O_TRUNC (it does it itself, with a setattr, for cached writes and truncate).
+TEST_F(FilesystemTest, WritesAndTruncatingOpensByOtherUsersClearSetIdBits) {
+  Mount({.flush_delay = 1h});
+  const Caller nobody{65534, 65534, 022};
+  auto write_as = [&](const std::string& path, const Caller& c, int flags) {
+    Result<OpenFile> f = fs_->Open(Ino(path), flags, c);
+    EXPECT_TRUE(f.ok()) << path << ": " << f.status().ToString();
+    if (!f.ok()) return;
+    if (!(flags & O_TRUNC)) {
+      EXPECT_TRUE(fs_->Write(f->handle, 0, "w", 1, c).ok());
+    }
+    EXPECT_TRUE(Close(*fs_, f->handle).ok());
+  };
+  auto mode_of = [&](const std::string& path) { return Resolve(*fs_, path)->mode & 07777; };
+  for (const char* name : {"suid", "sgid-x", "sgid", "by-root", "trunc", "empty"}) {
+    ASSERT_TRUE(WriteFile(*fs_, name, std::string(name) == "empty" ? "" : "data").ok());
+  }
+  ASSERT_TRUE(fs_->Sync().ok());  // "empty" is then on the backing store, with its mode.
+  for (auto [name, mode] : std::map<std::string, uint32_t>{
+           {"suid", 04777}, {"sgid-x", 02777}, {"sgid", 02767}, {"by-root", 06777},
+           {"trunc", 06777}, {"empty", 06777}}) {
+    SetAttrRequest chmod;
+    chmod.mode = mode;
+    ASSERT_TRUE(fs_->SetAttr(Ino(name), chmod).ok());
+  }
+  write_as("suid", nobody, O_WRONLY);
+  write_as("sgid-x", nobody, O_RDWR);
+  write_as("sgid", nobody, O_WRONLY);
+  write_as("by-root", Caller{}, O_WRONLY);
+  write_as("trunc", nobody, O_WRONLY | O_TRUNC);
+  write_as("empty", nobody, O_WRONLY | O_TRUNC);
+  EXPECT_EQ(mode_of("suid"), 0777u);
+  EXPECT_EQ(mode_of("sgid-x"), 0777u);
+  EXPECT_EQ(mode_of("sgid"), 02767u) << "set-group-ID without group execute stays";
+  EXPECT_EQ(mode_of("by-root"), 06777u) << "root has CAP_FSETID";
+  EXPECT_EQ(mode_of("trunc"), 0777u);
+  EXPECT_EQ(mode_of("empty"), 0777u);
+  ASSERT_TRUE(fs_->Sync().ok());
+  for (auto [name, mode] : std::map<std::string, uint32_t>{
+           {"suid", 0777}, {"sgid-x", 0777}, {"sgid", 02767}, {"by-root", 06777},
+           {"trunc", 0777}, {"empty", 0777}}) {
+    struct stat st {};
+    ASSERT_EQ(stat(B(name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode) << name << " on the backing store";
+  }
+}
+
+// A set-user-ID file of another owner keeps its bits on the backing store: the chown that gives
+// the published file its owner comes before the chmod (a chown clears set-user-ID).
+TEST_F(FilesystemTest, ASetUserIdFileOfAnotherOwnerIsPublishedWithItsBits) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give files to another owner";
+  Mount({.flush_delay = 1h});
+  Result<uint64_t> h = CreatePath(*fs_, "tool");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "#!/bin/true\n").ok());
+  SetAttrRequest chown;
+  chown.uid = 65534;
+  chown.gid = 65534;
+  ASSERT_TRUE(fs_->SetAttr(Ino("tool"), chown).ok());
+  SetAttrRequest chmod;
+  chmod.mode = 06755;
+  ASSERT_TRUE(fs_->SetAttr(Ino("tool"), chmod).ok());
+  ASSERT_TRUE(Close(*fs_, *h).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  struct stat st {};
+  ASSERT_EQ(stat(B("tool").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_mode & 07777, 06755u);
+}
+
 TEST_F(FilesystemTest, PreExistingFilesAreVisibleLazilyAndModifiable) {
   std::string a = Pattern(10, 3 * kBlockSize + 17);
   WriteHostFile(B("old/a.bin"), a);
@@ -495,6 +581,96 @@ TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
   EXPECT_TRUE(StagingLeftovers().empty());
   ASSERT_TRUE(Shutdown().ok());
   EXPECT_TRUE(SameTree(Backing(), expected));
+}
+
+// FIFOs, sockets and device nodes are metadata-only nodes: shown like files, renamed, linked,
+// chmodded and removed like them, and created on the backing store in journal order.
+TEST_F(FilesystemTest, FifosSocketsAndDeviceNodesAreShownAndPublishedLikeOtherNodes) {
+  Mount({.flush_delay = 1h});
+  const bool root = geteuid() == 0;
+  ASSERT_TRUE(Mkdir("d").ok());
+  Result<Attr> fifo = fs_->Mknod(Ino("d"), "fifo", S_IFIFO | 0640, 0, Me());
+  ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
+  EXPECT_EQ(fifo->mode, S_IFIFO | 0640u);
+  EXPECT_EQ(fifo->size, 0u);
+  ASSERT_TRUE(fs_->Mknod(kRootIno, "sock", S_IFSOCK | 0755, 0, Me()).ok());
+  if (root) {
+    Result<Attr> chr = fs_->Mknod(kRootIno, "null", S_IFCHR | 0600, makedev(1, 3), Me());
+    ASSERT_TRUE(chr.ok()) << chr.status().ToString();
+    EXPECT_EQ(fs_->GetAttr(chr->ino)->rdev, makedev(1, 3));
+    EXPECT_EQ(fs_->GetAttr(chr->ino)->mode, S_IFCHR | 0600u);
+  }
+  EXPECT_EQ(fs_->Mknod(Ino("d"), "fifo", S_IFIFO | 0600, 0, Me()).status().err(), EEXIST);
+  Result<Attr> file = fs_->Mknod(kRootIno, "empty", S_IFREG | 0600, 0, Me());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->mode, S_IFREG | 0600u);
+  EXPECT_EQ(fs_->Open(fifo->ino, O_RDONLY).status().err(), ENXIO);  // The kernel opens it.
+
+  EXPECT_EQ(Listed(Ino("d"))["fifo"], static_cast<uint32_t>(S_IFIFO));
+  EXPECT_EQ(Resolve(*fs_, "sock")->mode & S_IFMT, static_cast<uint32_t>(S_IFSOCK));
+
+  ASSERT_TRUE(Rename("d/fifo", "fifo2").ok());
+  Result<Attr> linked = fs_->Link(Ino("fifo2"), Ino("d"), "fifo-link");
+  ASSERT_TRUE(linked.ok());
+  EXPECT_EQ(linked->nlink, 2u);
+  SetAttrRequest chmod;
+  chmod.mode = 0604;
+  ASSERT_TRUE(fs_->SetAttr(Ino("sock"), chmod).ok());
+  // Made and removed before a flush: never reaches the backing store.
+  ASSERT_TRUE(fs_->Mknod(kRootIno, "brief", S_IFIFO | 0600, 0, Me()).ok());
+  ASSERT_TRUE(Unlink("brief").ok());
+
+  ASSERT_TRUE(fs_->Sync().ok());
+  Tree expected = {{"d", "<dir>"},          {"d/fifo-link", "<fifo>"}, {"fifo2", "<fifo>"},
+                   {"sock", "<socket>"},    {"empty", ""}};
+  if (root) expected["null"] = "<chr:1:3>";
+  EXPECT_TRUE(SameTree(Backing(), expected));
+  struct stat a {}, b {}, sock {};
+  ASSERT_EQ(lstat(B("fifo2").c_str(), &a), 0);
+  ASSERT_EQ(lstat(B("d/fifo-link").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino) << "hard link published as two nodes";
+  EXPECT_EQ(a.st_mode & 07777, 0640u);
+  ASSERT_EQ(lstat(B("sock").c_str(), &sock), 0);
+  EXPECT_EQ(sock.st_mode & 07777, 0604u);
+  EXPECT_TRUE(StagingLeftovers().empty());
+
+  ASSERT_TRUE(Unlink("fifo2").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  expected.erase("fifo2");
+  EXPECT_TRUE(SameTree(Backing(), expected));
+}
+
+TEST_F(FilesystemTest, SpecialFilesOnTheBackingStoreAreShownAsSuch) {
+  ASSERT_EQ(mkdir(B("d").c_str(), 0755), 0);
+  ASSERT_EQ(mkfifo(B("d/fifo").c_str(), 0620), 0);
+  ASSERT_EQ(chmod(B("d/fifo").c_str(), 0620), 0);  // Whatever the umask.
+  ASSERT_EQ(link(B("d/fifo").c_str(), B("d/fifo2").c_str()), 0);
+  ASSERT_EQ(mknod(B("sock").c_str(), S_IFSOCK | 0700, 0), 0);
+  const bool root = geteuid() == 0;
+  if (root) {
+    ASSERT_EQ(mknod(B("zero").c_str(), S_IFCHR | 0640, makedev(1, 5)), 0);
+  }
+  Mount({.flush_delay = 1h});
+  Result<Attr> fifo = Resolve(*fs_, "d/fifo");
+  ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
+  EXPECT_EQ(fifo->mode, S_IFIFO | 0620u);
+  EXPECT_EQ(fifo->nlink, 2u);
+  EXPECT_EQ(Resolve(*fs_, "d/fifo2")->ino, fifo->ino);
+  EXPECT_EQ(Resolve(*fs_, "sock")->mode, S_IFSOCK | 0700u);
+  if (root) {
+    EXPECT_EQ(Resolve(*fs_, "zero")->mode, S_IFCHR | 0640u);
+    EXPECT_EQ(Resolve(*fs_, "zero")->rdev, makedev(1, 5));
+  }
+  std::map<std::string, uint32_t> listed = Listed(kRootIno);
+  EXPECT_EQ(listed["sock"], static_cast<uint32_t>(S_IFSOCK));
+  EXPECT_EQ(listed.count("zero"), root ? 1u : 0u);
+  if (root) {
+    EXPECT_EQ(listed["zero"], static_cast<uint32_t>(S_IFCHR));
+  }
+  ASSERT_TRUE(Rename("d/fifo2", "moved").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(Backing()["moved"], "<fifo>");
+  EXPECT_EQ(Backing().count("d/fifo2"), 0u);
 }
 
 // Found by test_differential: removing a subdirectory that never reached the backing store
@@ -1018,6 +1194,32 @@ TEST_F(FilesystemTest, ShutdownWithAFailingBackingStoreSavesFilesToARescueDirect
   EXPECT_TRUE(SameTree(Backing(), (Tree{{"run", "<dir>"}})));
   EXPECT_TRUE(StagingLeftovers().empty());
   EXPECT_TRUE(fs_->Release(*h).ok());
+}
+
+// Without CAP_MKNOD (or on a backing filesystem that refuses them) device nodes fail at once
+// with EPERM, before anything is shown; FIFOs still work.
+TEST_F(FilesystemTest, DeviceNodesFailWithEpermWhereTheBackingStoreTakesNone) {
+  const std::string backing = backing_.path();
+  std::string err = RunWithDeadline(60s, [&]() -> std::string {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct caps[2] {};
+    if (syscall(SYS_capget, &header, caps) != 0) return "capget failed";
+    caps[CAP_MKNOD / 32].effective &= ~(1u << (CAP_MKNOD % 32));
+    if (syscall(SYS_capset, &header, caps) != 0) return "capset failed";
+    std::unique_ptr<Filesystem> fs = StartFs(backing, {.flush_delay = 0ms});
+    if (!fs) return "mount failed";
+    Result<Attr> dev = fs->Mknod(kRootIno, "null", S_IFCHR | 0600, makedev(1, 3), Me());
+    if (dev.ok() || dev.status().err() != EPERM) {
+      return "mknod of a device: " +
+             (dev.ok() ? std::string("succeeded") : dev.status().ToString());
+    }
+    if (fs->Lookup(kRootIno, "null").ok()) return "the refused device node is shown";
+    if (!fs->Mknod(kRootIno, "fifo", S_IFIFO | 0600, 0, Me()).ok()) return "mkfifo failed";
+    Status st = fs->Shutdown();
+    if (!st.ok()) return "shutdown: " + st.ToString();
+    return HostExists(backing + "/fifo") ? "" : "the FIFO did not reach the backing store";
+  });
+  EXPECT_EQ(err, "");
 }
 
 }  // namespace
