@@ -66,16 +66,18 @@ size_t WorstCaseBlocks(uint64_t offset, size_t length) {
 }  // namespace
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
-                                                     std::unique_ptr<Env> env) {
+                                                     std::unique_ptr<Env> env, Clock& clock) {
   Result<BackingStore> store = OpenBackingStore(*env, config);
   if (!store.ok()) return store.status();
-  return std::unique_ptr<Filesystem>(new Filesystem(config, *store, std::move(env)));
+  return std::unique_ptr<Filesystem>(new Filesystem(config, *store, std::move(env), clock));
 }
 
-Filesystem::Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env)
+Filesystem::Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
+                       Clock& clock)
     : config_(WithFlushIo(config, store.flush_io)),
       env_(std::move(env)),
       device_nodes_(store.device_nodes),
+      clock_(clock),
       root_fd_(store.root_fd),
       staging_fd_(store.staging_fd),
       start_time_(Now()),
@@ -93,14 +95,15 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   root->on_backing = true;
   root->dir_fd = std::make_shared<BackingFile>(*env_, dup(root_fd_));
   inodes_[kRootIno] = root;
+  last_open_or_release_ = clock_.Now();
 
   Flusher::Hooks hooks;
   hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) { clean_.push_back(inode); };
   hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return PathLocked(inode); };
   hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
   hooks.spill = [this](Env& env) { return Spill(env); };
-  flusher_ = std::make_unique<Flusher>(config_, *env_, staging_fd_, ns_mu_, journal_, stats_,
-                                       std::move(hooks));
+  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, ns_mu_, journal_,
+                                       stats_, std::move(hooks));
   arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
 }
@@ -331,7 +334,7 @@ bool Filesystem::JournaledLocked(const InodeRef& inode) const {
 }
 
 uint64_t Filesystem::AppendLocked(EntryRef entry) {
-  entry->sealed_at = Clock::now();
+  entry->sealed_at = clock_.Now();
   // An unlink or rmdir is about its victim, though it names the directory as its inode: the
   // removal may be cancelled with the victim, and must not then leave the directory looking as
   // if its own pending entries (a mkdir) were done.
@@ -370,7 +373,7 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     entry->atime = inode->atime;
     entry->mtime = inode->mtime;
   }
-  const Clock::time_point now = Clock::now();
+  const Clock::time_point now = clock_.Now();
   inode->hold = policy::NextHold(inode->hold, now - inode->last_sealed, config_.flush_delay);
   inode->last_sealed = now;
   entry->hold = inode->hold;
@@ -386,15 +389,15 @@ uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
   Handle* h = handle.get();
   if (h->inode) {
     ++open_files_;
-    last_open_or_release_ = std::chrono::steady_clock::now();
+    last_open_or_release_ = clock_.Now();
   }
   handles_.emplace(h, std::move(handle));
   return reinterpret_cast<uint64_t>(h);
 }
 
-bool Filesystem::NoFileOpenFor(std::chrono::steady_clock::duration quiet) const {
+bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_mu_);
-  return open_files_ == 0 && std::chrono::steady_clock::now() - last_open_or_release_ >= quiet;
+  return open_files_ == 0 && clock_.Now() - last_open_or_release_ >= quiet;
 }
 
 void Filesystem::SealHandleLocked(Handle* h) {
@@ -1292,7 +1295,7 @@ Status Filesystem::Release(uint64_t handle) {
     CloseOneLocked(h->inode);
     MaybeDropLocked(h->inode);
     --open_files_;
-    last_open_or_release_ = std::chrono::steady_clock::now();
+    last_open_or_release_ = clock_.Now();
   }
   handles_.erase(h);
   return Status::Ok();

@@ -27,6 +27,7 @@
 
 #include "core/arena.h"
 #include "core/backing_store.h"
+#include "core/clock.h"
 #include "core/config.h"
 #include "core/flusher.h"
 #include "core/inode.h"
@@ -85,7 +86,9 @@ class Filesystem {
  public:
   // Opens the backing store through `env` (OpenBackingStore), which every later call on the
   // backing store goes through too. Does not start threads.
-  static Result<std::unique_ptr<Filesystem>> Make(const Config& config, std::unique_ptr<Env> env);
+  // The flush policy runs on `clock`, which must outlive the Filesystem.
+  static Result<std::unique_ptr<Filesystem>> Make(const Config& config, std::unique_ptr<Env> env,
+                                                  Clock& clock = Clock::Steady());
   ~Filesystem();
 
   // Starts the flusher thread (after the daemon has forked).
@@ -194,7 +197,8 @@ class Filesystem {
     std::vector<DirEntry> entries;
   };
 
-  Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env);
+  Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
+             Clock& clock);
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
   // changed nothing and is run again with that many blocks reserved (taken without ns_mu_).
@@ -251,7 +255,7 @@ class Filesystem {
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`. Takes ns_mu_.
-  bool NoFileOpenFor(std::chrono::steady_clock::duration quiet) const;
+  bool NoFileOpenFor(Clock::duration quiet) const;
   // Counts the handle as open on its regular file and chooses how the kernel serves it; only
   // `may_bypass` handles may skip the page cache:
   // - passthrough (SetPassthrough): a read-only open of a file of policy::kBackingReadMinBytes
@@ -351,6 +355,7 @@ class Filesystem {
   // Declared first: every BackingFile closes its descriptor through it.
   const std::unique_ptr<Env> env_;
   const bool device_nodes_;  // The backing store takes device nodes.
+  Clock& clock_;
   const int root_fd_;
   const int staging_fd_;
   const timespec start_time_;
@@ -367,8 +372,7 @@ class Filesystem {
   // Open handles of files (control files aside), and when one was last opened or released
   // (mount time before that).
   size_t open_files_ GUARDED_BY(ns_lock) = 0;
-  std::chrono::steady_clock::time_point last_open_or_release_ GUARDED_BY(ns_lock) =
-      std::chrono::steady_clock::now();
+  Clock::time_point last_open_or_release_ GUARDED_BY(ns_lock);
   std::deque<std::weak_ptr<Inode>> clean_ GUARDED_BY(ns_lock);  // Eviction candidates.
   // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);

@@ -45,10 +45,11 @@ uint64_t OpenFileLimit() {
 
 }  // namespace
 
-Flusher::Flusher(const Config& config, Env& env, int staging_fd, NamespaceMutex& ns_mu,
-                 Journal& journal, Stats& stats, Hooks hooks)
+Flusher::Flusher(const Config& config, Env& env, Clock& clock, int staging_fd,
+                 NamespaceMutex& ns_mu, Journal& journal, Stats& stats, Hooks hooks)
     : config_(config),
       env_(env),
+      clock_(clock),
       backend_name_(env.Name()),
       staging_fd_(staging_fd),
       max_batch_entries_(policy::MaxBatchEntries(OpenFileLimit())),
@@ -96,7 +97,7 @@ int Flusher::DirFd(const InodeRef& dir) {
 void Flusher::Run() {
   NamespaceLock lock(ns_mu_);
   while (true) {
-    auto now = Clock::now();
+    auto now = clock_.Now();
     bool hurry = policy::FlushEverythingNow(hooks_.waiting_writers(), false, draining_);
     uint64_t force = hurry ? journal_.last_seq() : force_seq_;
     std::vector<EntryRef> batch;
@@ -118,14 +119,14 @@ void Flusher::Run() {
       }
       auto deadline = std::max(retry_at_, std::min(journal_.HeadDeadline(config_.flush_delay),
                                                    now + std::chrono::milliseconds(100)));
-      wake_.wait_until(lock, deadline);
+      wake_.wait_for(lock, deadline - now);
       continue;
     }
     lock.unlock();
-    auto started = Clock::now();
+    auto started = std::chrono::steady_clock::now();
     BatchResult result = ApplyBatch(batch);
     stats_.flush_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                Clock::now() - started).count();
+                                std::chrono::steady_clock::now() - started).count();
     stats_.flush_batches++;
     lock.lock();
     CompleteBatch(batch, result);
@@ -413,7 +414,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
     ++error_epoch_;
     ++consecutive_failures_;
     stats_.flush_errors++;
-    retry_at_ = Clock::now() + policy::RetryDelay(consecutive_failures_);
+    retry_at_ = clock_.Now() + policy::RetryDelay(consecutive_failures_);
   } else {
     if (!last_error_.ok()) spdlog::info("flushing recovered after {}", last_error_.ToString());
     last_error_ = Status::Ok();
@@ -423,12 +424,13 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
 }
 
 Status Flusher::Drain(std::chrono::milliseconds retry_for) {
-  auto give_up = Clock::now() + retry_for;
+  // Unmount waits in real time, whatever the clock of the policy.
+  auto give_up = std::chrono::steady_clock::now() + retry_for;
   NamespaceLock lock(ns_mu_);
   draining_ = true;
   wake_.notify_all();
   while (journal_.pending_entries() > 0) {
-    if (!last_error_.ok() && Clock::now() >= give_up) break;
+    if (!last_error_.ok() && std::chrono::steady_clock::now() >= give_up) break;
     progress_.wait_for(lock, std::chrono::milliseconds(100));
   }
   stop_ = true;

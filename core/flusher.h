@@ -45,8 +45,9 @@ class Flusher {
   // Every call on the backing store goes through `env`, whose Write and Sync only this thread
   // calls; `env` must outlive the Flusher.
   // `journal` is guarded by the namespace lock `ns_mu`.
-  Flusher(const Config& config, Env& env, int staging_fd, NamespaceMutex& ns_mu, Journal& journal,
-          Stats& stats, Hooks hooks);
+  // The flush policy runs on `clock`.
+  Flusher(const Config& config, Env& env, Clock& clock, int staging_fd, NamespaceMutex& ns_mu,
+          Journal& journal, Stats& stats, Hooks hooks);
   ~Flusher();
 
   void Start();
@@ -88,6 +89,7 @@ class Flusher {
 
   const Config config_;
   Env& env_;
+  Clock& clock_;
   const std::string backend_name_;
   const int staging_fd_;
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.

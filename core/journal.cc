@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/policy.h"
+
 namespace ckptfs {
 
 const char* KindName(JournalEntry::Kind kind) {
@@ -78,7 +80,7 @@ std::vector<EntryRef> Journal::TakeBatch(Clock::time_point now, Clock::duration 
   for (const EntryRef& e : pending_) {
     if (e->started) break;  // A batch is already in flight.
     if (e->done) continue;
-    bool due = e->seq <= force_seq || e->sealed_at + std::max(delay, e->hold) <= now;
+    bool due = e->seq <= force_seq || policy::FlushDue(e->sealed_at, e->hold, delay) <= now;
     if (!due || batch.size() >= max_entries || (bytes >= max_bytes && !batch.empty())) break;
     e->started = true;
     bytes += e->snapshot.size();
@@ -107,7 +109,7 @@ void Journal::AdvanceDurable() {
 
 Clock::time_point Journal::HeadDeadline(Clock::duration delay) const {
   for (const EntryRef& e : pending_) {
-    if (!e->done) return e->sealed_at + std::max(delay, e->hold);
+    if (!e->done) return policy::FlushDue(e->sealed_at, e->hold, delay);
   }
   return Clock::time_point::max();
 }

@@ -17,12 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/file_content.h"
 #include "core/inode.h"
 
 namespace ckptfs {
-
-using Clock = std::chrono::steady_clock;
 
 struct JournalEntry {
   enum class Kind {

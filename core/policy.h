@@ -54,6 +54,14 @@ inline bool FlushEverythingNow(size_t waiting_writers, bool sync_requested, bool
   return waiting_writers > 0 || sync_requested || draining;
 }
 
+// When a version sealed at `sealed_at`, held `hold` (NextHold), is due to be flushed with
+// flush_delay `delay`, unless something asks for it sooner (FlushEverythingNow, a sync).
+inline std::chrono::steady_clock::time_point FlushDue(
+    std::chrono::steady_clock::time_point sealed_at, std::chrono::steady_clock::duration hold,
+    std::chrono::steady_clock::duration delay) {
+  return sealed_at + std::max(delay, hold);
+}
+
 // How long a sealed version of a file waits for a newer one before it is flushed. A file sealed
 // again within twice its wait is being rewritten (zarr chunks, tracker files): its wait doubles,
 // from flush_delay (`base`) up to 16x. A file left alone that long starts over at `base`.

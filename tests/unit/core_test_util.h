@@ -183,6 +183,7 @@ inline Caller Me() { return Caller{static_cast<uint32_t>(geteuid()), static_cast
 struct FsOptions {
   uint64_t cache_size = 64ull << 20;
   std::chrono::milliseconds flush_delay{0};
+  Clock* clock = nullptr;  // The policy's clock; the steady clock when null.
   std::chrono::milliseconds unmount_retry{10000};
   FsyncMode fsync_mode = FsyncMode::kWait;
   bool fault = false;  // Wrap the Env in a FaultInjectingEnv.
@@ -209,7 +210,7 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
     if (fault) *fault = f.get();
     env = std::move(f);
   }
-  auto fs = Filesystem::Make(config, std::move(env));
+  auto fs = Filesystem::Make(config, std::move(env), o.clock ? *o.clock : Clock::Steady());
   if (!fs.ok()) {
     ADD_FAILURE() << "Filesystem::Make: " << fs.status().ToString();
     return nullptr;

@@ -91,6 +91,9 @@ class FilesystemTest : public ::testing::Test {
     return fs_->Rename(a->first, a->second, b->first, b->second, flags);
   }
 
+  // Stands still unless a test moves it: with it, a flush_delay keeps everything in memory until
+  // a sync asks for it or the test advances the clock past the delay.
+  ManualClock clock_;
   TempDir backing_;
   std::unique_ptr<Filesystem> fs_;
   FaultInjectingEnv* fault_ = nullptr;
@@ -101,7 +104,7 @@ class FilesystemTest : public ::testing::Test {
 // Basic data path.
 
 TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Mkdir("ckpt").ok());
   ASSERT_TRUE(Mkdir("ckpt/iter_0000100").ok());
   std::string big = Pattern(1, 3 * kBlockSize + 1234);
@@ -136,7 +139,7 @@ TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
 
 // A large file keeps its holes on the backing store: the flush allocates only what was written.
 TEST_F(FilesystemTest, FlushKeepsHoles) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   const std::string head = Pattern(2, 2 << 20);
   const std::string tail = Pattern(3, 1 << 20);
   const uint64_t tail_at = 64ull << 20;
@@ -160,7 +163,7 @@ TEST_F(FilesystemTest, FlushKeepsHoles) {
 
 // Write-only opens bypass the kernel's page cache, and cached pages never go stale.
 TEST_F(FilesystemTest, PageCacheModeOfHandles) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> invalidated;
   fs_->SetPageCacheInvalidator([&](uint64_t ino, uint64_t offset, uint64_t length) {
     invalidated.emplace_back(ino, offset, length);
@@ -217,7 +220,7 @@ TEST_F(FilesystemTest, PassthroughOfFilesOnTheBackingStore) {
   const std::string big = Pattern(3, 2 << 20);
   WriteHostFile(B("big.pt"), big);
   WriteHostFile(B("small.txt"), "100");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   std::vector<int> opened, closed;
   bool refuse = false;
   fs_->SetPassthrough(
@@ -273,7 +276,7 @@ TEST_F(FilesystemTest, DirectReadsOfFilesOnTheBackingStore) {
   const std::string big = Pattern(4, 2 << 20);
   WriteHostFile(B("big.pt"), big);
   WriteHostFile(B("small.txt"), "100");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   const uint64_t ino = Ino("big.pt");
   Result<OpenFile> before = fs_->Open(ino, O_RDONLY);
   ASSERT_TRUE(before.ok());
@@ -330,7 +333,7 @@ size_t ResidentPages(const std::string& path, uint64_t offset, uint64_t length) 
 TEST_F(FilesystemTest, SequentialDirectReadsReadTheBackingFileAhead) {
   const std::string big = Pattern(5, 8 << 20);
   WriteHostFile(B("big.pt"), big);
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   fs_->EnableDirectReads();
   {
     // Out of the page cache, as after a reboot.
@@ -357,7 +360,7 @@ TEST_F(FilesystemTest, SequentialDirectReadsReadTheBackingFileAhead) {
 }
 
 TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "a", Pattern(2, 100000)).ok());
   Result<uint64_t> h = CreatePath(*fs_, "open");
   ASSERT_TRUE(h.ok());
@@ -371,7 +374,7 @@ TEST_F(FilesystemTest, ShutdownFlushesEverythingIncludingOpenFiles) {
 
 TEST_F(FilesystemTest, EmptyNewFileReachesBacking) {
   // touch(1): create and close with no write.
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   Result<uint64_t> h = CreatePath(*fs_, "empty");
   ASSERT_TRUE(h.ok());
   ASSERT_TRUE(Close(*fs_, *h).ok());
@@ -388,7 +391,7 @@ TEST_F(FilesystemTest, EmptyNewFileReachesBacking) {
 }
 
 TEST_F(FilesystemTest, OverwriteTruncateAndExtend) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "f", Pattern(3, 200000)).ok());
   ASSERT_TRUE(fs_->Sync().ok());
   uint64_t ino = Ino("f");
@@ -418,7 +421,7 @@ TEST_F(FilesystemTest, OverwriteTruncateAndExtend) {
 // The kernel leaves clearing set-ID bits to the daemon for writes that bypass the page cache and
 // for opens with O_TRUNC (it does it itself, with a setattr, for cached writes and truncate).
 TEST_F(FilesystemTest, WritesAndTruncatingOpensByOtherUsersClearSetIdBits) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   const Caller nobody{65534, 65534, 022};
   auto write_as = [&](const std::string& path, const Caller& c, int flags) {
     Result<OpenFile> f = fs_->Open(Ino(path), flags, c);
@@ -467,7 +470,7 @@ TEST_F(FilesystemTest, WritesAndTruncatingOpensByOtherUsersClearSetIdBits) {
 // the published file its owner comes before the chmod (a chown clears set-user-ID).
 TEST_F(FilesystemTest, ASetUserIdFileOfAnotherOwnerIsPublishedWithItsBits) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give files to another owner";
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   Result<uint64_t> h = CreatePath(*fs_, "tool");
   ASSERT_TRUE(h.ok());
   ASSERT_TRUE(WriteHandle(*fs_, *h, 0, "#!/bin/true\n").ok());
@@ -494,7 +497,7 @@ TEST_F(FilesystemTest, PreExistingFilesAreVisibleLazilyAndModifiable) {
   WriteHostFile(B("old/d.bin"), "to be renamed");
   WriteHostFile(B("top.txt"), "top");
   ASSERT_EQ(symlink("top.txt", B("link").c_str()), 0);
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
 
   Result<std::vector<DirEntry>> root = ListDir(*fs_, kRootIno);
   ASSERT_TRUE(root.ok());
@@ -545,7 +548,7 @@ TEST_F(FilesystemTest, StagingLeftoversOfAKilledRunAreRemoved) {
 // Namespace operations.
 
 TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Mkdir("d").ok());
   ASSERT_TRUE(Mkdir("e").ok());
   ASSERT_TRUE(WriteFile(*fs_, "d/x", "xxx").ok());
@@ -586,7 +589,7 @@ TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
 // FIFOs, sockets and device nodes are metadata-only nodes: shown like files, renamed, linked,
 // chmodded and removed like them, and created on the backing store in journal order.
 TEST_F(FilesystemTest, FifosSocketsAndDeviceNodesAreShownAndPublishedLikeOtherNodes) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   const bool root = geteuid() == 0;
   ASSERT_TRUE(Mkdir("d").ok());
   Result<Attr> fifo = fs_->Mknod(Ino("d"), "fifo", S_IFIFO | 0640, 0, Me());
@@ -650,7 +653,7 @@ TEST_F(FilesystemTest, SpecialFilesOnTheBackingStoreAreShownAsSuch) {
   if (root) {
     ASSERT_EQ(mknod(B("zero").c_str(), S_IFCHR | 0640, makedev(1, 5)), 0);
   }
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   Result<Attr> fifo = Resolve(*fs_, "d/fifo");
   ASSERT_TRUE(fifo.ok()) << fifo.status().ToString();
   EXPECT_EQ(fifo->mode, S_IFIFO | 0620u);
@@ -676,7 +679,7 @@ TEST_F(FilesystemTest, SpecialFilesOnTheBackingStoreAreShownAsSuch) {
 // Found by test_differential: removing a subdirectory that never reached the backing store
 // cancels its mkdir and rmdir; the parent, itself not flushed yet, must still be moved there.
 TEST_F(FilesystemTest, RenameOfADirectoryWhoseSubdirectoryCameAndWentBeforeAFlush) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Mkdir("d1").ok());
   ASSERT_TRUE(Mkdir("d1/d2").ok());
   ASSERT_TRUE(fs_->Rmdir(Ino("d1"), "d2").ok());
@@ -689,7 +692,7 @@ TEST_F(FilesystemTest, RenameOfADirectoryWhoseSubdirectoryCameAndWentBeforeAFlus
 
 TEST_F(FilesystemTest, ReadDirListsEverything) {
   WriteHostFile(B("dir/on_disk"), "1");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "dir/in_memory", "2").ok());
   ASSERT_TRUE(Mkdir("dir/sub").ok());
   uint64_t dir = Ino("dir");
@@ -714,7 +717,7 @@ TEST_F(FilesystemTest, ReadDirListsEverything) {
 // back from the backing store when the name is reused and deleted again.
 TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuse) {
   WriteHostFile(B("a"), "OLD");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Resolve(*fs_, "a").ok());
   ASSERT_TRUE(Unlink("a").ok());
   Result<uint64_t> h = CreatePath(*fs_, "a");  // Reused (empty, never written)...
@@ -730,7 +733,7 @@ TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuse) {
 // Same, with the re-created file written but deleted while still open (never sealed).
 TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuseWhileOpen) {
   WriteHostFile(B("dir/a"), "OLD");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Unlink("dir/a").ok());
   Result<uint64_t> h = CreatePath(*fs_, "dir/a");
   ASSERT_TRUE(h.ok());
@@ -750,7 +753,7 @@ TEST_F(FilesystemTest, RegressionDeletedBackingNameStaysDeletedAfterReuseWhileOp
 // flushed: the old file must not reappear under the name.
 TEST_F(FilesystemTest, RegressionRenamedBackingNameStaysGoneAfterReuse) {
   WriteHostFile(B("c"), "OLD");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Rename("c", "moved").ok());
   Result<uint64_t> h = CreatePath(*fs_, "c");
   ASSERT_TRUE(h.ok());
@@ -767,7 +770,7 @@ TEST_F(FilesystemTest, RegressionRenamedBackingNameStaysGoneAfterReuse) {
 // cancel the removal of the file it replaced.
 TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverBackingFile) {
   WriteHostFile(B("ckpt"), "OLD");
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "ckpt.tmp", "NEW").ok());  // Sealed, not flushed yet.
   ASSERT_TRUE(Rename("ckpt.tmp", "ckpt").ok());           // Replaces the backing file.
   ASSERT_TRUE(Unlink("ckpt").ok());
@@ -780,7 +783,7 @@ TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverBackingFile) {
 
 // Same, when the replaced file reached the backing store through the mount.
 TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverFlushedFile) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "b", "OLD").ok());
   ASSERT_TRUE(fs_->Sync().ok());
   ASSERT_TRUE(WriteFile(*fs_, "x.tmp", "NEW").ok());
@@ -794,7 +797,7 @@ TEST_F(FilesystemTest, RegressionUnlinkOfUnflushedFileRenamedOverFlushedFile) {
 // Ordering and durability.
 
 TEST_F(FilesystemTest, FsyncMakesTheFileAndEverythingClosedBeforeItDurable) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(WriteFile(*fs_, "data0", Pattern(1, 70000)).ok());
   ASSERT_TRUE(WriteFile(*fs_, "data1", Pattern(2, 70000)).ok());
   Result<uint64_t> h = CreatePath(*fs_, "tracker");
@@ -859,7 +862,7 @@ TEST_F(FilesystemTest, FilesArePublishedInCloseOrder) {
 // Coalescing.
 
 TEST_F(FilesystemTest, FileCreatedAndDeletedBeforeFlushNeverReachesBacking) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Mkdir("tmpdir").ok());
   ASSERT_TRUE(WriteFile(*fs_, "tmpdir/scratch", Pattern(5, 300000)).ok());
   ASSERT_TRUE(WriteFile(*fs_, "keep", "k").ok());
@@ -874,7 +877,7 @@ TEST_F(FilesystemTest, FileCreatedAndDeletedBeforeFlushNeverReachesBacking) {
 }
 
 TEST_F(FilesystemTest, FileRewrittenManyTimesBeforeFlushIsWrittenOnce) {
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   constexpr int kRewrites = 10;
   for (int i = 0; i < kRewrites; ++i) {
     ASSERT_TRUE(WriteFile(*fs_, "chunk", Pattern(100 + i, 100000)).ok());
@@ -888,7 +891,7 @@ TEST_F(FilesystemTest, FileRewrittenManyTimesBeforeFlushIsWrittenOnce) {
 
 TEST_F(FilesystemTest, TempFileAndRenameRewritesAreWrittenOnce) {
   // zarr's way: write <chunk>.tmp, rename over <chunk>; many times before the flush.
-  Mount({.flush_delay = 1h});
+  Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Mkdir("arr").ok());
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(WriteFile(*fs_, "arr/0.0.tmp", Pattern(200 + i, 90000)).ok());
@@ -1008,6 +1011,44 @@ TEST_F(FilesystemTest, FileLargerThanTheCacheStreamsThroughWithinTheBound) {
     return "";
   });
   EXPECT_EQ(err, "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flush timing, on a clock the test moves.
+
+// Whether `path` shows up on the backing store within `within` of real time (the flusher looks
+// at its clock at least every 100 ms).
+bool ShowsUpWithin(const std::string& path, std::chrono::milliseconds within) {
+  auto deadline = std::chrono::steady_clock::now() + within;
+  while (!HostExists(path)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST_F(FilesystemTest, AVersionIsFlushedOnceFlushDelayHasPassedOnTheClock) {
+  Mount({.flush_delay = 30s, .clock = &clock_});
+  ASSERT_TRUE(WriteFile(*fs_, "tracker", "1").ok());
+  clock_.Advance(29s);
+  EXPECT_FALSE(ShowsUpWithin(B("tracker"), 300ms));
+  clock_.Advance(2s);
+  EXPECT_TRUE(ShowsUpWithin(B("tracker"), 10s));
+  EXPECT_EQ(ReadHostFile(B("tracker")).value_or("<missing>"), "1");
+}
+
+TEST_F(FilesystemTest, AFileSealedAgainSoonWaitsTwiceAsLongAndOnlyItsLastVersionIsFlushed) {
+  Mount({.flush_delay = 10s, .clock = &clock_});
+  ASSERT_TRUE(WriteFile(*fs_, "tracker", "1").ok());
+  clock_.Advance(5s);
+  // Sealed again within twice its wait: the new version waits 20 s, the old one is dropped.
+  ASSERT_TRUE(WriteFile(*fs_, "tracker", "2").ok());
+  clock_.Advance(15s);
+  EXPECT_FALSE(ShowsUpWithin(B("tracker"), 300ms));
+  clock_.Advance(6s);
+  EXPECT_TRUE(ShowsUpWithin(B("tracker"), 10s));
+  EXPECT_EQ(ReadHostFile(B("tracker")).value_or("<missing>"), "2");
+  EXPECT_EQ(StatOf(*fs_, "versions_skipped"), 1u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1140,7 +1181,8 @@ TEST_F(FilesystemTest, AMkdirTheBackingStoreRefusesHoldsBackTheFilesInsideIt) {
 }
 
 TEST_F(FilesystemTest, ADirectoryFsyncThatFailsIsReportedAndRetriedWithoutApplyingTwice) {
-  // Nothing is flushed before Sync(): the rename and the new file go in one batch.
+  // Nothing is flushed before Sync(): the rename and the new file go in one batch. The steady
+  // clock: retries back off in the policy's time.
   Mount({.flush_delay = 1h, .fault = true});
   ASSERT_TRUE(Mkdir("ckpt").ok());
   ASSERT_TRUE(WriteFile(*fs_, "ckpt/a", "first").ok());

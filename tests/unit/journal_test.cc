@@ -46,7 +46,7 @@ class JournalTest : public ::testing::Test {
 
   Journal j_;
   InodeRef root_ = std::make_shared<Inode>(1, FileType::kDirectory);
-  Clock::time_point t0_ = Clock::now();
+  Clock::time_point t0_ = Clock::Steady().Now();
   uint64_t next_ino_ = 16;
 };
 
