@@ -661,32 +661,42 @@ void Filesystem::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool s
   AppendLocked(std::move(e));
 }
 
-Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
-                               const Caller& c) {
+Result<EntryRef> Filesystem::AddNewLocked(uint64_t parent, const std::string& name,
+                                           FileType type, uint32_t mode, const Caller& c,
+                                           JournalEntry::Kind kind) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
-  NamespaceLock lock(ns_mu_);
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
-  InodeRef inode = NewInodeLocked(FileType::kDirectory, mode, c);
-  inode->complete = true;
+  InodeRef inode = NewInodeLocked(type, mode, c);
   AddNameLocked(*dir, name, inode);
-  (*dir)->nlink++;
+  inode->lookups++;
   auto e = std::make_shared<JournalEntry>();
-  e->kind = JournalEntry::Kind::kMkdir;
+  e->kind = kind;
   e->inode = inode;
   e->parent = *dir;
   e->name = name;
-  {
-    MutexLock ilock(inode->mu);
-    e->mode = inode->mode;
-    e->uid = inode->uid;
-    e->gid = inode->gid;
-  }
-  AppendLocked(std::move(e));
-  inode->lookups++;
+  MutexLock ilock(inode->mu);
+  e->mode = inode->mode;
+  e->uid = inode->uid;
+  e->gid = inode->gid;
+  e->atime = inode->atime;
+  e->mtime = inode->mtime;
+  return e;
+}
+
+Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+                               const Caller& c) {
+  NamespaceLock lock(ns_mu_);
+  Result<EntryRef> e =
+      AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
+  inode->complete = true;
+  (*e)->parent->nlink++;
+  AppendLocked(std::move(*e));
   return AttrOf(*inode);
 }
 
@@ -751,27 +761,15 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
 
 Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
-  Status bad = CheckName(name);
-  if (!bad.ok()) return bad;
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(parent);
-  if (!dir.ok()) return dir.status();
-  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
-  InodeRef inode = NewInodeLocked(FileType::kSymlink, 0777, c);
+  Result<EntryRef> e =
+      AddNewLocked(parent, name, FileType::kSymlink, 0777, c, JournalEntry::Kind::kSymlink);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
   inode->symlink_target = target;
-  AddNameLocked(*dir, name, inode);
-  auto e = std::make_shared<JournalEntry>();
-  e->kind = JournalEntry::Kind::kSymlink;
-  e->inode = inode;
-  e->parent = *dir;
-  e->name = name;
-  e->symlink_target = target;
-  e->uid = c.uid;
-  e->gid = c.gid;
-  AppendLocked(std::move(e));
-  inode->lookups++;
+  (*e)->symlink_target = target;
+  AppendLocked(std::move(*e));
   return AttrOf(*inode);
 }
 
@@ -790,35 +788,17 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
   if (device && !device_nodes_) {
     return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
   }
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
   if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
-  Status bad = CheckName(name);
-  if (!bad.ok()) return bad;
   NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(parent);
-  if (!dir.ok()) return dir.status();
-  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
-  InodeRef inode = NewInodeLocked(FileType::kSpecial, mode, c);
+  Result<EntryRef> e =
+      AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
   inode->special_type = type;
   inode->rdev = device ? rdev : 0;
-  AddNameLocked(*dir, name, inode);
-  auto e = std::make_shared<JournalEntry>();
-  e->kind = JournalEntry::Kind::kMknod;
-  e->inode = inode;
-  e->parent = *dir;
-  e->name = name;
-  e->node_type = type;
-  e->rdev = inode->rdev;
-  {
-    MutexLock ilock(inode->mu);
-    e->mode = inode->mode;
-    e->uid = inode->uid;
-    e->gid = inode->gid;
-    e->atime = inode->atime;
-    e->mtime = inode->mtime;
-  }
-  AppendLocked(std::move(e));
-  inode->lookups++;
+  (*e)->node_type = type;
+  (*e)->rdev = inode->rdev;
+  AppendLocked(std::move(*e));
   return AttrOf(*inode);
 }
 

@@ -233,6 +233,12 @@ class Filesystem {
   // Ok when `dir` has no entry `name`; EEXIST when it has, or why the lookup failed.
   Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
   InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c) REQUIRES(ns_lock);
+  // Adds the new entry `name` (a valid name not there yet) of directory `parent`: its inode, and
+  // the journal entry of `kind` that creates it on the backing store (its directory, name, mode,
+  // owner and times set), for the caller to complete and append.
+  Result<EntryRef> AddNewLocked(uint64_t parent, const std::string& name, FileType type,
+                                uint32_t mode, const Caller& c, JournalEntry::Kind kind)
+      REQUIRES(ns_lock);
   void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
       REQUIRES(ns_lock);
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
