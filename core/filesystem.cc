@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/open_mode.h"
 #include "core/policy.h"
 
 
@@ -1094,34 +1095,33 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
   Inode* inode = h->inode.get();
   OpenFile out{AttrOf(*inode)};
-  const bool read_only = (h->flags & O_ACCMODE) == O_RDONLY;
-  bool held_by_backing = false;
-  if (may_bypass && read_only) {
-    MutexLock ilock(inode->mu);
-    const FileContent* c = &inode->content;
-    const bool whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
-                                  c->base_len() == c->size();
-    held_by_backing = whole_on_backing && c->size() >= policy::kBackingReadMinBytes;
-    if (whole_on_backing && !held_by_backing && c->size() > 0 && !inode->backing_prefetched) {
-      // The disk reads the file while the opener's next requests travel; later opens find it
-      // in the mount's page cache.
-      inode->backing_prefetched = true;
-      env_->Advise(c->base()->fd(), 0, c->size());
-    }
-    if (held_by_backing && open_backing_ && inode->passthrough_handles == 0 &&
-        inode->open_handles == 0) {
-      inode->backing_id = open_backing_(c->base()->fd());
-    }
+  MutexLock ilock(inode->mu);
+  const FileContent* c = &inode->content;
+  const policy::OpenChoice choice = policy::ChooseOpen({
+      .may_bypass = may_bypass,
+      .access = h->flags & O_ACCMODE,
+      .size = c->size(),
+      .whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
+                          c->base_len() == c->size(),
+      .prefetched = inode->backing_prefetched,
+      .passthrough_on = static_cast<bool>(open_backing_),
+      .passthrough_readers = inode->passthrough_handles > 0,
+      .open = inode->open_handles > 0,
+      .cached_open = inode->cached_handles > 0,
+      .direct_reads = direct_reads_,
+  });
+  if (choice.prefetch) {
+    inode->backing_prefetched = true;
+    env_->Advise(c->base()->fd(), 0, c->size());
   }
+  if (choice.register_passthrough) inode->backing_id = open_backing_(c->base()->fd());
   // Only readers get here while passthrough handles are open (OpenReserved).
   h->passthrough = inode->backing_id >= 0;
   if (h->passthrough) {
     inode->passthrough_handles++;
     out.backing_id = inode->backing_id;
   } else {
-    MutexLock ilock(inode->mu);
-    h->direct = may_bypass && inode->cached_handles == 0 &&
-                ((h->flags & O_ACCMODE) == O_WRONLY || (held_by_backing && direct_reads_));
+    h->direct = choice.direct;
     if (!h->direct) {
       inode->cached_handles++;
       out.keep_cache = !inode->page_cache_stale;
@@ -1130,6 +1130,7 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
     out.direct_io = h->direct;
   }
   inode->open_handles++;
+  ilock.Unlock();
   out.handle = AdoptHandleLocked(std::move(h));
   return out;
 }

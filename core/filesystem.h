@@ -262,17 +262,11 @@ class Filesystem {
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`. Takes ns_mu_.
   bool NoFileOpenFor(Clock::duration quiet) const;
-  // Counts the handle as open on its regular file and chooses how the kernel serves it; only
-  // `may_bypass` handles may skip the page cache:
-  // - passthrough (SetPassthrough): a read-only open of a file of policy::kBackingReadMinBytes
-  //   or more that the backing store holds whole, when nothing else has it open; readers opened
-  //   meanwhile share it;
-  // - direct, when no cached handle has the file open: a write-only open (the writer never
-  //   reads it back, and each byte is copied once less), or (EnableDirectReads) a read-only
-  //   open of a file of policy::kBackingReadMinBytes or more that the backing store holds whole;
-  // - else the page cache, whose pages never go stale under a reader: a cached open drops the
-  //   pages older than a direct write (keep_cache false), and a direct write while cached
-  //   handles are open invalidates its range (SetPageCacheInvalidator).
+  // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
+  // (core/open_mode.h); only `may_bypass` handles may skip the page cache. The page cache never
+  // goes stale under a reader: a cached open drops the pages older than a direct write
+  // (keep_cache false), and a direct write while cached handles are open invalidates its range
+  // (SetPageCacheInvalidator).
   OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
   // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
   // reader (none: no file), asked for outside the lock.

@@ -1,5 +1,7 @@
-// Tests of the pure flush-policy functions.
+// Tests of the pure policy functions: flushing, and how an open is served.
 #include "core/policy.h"
+
+#include "core/open_mode.h"
 
 #include <gtest/gtest.h>
 
@@ -59,6 +61,88 @@ TEST(PolicyTest, FlushEverythingNow) {
   EXPECT_TRUE(FlushEverythingNow(1, false, false));
   EXPECT_TRUE(FlushEverythingNow(0, true, false));
   EXPECT_TRUE(FlushEverythingNow(0, false, true));
+}
+
+TEST(PolicyTest, AVersionIsDueAfterTheLongerOfFlushDelayAndItsHold) {
+  using namespace std::chrono_literals;
+  const std::chrono::steady_clock::time_point t0{};
+  EXPECT_EQ(FlushDue(t0, 0s, 300ms), t0 + 300ms);
+  EXPECT_EQ(FlushDue(t0, 2s, 300ms), t0 + 2s);
+}
+
+// A read-only open of a file of `size` bytes that the backing store holds whole, nothing else
+// open, passthrough and direct reads available.
+OpenFacts LargeReadOfABackingFile(uint64_t size = kBackingReadMinBytes) {
+  return {.may_bypass = true, .access = O_RDONLY, .size = size, .whole_on_backing = true,
+          .prefetched = false, .passthrough_on = true, .passthrough_readers = false,
+          .open = false, .cached_open = false, .direct_reads = true};
+}
+
+TEST(OpenModeTest, TheFirstReaderOfALargeBackingFileRegistersItForPassthrough) {
+  OpenChoice c = ChooseOpen(LargeReadOfABackingFile());
+  EXPECT_TRUE(c.register_passthrough);
+  EXPECT_FALSE(c.prefetch);
+  EXPECT_TRUE(c.direct) << "served directly if the kernel refuses the backing file";
+}
+
+TEST(OpenModeTest, PassthroughIsNotRegisteredWhileTheFileIsOpenOrOff) {
+  OpenFacts f = LargeReadOfABackingFile();
+  f.open = true;
+  EXPECT_FALSE(ChooseOpen(f).register_passthrough);
+  f = LargeReadOfABackingFile();
+  f.passthrough_readers = true;
+  EXPECT_FALSE(ChooseOpen(f).register_passthrough);
+  f = LargeReadOfABackingFile();
+  f.passthrough_on = false;
+  EXPECT_FALSE(ChooseOpen(f).register_passthrough);
+  EXPECT_TRUE(ChooseOpen(f).direct);
+}
+
+TEST(OpenModeTest, ASmallBackingFileIsReadAheadOnceAndServedByThePageCache) {
+  OpenFacts f = LargeReadOfABackingFile(kBackingReadMinBytes - 1);
+  OpenChoice c = ChooseOpen(f);
+  EXPECT_TRUE(c.prefetch);
+  EXPECT_FALSE(c.register_passthrough);
+  EXPECT_FALSE(c.direct);
+  f.prefetched = true;
+  EXPECT_FALSE(ChooseOpen(f).prefetch);
+  f.size = 0;
+  f.prefetched = false;
+  EXPECT_FALSE(ChooseOpen(f).prefetch) << "nothing to read ahead";
+}
+
+TEST(OpenModeTest, WriteOnlyOpensAreDirectUnlessACachedHandleHasTheFile) {
+  OpenFacts f{.may_bypass = true, .access = O_WRONLY, .size = 0, .whole_on_backing = false,
+              .prefetched = false, .passthrough_on = true, .passthrough_readers = false,
+              .open = false, .cached_open = false, .direct_reads = false};
+  EXPECT_TRUE(ChooseOpen(f).direct);
+  f.cached_open = true;
+  EXPECT_FALSE(ChooseOpen(f).direct);
+  f = {.may_bypass = true, .access = O_RDWR, .size = 0, .whole_on_backing = false,
+       .prefetched = false, .passthrough_on = true, .passthrough_readers = false, .open = false,
+       .cached_open = false, .direct_reads = true};
+  EXPECT_FALSE(ChooseOpen(f).direct) << "a reader-writer reads back through the cache";
+}
+
+TEST(OpenModeTest, LargeReadsAreDirectOnlyWithDirectReadsAndTheFileWhole) {
+  OpenFacts f = LargeReadOfABackingFile();
+  f.passthrough_on = false;
+  f.direct_reads = false;
+  EXPECT_FALSE(ChooseOpen(f).direct);
+  f.direct_reads = true;
+  f.whole_on_backing = false;
+  EXPECT_FALSE(ChooseOpen(f).direct) << "part of it is in memory";
+}
+
+TEST(OpenModeTest, AViewOfAZarrArrayAlwaysUsesThePageCache) {
+  OpenFacts f = LargeReadOfABackingFile();
+  f.may_bypass = false;
+  OpenChoice c = ChooseOpen(f);
+  EXPECT_FALSE(c.register_passthrough);
+  EXPECT_FALSE(c.prefetch);
+  EXPECT_FALSE(c.direct);
+  f.access = O_WRONLY;
+  EXPECT_FALSE(ChooseOpen(f).direct);
 }
 
 }  // namespace
