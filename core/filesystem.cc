@@ -44,6 +44,16 @@ bool IsZarrTempName(const std::string& temp, const std::string& name) {
              std::string_view::npos;
 }
 
+// The mode bits, owner and times of a backing file.
+void TakeAttributes(Inode& inode, const struct stat& st) REQUIRES(inode.mu) {
+  inode.mode = st.st_mode & 07777;
+  inode.uid = st.st_uid;
+  inode.gid = st.st_gid;
+  inode.atime = st.st_atim;
+  inode.mtime = st.st_mtim;
+  inode.ctime = st.st_ctim;
+}
+
 Config WithFlushIo(Config config, FlushIo flush_io) {
   config.flush_io = flush_io;
   return config;
@@ -86,12 +96,10 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
   struct stat st {};
   (void)env_->Stat(root_fd_, "", &st);
-  root->mode = st.st_mode & 07777;
-  root->uid = st.st_uid;
-  root->gid = st.st_gid;
-  root->atime = st.st_atim;
-  root->mtime = st.st_mtim;
-  root->ctime = st.st_ctim;
+  {
+    MutexLock lock(root->mu);
+    TakeAttributes(*root, st);
+  }
   root->nlink = 2;
   root->on_backing = true;
   root->dir_fd = std::make_shared<BackingFile>(*env_, dup(root_fd_));
@@ -208,12 +216,7 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   auto inode = std::make_shared<Inode>(next_ino_++, type);
   {
     MutexLock lock(inode->mu);
-    inode->mode = st.st_mode & 07777;
-    inode->uid = st.st_uid;
-    inode->gid = st.st_gid;
-    inode->atime = st.st_atim;
-    inode->mtime = st.st_mtim;
-    inode->ctime = st.st_ctim;
+    TakeAttributes(*inode, st);
     if (type == FileType::kRegular) {
       inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
     }
