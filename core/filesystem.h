@@ -117,61 +117,64 @@ class Filesystem {
   // to a rescue directory and returns an error naming the files and where they went.
   Status Shutdown();
 
-  Result<Attr> Lookup(uint64_t parent, const std::string& name);
-  void Forget(uint64_t ino, uint64_t count);
-  Result<Attr> GetAttr(uint64_t ino);
+  Result<Attr> Lookup(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  void Forget(uint64_t ino, uint64_t count) EXCLUDES(ns_lock);
+  Result<Attr> GetAttr(uint64_t ino) EXCLUDES(ns_lock);
   // `handle` is the open file the change comes through (ftruncate), or 0 (truncate by path).
-  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, uint64_t handle = 0);
-  Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c);
-  Status Unlink(uint64_t parent, const std::string& name);
-  Status Rmdir(uint64_t parent, const std::string& name);
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, uint64_t handle = 0)
+      EXCLUDES(ns_lock);
+  Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
+      EXCLUDES(ns_lock);
+  Status Unlink(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Status Rmdir(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
   Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
-                       const Caller& c);
+                       const Caller& c) EXCLUDES(ns_lock);
   // A FIFO, socket or device node (mode's type bits; `rdev` for devices), shown and published
   // like the other nodes; with S_IFREG (or no type), an empty regular file. Device nodes fail
   // with EPERM when the backing store takes none (probed at mount).
   Result<Attr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
-                     const Caller& c);
-  Result<std::string> Readlink(uint64_t ino);
+                     const Caller& c) EXCLUDES(ns_lock);
+  Result<std::string> Readlink(uint64_t ino) EXCLUDES(ns_lock);
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
-                const std::string& new_name, unsigned flags);
-  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name);
+                const std::string& new_name, unsigned flags) EXCLUDES(ns_lock);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+      EXCLUDES(ns_lock);
 
   Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
-                          const Caller& c);
+                          const Caller& c) EXCLUDES(ns_lock);
   // An open with O_TRUNC, and a write, by a caller without CAP_FSETID clear the file's
   // set-user-ID bit, and its set-group-ID bit when group execute is set, as the kernel does for
   // local filesystems (it leaves that to the FUSE daemon for these requests).
-  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller());
-  Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size);
+  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller()) EXCLUDES(ns_lock);
+  Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size) EXCLUDES(ns_lock);
   Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
-                       const Caller& c = Caller());
+                       const Caller& c = Caller()) EXCLUDES(ns_lock);
   // close(): seals the file if it changed through this handle; a handle opened for writing
   // also gets a flush error of the file not reported yet.
-  Status Flush(uint64_t handle);
-  Status Release(uint64_t handle);
-  Status Fsync(uint64_t handle);
-  Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length);
+  Status Flush(uint64_t handle) EXCLUDES(ns_lock);
+  Status Release(uint64_t handle) EXCLUDES(ns_lock);
+  Status Fsync(uint64_t handle) EXCLUDES(ns_lock);
+  Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) EXCLUDES(ns_lock);
 
-  Result<uint64_t> OpenDir(uint64_t ino);
+  Result<uint64_t> OpenDir(uint64_t ino) EXCLUDES(ns_lock);
   // Entries from index `offset` on (index i has cookie i + 1), "." and ".." included.
-  Result<std::vector<DirEntry>> ReadDir(uint64_t dir_handle, uint64_t offset);
-  void ReleaseDir(uint64_t dir_handle);
-  Status FsyncDir(uint64_t ino);
+  Result<std::vector<DirEntry>> ReadDir(uint64_t dir_handle, uint64_t offset) EXCLUDES(ns_lock);
+  void ReleaseDir(uint64_t dir_handle) EXCLUDES(ns_lock);
+  Status FsyncDir(uint64_t ino) EXCLUDES(ns_lock);
 
-  Result<struct statvfs> StatFs();
+  Result<struct statvfs> StatFs() EXCLUDES(ns_lock);
 
   // Waits until everything sealed before the call is durable; the error names the file.
-  Status Sync();
+  Status Sync() EXCLUDES(ns_lock);
   std::string backend_name() const { return flusher_->backend_name(); }
   // JSON figures for .ckptfs/stats.
-  std::string StatsJson();
+  std::string StatsJson() EXCLUDES(ns_lock);
 
  private:
   // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
   // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
   // the file right after reading it would otherwise find it still open.
-  void WaitPassthroughReleased(uint64_t ino);
+  void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
   struct Handle {
     Handle() = default;
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
@@ -215,11 +218,11 @@ class Filesystem {
   }
   Status RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
                         const std::string& new_name, unsigned flags, Reservation& reservation,
-                        size_t& more);
+                        size_t& more) EXCLUDES(ns_lock);
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
-                        size_t& more);
+                        size_t& more) EXCLUDES(ns_lock);
   Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
-                                size_t& more);
+                                size_t& more) EXCLUDES(ns_lock);
 
   // --- Called with the namespace lock held ---
   InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
@@ -260,8 +263,8 @@ class Filesystem {
   uint64_t SealLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
-  // Whether no file (control files aside) has been open for at least `quiet`. Takes ns_mu_.
-  bool NoFileOpenFor(Clock::duration quiet) const;
+  // Whether no file (control files aside) has been open for at least `quiet`.
+  bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
   // (core/open_mode.h); only `may_bypass` handles may skip the page cache. The page cache never
   // goes stale under a reader: a cached open drops the pages older than a direct write
