@@ -54,6 +54,15 @@ void TakeAttributes(Inode& inode, const struct stat& st) REQUIRES(inode.mu) {
   inode.ctime = st.st_ctim;
 }
 
+// The attributes a journal entry gives the backing store: `inode`'s mode, owner and times.
+void CopyAttributes(const Inode& inode, JournalEntry& e) REQUIRES(inode.mu) {
+  e.mode = inode.mode;
+  e.uid = inode.uid;
+  e.gid = inode.gid;
+  e.atime = inode.atime;
+  e.mtime = inode.mtime;
+}
+
 Config WithFlushIo(Config config, FlushIo flush_io) {
   config.flush_io = flush_io;
   return config;
@@ -371,11 +380,7 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
     entry->names.assign(inode->names.begin(), inode->names.end());
     entry->parent = entry->names.front().parent;
     entry->name = entry->names.front().name;
-    entry->mode = inode->mode;
-    entry->uid = inode->uid;
-    entry->gid = inode->gid;
-    entry->atime = inode->atime;
-    entry->mtime = inode->mtime;
+    CopyAttributes(*inode, *entry);
   }
   const Clock::time_point now = clock_.Now();
   inode->hold = policy::NextHold(inode->hold, now - inode->last_sealed, config_.flush_delay);
@@ -656,11 +661,7 @@ void Filesystem::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool s
   e->set_times = set_times;
   {
     MutexLock ilock(inode->mu);
-    e->mode = inode->mode;
-    e->uid = inode->uid;
-    e->gid = inode->gid;
-    e->atime = inode->atime;
-    e->mtime = inode->mtime;
+    CopyAttributes(*inode, *e);
   }
   AppendLocked(std::move(e));
 }
@@ -683,11 +684,7 @@ Result<EntryRef> Filesystem::AddNewLocked(uint64_t parent, const std::string& na
   e->parent = *dir;
   e->name = name;
   MutexLock ilock(inode->mu);
-  e->mode = inode->mode;
-  e->uid = inode->uid;
-  e->gid = inode->gid;
-  e->atime = inode->atime;
-  e->mtime = inode->mtime;
+  CopyAttributes(*inode, *e);
   return e;
 }
 
