@@ -70,6 +70,12 @@ Status FaultInjectingEnv::Judge(Op op, std::initializer_list<std::string_view> n
   return verdict;
 }
 
+void FaultInjectingEnv::Wait(Op op) {
+  std::chrono::milliseconds delay{0};
+  (void)Judge(op, {}, &delay);
+  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+}
+
 template <typename Forward>
 auto FaultInjectingEnv::Pass(Op op, std::initializer_list<std::string_view> names,
                              Forward forward) -> decltype(forward()) {
@@ -161,8 +167,7 @@ Result<int> FaultInjectingEnv::Open(int dir, const std::string& name, int flags,
 }
 
 void FaultInjectingEnv::Close(int fd) {
-  std::chrono::milliseconds delay{0};
-  (void)Judge(Op::kClose, {}, &delay);
+  Wait(Op::kClose);
   inner_->Close(fd);
 }
 
@@ -205,9 +210,7 @@ Status FaultInjectingEnv::Allocate(int fd, uint64_t offset, uint64_t length) {
 }
 
 void FaultInjectingEnv::Advise(int fd, uint64_t offset, uint64_t length) {
-  std::chrono::milliseconds delay{0};
-  (void)Judge(Op::kAdvise, {}, &delay);
-  if (delay.count() > 0) std::this_thread::sleep_for(delay);
+  Wait(Op::kAdvise);
   inner_->Advise(fd, offset, length);
 }
 

@@ -81,7 +81,7 @@ class FaultInjectingEnv final : public Env {
   std::vector<Status> Sync(std::span<const int> fds, bool data_only) override;
 
   Result<int> Open(int dir, const std::string& name, int flags, mode_t mode) override;
-  // Never fails: the descriptor is closed in any case.
+  // A fault only delays it: the descriptor is closed in any case.
   void Close(int fd) override;
   Status Stat(int dir, const std::string& name, struct stat* st) override;
   Status StatFs(int fd, struct statvfs* st) override;
@@ -116,6 +116,8 @@ class FaultInjectingEnv final : public Env {
   Status Judge(Op op, std::initializer_list<std::string_view> names,
                std::chrono::milliseconds* delay);
   // Judges a single call, waits, then fails it or runs `forward`.
+  // Judges a call that cannot fail (Close, Advise): counts it and waits its delay.
+  void Wait(Op op);
   template <typename Forward>
   auto Pass(Op op, std::initializer_list<std::string_view> names, Forward forward)
       -> decltype(forward());
