@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -58,6 +59,12 @@ struct ReadSegment {
   const char* data = nullptr;  // kMemory: points into block
   std::shared_ptr<BackingFile> file;  // kBacking
   uint64_t file_offset = 0;           // kBacking
+};
+
+// The bytes of a read. Memory segments keep their blocks alive until this is destroyed.
+struct ReadData {
+  std::vector<ReadSegment> segments;
+  std::string owned;  // Served from a string (control files, generated text, fill values).
 };
 
 class FileContent {

@@ -9,59 +9,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/open_mode.h"
 #include "core/policy.h"
+#include "core/rescue.h"
 
 
 namespace ckptfs {
 namespace {
-
-timespec Now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts;
-}
-
-constexpr size_t kNameMax = 255;
-
-Status CheckName(const std::string& name) {
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-    return Status::Error(EINVAL, "bad name");
-  }
-  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, name);
-  return Status::Ok();
-}
-
-// Whether `temp` is the name zarr gives the temporary file it renames to `name`.
-bool IsZarrTempName(const std::string& temp, const std::string& name) {
-  constexpr size_t kUuidHex = 32;
-  constexpr std::string_view kSuffix = ".partial";
-  if (temp.size() != name.size() + 1 + kUuidHex + kSuffix.size()) return false;
-  std::string_view t = temp;
-  return t.substr(0, name.size() + 1) == name + "." && t.substr(t.size() - kSuffix.size()) == kSuffix &&
-         t.substr(name.size() + 1, kUuidHex).find_first_not_of("0123456789abcdef") ==
-             std::string_view::npos;
-}
-
-// The mode bits, owner and times of a backing file.
-void TakeAttributes(Inode& inode, const struct stat& st) REQUIRES(inode.mu) {
-  inode.mode = st.st_mode & 07777;
-  inode.uid = st.st_uid;
-  inode.gid = st.st_gid;
-  inode.atime = st.st_atim;
-  inode.mtime = st.st_mtim;
-  inode.ctime = st.st_ctim;
-}
-
-// The attributes a journal entry gives the backing store: `inode`'s mode, owner and times.
-void CopyAttributes(const Inode& inode, JournalEntry& e) REQUIRES(inode.mu) {
-  e.mode = inode.mode;
-  e.uid = inode.uid;
-  e.gid = inode.gid;
-  e.atime = inode.atime;
-  e.mtime = inode.mtime;
-}
 
 Config WithFlushIo(Config config, FlushIo flush_io) {
   config.flush_io = flush_io;
@@ -100,49 +56,36 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       clock_(clock),
       root_fd_(store.root_fd),
       staging_fd_(store.staging_fd),
-      start_time_(Now()),
-      arena_(config.cache_size) {
-  auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
-  struct stat st {};
-  (void)env_->Stat(root_fd_, "", &st);
+      start_time_(WallTime()),
+      arena_(config.cache_size),
+      ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
+          [this]() REQUIRES(ns_lock) { flusher_->NotifyLocked(); }),
+      zarr_(config_, *env_, ns_),
+      reclaimer_(ns_, stats_, staging_fd_),
+      control_(*this, start_time_) {
   {
-    MutexLock lock(root->mu);
-    TakeAttributes(*root, st);
+    NamespaceLock lock(ns_.mutex());
+    last_open_or_release_ = clock_.Now();
   }
-  root->nlink = 2;
-  root->on_backing = true;
-  root->dir_fd = std::make_shared<BackingFile>(*env_, dup(root_fd_));
-  inodes_[kRootIno] = root;
-  last_open_or_release_ = clock_.Now();
-
   Flusher::Hooks hooks;
-  hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) { clean_.push_back(inode); };
-  hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return PathLocked(inode); };
+  hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) {
+    reclaimer_.AddCandidateLocked(inode);
+  };
+  hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return ns_.PathLocked(inode); };
   hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
-  hooks.spill = [this](Env& env) { return Spill(env); };
-  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, ns_mu_, journal_,
+  hooks.spill = [this](Env& env) { return reclaimer_.Spill(env); };
+  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, ns_.mutex(), journal_,
                                        stats_, std::move(hooks));
-  arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
+  arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
 }
 
 Filesystem::~Filesystem() {
   arena_.StopPrefault();
   flusher_.reset();
-  {
-    NamespaceLock lock(ns_mu_);
-    for (auto& [ino, inode] : inodes_) {
-      inode->children.clear();
-      inode->names.clear();
-      inode->last_entry.reset();
-      inode->zarr.reset();
-      MutexLock ilock(inode->mu);
-      inode->view.reset();
-    }
-    handles_.clear();  // Files the kernel never released (the mount went away).
-    inodes_.clear();
-    clean_.clear();
-  }
+  NamespaceLock lock(ns_.mutex());
+  handles_.clear();  // Files the kernel never released (the mount went away).
+  reclaimer_.ClearLocked();
   env_->Close(staging_fd_);
   env_->Close(root_fd_);
 }
@@ -156,243 +99,7 @@ void Filesystem::Start() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Namespace helpers (ns_mu_ held).
-
-InodeRef Filesystem::FindLocked(uint64_t ino) const {
-  auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second;
-}
-
-Result<InodeRef> Filesystem::DirLocked(uint64_t ino) const {
-  InodeRef dir = FindLocked(ino);
-  if (!dir) return Status::Error(ENOENT, "no such inode");
-  if (dir->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
-  return dir;
-}
-
-InodeRef Filesystem::NewInodeLocked(FileType type, uint32_t mode, const Caller& c) {
-  auto inode = std::make_shared<Inode>(next_ino_++, type);
-  {
-    MutexLock lock(inode->mu);
-    inode->mode = mode & 07777;
-    inode->uid = c.uid;
-    inode->gid = c.gid;
-    inode->atime = inode->mtime = inode->ctime = Now();
-  }
-  inode->nlink = type == FileType::kDirectory ? 2 : 1;
-  inodes_[inode->ino] = inode;
-  return inode;
-}
-
-Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string& name) {
-  if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
-  if (dir->complete || !dir->dir_fd || dir->whiteouts.count(name) ||
-      (dir->ino == kRootIno && name == kReservedName)) {
-    return Status::Error(ENOENT, name);
-  }
-  Status bad = CheckName(name);
-  if (!bad.ok()) return bad;
-  Result<InodeRef> inode = BackingInodeLocked(dir, name);
-  if (!inode.ok()) return inode;
-  dir->children[name] = *inode;
-  (*inode)->names.insert({dir, name});
-  if ((*inode)->type == FileType::kDirectory) ZarrProbeLocked(*inode);
-  return inode;
-}
-
-Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
-  int dfd = dir->dir_fd->fd();
-  struct stat st {};
-  if (Status found = env_->Stat(dfd, name, &st); !found.ok()) return found;
-  const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
-  const bool linkable = !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
-  if (linkable && st.st_nlink > 1) {
-    // Another name of a hard-linked file seen already: the same inode.
-    auto it = backing_links_.find(backing_id);
-    InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
-    if (linked && linked->nlink > 0) return linked;
-  }
-  FileType type;
-  if (S_ISDIR(st.st_mode)) {
-    type = FileType::kDirectory;
-  } else if (S_ISREG(st.st_mode)) {
-    type = FileType::kRegular;
-  } else if (S_ISLNK(st.st_mode)) {
-    type = FileType::kSymlink;
-  } else {
-    type = FileType::kSpecial;
-  }
-  auto inode = std::make_shared<Inode>(next_ino_++, type);
-  {
-    MutexLock lock(inode->mu);
-    TakeAttributes(*inode, st);
-    if (type == FileType::kRegular) {
-      inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
-    }
-  }
-  if (type == FileType::kSpecial) {
-    inode->special_type = st.st_mode & S_IFMT;
-    inode->rdev = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? st.st_rdev : 0;
-  }
-  inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
-  inode->on_backing = true;
-  if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
-  if (type == FileType::kDirectory) {
-    Result<int> fd = env_->Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!fd.ok()) return fd.status();
-    inode->dir_fd = std::make_shared<BackingFile>(*env_, *fd);
-  } else if (type == FileType::kRegular) {
-    inode->origin_dir = dir->dir_fd;
-    inode->origin_name = name;
-  } else if (type == FileType::kSymlink) {
-    Result<std::string> target = env_->ReadLink(dfd, name);
-    if (!target.ok()) return target.status();
-    inode->symlink_target = std::move(*target);
-  }
-  inodes_[inode->ino] = inode;
-  return inode;
-}
-
-Status Filesystem::CheckAbsentLocked(const InodeRef& dir, const std::string& name) {
-  Result<InodeRef> existing = ChildLocked(dir, name);
-  if (existing.ok()) return Status::Error(EEXIST, name);
-  if (existing.status().err() != ENOENT) return existing.status();
-  if (dir->zarr && dir->zarr->grid.Virtual(name)) {
-    // A chunk of a fine-grid array comes into being only by zarr's rename over it.
-    return Status::Error(EPERM, name + " is a chunk of a zarr array");
-  }
-  return Status::Ok();
-}
-
-void Filesystem::LoadDirLocked(const InodeRef& dir) {
-  if (dir->complete) return;
-  if (!dir->dir_fd) {
-    dir->complete = true;
-    return;
-  }
-  Result<std::vector<std::string>> listed = env_->ListDir(dir->dir_fd->fd());
-  if (!listed.ok()) return;
-  // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
-  std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
-    return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
-           dir->whiteouts.count(name);
-  });
-  for (const std::string& name : *listed) {
-    if (dir->zarr && ZarrAddBackingLocked(dir, name)) continue;
-    Result<InodeRef> child = ChildLocked(dir, name);
-    (void)child;  // Entries that vanished or are special files are simply not listed.
-  }
-  dir->complete = true;
-  dir->whiteouts.clear();
-}
-
-void Filesystem::AddNameLocked(const InodeRef& dir, const std::string& name,
-                               const InodeRef& inode) {
-  dir->children[name] = inode;
-  dir->whiteouts.erase(name);
-  inode->names.insert({dir, name});
-  MutexLock lock(dir->mu);
-  dir->mtime = dir->ctime = Now();
-}
-
-void Filesystem::RemoveNameLocked(const InodeRef& dir, const std::string& name,
-                                  const InodeRef& inode, bool journal) {
-  if (journal) JournalRemovalLocked(dir, name, inode);
-  dir->children.erase(name);
-  // The backing store may still hold this name until the journal says otherwise.
-  if (!dir->complete) dir->whiteouts.insert(name);
-  inode->names.erase({dir, name});
-  MutexLock lock(dir->mu);
-  dir->mtime = dir->ctime = Now();
-}
-
-void Filesystem::JournalRemovalLocked(const InodeRef& dir, const std::string& name,
-                                      const InodeRef& inode) {
-  if (!JournaledLocked(inode)) return;
-  auto e = std::make_shared<JournalEntry>();
-  e->kind = inode->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
-                                                : JournalEntry::Kind::kUnlink;
-  e->inode = dir;
-  e->parent = dir;
-  e->name = name;
-  e->victim = inode;
-  AppendLocked(std::move(e));
-}
-
-Status Filesystem::LoadOriginLocked(const InodeRef& inode) {
-  if (!inode->origin_dir) return Status::Ok();
-  Result<int> fd = env_->Open(inode->origin_dir->fd(), inode->origin_name, O_RDONLY | O_NOFOLLOW);
-  if (!fd.ok()) {
-    return Status::Error(fd.status().err(), "open backing file " + inode->origin_name);
-  }
-  auto file = std::make_shared<BackingFile>(*env_, *fd);
-  struct stat st {};
-  (void)env_->Stat(*fd, "", &st);
-  {
-    MutexLock lock(inode->mu);
-    inode->content = FileContent(std::move(file), static_cast<uint64_t>(st.st_size));
-  }
-  inode->origin_dir.reset();
-  inode->origin_name.clear();
-  return Status::Ok();
-}
-
-bool Filesystem::JournaledLocked(const InodeRef& inode) const {
-  {
-    MutexLock lock(inode->mu);
-    if (inode->view) return false;  // Virtual chunks never reach the backing store.
-  }
-  EntryRef last = inode->last_entry.lock();
-  return inode->on_backing || (last && !last->done);
-}
-
-uint64_t Filesystem::AppendLocked(EntryRef entry) {
-  entry->sealed_at = clock_.Now();
-  // An unlink or rmdir is about its victim, though it names the directory as its inode: the
-  // removal may be cancelled with the victim, and must not then leave the directory looking as
-  // if its own pending entries (a mkdir) were done.
-  if (entry->kind != JournalEntry::Kind::kUnlink && entry->kind != JournalEntry::Kind::kRmdir) {
-    entry->inode->last_entry = entry;
-  }
-  uint64_t seq = journal_.Append(std::move(entry));
-  flusher_->NotifyLocked();
-  return seq;
-}
-
-uint64_t Filesystem::SealLocked(const InodeRef& inode) {
-  if (inode->type != FileType::kRegular) return 0;
-  if (InodeRef owner = ContentOwner(inode); owner != inode) return SealLocked(owner);
-  auto entry = std::make_shared<JournalEntry>();
-  {
-    MutexLock lock(inode->mu);
-    if (inode->version == inode->sealed_version) return 0;
-    inode->sealed_version = inode->version;
-    if (inode->names.empty()) return 0;  // Deleted: nothing to publish.
-    if (inode->nlink > inode->names.size()) {
-      spdlog::warn("{} has {} hard links on the backing store not opened through the mount; "
-                   "they keep the old content", inode->names.begin()->name,
-                   inode->nlink - inode->names.size());
-    }
-    entry->kind = JournalEntry::Kind::kPublish;
-    entry->inode = inode;
-    entry->snapshot = inode->content;
-    entry->version = inode->version;
-    entry->names.assign(inode->names.begin(), inode->names.end());
-    entry->parent = entry->names.front().parent;
-    entry->name = entry->names.front().name;
-    CopyAttributes(*inode, *entry);
-  }
-  const Clock::time_point now = clock_.Now();
-  inode->hold = policy::NextHold(inode->hold, now - inode->last_sealed, config_.flush_delay);
-  inode->last_sealed = now;
-  entry->hold = inode->hold;
-  EntryRef last = inode->last_entry.lock();
-  if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
-    journal_.Cancel(last);
-    stats_.versions_skipped++;
-  }
-  return AppendLocked(std::move(entry));
-}
+// Open handles.
 
 uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
   Handle* h = handle.get();
@@ -405,213 +112,61 @@ uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
 }
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   return open_files_ == 0 && clock_.Now() - last_open_or_release_ >= quiet;
 }
 
 void Filesystem::SealHandleLocked(Handle* h) {
-  InodeRef owner = ContentOwner(h->inode);
+  InodeRef owner = ns_.ContentOwner(h->inode);
   bool changed;
   {
     MutexLock lock(owner->mu);
     changed = h->wrote_version > owner->sealed_version;
   }
-  if (changed) SealLocked(owner);
-}
-
-bool Filesystem::IsZarrView(const Inode& inode) {
-  MutexLock lock(inode.mu);
-  return inode.view || !inode.served_text.empty();
-}
-
-InodeRef Filesystem::ContentOwner(const InodeRef& inode) {
-  MutexLock lock(inode->mu);
-  return inode->view ? inode->view->real : inode;
-}
-
-std::string Filesystem::PathLocked(const InodeRef& inode) const {
-  std::vector<std::string> parts;
-  const Inode* cur = inode.get();
-  while (cur && cur->ino != kRootIno) {
-    if (cur->names.empty()) {
-      parts.push_back("(deleted)");
-      break;
-    }
-    parts.push_back(cur->names.begin()->name);
-    cur = cur->names.begin()->parent.get();
-  }
-  std::string path;
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) path += (path.empty() ? "" : "/") + *it;
-  return path.empty() ? "/" : path;
-}
-
-Attr Filesystem::AttrOf(const Inode& inode) const {
-  Attr a;
-  a.ino = inode.ino;
-  a.nlink = inode.nlink;
-  MutexLock lock(inode.mu);
-  a.mode = inode.TypeBits() | inode.mode;
-  a.uid = inode.uid;
-  a.gid = inode.gid;
-  a.atime = inode.atime;
-  a.mtime = inode.mtime;
-  a.ctime = inode.ctime;
-  switch (inode.type) {
-    case FileType::kRegular:
-      a.size = inode.served_text.empty() ? inode.content.size() : inode.served_text.size();
-      break;
-    case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
-    case FileType::kDirectory: a.size = 4096; break;
-    case FileType::kSpecial: a.rdev = inode.rdev; break;
-  }
-  return a;
-}
-
-void Filesystem::MaybeDropLocked(const InodeRef& inode) {
-  if (inode->nlink > 0 || inode->open_handles > 0) return;
-  // Deleted and closed: its data is unreachable now, even while the kernel still knows the inode.
-  if (inode->type == FileType::kRegular) {
-    MutexLock ilock(inode->mu);
-    inode->content = FileContent();
-  }
-  inode->origin_dir.reset();
-  if (inode->lookups == 0) inodes_.erase(inode->ino);
-}
-
-size_t Filesystem::UnloadLocked(const InodeRef& inode) {
-  EntryRef pending = inode->last_entry.lock();
-  if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
-      inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
-      inode->durable_version != inode->version) {
-    return 0;
-  }
-  const Inode::Name& name = *inode->names.begin();
-  if (!name.parent->dir_fd) return 0;
-  size_t blocks = inode->content.memory_blocks();
-  inode->content = FileContent(nullptr, inode->content.size());
-  inode->origin_dir = name.parent->dir_fd;
-  inode->origin_name = name.name;
-  return blocks;
-}
-
-size_t Filesystem::Reclaim(size_t wanted) {
-  NamespaceLock lock(ns_mu_);
-  size_t freed = 0;
-  while (freed < wanted && !clean_.empty()) {
-    InodeRef inode = clean_.front().lock();
-    clean_.pop_front();
-    if (!inode) continue;
-    if (!inode->mu.try_lock()) {
-      clean_.push_back(inode);
-      break;
-    }
-    size_t blocks = UnloadLocked(inode);
-    inode->mu.unlock();
-    freed += blocks;
-    stats_.evicted_blocks += blocks;
-  }
-  return freed;
-}
-
-size_t Filesystem::Spill(Env& env) {
-  InodeRef victim;
-  {
-    NamespaceLock lock(ns_mu_);
-    size_t most = 0;
-    for (const auto& [ino, inode] : inodes_) {
-      if (inode->type != FileType::kRegular) continue;
-      if (!inode->mu.try_lock()) continue;
-      if (inode->version != inode->sealed_version && inode->content.memory_blocks() > most) {
-        most = inode->content.memory_blocks();
-        victim = inode;
-      }
-      inode->mu.unlock();
-    }
-  }
-  if (!victim) return 0;
-  // The file's lock is held throughout: its content cannot change under the spill.
-  MutexLock ilock(victim->mu);
-  FileContent& content = victim->content;
-  auto spilled = content.SpillCandidates();
-  if (spilled.empty()) return 0;
-  std::shared_ptr<BackingFile> file = content.base();
-  // Reusable only when no sealed version shares it (then this copy and the content's are all).
-  bool reuse = file && file->spill() && file.use_count() == 2;
-  if (reuse) {
-    if (!env.Truncate(file->fd(), content.base_len()).ok()) return 0;
-  } else {
-    Result<int> fd = env.Open(staging_fd_, ".", O_TMPFILE | O_RDWR, 0600);
-    if (!fd.ok()) {
-      spdlog::error("cannot create a spill file: {}", fd.status().ToString());
-      return 0;
-    }
-    file = std::make_shared<BackingFile>(env, *fd, /*spill=*/true);
-    if (content.base() && content.base_len() > 0) {
-      Status st = content.base()->CopyPrefixTo(*fd, content.base_len());
-      if (!st.ok()) {
-        spdlog::error("cannot spill: {}", st.ToString());
-        return 0;
-      }
-    }
-  }
-  std::vector<WriteRequest> requests =
-      BlockWriteRequests(spilled, content.size(), file->fd(), /*direct=*/false);
-  for (const Status& st : env.Write(requests)) {
-    if (!st.ok()) {
-      spdlog::error("cannot spill: {}", st.ToString());
-      return 0;
-    }
-  }
-  size_t freed = content.AdoptSpill(std::move(file), spilled);
-  stats_.spilled_blocks += freed;
-  return freed;
+  if (changed) ns_.SealLocked(owner);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Operations.
 
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
-  if (parent == kRootIno && name == kReservedName) return ControlAttr(kControlDirIno);
-  if (parent == kControlDirIno) {
-    Result<uint64_t> c = ControlLookup(name);
-    if (!c.ok()) return c.status();
-    return ControlAttr(*c);
-  }
-  NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(parent);
+  if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
+  if (parent == kControlDirIno) return control_.Lookup(name);
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> child = ChildLocked(*dir, name);
+  Result<InodeRef> child = ns_.ChildLocked(*dir, name);
   if (!child.ok()) return child.status();
   (*child)->lookups++;
-  return AttrOf(**child);
+  return ns_.AttrOf(**child);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (ino < kFirstIno) return;
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
-  MaybeDropLocked(inode);
+  ns_.MaybeDropLocked(inode);
 }
 
 Result<Attr> Filesystem::GetAttr(uint64_t ino) {
-  if (ino != kRootIno && ino < kFirstIno) return ControlAttr(ino);
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  if (IsControl(ino)) return control_.AttrOf(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
-  return AttrOf(*inode);
+  return ns_.AttrOf(*inode);
 }
 
 Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t handle) {
-  if (ino != kRootIno && ino < kFirstIno) return Status::Error(EPERM, "control files are fixed");
+  if (IsControl(ino)) return Status::Error(EPERM, "control files are fixed");
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
   if (req.size) WaitPassthroughReleased(ino);
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
-  timespec now = Now();
+  timespec now = WallTime();
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
     if (inode->type != FileType::kRegular) {
@@ -621,7 +176,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (inode->passthrough_handles > 0) {
       return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
     }
-    Status st = LoadOriginLocked(inode);
+    Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
     MutexLock ilock(inode->mu);
     inode->content.Truncate(*req.size, reservation);
@@ -639,66 +194,26 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (req.mtime) inode->mtime = req.mtime->tv_nsec == UTIME_NOW ? now : *req.mtime;
     inode->ctime = now;
   }
-  if (req.size && handle == 0) SealLocked(inode);
+  if (req.size && handle == 0) ns_.SealLocked(inode);
   if (meta && inode->ino == kRootIno) {
     spdlog::debug("attributes of the mount root are not written to the backing directory");
   } else if (meta) {
-    JournalAttrsLocked(inode, req.mode.has_value(), req.uid || req.gid, req.atime || req.mtime);
+    ns_.JournalAttrsLocked(inode, req.mode.has_value(), req.uid || req.gid, req.atime || req.mtime);
   }
-  return AttrOf(*inode);
-}
-
-void Filesystem::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner,
-                                    bool set_times) {
-  if (!JournaledLocked(inode) || inode->names.empty()) return;
-  auto e = std::make_shared<JournalEntry>();
-  e->kind = JournalEntry::Kind::kSetAttr;
-  e->inode = inode;
-  e->parent = inode->names.begin()->parent;
-  e->name = inode->names.begin()->name;
-  e->set_mode = set_mode;
-  e->set_owner = set_owner;
-  e->set_times = set_times;
-  {
-    MutexLock ilock(inode->mu);
-    CopyAttributes(*inode, *e);
-  }
-  AppendLocked(std::move(e));
-}
-
-Result<EntryRef> Filesystem::AddNewLocked(uint64_t parent, const std::string& name,
-                                           FileType type, uint32_t mode, const Caller& c,
-                                           JournalEntry::Kind kind) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
-  Status bad = CheckName(name);
-  if (!bad.ok()) return bad;
-  Result<InodeRef> dir = DirLocked(parent);
-  if (!dir.ok()) return dir.status();
-  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
-  InodeRef inode = NewInodeLocked(type, mode, c);
-  AddNameLocked(*dir, name, inode);
-  inode->lookups++;
-  auto e = std::make_shared<JournalEntry>();
-  e->kind = kind;
-  e->inode = inode;
-  e->parent = *dir;
-  e->name = name;
-  MutexLock ilock(inode->mu);
-  CopyAttributes(*inode, *e);
-  return e;
+  return ns_.AttrOf(*inode);
 }
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
                                const Caller& c) {
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
-      AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
+      ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
   if (!e.ok()) return e.status();
   InodeRef inode = (*e)->inode;
   inode->complete = true;
   (*e)->parent->nlink++;
-  AppendLocked(std::move(*e));
-  return AttrOf(*inode);
+  ns_.AppendLocked(std::move(*e));
+  return ns_.AttrOf(*inode);
 }
 
 Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
@@ -709,69 +224,66 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
 
 Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
                                   Reservation& reservation, size_t& more) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
-  if (parent == kControlDirIno) return Status::Error(EPERM, name);
-  NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(parent);
+  if (IsControlEntry(parent, name)) return Status::Error(EPERM, name);
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> child = ChildLocked(*dir, name);
+  Result<InodeRef> child = ns_.ChildLocked(*dir, name);
   if (!child.ok()) return child.status();
   InodeRef inode = *child;
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
-  if (ContentOwner(inode) != inode) return ZarrUnlinkLocked(*dir, name, inode, reservation, more);
+  if (ns_.ContentOwner(inode) != inode) return zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
-    Status st = LoadOriginLocked(inode);
+    Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
-  RemoveNameLocked(*dir, name, inode);
+  ns_.RemoveNameLocked(*dir, name, inode);
   inode->nlink--;
   {
     MutexLock ilock(inode->mu);
-    inode->ctime = Now();
+    inode->ctime = WallTime();
   }
   if (inode->nlink == 0) {
-    stats_.versions_skipped += journal_.CancelUnsent(inode);
-    MaybeDropLocked(inode);
+    ns_.CancelUnsentLocked(inode);
+    ns_.MaybeDropLocked(inode);
   }
-  ZarrForgetIfGoneLocked(*dir);
+  zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
 
 Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
   if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
-  NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(parent);
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> child = ChildLocked(*dir, name);
+  Result<InodeRef> child = ns_.ChildLocked(*dir, name);
   if (!child.ok()) return child.status();
   InodeRef inode = *child;
   if (inode->type != FileType::kDirectory) return Status::Error(ENOTDIR, name);
-  LoadDirLocked(inode);
-  if (!inode->children.empty() || (inode->zarr && inode->zarr->hidden > 0)) {
-    return Status::Error(ENOTEMPTY, name);
-  }
-  inode->zarr.reset();
-  RemoveNameLocked(*dir, name, inode);
+  ns_.LoadDirLocked(inode);
+  if (!inode->children.empty()) return Status::Error(ENOTEMPTY, name);
+  if (Status st = zarr_.RmdirLocked(inode); !st.ok()) return Status::Error(st.err(), name);
+  ns_.RemoveNameLocked(*dir, name, inode);
   inode->nlink = 0;
   (*dir)->nlink--;
-  stats_.versions_skipped += journal_.CancelUnsent(inode);
-  MaybeDropLocked(inode);
+  ns_.CancelUnsentLocked(inode);
+  ns_.MaybeDropLocked(inode);
   return Status::Ok();
 }
 
 Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
-      AddNewLocked(parent, name, FileType::kSymlink, 0777, c, JournalEntry::Kind::kSymlink);
+      ns_.AddNewLocked(parent, name, FileType::kSymlink, 0777, c, JournalEntry::Kind::kSymlink);
   if (!e.ok()) return e.status();
   InodeRef inode = (*e)->inode;
   inode->symlink_target = target;
   (*e)->symlink_target = target;
-  AppendLocked(std::move(*e));
-  return AttrOf(*inode);
+  ns_.AppendLocked(std::move(*e));
+  return ns_.AttrOf(*inode);
 }
 
 Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
@@ -790,22 +302,22 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
     return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
   }
   if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
-      AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
+      ns_.AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
   if (!e.ok()) return e.status();
   InodeRef inode = (*e)->inode;
   inode->special_type = type;
   inode->rdev = device ? rdev : 0;
   (*e)->node_type = type;
   (*e)->rdev = inode->rdev;
-  AppendLocked(std::move(*e));
-  return AttrOf(*inode);
+  ns_.AppendLocked(std::move(*e));
+  return ns_.AttrOf(*inode);
 }
 
 Result<std::string> Filesystem::Readlink(uint64_t ino) {
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type != FileType::kSymlink) return Status::Error(EINVAL, "not a symlink");
   return inode->symlink_target;
@@ -821,9 +333,7 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
                                   const std::string& new_name, unsigned flags,
                                   Reservation& reservation, size_t& more) {
-  if ((parent == kRootIno && name == kReservedName) ||
-      (new_parent == kRootIno && new_name == kReservedName) || parent == kControlDirIno ||
-      new_parent == kControlDirIno) {
+  if (IsControlEntry(parent, name) || IsControlEntry(new_parent, new_name)) {
     return Status::Error(EPERM, "the control directory cannot be renamed");
   }
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
@@ -831,32 +341,22 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   }
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
-  NamespaceLock lock(ns_mu_);
-  Result<InodeRef> src = DirLocked(parent);
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> src = ns_.DirLocked(parent);
   if (!src.ok()) return src.status();
-  Result<InodeRef> dst = DirLocked(new_parent);
+  Result<InodeRef> dst = ns_.DirLocked(new_parent);
   if (!dst.ok()) return dst.status();
-  Result<InodeRef> child_r = ChildLocked(*src, name);
+  Result<InodeRef> child_r = ns_.ChildLocked(*src, name);
   if (!child_r.ok()) return child_r.status();
   InodeRef child = *child_r;
-  Result<InodeRef> victim_r = ChildLocked(*dst, new_name);
+  Result<InodeRef> victim_r = ns_.ChildLocked(*dst, new_name);
   if (!victim_r.ok() && victim_r.status().err() != ENOENT) return victim_r.status();
   InodeRef victim = victim_r.ok() ? *victim_r : nullptr;
   if (victim == child) return Status::Ok();
   if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
-  // What the mount shows of a fine-grid array is not a file of its own: mv copies it instead.
-  if (IsZarrView(*child)) return Status::Error(EXDEV, name + " is a view of a zarr array");
-  const bool zarray = new_name == ".zarray" && child->type == FileType::kRegular;
-  if (const auto& array = (*dst)->zarr) {
-    if (auto vc = array->grid.Virtual(new_name)) {
-      if (child->type != FileType::kRegular) return Status::Error(EPERM, new_name + " is a chunk");
-      return ZarrRenameInLocked(*src, name, child, *dst, new_name, *vc, reservation, more);
-    }
-    if (zarray) {
-      Status st = ZarrCheckZarrayLocked(*dst, child, reservation, more);
-      if (!st.ok() || more > 0) return st;
-    }
-  }
+  bool handled;
+  Status viewed = zarr_.RenameLocked(*src, name, child, *dst, new_name, &handled, reservation, more);
+  if (!viewed.ok() || more > 0 || handled) return viewed;
   if (child->type == FileType::kDirectory) {
     for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
          cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
@@ -864,19 +364,19 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     }
     if (victim) {
       if (victim->type != FileType::kDirectory) return Status::Error(ENOTDIR, new_name);
-      LoadDirLocked(victim);
+      ns_.LoadDirLocked(victim);
       if (!victim->children.empty()) return Status::Error(ENOTEMPTY, new_name);
     }
   } else if (victim && victim->type == FileType::kDirectory) {
     return Status::Error(EISDIR, new_name);
   }
-  Status st = LoadOriginLocked(child);
+  Status st = ns_.LoadOriginLocked(child);
   if (!st.ok()) return st;
   if (victim && (victim->nlink > 1 || victim->open_handles > 0 || victim->lookups > 0)) {
-    st = LoadOriginLocked(victim);
+    st = ns_.LoadOriginLocked(victim);
     if (!st.ok()) return st;
   }
-  if (JournaledLocked(child)) {
+  if (ns_.JournaledLocked(child)) {
     auto e = std::make_shared<JournalEntry>();
     e->kind = JournalEntry::Kind::kRename;
     e->inode = child;
@@ -885,34 +385,30 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     e->new_parent = *dst;
     e->new_name = new_name;
     e->victim = victim;
-    AppendLocked(std::move(e));
+    ns_.AppendLocked(std::move(e));
   }
-  RemoveNameLocked(*src, name, child, /*journal=*/false);
+  ns_.RemoveNameLocked(*src, name, child, /*journal=*/false);
   if (victim) {
     // Unless the rename itself replaces it on the backing store, the old file must go there now:
     // the new one reaches the backing store only at its seal.
-    RemoveNameLocked(*dst, new_name, victim, /*journal=*/!JournaledLocked(child));
+    ns_.RemoveNameLocked(*dst, new_name, victim, /*journal=*/!ns_.JournaledLocked(child));
     victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
     if (victim->type == FileType::kDirectory) (*dst)->nlink--;
   }
-  AddNameLocked(*dst, new_name, child);
+  ns_.AddNameLocked(*dst, new_name, child);
   if (child->type == FileType::kDirectory && *src != *dst) {
     (*src)->nlink--;
     (*dst)->nlink++;
   }
   {
     MutexLock ilock(child->mu);
-    child->ctime = Now();
+    child->ctime = WallTime();
   }
   if (victim && victim->nlink == 0) {
-    stats_.versions_skipped += journal_.CancelUnsent(victim);
-    MaybeDropLocked(victim);
+    ns_.CancelUnsentLocked(victim);
+    ns_.MaybeDropLocked(victim);
   }
-  if (zarray && (*dst)->zarr) {
-    ZarrZarrayReplacedLocked(*dst, child, reservation);
-  } else if (zarray && *src == *dst && IsZarrTempName(name, new_name)) {
-    ZarrAdoptLocked(*dst, child);
-  }
+  zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
 
@@ -921,17 +417,17 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
-  Result<InodeRef> dst = DirLocked(new_parent);
+  Result<InodeRef> dst = ns_.DirLocked(new_parent);
   if (!dst.ok()) return dst.status();
-  if (Status absent = CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
+  if (Status absent = ns_.CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
   if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
   if (IsZarrView(*inode)) return Status::Error(EPERM, "hard link of a view of a zarr array");
-  SealLocked(inode);
-  if (JournaledLocked(inode)) {
+  ns_.SealLocked(inode);
+  if (ns_.JournaledLocked(inode)) {
     auto e = std::make_shared<JournalEntry>();
     e->kind = JournalEntry::Kind::kLink;
     e->inode = inode;
@@ -939,16 +435,16 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
     e->name = inode->names.begin()->name;
     e->new_parent = *dst;
     e->new_name = new_name;
-    AppendLocked(std::move(e));
+    ns_.AppendLocked(std::move(e));
   }
-  AddNameLocked(*dst, new_name, inode);
+  ns_.AddNameLocked(*dst, new_name, inode);
   inode->nlink++;
   inode->lookups++;
   {
     MutexLock ilock(inode->mu);
-    inode->ctime = Now();
+    inode->ctime = WallTime();
   }
-  return AttrOf(*inode);
+  return ns_.AttrOf(*inode);
 }
 
 Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,
@@ -959,21 +455,21 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
   if (!bad.ok()) return bad;
   uint64_t existing_ino = 0;
   {
-    NamespaceLock lock(ns_mu_);
-    Result<InodeRef> dir = DirLocked(parent);
+    NamespaceLock lock(ns_.mutex());
+    Result<InodeRef> dir = ns_.DirLocked(parent);
     if (!dir.ok()) return dir.status();
-    Result<InodeRef> existing = ChildLocked(*dir, name);
+    Result<InodeRef> existing = ns_.ChildLocked(*dir, name);
     if (existing.ok()) {
       if (flags & O_EXCL) return Status::Error(EEXIST, name);
       (*existing)->lookups++;
       existing_ino = (*existing)->ino;
     } else if (existing.status().err() != ENOENT) {
       return existing.status();
-    } else if ((*dir)->zarr && (*dir)->zarr->grid.Virtual(name)) {
-      return Status::Error(EPERM, name + " is a chunk of a zarr array");
+    } else if (Status refused = zarr_.MayCreateLocked(*dir, name); !refused.ok()) {
+      return refused;
     } else {
-      InodeRef inode = NewInodeLocked(FileType::kRegular, mode, c);
-      AddNameLocked(*dir, name, inode);
+      InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
+      ns_.AddNameLocked(*dir, name, inode);
       inode->lookups++;
       {
         MutexLock ilock(inode->mu);
@@ -990,18 +486,14 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
 }
 
 Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
-  if (ino == kStatsIno || ino == kSyncIno) {
-    if (ino == kStatsIno && (flags & O_ACCMODE) != O_RDONLY) {
-      return Status::Error(EACCES, "the stats file is read-only");
-    }
+  if (IsControl(ino)) {
+    Result<ControlFiles::OpenFile> opened = control_.Open(ino, flags);
+    if (!opened.ok()) return opened.status();
     auto h = std::make_unique<Handle>();
-    h->control_ino = ino;
-    if (ino == kStatsIno) h->content = StatsJson();
-    NamespaceLock lock(ns_mu_);
-    h->sync_seq = journal_.last_seq();
-    return OpenFile{ControlAttr(ino), AdoptHandleLocked(std::move(h)), true};
+    h->control = std::move(*opened);
+    NamespaceLock lock(ns_.mutex());
+    return OpenFile{control_.AttrOf(ino), AdoptHandleLocked(std::move(h)), true};
   }
-  if (ino < kFirstIno && ino != kRootIno) return Status::Error(EISDIR, "control directory");
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
   return Reserving([&](Reservation& reservation, size_t& more) {
     return OpenReserved(ino, flags, c, reservation, more);
@@ -1010,17 +502,17 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
 
 void Filesystem::WaitPassthroughReleased(uint64_t ino) {
   if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&]() REQUIRES(ns_lock) {
-    InodeRef inode = FindLocked(ino);
+    InodeRef inode = ns_.FindLocked(ino);
     return !inode || inode->passthrough_handles == 0;
   });
 }
 
 Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller& c,
                                           Reservation& reservation, size_t& more) {
-  NamespaceLock lock(ns_mu_);
-  InodeRef inode = FindLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
   if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
@@ -1030,35 +522,20 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
   const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
   if (inode->passthrough_handles > 0 && (flags & O_ACCMODE) != O_RDONLY) {
     spdlog::warn("{}: refused to open for writing (ETXTBSY) while it is read through FUSE "
-                 "passthrough; -o passthrough=off lets such writers in", PathLocked(inode));
+                 "passthrough; -o passthrough=off lets such writers in", ns_.PathLocked(inode));
     return Status::Error(ETXTBSY, "open for writing while read through FUSE passthrough");
   }
-  std::shared_ptr<const ChunkView> view;
-  bool served_zarray;
-  {
-    MutexLock ilock(inode->mu);
-    view = inode->view;
-    served_zarray = !inode->served_text.empty();
-  }
-  if (served_zarray) {
-    // Rewritten by zarr with a rename; its reads bypass the page cache, which may hold the
-    // text written before the array was served with a fine grid.
-    if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "the .zarray of a fine grid");
-    inode->open_handles++;
-    return OpenFile{AttrOf(*inode), AdoptHandleLocked(std::make_unique<Handle>(inode, flags)), true};
-  }
-  if (view) {
-    if (flags & O_APPEND) return Status::Error(EINVAL, "append to a zarr chunk");
-    Status st = LoadOriginLocked(view->real);
-    if (!st.ok()) return st;
+  if (IsZarrView(*inode)) {
+    Result<ZarrViews::Opened> opened = zarr_.OpenLocked(inode, flags, reservation, more);
+    if (!opened.ok() || more > 0) return opened.status();
     auto h = std::make_unique<Handle>(inode, flags);
-    if (truncate) {
-      st = ZarrFillView(*view, reservation, more);
-      if (!st.ok() || more > 0) return st;
-      MutexLock rlock(view->real->mu);
-      h->wrote_version = view->real->version;
+    h->wrote_version = opened->wrote_version;
+    if (opened->text) {
+      // Its reads bypass the page cache, which may hold the text written before the array was
+      // served with a fine grid.
+      inode->open_handles++;
+      return OpenFile{ns_.AttrOf(*inode), AdoptHandleLocked(std::move(h)), true};
     }
-    view->real->open_handles++;
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
   if (truncate && reservation.count() == 0) {
@@ -1072,16 +549,16 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
       if (inode->content.size() > 0 || inode->origin_dir) {
         inode->content = FileContent();
         inode->version++;
-        inode->mtime = inode->ctime = Now();
+        inode->mtime = inode->ctime = WallTime();
       }
       inode->origin_dir.reset();
       const uint32_t mode = ModeAfterChangeBy(inode->mode, c);
       mode_changed = mode != inode->mode;
       inode->mode = mode;
     }
-    if (mode_changed) JournalAttrsLocked(inode, /*set_mode=*/true, false, false);
+    if (mode_changed) ns_.JournalAttrsLocked(inode, /*set_mode=*/true, false, false);
   } else {
-    Status st = LoadOriginLocked(inode);
+    Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
   auto h = std::make_unique<Handle>(inode, flags);
@@ -1094,7 +571,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
   Inode* inode = h->inode.get();
-  OpenFile out{AttrOf(*inode)};
+  OpenFile out{ns_.AttrOf(*inode)};
   MutexLock ilock(inode->mu);
   const FileContent* c = &inode->content;
   const policy::OpenChoice choice = policy::ChooseOpen({
@@ -1153,36 +630,19 @@ Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, si
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
   Handle* h = HandleOf(handle);
   ReadData out;
-  if (!h->inode) {
-    if (h->control_ino == kSyncIno && h->content.empty()) {
-      Status st = flusher_->WaitDurable(h->sync_seq);
-      h->content = st.ok() ? "ok\n" : "error: " + st.ToString() + "\n";
-    }
-    if (offset < h->content.size()) out.owned = h->content.substr(offset, size);
-    return out;
-  }
-  std::shared_ptr<const ChunkView> view;
-  ReadAhead ahead;
-  {
-    MutexLock lock(h->inode->mu);
-    view = h->inode->view;
-    if (view) {
-      // Read below, under the real chunk's lock.
-    } else if (!h->inode->served_text.empty()) {
-      const std::string* text = &h->inode->served_text;
-      if (offset < text->size()) out.owned = text->substr(offset, size);
-    } else {
+  if (!h->inode) return control_.Read(h->control, offset, size);
+  if (IsZarrView(*h->inode)) {
+    Result<ReadData> viewed = ZarrViews::Read(*h->inode, offset, size);
+    if (!viewed.ok()) return viewed.status();
+    out = std::move(*viewed);
+  } else {
+    ReadAhead ahead;
+    {
+      MutexLock lock(h->inode->mu);
       out.segments = h->inode->content.Read(offset, size);
       if (h->direct) ahead = ReadAheadLocked(*h, offset, size);
     }
-  }
-  if (ahead.file) {
-    env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
-  }
-  if (view) {
-    Result<ReadData> chunk = ZarrRead(*view, offset, size);
-    if (!chunk.ok()) return chunk.status();
-    out = std::move(*chunk);
+    if (ahead.file) env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
   }
   stats_.bytes_read += out.owned.size();
   for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;
@@ -1192,25 +652,25 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
                                  size_t size, const Caller& c) {
   Handle* h = HandleOf(handle);
-  if (!h->inode) return ControlWrite(h->control_ino, std::string_view(data, size));
+  if (!h->inode) return control_.Write(h->control, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;
   {
     MutexLock lock(h->inode->mu);
     view = h->inode->view;
-    if (view) h->inode->mtime = h->inode->ctime = Now();
+    if (view) h->inode->mtime = h->inode->ctime = WallTime();
     // Reaches the backing store with the version this write makes, at its seal.
     h->inode->mode = ModeAfterChangeBy(h->inode->mode, c);
   }
-  uint64_t target_offset = offset;
-  size_t target_size = size;
+  ZarrViews::Target target{offset, size};
   if (view) {
-    const VirtualChunk& vc = view->chunk;
-    if (offset + size > vc.length) return Status::Error(EFBIG, "past the end of a zarr chunk");
-    target_offset = vc.offset + offset;
-    target_size = offset >= vc.stored ? 0 : static_cast<size_t>(std::min<uint64_t>(size, vc.stored - offset));
+    Result<ZarrViews::Target> in_real = ZarrViews::WriteTarget(*view, offset, size);
+    if (!in_real.ok()) return in_real.status();
+    target = *in_real;
   }
+  const uint64_t target_offset = target.offset;
+  const size_t target_size = target.size;
   Inode* inode = view ? view->real.get() : h->inode.get();
   Reservation reservation;
   MutexLock lock(inode->mu);
@@ -1229,7 +689,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
     lock.lock();
   }
   inode->version++;
-  inode->mtime = inode->ctime = Now();
+  inode->mtime = inode->ctime = WallTime();
   h->wrote_version = inode->version;
   stats_.bytes_written += size;
   if (h->direct) {
@@ -1246,7 +706,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
 Status Filesystem::Flush(uint64_t handle) {
   Handle* h = HandleOf(handle);
   if (!h->inode) return Status::Ok();
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   SealHandleLocked(h);
   if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
   MutexLock ilock(h->inode->mu);
@@ -1259,7 +719,7 @@ Status Filesystem::Flush(uint64_t handle) {
 
 Status Filesystem::Release(uint64_t handle) {
   Handle* h = HandleOf(handle);
-  NamespaceLock lock(ns_mu_);
+  NamespaceLock lock(ns_.mutex());
   if (h->inode) {
     SealHandleLocked(h);
     if (h->passthrough) {
@@ -1272,9 +732,9 @@ Status Filesystem::Release(uint64_t handle) {
       MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
-    if (InodeRef real = ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
+    if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
-    MaybeDropLocked(h->inode);
+    ns_.MaybeDropLocked(h->inode);
     --open_files_;
     last_open_or_release_ = clock_.Now();
   }
@@ -1286,7 +746,7 @@ void Filesystem::CloseOneLocked(const InodeRef& inode) {
   inode->open_handles--;
   // A file read from the backing store and left unchanged gives its descriptor back.
   MutexLock ilock(inode->mu);
-  if (inode->content.memory_blocks() == 0) UnloadLocked(inode);
+  if (inode->content.memory_blocks() == 0) Reclaimer::UnloadLocked(inode);
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
@@ -1294,8 +754,8 @@ Status Filesystem::Fsync(uint64_t handle) {
   if (!h->inode) return Status::Ok();
   uint64_t seq;
   {
-    NamespaceLock lock(ns_mu_);
-    SealLocked(h->inode);
+    NamespaceLock lock(ns_.mutex());
+    ns_.SealLocked(h->inode);
     seq = journal_.last_seq();
   }
   if (config_.fsync_mode == FsyncMode::kDefer) {
@@ -1321,7 +781,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
     h->inode->content.Truncate(offset + length, none);
     h->inode->version++;
     h->wrote_version = h->inode->version;
-    h->inode->mtime = h->inode->ctime = Now();
+    h->inode->mtime = h->inode->ctime = WallTime();
   }
   return Status::Ok();
 }
@@ -1329,17 +789,16 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
   auto* dh = new DirHandle;
   if (ino == kControlDirIno) {
-    dh->entries = {{".", kControlDirIno, S_IFDIR}, {"..", kRootIno, S_IFDIR},
-                   {"stats", kStatsIno, S_IFREG}, {"sync", kSyncIno, S_IFREG}};
+    dh->entries = control_.List();
     return reinterpret_cast<uint64_t>(dh);
   }
-  NamespaceLock lock(ns_mu_);
-  Result<InodeRef> dir = DirLocked(ino);
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) {
     delete dh;
     return dir.status();
   }
-  LoadDirLocked(*dir);
+  ns_.LoadDirLocked(*dir);
   uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
   dh->entries.push_back({".", ino, S_IFDIR});
   dh->entries.push_back({"..", parent_ino, S_IFDIR});
@@ -1371,13 +830,76 @@ Result<struct statvfs> Filesystem::StatFs() {
   return st;
 }
 
-Status Filesystem::Sync() {
-  uint64_t seq;
+Status Filesystem::Sync() { return WaitDurable(SyncPoint()); }
+
+std::string Filesystem::StatsJson() {
+  nlohmann::json j;
+  uint64_t pending_bytes, pending_entries;
+  std::string last_error;
+  nlohmann::json zarr_arrays;
   {
-    NamespaceLock lock(ns_mu_);
-    seq = journal_.last_seq();
+    NamespaceLock lock(ns_.mutex());
+    zarr_arrays = zarr_.StatsLocked();
+    pending_bytes = journal_.pending_bytes();
+    pending_entries = journal_.pending_entries();
+    last_error = flusher_->last_error_locked().ok() ? "" : flusher_->last_error_locked().ToString();
   }
-  return flusher_->WaitDurable(seq);
+  double busy_s = static_cast<double>(stats_.flush_busy_ns.load()) / 1e9;
+  j["backend"] = flusher_->backend_name();
+  j["cache_size"] = config_.cache_size;
+  j["memory_used"] = arena_.used_blocks() * kBlockSize;
+  j["memory_mapped"] = arena_.mapped_blocks() * kBlockSize;
+  j["memory_prefaulted"] = arena_.prefaulted_bytes();
+  j["prefault_running"] = config_.prefault && !arena_.prefault_done();
+  j["writers_waiting"] = arena_.waiting_writers();
+  j["dirty_bytes"] = pending_bytes;
+  j["pending_entries"] = pending_entries;
+  j["bytes_written"] = stats_.bytes_written.load();
+  j["bytes_read"] = stats_.bytes_read.load();
+  j["bytes_flushed"] = stats_.bytes_flushed.load();
+  j["files_flushed"] = stats_.files_flushed.load();
+  j["versions_skipped"] = stats_.versions_skipped.load();
+  j["flush_batches"] = stats_.flush_batches.load();
+  j["flush_errors"] = stats_.flush_errors.load();
+  j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
+  j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
+  j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
+  j["last_error"] = last_error;
+  j["zarr_fine_grid"] = zarr_arrays;
+  return j.dump(2) + "\n";
 }
+
+Status Filesystem::Shutdown() {
+  {
+    NamespaceLock lock(ns_.mutex());
+    ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns_.SealLocked(inode); });
+  }
+  Status st = flusher_->Drain(config_.unmount_retry);
+  if (st.ok()) return st;
+  std::vector<UnflushedFile> files;
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const EntryRef& e : journal_.pending()) {
+      if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
+      files.push_back({e->names.empty() ? e->name : ns_.PathLocked(e->inode), e->snapshot});
+    }
+  }
+  Result<std::string> where = SaveToRescueDirectory(*env_, root_fd_, config_.backing_dir, files);
+  std::string list;
+  for (const UnflushedFile& f : files) list += (list.empty() ? "" : ", ") + f.path;
+  if (!where.ok()) {
+    return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                       ") and could not save them: " + where.status().ToString());
+  }
+  return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                     "); their contents were saved to " + *where);
+}
+
+uint64_t Filesystem::SyncPoint() {
+  NamespaceLock lock(ns_.mutex());
+  return journal_.last_seq();
+}
+
+Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitDurable(point); }
 
 }  // namespace ckptfs

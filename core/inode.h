@@ -1,6 +1,6 @@
 // Inode: one file, directory, symlink or special file as the mount shows it.
 //
-// Lock order: the namespace lock (Filesystem::ns_mu_) before Inode::mu. The namespace fields
+// Lock order: the namespace lock (core/namespace.h) before Inode::mu. The namespace fields
 // (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
 // attributes and content by Inode::mu. Inode numbers are never reused (64-bit counter), so the
 // generation is always 0.

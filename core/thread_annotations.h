@@ -4,7 +4,7 @@
 //
 // Two kinds of lock:
 // - Mutex, for state owned by one object (an inode's content, the arena's free list);
-// - the namespace lock `ns_lock`: one capability for Filesystem::ns_mu_ (a NamespaceMutex),
+// - the namespace lock `ns_lock`: one capability for the Namespace's mutex (a NamespaceMutex),
 //   which guards the inode table, the namespace fields of every inode and the journal. Inodes and
 //   journal entries do not know their Filesystem, so their fields name this capability rather
 //   than a member; a process holds one NamespaceMutex at a time.
@@ -45,7 +45,7 @@ class CAPABILITY("mutex") Mutex {
 class CAPABILITY("namespace lock") NamespaceCapability {};
 inline NamespaceCapability ns_lock;
 
-// Filesystem::ns_mu_: locking it acquires `ns_lock`.
+// the Namespace's mutex: locking it acquires `ns_lock`.
 class NamespaceMutex {
  public:
   void lock() ACQUIRE(ns_lock) NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }

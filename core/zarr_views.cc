@@ -1,5 +1,5 @@
-// The zarr fine grid in the namespace: which directories are served with one, the files that
-// show virtual chunks, and how clients' renames and unlinks of them change the real chunks.
+#include "core/zarr_views.h"
+
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -9,19 +9,11 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
-#include "core/filesystem.h"
-
 namespace ckptfs {
 namespace {
 
 constexpr uint64_t kMaxZarrayBytes = 1 << 20;
 constexpr const char* kZarray = ".zarray";
-
-timespec Now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return ts;
-}
 
 // The whole content of a small file (`inode.mu` held), or nothing when it is too large or
 // cannot be read.
@@ -33,48 +25,163 @@ std::optional<std::string> SmallText(const Inode& inode) REQUIRES(inode.mu) {
   return text;
 }
 
+// Whether `temp` is the name zarr gives the temporary file it renames to `name`.
+bool IsZarrTempName(const std::string& temp, const std::string& name) {
+  constexpr size_t kUuidHex = 32;
+  constexpr std::string_view kSuffix = ".partial";
+  if (temp.size() != name.size() + 1 + kUuidHex + kSuffix.size()) return false;
+  std::string_view t = temp;
+  return t.substr(0, name.size() + 1) == name + "." && t.substr(t.size() - kSuffix.size()) == kSuffix &&
+         t.substr(name.size() + 1, kUuidHex).find_first_not_of("0123456789abcdef") ==
+             std::string_view::npos;
+}
+
 }  // namespace
 
-std::optional<ZarrGrid> Filesystem::ZarrGridFor(const InodeRef& dir, const std::string& text,
+bool IsZarrView(const Inode& inode) {
+  MutexLock lock(inode.mu);
+  return inode.view || !inode.served_text.empty();
+}
+
+ZarrViews::ZarrViews(const Config& config, Env& env, Namespace& ns)
+    : config_(config), env_(env), ns_(ns) {
+  ns_.SetDirectoryKind(this);
+}
+
+Status ZarrViews::MayCreateLocked(const InodeRef& dir, const std::string& name) {
+  if (dir->zarr && dir->zarr->grid.Virtual(name)) {
+    return Status::Error(EPERM, name + " is a chunk of a zarr array");
+  }
+  return Status::Ok();
+}
+
+Result<ZarrViews::Opened> ZarrViews::OpenLocked(const InodeRef& inode, int flags,
+                                                Reservation& reservation, size_t& more) {
+  std::shared_ptr<const ChunkView> view;
+  {
+    MutexLock lock(inode->mu);
+    view = inode->view;
+  }
+  if (!view) {
+    // A served .zarray: rewritten by zarr with a rename.
+    if ((flags & O_ACCMODE) != O_RDONLY) return Status::Error(EACCES, "the .zarray of a fine grid");
+    return Opened{.text = true, .wrote_version = 0};
+  }
+  if (flags & O_APPEND) return Status::Error(EINVAL, "append to a zarr chunk");
+  Status st = ns_.LoadOriginLocked(view->real);
+  if (!st.ok()) return st;
+  Opened opened;
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) {
+    st = FillView(*view, reservation, more);
+    if (!st.ok() || more > 0) return st;
+    MutexLock lock(view->real->mu);
+    opened.wrote_version = view->real->version;
+  }
+  view->real->open_handles++;
+  return opened;
+}
+
+Result<ReadData> ZarrViews::Read(const Inode& inode, uint64_t offset, size_t size) {
+  std::shared_ptr<const ChunkView> view;
+  {
+    MutexLock lock(inode.mu);
+    if (!inode.view) {
+      ReadData out;
+      if (offset < inode.served_text.size()) out.owned = inode.served_text.substr(offset, size);
+      return out;
+    }
+    view = inode.view;
+  }
+  return ReadChunk(*view, offset, size);
+}
+
+Result<ZarrViews::Target> ZarrViews::WriteTarget(const ChunkView& view, uint64_t offset,
+                                                 size_t size) {
+  const VirtualChunk& vc = view.chunk;
+  if (offset + size > vc.length) return Status::Error(EFBIG, "past the end of a zarr chunk");
+  return Target{vc.offset + offset,
+                offset >= vc.stored
+                    ? 0
+                    : static_cast<size_t>(std::min<uint64_t>(size, vc.stored - offset))};
+}
+
+Status ZarrViews::RenameLocked(const InodeRef& src_dir, const std::string& src_name,
+                               const InodeRef& file, const InodeRef& dst,
+                               const std::string& new_name, bool* handled,
+                               Reservation& reservation, size_t& more) {
+  *handled = false;
+  // What the mount shows of a fine-grid array is not a file of its own: mv copies it instead.
+  if (IsZarrView(*file)) return Status::Error(EXDEV, src_name + " is a view of a zarr array");
+  const std::shared_ptr<ZarrArray>& array = dst->zarr;
+  if (!array) return Status::Ok();
+  if (auto vc = array->grid.Virtual(new_name)) {
+    if (file->type != FileType::kRegular) return Status::Error(EPERM, new_name + " is a chunk");
+    *handled = true;
+    return RenameInLocked(src_dir, src_name, file, dst, new_name, *vc, reservation, more);
+  }
+  if (new_name == kZarray && file->type == FileType::kRegular) {
+    return CheckZarrayLocked(dst, file, reservation, more);
+  }
+  return Status::Ok();
+}
+
+void ZarrViews::RenamedLocked(const InodeRef& src_dir, const std::string& src_name,
+                              const InodeRef& file, const InodeRef& dst,
+                              const std::string& new_name, Reservation& reservation) {
+  if (new_name != kZarray || file->type != FileType::kRegular) return;
+  if (dst->zarr) {
+    ZarrayReplacedLocked(dst, file, reservation);
+  } else if (src_dir == dst && IsZarrTempName(src_name, new_name)) {
+    AdoptLocked(dst, file);
+  }
+}
+
+Status ZarrViews::RmdirLocked(const InodeRef& dir) {
+  if (dir->zarr && dir->zarr->hidden > 0) return Status::Error(ENOTEMPTY, "hidden chunk files");
+  dir->zarr.reset();
+  return Status::Ok();
+}
+
+std::optional<ZarrGrid> ZarrViews::GridFor(const InodeRef& dir, const std::string& text,
                                                 const ZarrGrid* keep) const {
   Result<ZarrGrid> grid = ZarrGrid::Parse(text, config_.zarr_chunk, keep);
   if (!grid.ok()) {
     auto level = grid.status().err() == EBADMSG ? spdlog::level::warn : spdlog::level::debug;
-    spdlog::log(level, "{}: served as plain files: {}", PathLocked(dir), grid.status().message());
+    spdlog::log(level, "{}: served as plain files: {}", ns_.PathLocked(dir), grid.status().message());
     return std::nullopt;
   }
   if (!grid->zero_fill() && grid->chunk_bytes() > config_.cache_size / 4) {
     spdlog::info("{}: served as plain files: a chunk filled with its fill value needs more than "
-                 "a quarter of cache_size", PathLocked(dir));
+                 "a quarter of cache_size", ns_.PathLocked(dir));
     return std::nullopt;
   }
   return std::move(*grid);
 }
 
-void Filesystem::ZarrProbeLocked(const InodeRef& dir) {
+void ZarrViews::FoundLocked(const InodeRef& dir) {
   if (config_.zarr_chunk == 0 || !dir->dir_fd) return;
-  Result<int> fd = env_->Open(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  Result<int> fd = env_.Open(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   if (!fd.ok()) return;
-  BackingFile file(*env_, *fd);
+  BackingFile file(env_, *fd);
   struct stat st {};
-  if (!env_->Stat(*fd, "", &st).ok() || !S_ISREG(st.st_mode) ||
+  if (!env_.Stat(*fd, "", &st).ok() || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) > kMaxZarrayBytes) {
     return;
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
   if (!file.Read(text.data(), text.size(), 0).ok()) return;
-  std::optional<ZarrGrid> grid = ZarrGridFor(dir, text);
+  std::optional<ZarrGrid> grid = GridFor(dir, text);
   if (!grid) return;
   dir->zarr = std::make_shared<ZarrArray>(std::move(*grid));
-  LoadDirLocked(dir);
+  ns_.LoadDirLocked(dir);
   if (auto it = dir->children.find(kZarray); it != dir->children.end()) {
     MutexLock lock(it->second->mu);
     it->second->served_text = dir->zarr->grid.VirtualText(text);
   }
-  zarr_dirs_.push_back(dir);
+  dirs_.push_back(dir);
 }
 
-void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
+void ZarrViews::AdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
   if (config_.zarr_chunk == 0) return;
   std::optional<std::string> text;
   {
@@ -82,13 +189,13 @@ void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
     text = SmallText(*zarray);
   }
   if (!text) return;
-  std::optional<ZarrGrid> grid = ZarrGridFor(dir, *text);
+  std::optional<ZarrGrid> grid = GridFor(dir, *text);
   if (!grid) return;
-  LoadDirLocked(dir);
+  ns_.LoadDirLocked(dir);
   for (const auto& [name, child] : dir->children) {
     if (grid->IsRealKey(name) || grid->Virtual(name)) {
       spdlog::info("{}: served as plain files: chunk files were written before .zarray",
-                   PathLocked(dir));
+                   ns_.PathLocked(dir));
       return;
     }
   }
@@ -97,14 +204,15 @@ void Filesystem::ZarrAdoptLocked(const InodeRef& dir, const InodeRef& zarray) {
     zarray->served_text = grid->VirtualText(*text);
   }
   dir->zarr = std::make_shared<ZarrArray>(std::move(*grid));
-  zarr_dirs_.push_back(dir);
+  dirs_.push_back(dir);
 }
 
-bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& name) {
+bool ZarrViews::TakeBackingEntryLocked(const InodeRef& dir, const std::string& name) {
   std::shared_ptr<ZarrArray> array = dir->zarr;
+  if (!array) return false;
   const ZarrGrid& grid = array->grid;
   if (grid.IsRealKey(name)) {
-    Result<InodeRef> file = BackingInodeLocked(dir, name);
+    Result<InodeRef> file = ns_.BackingInodeLocked(dir, name);
     if (!file.ok()) return true;
     bool whole;
     {
@@ -112,9 +220,9 @@ bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
       whole = (*file)->type == FileType::kRegular && (*file)->content.size() == grid.chunk_bytes();
     }
     if (!whole || !(*file)->names.empty()) {
-      spdlog::warn("{}/{}: not a chunk of {} bytes: not shown", PathLocked(dir), name,
+      spdlog::warn("{}/{}: not a chunk of {} bytes: not shown", ns_.PathLocked(dir), name,
                    grid.chunk_bytes());
-      if ((*file)->names.empty()) inodes_.erase((*file)->ino);
+      if ((*file)->names.empty()) ns_.EraseLocked((*file)->ino);
       array->hidden++;
       return true;
     }
@@ -123,7 +231,7 @@ bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
     chunk.file = *file;
     chunk.present.assign(grid.subs_per_chunk(), false);
     for (size_t sub = 0; sub < grid.subs_per_chunk(); ++sub) {
-      if (grid.VirtualKey(name, sub)) ZarrShowLocked(dir, name, sub);
+      if (grid.VirtualKey(name, sub)) ShowLocked(dir, name, sub);
     }
     return true;
   }
@@ -134,13 +242,13 @@ bool Filesystem::ZarrAddBackingLocked(const InodeRef& dir, const std::string& na
   return false;
 }
 
-void Filesystem::ZarrShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub) {
+void ZarrViews::ShowLocked(const InodeRef& dir, const std::string& real_key, size_t sub) {
   ZarrArray& array = *dir->zarr;
   std::optional<std::string> key = array.grid.VirtualKey(real_key, sub);
   if (!key) return;
   ZarrArray::Chunk& chunk = array.chunks.at(real_key);
   chunk.present[sub] = true;
-  auto inode = std::make_shared<Inode>(next_ino_++, FileType::kRegular);
+  InodeRef inode = ns_.MakeInodeLocked(FileType::kRegular);
   Attr attr;
   {
     MutexLock lock(chunk.file->mu);
@@ -157,18 +265,17 @@ void Filesystem::ZarrShowLocked(const InodeRef& dir, const std::string& real_key
   inode->ctime = attr.ctime;
   inode->content = FileContent(nullptr, vc.length);
   inode->view = std::make_shared<ChunkView>(ChunkView{chunk.file, std::move(vc), array.grid.fill()});
-  inodes_[inode->ino] = inode;
   dir->children[*key] = inode;
   inode->names.insert({dir, *key});
 }
 
-Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string& src_name,
+Status ZarrViews::RenameInLocked(const InodeRef& src_dir, const std::string& src_name,
                                       const InodeRef& file, const InodeRef& dir,
                                       const std::string& key, const VirtualChunk& vc,
                                       Reservation& reservation, size_t& more) {
   std::shared_ptr<ZarrArray> array = dir->zarr;
   const ZarrGrid& grid = array->grid;
-  Status st = LoadOriginLocked(file);
+  Status st = ns_.LoadOriginLocked(file);
   if (!st.ok()) return st;
   FileContent data;
   uint32_t mode;
@@ -180,7 +287,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
     owner = Caller{file->uid, file->gid, 0};
   }
   if (data.size() != vc.length) {
-    spdlog::warn("{}/{}: a chunk of this array has {} bytes, not {}", PathLocked(dir), key,
+    spdlog::warn("{}/{}: a chunk of this array has {} bytes, not {}", ns_.PathLocked(dir), key,
                  vc.length, data.size());
     return Status::Error(EINVAL, key + ": wrong size for a chunk");
   }
@@ -188,7 +295,7 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
   InodeRef real = it == array->chunks.end() ? nullptr : it->second.file;
   size_t needed;
   if (real) {
-    st = LoadOriginLocked(real);
+    st = ns_.LoadOriginLocked(real);
     if (!st.ok()) return st;
     MutexLock lock(real->mu);
     needed = real->content.BlocksNeededForSplice(vc.offset, data, vc.stored);
@@ -206,13 +313,13 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
   }
   if (!real) {
     // A new real chunk: what zarr starts a chunk with, the fill value.
-    real = NewInodeLocked(FileType::kRegular, mode, owner);
+    real = ns_.NewInodeLocked(FileType::kRegular, mode, owner);
     {
       MutexLock lock(real->mu);
       real->version = 1;
       real->content.Truncate(grid.chunk_bytes(), reservation);
       if (!grid.zero_fill()) {
-        st = ZarrFill(*real, 0, grid.chunk_bytes(), grid.fill(), reservation);
+        st = Fill(*real, 0, grid.chunk_bytes(), grid.fill(), reservation);
         if (!st.ok()) return st;
       }
     }
@@ -226,40 +333,40 @@ Status Filesystem::ZarrRenameInLocked(const InodeRef& src_dir, const std::string
     st = real->content.Splice(vc.offset, data, vc.stored, reservation);
     if (!st.ok()) return st;
     real->version++;
-    real->mtime = real->ctime = Now();
+    real->mtime = real->ctime = WallTime();
   }
   array->chunks[vc.real_key].present[vc.sub] = true;
   // The temporary name goes as if unlinked...
-  RemoveNameLocked(src_dir, src_name, file);
+  ns_.RemoveNameLocked(src_dir, src_name, file);
   file->nlink--;
-  stats_.versions_skipped += journal_.CancelUnsent(file);
+  ns_.CancelUnsentLocked(file);
   // ...and the file is what the mount shows as chunk `key` from now on: the kernel has moved it
   // there, with the bytes it wrote in its page cache.
   if (auto old = dir->children.find(key); old != dir->children.end()) {
     InodeRef previous = old->second;
-    RemoveNameLocked(dir, key, previous, /*journal=*/false);
+    ns_.RemoveNameLocked(dir, key, previous, /*journal=*/false);
     previous->nlink = 0;
-    MaybeDropLocked(previous);
+    ns_.MaybeDropLocked(previous);
   }
   {
     MutexLock lock(file->mu);
     file->content = FileContent(nullptr, vc.length);
     file->view = std::make_shared<ChunkView>(ChunkView{real, vc, grid.fill()});
-    file->ctime = Now();
+    file->ctime = WallTime();
   }
   real->open_handles += file->open_handles;
   file->on_backing = false;
   file->origin_dir.reset();
   file->nlink = 1;
-  AddNameLocked(dir, key, file);
-  SealLocked(real);
+  ns_.AddNameLocked(dir, key, file);
+  ns_.SealLocked(real);
   return Status::Ok();
 }
 
-Status Filesystem::ZarrCheckZarrayLocked(const InodeRef& dir, const InodeRef& file,
+Status ZarrViews::CheckZarrayLocked(const InodeRef& dir, const InodeRef& file,
                                          Reservation& reservation, size_t& more) {
   const ZarrArray& array = *dir->zarr;
-  Status st = LoadOriginLocked(file);
+  Status st = ns_.LoadOriginLocked(file);
   if (!st.ok()) return st;
   std::optional<std::string> text;
   {
@@ -268,16 +375,16 @@ Status Filesystem::ZarrCheckZarrayLocked(const InodeRef& dir, const InodeRef& fi
   }
   std::optional<std::string> real_text = text ? array.grid.RealText(*text) : std::nullopt;
   std::optional<ZarrGrid> grid =
-      ZarrGridFor(dir, real_text ? *real_text : text.value_or(""), &array.grid);
+      GridFor(dir, real_text ? *real_text : text.value_or(""), &array.grid);
   if (!array.chunks.empty() && !(grid && grid->SameLayout(array.grid))) {
-    return Status::Error(EBUSY, PathLocked(dir) + ": a new .zarray must keep the chunks");
+    return Status::Error(EBUSY, ns_.PathLocked(dir) + ": a new .zarray must keep the chunks");
   }
   size_t needed = real_text ? (real_text->size() + kBlockSize - 1) / kBlockSize : 0;
   if (reservation.count() < needed) more = needed;
   return Status::Ok();
 }
 
-void Filesystem::ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& zarray,
+void ZarrViews::ZarrayReplacedLocked(const InodeRef& dir, const InodeRef& zarray,
                                           Reservation& reservation) {
   std::optional<std::string> text;
   {
@@ -291,16 +398,16 @@ void Filesystem::ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& z
       MutexLock lock(zarray->mu);
       zarray->content = FileContent();
       Status st = zarray->content.Write(0, real_text->data(), real_text->size(), reservation);
-      if (!st.ok()) spdlog::error("{}/.zarray: {}", PathLocked(dir), st.ToString());
+      if (!st.ok()) spdlog::error("{}/.zarray: {}", ns_.PathLocked(dir), st.ToString());
       zarray->version++;
     }
-    SealLocked(zarray);
+    ns_.SealLocked(zarray);
   }
   const std::string& stored = real_text ? *real_text : text.value_or("");
-  std::optional<ZarrGrid> grid = ZarrGridFor(dir, stored, &dir->zarr->grid);
+  std::optional<ZarrGrid> grid = GridFor(dir, stored, &dir->zarr->grid);
   if (!grid || !grid->SameLayout(dir->zarr->grid)) {
     dir->zarr.reset();  // No chunks (checked before the rename): a plain directory again.
-    if (grid) ZarrAdoptLocked(dir, zarray);
+    if (grid) AdoptLocked(dir, zarray);
     return;
   }
   // A new shape: virtual chunks of existing real chunks that come inside it appear. Those that
@@ -316,13 +423,13 @@ void Filesystem::ZarrZarrayReplacedLocked(const InodeRef& dir, const InodeRef& z
     for (size_t sub = 0; sub < chunk.present.size(); ++sub) {
       std::optional<std::string> key = array->grid.VirtualKey(real_key, sub);
       if (key && !old.VirtualKey(real_key, sub) && !dir->children.count(*key)) {
-        ZarrShowLocked(dir, real_key, sub);
+        ShowLocked(dir, real_key, sub);
       }
     }
   }
 }
 
-Status Filesystem::ZarrUnlinkLocked(const InodeRef& dir, const std::string& key,
+Status ZarrViews::UnlinkLocked(const InodeRef& dir, const std::string& key,
                                     const InodeRef& inode, Reservation& reservation,
                                     size_t& more) {
   std::shared_ptr<ZarrArray> array = dir->zarr;
@@ -336,54 +443,54 @@ Status Filesystem::ZarrUnlinkLocked(const InodeRef& dir, const std::string& key,
                         (chunk.present[view->chunk.sub] ? 1 : 0);
   if (others > 0) {
     // The real chunk stays: this range of it becomes what zarr reads for a missing chunk.
-    Status st = LoadOriginLocked(view->real);
+    Status st = ns_.LoadOriginLocked(view->real);
     if (!st.ok()) return st;
-    st = ZarrFillView(*view, reservation, more);
+    st = FillView(*view, reservation, more);
     if (!st.ok() || more > 0) return st;
-    SealLocked(view->real);
+    ns_.SealLocked(view->real);
   }
   chunk.present[view->chunk.sub] = false;
-  RemoveNameLocked(dir, key, inode, /*journal=*/false);
+  ns_.RemoveNameLocked(dir, key, inode, /*journal=*/false);
   inode->nlink = 0;
   {
     MutexLock lock(inode->mu);
-    inode->ctime = Now();
+    inode->ctime = WallTime();
   }
-  MaybeDropLocked(inode);
-  if (others == 0) ZarrRemoveChunkLocked(dir, view->chunk.real_key);
+  ns_.MaybeDropLocked(inode);
+  if (others == 0) RemoveChunkLocked(dir, view->chunk.real_key);
   return Status::Ok();
 }
 
-void Filesystem::ZarrRemoveChunkLocked(const InodeRef& dir, const std::string& real_key) {
+void ZarrViews::RemoveChunkLocked(const InodeRef& dir, const std::string& real_key) {
   std::shared_ptr<ZarrArray> array = dir->zarr;
   auto it = array->chunks.find(real_key);
   InodeRef real = it->second.file;
   array->chunks.erase(it);
-  JournalRemovalLocked(dir, real_key, real);
+  ns_.JournalRemovalLocked(dir, real_key, real);
   real->names.erase({dir, real_key});
   real->nlink = 0;
-  stats_.versions_skipped += journal_.CancelUnsent(real);
-  MaybeDropLocked(real);
-  ZarrForgetIfGoneLocked(dir);
+  ns_.CancelUnsentLocked(real);
+  ns_.MaybeDropLocked(real);
+  ForgetIfGoneLocked(dir);
 }
 
-void Filesystem::ZarrForgetIfGoneLocked(const InodeRef& dir) {
+void ZarrViews::ForgetIfGoneLocked(const InodeRef& dir) {
   if (dir->zarr && dir->zarr->chunks.empty() && !dir->children.count(kZarray)) {
     dir->zarr.reset();  // Nothing of the array is left: a plain directory again.
   }
 }
 
-Status Filesystem::ZarrFillView(const ChunkView& view, Reservation& reservation, size_t& more) {
+Status ZarrViews::FillView(const ChunkView& view, Reservation& reservation, size_t& more) {
   MutexLock lock(view.real->mu);
   size_t needed = view.real->content.BlocksNeededForWrite(view.chunk.offset, view.chunk.stored);
   if (reservation.count() < needed) {
     more = needed;
     return Status::Ok();
   }
-  return ZarrFill(*view.real, view.chunk.offset, view.chunk.stored, view.fill, reservation);
+  return Fill(*view.real, view.chunk.offset, view.chunk.stored, view.fill, reservation);
 }
 
-Status Filesystem::ZarrFill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
+Status ZarrViews::Fill(Inode& real, uint64_t offset, uint64_t length, const std::string& fill,
                             Reservation& reservation) {
   std::string pattern(kBlockSize, '\0');
   if (fill.find_first_not_of('\0') != std::string::npos) {
@@ -396,11 +503,11 @@ Status Filesystem::ZarrFill(Inode& real, uint64_t offset, uint64_t length, const
     pos += n;
   }
   real.version++;
-  real.mtime = real.ctime = Now();
+  real.mtime = real.ctime = WallTime();
   return Status::Ok();
 }
 
-Result<ReadData> Filesystem::ZarrRead(const ChunkView& view, uint64_t offset, size_t size) {
+Result<ReadData> ZarrViews::ReadChunk(const ChunkView& view, uint64_t offset, size_t size) {
   const VirtualChunk& vc = view.chunk;
   ReadData out;
   if (offset >= vc.length) return out;
@@ -422,13 +529,13 @@ Result<ReadData> Filesystem::ZarrRead(const ChunkView& view, uint64_t offset, si
   return out;
 }
 
-nlohmann::json Filesystem::ZarrStatsLocked() const {
+nlohmann::json ZarrViews::StatsLocked() const {
   nlohmann::json arrays = nlohmann::json::array();
-  for (const std::weak_ptr<Inode>& weak : zarr_dirs_) {
+  for (const std::weak_ptr<Inode>& weak : dirs_) {
     InodeRef dir = weak.lock();
     if (!dir || !dir->zarr || (dir->names.empty() && dir->ino != kRootIno)) continue;
     const ZarrArray& array = *dir->zarr;
-    arrays.push_back({{"path", PathLocked(dir)},
+    arrays.push_back({{"path", ns_.PathLocked(dir)},
                       {"dtype", array.grid.dtype()},
                       {"chunks", array.grid.chunks()},
                       {"virtual_chunks", array.grid.virtual_chunks()},

@@ -1,0 +1,426 @@
+#include "core/namespace.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/backing_store.h"
+#include "core/policy.h"
+#include "core/zarr_array.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr size_t kNameMax = 255;
+
+// The mode bits, owner and times of a backing file.
+void TakeAttributes(Inode& inode, const struct stat& st) REQUIRES(inode.mu) {
+  inode.mode = st.st_mode & 07777;
+  inode.uid = st.st_uid;
+  inode.gid = st.st_gid;
+  inode.atime = st.st_atim;
+  inode.mtime = st.st_mtim;
+  inode.ctime = st.st_ctim;
+}
+
+}  // namespace
+
+Status CheckName(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return Status::Error(EINVAL, "bad name");
+  }
+  if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, name);
+  return Status::Ok();
+}
+
+timespec WallTime() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts;
+}
+
+void CopyAttributes(const Inode& inode, JournalEntry& e) {
+  e.mode = inode.mode;
+  e.uid = inode.uid;
+  e.gid = inode.gid;
+  e.atime = inode.atime;
+  e.mtime = inode.mtime;
+}
+
+Namespace::Namespace(const Config& config, Env& env, Clock& clock, Stats& stats, Journal& journal,
+                     int root_fd, std::function<void()> appended)
+    : config_(config),
+      env_(env),
+      clock_(clock),
+      stats_(stats),
+      appended_(std::move(appended)),
+      journal_(journal) {
+  auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
+  struct stat st {};
+  (void)env_.Stat(root_fd, "", &st);
+  {
+    MutexLock lock(root->mu);
+    TakeAttributes(*root, st);
+  }
+  NamespaceLock lock(mu_);
+  root->nlink = 2;
+  root->on_backing = true;
+  root->dir_fd = std::make_shared<BackingFile>(env_, dup(root_fd));
+  inodes_[kRootIno] = root;
+}
+
+Namespace::~Namespace() {
+  NamespaceLock lock(mu_);
+  // Inodes refer to each other (names, children, views): break the cycles.
+  for (auto& [ino, inode] : inodes_) {
+    inode->children.clear();
+    inode->names.clear();
+    inode->last_entry.reset();
+    inode->zarr.reset();
+    MutexLock ilock(inode->mu);
+    inode->view.reset();
+  }
+  inodes_.clear();
+}
+
+InodeRef Namespace::MakeInodeLocked(FileType type) {
+  auto inode = std::make_shared<Inode>(next_ino_++, type);
+  inodes_[inode->ino] = inode;
+  return inode;
+}
+
+void Namespace::CancelUnsentLocked(const InodeRef& inode) {
+  stats_.versions_skipped += journal_.CancelUnsent(inode);
+}
+
+InodeRef Namespace::FindLocked(uint64_t ino) const {
+  auto it = inodes_.find(ino);
+  return it == inodes_.end() ? nullptr : it->second;
+}
+
+Result<InodeRef> Namespace::DirLocked(uint64_t ino) const {
+  InodeRef dir = FindLocked(ino);
+  if (!dir) return Status::Error(ENOENT, "no such inode");
+  if (dir->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+  return dir;
+}
+
+InodeRef Namespace::NewInodeLocked(FileType type, uint32_t mode, const Caller& c) {
+  InodeRef inode = MakeInodeLocked(type);
+  {
+    MutexLock lock(inode->mu);
+    inode->mode = mode & 07777;
+    inode->uid = c.uid;
+    inode->gid = c.gid;
+    inode->atime = inode->mtime = inode->ctime = WallTime();
+  }
+  inode->nlink = type == FileType::kDirectory ? 2 : 1;
+  return inode;
+}
+
+Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& name) {
+  if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
+  if (dir->complete || !dir->dir_fd || dir->whiteouts.count(name) ||
+      (dir->ino == kRootIno && name == kReservedName)) {
+    return Status::Error(ENOENT, name);
+  }
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  Result<InodeRef> inode = BackingInodeLocked(dir, name);
+  if (!inode.ok()) return inode;
+  dir->children[name] = *inode;
+  (*inode)->names.insert({dir, name});
+  if ((*inode)->type == FileType::kDirectory && directory_kind_) {
+    directory_kind_->FoundLocked(*inode);
+  }
+  return inode;
+}
+
+Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
+  int dfd = dir->dir_fd->fd();
+  struct stat st {};
+  if (Status found = env_.Stat(dfd, name, &st); !found.ok()) return found;
+  const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
+  const bool linkable = !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
+  if (linkable && st.st_nlink > 1) {
+    // Another name of a hard-linked file seen already: the same inode.
+    auto it = backing_links_.find(backing_id);
+    InodeRef linked = it == backing_links_.end() ? nullptr : it->second.lock();
+    if (linked && linked->nlink > 0) return linked;
+  }
+  FileType type;
+  if (S_ISDIR(st.st_mode)) {
+    type = FileType::kDirectory;
+  } else if (S_ISREG(st.st_mode)) {
+    type = FileType::kRegular;
+  } else if (S_ISLNK(st.st_mode)) {
+    type = FileType::kSymlink;
+  } else {
+    type = FileType::kSpecial;
+  }
+  auto inode = std::make_shared<Inode>(next_ino_++, type);
+  {
+    MutexLock lock(inode->mu);
+    TakeAttributes(*inode, st);
+    if (type == FileType::kRegular) {
+      inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
+    }
+  }
+  if (type == FileType::kSpecial) {
+    inode->special_type = st.st_mode & S_IFMT;
+    inode->rdev = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? st.st_rdev : 0;
+  }
+  inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
+  inode->on_backing = true;
+  if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
+  if (type == FileType::kDirectory) {
+    Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!fd.ok()) return fd.status();
+    inode->dir_fd = std::make_shared<BackingFile>(env_, *fd);
+  } else if (type == FileType::kRegular) {
+    inode->origin_dir = dir->dir_fd;
+    inode->origin_name = name;
+  } else if (type == FileType::kSymlink) {
+    Result<std::string> target = env_.ReadLink(dfd, name);
+    if (!target.ok()) return target.status();
+    inode->symlink_target = std::move(*target);
+  }
+  inodes_[inode->ino] = inode;
+  return inode;
+}
+
+Status Namespace::CheckAbsentLocked(const InodeRef& dir, const std::string& name) {
+  Result<InodeRef> existing = ChildLocked(dir, name);
+  if (existing.ok()) return Status::Error(EEXIST, name);
+  if (existing.status().err() != ENOENT) return existing.status();
+  return directory_kind_ ? directory_kind_->MayCreateLocked(dir, name) : Status::Ok();
+}
+
+void Namespace::LoadDirLocked(const InodeRef& dir) {
+  if (dir->complete) return;
+  if (!dir->dir_fd) {
+    dir->complete = true;
+    return;
+  }
+  Result<std::vector<std::string>> listed = env_.ListDir(dir->dir_fd->fd());
+  if (!listed.ok()) return;
+  // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
+  std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
+    return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
+           dir->whiteouts.count(name);
+  });
+  for (const std::string& name : *listed) {
+    if (directory_kind_ && directory_kind_->TakeBackingEntryLocked(dir, name)) continue;
+    Result<InodeRef> child = ChildLocked(dir, name);
+    (void)child;  // Entries that vanished or are special files are simply not listed.
+  }
+  dir->complete = true;
+  dir->whiteouts.clear();
+}
+
+Status Namespace::LoadOriginLocked(const InodeRef& inode) {
+  if (!inode->origin_dir) return Status::Ok();
+  Result<int> fd = env_.Open(inode->origin_dir->fd(), inode->origin_name, O_RDONLY | O_NOFOLLOW);
+  if (!fd.ok()) {
+    return Status::Error(fd.status().err(), "open backing file " + inode->origin_name);
+  }
+  auto file = std::make_shared<BackingFile>(env_, *fd);
+  struct stat st {};
+  (void)env_.Stat(*fd, "", &st);
+  {
+    MutexLock lock(inode->mu);
+    inode->content = FileContent(std::move(file), static_cast<uint64_t>(st.st_size));
+  }
+  inode->origin_dir.reset();
+  inode->origin_name.clear();
+  return Status::Ok();
+}
+
+Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& name,
+                                           FileType type, uint32_t mode, const Caller& c,
+                                           JournalEntry::Kind kind) {
+  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
+  Status bad = CheckName(name);
+  if (!bad.ok()) return bad;
+  Result<InodeRef> dir = DirLocked(parent);
+  if (!dir.ok()) return dir.status();
+  if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
+  InodeRef inode = NewInodeLocked(type, mode, c);
+  AddNameLocked(*dir, name, inode);
+  inode->lookups++;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = kind;
+  e->inode = inode;
+  e->parent = *dir;
+  e->name = name;
+  MutexLock ilock(inode->mu);
+  CopyAttributes(*inode, *e);
+  return e;
+}
+
+void Namespace::AddNameLocked(const InodeRef& dir, const std::string& name,
+                               const InodeRef& inode) {
+  dir->children[name] = inode;
+  dir->whiteouts.erase(name);
+  inode->names.insert({dir, name});
+  MutexLock lock(dir->mu);
+  dir->mtime = dir->ctime = WallTime();
+}
+
+void Namespace::RemoveNameLocked(const InodeRef& dir, const std::string& name,
+                                  const InodeRef& inode, bool journal) {
+  if (journal) JournalRemovalLocked(dir, name, inode);
+  dir->children.erase(name);
+  // The backing store may still hold this name until the journal says otherwise.
+  if (!dir->complete) dir->whiteouts.insert(name);
+  inode->names.erase({dir, name});
+  MutexLock lock(dir->mu);
+  dir->mtime = dir->ctime = WallTime();
+}
+
+std::string Namespace::PathLocked(const InodeRef& inode) const {
+  std::vector<std::string> parts;
+  const Inode* cur = inode.get();
+  while (cur && cur->ino != kRootIno) {
+    if (cur->names.empty()) {
+      parts.push_back("(deleted)");
+      break;
+    }
+    parts.push_back(cur->names.begin()->name);
+    cur = cur->names.begin()->parent.get();
+  }
+  std::string path;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) path += (path.empty() ? "" : "/") + *it;
+  return path.empty() ? "/" : path;
+}
+
+Attr Namespace::AttrOf(const Inode& inode) const {
+  Attr a;
+  a.ino = inode.ino;
+  a.nlink = inode.nlink;
+  MutexLock lock(inode.mu);
+  a.mode = inode.TypeBits() | inode.mode;
+  a.uid = inode.uid;
+  a.gid = inode.gid;
+  a.atime = inode.atime;
+  a.mtime = inode.mtime;
+  a.ctime = inode.ctime;
+  switch (inode.type) {
+    case FileType::kRegular:
+      a.size = inode.served_text.empty() ? inode.content.size() : inode.served_text.size();
+      break;
+    case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
+    case FileType::kDirectory: a.size = 4096; break;
+    case FileType::kSpecial: a.rdev = inode.rdev; break;
+  }
+  return a;
+}
+
+InodeRef Namespace::ContentOwner(const InodeRef& inode) {
+  MutexLock lock(inode->mu);
+  return inode->view ? inode->view->real : inode;
+}
+
+void Namespace::MaybeDropLocked(const InodeRef& inode) {
+  if (inode->nlink > 0 || inode->open_handles > 0) return;
+  // Deleted and closed: its data is unreachable now, even while the kernel still knows the inode.
+  if (inode->type == FileType::kRegular) {
+    MutexLock ilock(inode->mu);
+    inode->content = FileContent();
+  }
+  inode->origin_dir.reset();
+  if (inode->lookups == 0) inodes_.erase(inode->ino);
+}
+
+bool Namespace::JournaledLocked(const InodeRef& inode) const {
+  {
+    MutexLock lock(inode->mu);
+    if (inode->view) return false;  // Virtual chunks never reach the backing store.
+  }
+  EntryRef last = inode->last_entry.lock();
+  return inode->on_backing || (last && !last->done);
+}
+
+uint64_t Namespace::AppendLocked(EntryRef entry) {
+  entry->sealed_at = clock_.Now();
+  // An unlink or rmdir is about its victim, though it names the directory as its inode: the
+  // removal may be cancelled with the victim, and must not then leave the directory looking as
+  // if its own pending entries (a mkdir) were done.
+  if (entry->kind != JournalEntry::Kind::kUnlink && entry->kind != JournalEntry::Kind::kRmdir) {
+    entry->inode->last_entry = entry;
+  }
+  uint64_t seq = journal_.Append(std::move(entry));
+  appended_();
+  return seq;
+}
+
+void Namespace::JournalRemovalLocked(const InodeRef& dir, const std::string& name,
+                                      const InodeRef& inode) {
+  if (!JournaledLocked(inode)) return;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = inode->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
+                                                : JournalEntry::Kind::kUnlink;
+  e->inode = dir;
+  e->parent = dir;
+  e->name = name;
+  e->victim = inode;
+  AppendLocked(std::move(e));
+}
+
+void Namespace::JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner,
+                                    bool set_times) {
+  if (!JournaledLocked(inode) || inode->names.empty()) return;
+  auto e = std::make_shared<JournalEntry>();
+  e->kind = JournalEntry::Kind::kSetAttr;
+  e->inode = inode;
+  e->parent = inode->names.begin()->parent;
+  e->name = inode->names.begin()->name;
+  e->set_mode = set_mode;
+  e->set_owner = set_owner;
+  e->set_times = set_times;
+  {
+    MutexLock ilock(inode->mu);
+    CopyAttributes(*inode, *e);
+  }
+  AppendLocked(std::move(e));
+}
+
+uint64_t Namespace::SealLocked(const InodeRef& inode) {
+  if (inode->type != FileType::kRegular) return 0;
+  if (InodeRef owner = ContentOwner(inode); owner != inode) return SealLocked(owner);
+  auto entry = std::make_shared<JournalEntry>();
+  {
+    MutexLock lock(inode->mu);
+    if (inode->version == inode->sealed_version) return 0;
+    inode->sealed_version = inode->version;
+    if (inode->names.empty()) return 0;  // Deleted: nothing to publish.
+    if (inode->nlink > inode->names.size()) {
+      spdlog::warn("{} has {} hard links on the backing store not opened through the mount; "
+                   "they keep the old content", inode->names.begin()->name,
+                   inode->nlink - inode->names.size());
+    }
+    entry->kind = JournalEntry::Kind::kPublish;
+    entry->inode = inode;
+    entry->snapshot = inode->content;
+    entry->version = inode->version;
+    entry->names.assign(inode->names.begin(), inode->names.end());
+    entry->parent = entry->names.front().parent;
+    entry->name = entry->names.front().name;
+    CopyAttributes(*inode, *entry);
+  }
+  const Clock::time_point now = clock_.Now();
+  inode->hold = policy::NextHold(inode->hold, now - inode->last_sealed, config_.flush_delay);
+  inode->last_sealed = now;
+  entry->hold = inode->hold;
+  EntryRef last = inode->last_entry.lock();
+  if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
+    journal_.Cancel(last);
+    stats_.versions_skipped++;
+  }
+  return AppendLocked(std::move(entry));
+}
+}  // namespace ckptfs

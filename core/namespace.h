@@ -1,0 +1,160 @@
+// Namespace: the inode table and the tree the mount shows. The tree is the backing directory,
+// looked up lazily, overlaid with what clients changed through the mount; every change the
+// backing store must see is appended to the Journal in the order it was made (namespace changes
+// when they happen, a file's version when it is sealed).
+//
+// Thread-safe through the namespace lock (ns_lock, core/thread_annotations.h), which Lock()
+// takes: the *Locked methods require it. Lock order: the namespace lock, then Inode::mu.
+// Inode numbers are never reused.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/inode.h"
+#include "core/journal.h"
+#include "core/stats.h"
+#include "core/thread_annotations.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+inline constexpr uint64_t kRootIno = 1;
+inline constexpr uint64_t kFirstIno = 16;  // Below: the root and the control files.
+
+// Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
+// other user none.
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t umask = 022;
+};
+
+// An entry of a directory listing.
+struct DirEntry {
+  std::string name;
+  uint64_t ino;
+  uint32_t type_bits;  // S_IFDIR etc.
+};
+
+// EINVAL for an empty name, "." and ".." or a name with a slash; ENAMETOOLONG past NAME_MAX.
+Status CheckName(const std::string& name);
+
+// The wall-clock time, for file times.
+timespec WallTime();
+
+// The attributes a journal entry gives the backing store: `inode`'s mode, owner and times.
+void CopyAttributes(const Inode& inode, JournalEntry& e) REQUIRES(inode.mu);
+
+class Namespace {
+ public:
+  // A kind of directory served differently from a plain one (a zarr fine grid, core/zarr_views.h):
+  // how it takes part in looking up and listing the backing store.
+  class DirectoryKind {
+   public:
+    virtual ~DirectoryKind() = default;
+    // `dir` has just been found on the backing store.
+    virtual void FoundLocked(const InodeRef& dir) REQUIRES(ns_lock) = 0;
+    // Takes the backing entry `name` of `dir`, being listed; false leaves it an ordinary child.
+    virtual bool TakeBackingEntryLocked(const InodeRef& dir, const std::string& name)
+        REQUIRES(ns_lock) = 0;
+    // Ok when a new entry `name` may be made in `dir` (which has none of that name).
+    virtual Status MayCreateLocked(const InodeRef& dir, const std::string& name)
+        REQUIRES(ns_lock) = 0;
+  };
+
+  // The root is the backing directory `root_fd` (not owned). Entries go to `journal`, and
+  // `appended` is called (namespace lock held) after each. Seal times and holds run on `clock`.
+  Namespace(const Config& config, Env& env, Clock& clock, Stats& stats, Journal& journal,
+            int root_fd, std::function<void()> appended);
+  ~Namespace();
+
+  void SetDirectoryKind(DirectoryKind* kind) { directory_kind_ = kind; }
+  NamespaceMutex& mutex() const { return mu_; }
+  Journal& journal() REQUIRES(ns_lock) { return journal_; }
+
+  // --- The inode table ---
+  InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
+  Result<InodeRef> DirLocked(uint64_t ino) const REQUIRES(ns_lock);
+  // A new inode with the next number, in the table, with no name yet.
+  InodeRef MakeInodeLocked(FileType type) REQUIRES(ns_lock);
+  // A new inode with `mode`'s permission bits, owned by `c`, times now.
+  InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c) REQUIRES(ns_lock);
+  // Frees the data of a deleted, closed file, and forgets the inode once the kernel has.
+  void MaybeDropLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // Removes an inode that never got a name.
+  void EraseLocked(uint64_t ino) REQUIRES(ns_lock) { inodes_.erase(ino); }
+  template <typename F>
+  void ForEachLocked(F f) REQUIRES(ns_lock) {
+    for (const auto& [ino, inode] : inodes_) f(inode);
+  }
+
+  // --- The tree ---
+  // The child named `name` of `dir`, looking it up on the backing store if needed.
+  Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // A new inode for the backing entry `name` of `dir` (or the inode of another name of the same
+  // hard-linked file), with no name yet.
+  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name)
+      REQUIRES(ns_lock);
+  // Ok when `dir` has no entry `name` and one may be made; EEXIST when it has, or why not.
+  Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // Loads every backing entry of `dir` not loaded yet.
+  void LoadDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
+  // Opens the backing content of a file found on the backing store, before its name changes.
+  Status LoadOriginLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // Adds the new entry `name` (a valid name not there yet) of directory `parent`: its inode, and
+  // the journal entry of `kind` that creates it on the backing store (its directory, name, mode,
+  // owner and times set), for the caller to complete and append.
+  Result<EntryRef> AddNewLocked(uint64_t parent, const std::string& name, FileType type,
+                                uint32_t mode, const Caller& c, JournalEntry::Kind kind)
+      REQUIRES(ns_lock);
+  void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
+  // Removes a name; with `journal`, also from the backing store (when the inode may be there).
+  void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode,
+                        bool journal = true) REQUIRES(ns_lock);
+  std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
+  // The inode whose content a file's reads and writes reach: its real chunk for a virtual
+  // chunk, else the file itself. Takes inode->mu.
+  static InodeRef ContentOwner(const InodeRef& inode);
+
+  // --- Changes for the backing store ---
+  // Whether `inode` is on the backing store or on its way there.
+  bool JournaledLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  uint64_t AppendLocked(EntryRef entry) REQUIRES(ns_lock);
+  // Journals the removal of `name` from the backing store, when `inode` may be there under it.
+  void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
+  // Journals `inode`'s current mode (with set_mode), owner (set_owner) and times (set_times) for
+  // the backing store, when it is there or on its way.
+  void JournalAttrsLocked(const InodeRef& inode, bool set_mode, bool set_owner, bool set_times)
+      REQUIRES(ns_lock);
+  // Seals the current version of a regular file if it changed; returns the seq to wait for.
+  uint64_t SealLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // Cancels what is still unsent about `inode`, whose last name is gone.
+  void CancelUnsentLocked(const InodeRef& inode) REQUIRES(ns_lock);
+
+ private:
+  const Config& config_;
+  Env& env_;
+  Clock& clock_;
+  Stats& stats_;
+  DirectoryKind* directory_kind_ = nullptr;
+  const std::function<void()> appended_;
+
+  mutable NamespaceMutex mu_;
+  Journal& journal_ GUARDED_BY(ns_lock);
+  std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
+  uint64_t next_ino_ GUARDED_BY(ns_lock) = kFirstIno;
+  // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
+  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);
+};
+
+}  // namespace ckptfs

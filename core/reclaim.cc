@@ -1,0 +1,97 @@
+#include "core/reclaim.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+namespace ckptfs {
+
+size_t Reclaimer::UnloadLocked(const InodeRef& inode) {
+  EntryRef pending = inode->last_entry.lock();
+  if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
+      inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
+      inode->durable_version != inode->version) {
+    return 0;
+  }
+  const Inode::Name& name = *inode->names.begin();
+  if (!name.parent->dir_fd) return 0;
+  size_t blocks = inode->content.memory_blocks();
+  inode->content = FileContent(nullptr, inode->content.size());
+  inode->origin_dir = name.parent->dir_fd;
+  inode->origin_name = name.name;
+  return blocks;
+}
+
+size_t Reclaimer::Reclaim(size_t wanted) {
+  NamespaceLock lock(ns_.mutex());
+  size_t freed = 0;
+  while (freed < wanted && !candidates_.empty()) {
+    InodeRef inode = candidates_.front().lock();
+    candidates_.pop_front();
+    if (!inode) continue;
+    if (!inode->mu.try_lock()) {
+      candidates_.push_back(inode);
+      break;
+    }
+    size_t blocks = UnloadLocked(inode);
+    inode->mu.unlock();
+    freed += blocks;
+    stats_.evicted_blocks += blocks;
+  }
+  return freed;
+}
+
+size_t Reclaimer::Spill(Env& env) {
+  InodeRef victim;
+  {
+    NamespaceLock lock(ns_.mutex());
+    size_t most = 0;
+    ns_.ForEachLocked([&](const InodeRef& inode) {
+      if (inode->type != FileType::kRegular || !inode->mu.try_lock()) return;
+      if (inode->version != inode->sealed_version && inode->content.memory_blocks() > most) {
+        most = inode->content.memory_blocks();
+        victim = inode;
+      }
+      inode->mu.unlock();
+    });
+  }
+  if (!victim) return 0;
+  // The file's lock is held throughout: its content cannot change under the spill.
+  MutexLock ilock(victim->mu);
+  FileContent& content = victim->content;
+  auto spilled = content.SpillCandidates();
+  if (spilled.empty()) return 0;
+  std::shared_ptr<BackingFile> file = content.base();
+  // Reusable only when no sealed version shares it (then this copy and the content's are all).
+  bool reuse = file && file->spill() && file.use_count() == 2;
+  if (reuse) {
+    if (!env.Truncate(file->fd(), content.base_len()).ok()) return 0;
+  } else {
+    Result<int> fd = env.Open(staging_fd_, ".", O_TMPFILE | O_RDWR, 0600);
+    if (!fd.ok()) {
+      spdlog::error("cannot create a spill file: {}", fd.status().ToString());
+      return 0;
+    }
+    file = std::make_shared<BackingFile>(env, *fd, /*spill=*/true);
+    if (content.base() && content.base_len() > 0) {
+      Status st = content.base()->CopyPrefixTo(*fd, content.base_len());
+      if (!st.ok()) {
+        spdlog::error("cannot spill: {}", st.ToString());
+        return 0;
+      }
+    }
+  }
+  std::vector<WriteRequest> requests =
+      BlockWriteRequests(spilled, content.size(), file->fd(), /*direct=*/false);
+  for (const Status& st : env.Write(requests)) {
+    if (!st.ok()) {
+      spdlog::error("cannot spill: {}", st.ToString());
+      return 0;
+    }
+  }
+  size_t freed = content.AdoptSpill(std::move(file), spilled);
+  stats_.spilled_blocks += freed;
+  return freed;
+}
+}  // namespace ckptfs

@@ -1,0 +1,42 @@
+// Reclaimer: frees memory held by files when the arena runs short. Evicts files whose newest
+// version is durable and that are unchanged and closed (their content is opened again from the
+// backing store when needed), and spills the full blocks of files still being written to spill
+// files in the staging directory.
+#pragma once
+
+#include <deque>
+#include <memory>
+
+#include "core/namespace.h"
+#include "core/stats.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+class Reclaimer {
+ public:
+  // Spill files are made in `staging_fd` (not owned).
+  Reclaimer(Namespace& ns, Stats& stats, int staging_fd)
+      : ns_(ns), stats_(stats), staging_fd_(staging_fd) {}
+
+  // `inode`'s newest version is durable: it may be evicted once closed.
+  void AddCandidateLocked(const InodeRef& inode) REQUIRES(ns_lock) { candidates_.push_back(inode); }
+  void ClearLocked() REQUIRES(ns_lock) { candidates_.clear(); }
+
+  // Drops the content of a durable, unchanged, closed file from memory (and its descriptor); it
+  // is opened again by name when needed. Returns the blocks freed (0: not such a file).
+  static size_t UnloadLocked(const InodeRef& inode) REQUIRES(ns_lock, inode->mu);
+  // Evicts candidates until `wanted` blocks are freed or none is left. Returns the blocks freed.
+  size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
+  // Moves the full blocks of the largest file still being written to its spill file, written
+  // through `env`'s batched Write (the flusher's thread only). Returns the blocks freed.
+  size_t Spill(Env& env) EXCLUDES(ns_lock);
+
+ private:
+  Namespace& ns_;
+  Stats& stats_;
+  const int staging_fd_;
+  std::deque<std::weak_ptr<Inode>> candidates_ GUARDED_BY(ns_lock);
+};
+
+}  // namespace ckptfs

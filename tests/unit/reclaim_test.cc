@@ -1,0 +1,111 @@
+// Tests of the Reclaimer: which files give their memory back, and that their bytes stay the same.
+#include "core/reclaim.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/arena.h"
+#include "namespace_fixture.h"
+
+namespace ckptfs {
+namespace {
+
+using testing_util::Pattern;
+using testing_util::SameBytes;
+
+class ReclaimTest : public testing_util::NamespaceTest {
+ protected:
+  void SetUp() override {
+    NamespaceTest::SetUp();
+    ASSERT_EQ(mkdir((backing_ / ".ckptfs").c_str(), 0700), 0);
+    ASSERT_EQ(mkdir((backing_ / ".ckptfs/staging").c_str(), 0700), 0);
+    staging_fd_ = open((backing_ / ".ckptfs/staging").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(staging_fd_, 0);
+    reclaimer_ = std::make_unique<Reclaimer>(*ns_, stats_, staging_fd_);
+  }
+  void TearDown() override {
+    reclaimer_.reset();
+    NamespaceTest::TearDown();
+    close(staging_fd_);
+  }
+  // A file `name` in the root holding `bytes` in memory, changed `version` times.
+  InodeRef FileInMemory(const std::string& name, const std::string& bytes, uint64_t version) {
+    NamespaceLock lock(ns_->mutex());
+    InodeRef file = ns_->NewInodeLocked(FileType::kRegular, 0644, testing_util::Me());
+    ns_->AddNameLocked(RootLocked(), name, file);
+    Reservation reservation = arena_.Reserve((bytes.size() + kBlockSize - 1) / kBlockSize);
+    MutexLock ilock(file->mu);
+    EXPECT_TRUE(file->content.Write(0, bytes.data(), bytes.size(), reservation).ok());
+    file->version = version;
+    return file;
+  }
+  static std::string Content(const InodeRef& file) {
+    MutexLock lock(file->mu);
+    std::string out(file->content.size(), '\0');
+    Result<size_t> n = file->content.ReadInto(0, out.size(), out.data());
+    EXPECT_TRUE(n.ok());
+    return out;
+  }
+  static size_t MemoryBlocks(const InodeRef& file) {
+    MutexLock lock(file->mu);
+    return file->content.memory_blocks();
+  }
+
+  int staging_fd_ = -1;
+  std::unique_ptr<Reclaimer> reclaimer_;
+};
+
+TEST_F(ReclaimTest, ADurableUnchangedClosedFileIsEvictedAndReadAgainFromTheBackingStore) {
+  const std::string bytes = Pattern(1, 2 * kBlockSize);
+  testing_util::WriteHostFile(backing_ / "f", bytes);  // What the flusher published.
+  InodeRef file = FileInMemory("f", bytes, 1);
+  {
+    NamespaceLock lock(ns_->mutex());
+    file->on_backing = true;
+    MutexLock ilock(file->mu);
+    file->sealed_version = file->durable_version = 1;
+  }
+  {
+    NamespaceLock lock(ns_->mutex());
+    reclaimer_->AddCandidateLocked(file);
+  }
+  EXPECT_EQ(reclaimer_->Reclaim(100), 2u);
+  EXPECT_EQ(stats_.evicted_blocks.load(), 2u);
+  EXPECT_EQ(MemoryBlocks(file), 0u);
+  NamespaceLock lock(ns_->mutex());
+  ASSERT_TRUE(ns_->LoadOriginLocked(file).ok());
+  EXPECT_TRUE(SameBytes(Content(file), bytes));
+}
+
+TEST_F(ReclaimTest, AFileWithAChangeNotYetDurableIsNotEvicted) {
+  InodeRef file = FileInMemory("f", Pattern(2, kBlockSize), 2);
+  {
+    NamespaceLock lock(ns_->mutex());
+    file->on_backing = true;
+    MutexLock ilock(file->mu);
+    file->sealed_version = 2;
+    file->durable_version = 1;
+    reclaimer_->AddCandidateLocked(file);
+  }
+  EXPECT_EQ(reclaimer_->Reclaim(100), 0u);
+  EXPECT_EQ(MemoryBlocks(file), 1u);
+}
+
+TEST_F(ReclaimTest, TheLargestFileStillBeingWrittenIsSpilledAndKeepsItsBytes) {
+  const std::string small = Pattern(3, kBlockSize);
+  const std::string large = Pattern(4, 3 * kBlockSize + 100);
+  InodeRef a = FileInMemory("a", small, 1);
+  InodeRef b = FileInMemory("b", large, 1);
+  EXPECT_EQ(reclaimer_->Spill(env_), 3u) << "the full blocks of the larger file";
+  EXPECT_EQ(stats_.spilled_blocks.load(), 3u);
+  EXPECT_EQ(MemoryBlocks(a), 1u);
+  EXPECT_EQ(MemoryBlocks(b), 1u) << "its partial last block stays in memory";
+  EXPECT_TRUE(SameBytes(Content(b), large));
+  EXPECT_TRUE(testing_util::HostList(backing_ / ".ckptfs/staging").empty())
+      << "a spill file has no name";
+}
+
+}  // namespace
+}  // namespace ckptfs
