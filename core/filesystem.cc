@@ -111,7 +111,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   }
   root->nlink = 2;
   root->on_backing = true;
-  root->dir_fd = std::make_shared<BackingFile>(*env_, dup(root_fd_));
+  root->SetBackingDir(std::make_shared<BackingFile>(*env_, dup(root_fd_)));
   inodes_[kRootIno] = root;
   last_open_or_release_ = clock_.Now();
 
@@ -186,7 +186,7 @@ InodeRef Filesystem::NewInodeLocked(FileType type, uint32_t mode, const Caller& 
 
 Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string& name) {
   if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
-  if (dir->complete || !dir->dir_fd || dir->whiteouts.count(name) ||
+  if (dir->complete || !dir->BackingDir() || dir->whiteouts.count(name) ||
       (dir->ino == kRootIno && name == kReservedName)) {
     return Status::Error(ENOENT, name);
   }
@@ -201,7 +201,7 @@ Result<InodeRef> Filesystem::ChildLocked(const InodeRef& dir, const std::string&
 }
 
 Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
-  int dfd = dir->dir_fd->fd();
+  int dfd = dir->BackingDir()->fd();
   struct stat st {};
   if (Status found = env_->Stat(dfd, name, &st); !found.ok()) return found;
   const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
@@ -240,9 +240,9 @@ Result<InodeRef> Filesystem::BackingInodeLocked(const InodeRef& dir, const std::
   if (type == FileType::kDirectory) {
     Result<int> fd = env_->Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (!fd.ok()) return fd.status();
-    inode->dir_fd = std::make_shared<BackingFile>(*env_, *fd);
+    inode->SetBackingDir(std::make_shared<BackingFile>(*env_, *fd));
   } else if (type == FileType::kRegular) {
-    inode->origin_dir = dir->dir_fd;
+    inode->origin_dir = dir->BackingDir();
     inode->origin_name = name;
   } else if (type == FileType::kSymlink) {
     Result<std::string> target = env_->ReadLink(dfd, name);
@@ -266,11 +266,12 @@ Status Filesystem::CheckAbsentLocked(const InodeRef& dir, const std::string& nam
 
 void Filesystem::LoadDirLocked(const InodeRef& dir) {
   if (dir->complete) return;
-  if (!dir->dir_fd) {
+  std::shared_ptr<BackingFile> backing = dir->BackingDir();
+  if (!backing) {
     dir->complete = true;
     return;
   }
-  Result<std::vector<std::string>> listed = env_->ListDir(dir->dir_fd->fd());
+  Result<std::vector<std::string>> listed = env_->ListDir(backing->fd());
   if (!listed.ok()) return;
   // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
   std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
@@ -486,10 +487,11 @@ size_t Filesystem::UnloadLocked(const InodeRef& inode) {
     return 0;
   }
   const Inode::Name& name = *inode->names.begin();
-  if (!name.parent->dir_fd) return 0;
+  std::shared_ptr<BackingFile> parent_dir = name.parent->BackingDir();
+  if (!parent_dir) return 0;
   size_t blocks = inode->content.memory_blocks();
   inode->content = FileContent(nullptr, inode->content.size());
-  inode->origin_dir = name.parent->dir_fd;
+  inode->origin_dir = std::move(parent_dir);
   inode->origin_name = name.name;
   return blocks;
 }

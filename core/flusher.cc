@@ -90,8 +90,8 @@ Status Flusher::WaitDurable(uint64_t seq) {
 }
 
 int Flusher::DirFd(const InodeRef& dir) {
-  NamespaceLock lock(ns_mu_);
-  return dir && dir->dir_fd ? dir->dir_fd->fd() : -1;
+  std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
+  return backing ? backing->fd() : -1;
 }
 
 void Flusher::Run() {
@@ -309,8 +309,7 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", e.uid, e.gid);
       if (!st.ok()) return Status::Error(st.err(), "set attributes of directory " + e.name);
       touched_dirs->push_back(*fd);
-      NamespaceLock lock(ns_mu_);
-      e.inode->dir_fd = std::move(dir);
+      e.inode->SetBackingDir(std::move(dir));
       return Status::Ok();
     }
     case Kind::kSymlink: {

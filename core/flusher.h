@@ -85,7 +85,8 @@ class Flusher {
   void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
   void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result)
       REQUIRES(ns_lock);
-  int DirFd(const InodeRef& dir) EXCLUDES(ns_lock);
+  // The backing directory of `dir` (-1 when it has none yet).
+  static int DirFd(const InodeRef& dir);
 
   const Config config_;
   Env& env_;

@@ -52,8 +52,9 @@ std::optional<ZarrGrid> Filesystem::ZarrGridFor(const InodeRef& dir, const std::
 }
 
 void Filesystem::ZarrProbeLocked(const InodeRef& dir) {
-  if (config_.zarr_chunk == 0 || !dir->dir_fd) return;
-  Result<int> fd = env_->Open(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  std::shared_ptr<BackingFile> backing = dir->BackingDir();
+  if (config_.zarr_chunk == 0 || !backing) return;
+  Result<int> fd = env_->Open(backing->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   if (!fd.ok()) return;
   BackingFile file(*env_, *fd);
   struct stat st {};
