@@ -162,8 +162,8 @@ Result<std::string> Filesystem::RescueLocked(std::vector<std::string>* files) {
       continue;
     }
     result = Status::Ok();
-    for (const EntryRef& e : journal_.pending()) {
-      if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->kind != JournalEntry::Kind::kPublish) continue;
       std::string path = e->names.empty() ? e->name : PathLocked(e->inode);
       files->push_back(path);
       size_t slash = path.rfind('/');

@@ -344,7 +344,7 @@ bool Filesystem::JournaledLocked(const InodeRef& inode) const {
     if (inode->view) return false;  // Virtual chunks never reach the backing store.
   }
   EntryRef last = inode->last_entry.lock();
-  return inode->on_backing || (last && !last->done);
+  return inode->on_backing || (last && journal_.Pending(last));
 }
 
 uint64_t Filesystem::AppendLocked(EntryRef entry) {
@@ -388,8 +388,7 @@ uint64_t Filesystem::SealLocked(const InodeRef& inode) {
   inode->last_sealed = now;
   entry->hold = inode->hold;
   EntryRef last = inode->last_entry.lock();
-  if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
-    journal_.Cancel(last);
+  if (last && last->kind == JournalEntry::Kind::kPublish && journal_.Cancel(last)) {
     stats_.versions_skipped++;
   }
   return AppendLocked(std::move(entry));
@@ -482,8 +481,8 @@ void Filesystem::MaybeDropLocked(const InodeRef& inode) {
 size_t Filesystem::UnloadLocked(const InodeRef& inode) {
   EntryRef pending = inode->last_entry.lock();
   if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
-      inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
-      inode->durable_version != inode->version) {
+      inode->view || inode->origin_dir || !inode->on_backing ||
+      (pending && journal_.Pending(pending)) || inode->durable_version != inode->version) {
     return 0;
   }
   const Inode::Name& name = *inode->names.begin();

@@ -5,7 +5,8 @@
 // through the mount. Data written through the mount is held in the Arena; sealed versions and
 // namespace changes go to the Journal, which the Flusher replays on the backing store in order.
 //
-// Thread-safe: any FUSE worker thread may call any method. Lock order: ns_mu_, then Inode::mu.
+// Thread-safe: any FUSE worker thread may call any method. Lock order: ns_mu_, then Inode::mu,
+// then the flusher's lock, then the journal's lock.
 #pragma once
 
 #include <sys/statvfs.h>
@@ -369,7 +370,7 @@ class Filesystem {
   mutable NamespaceMutex ns_mu_;
   std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
   uint64_t next_ino_ GUARDED_BY(ns_lock) = kFirstIno;
-  Journal journal_ GUARDED_BY(ns_lock);
+  Journal journal_;  // Its own lock, taken after ns_mu_.
   // Open files, owned here until released.
   std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
   // Open handles of files (control files aside), and when one was last opened or released

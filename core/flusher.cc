@@ -139,11 +139,14 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   std::vector<WriteRequest> requests;
   std::vector<size_t> request_owner;
   size_t publishes = 0;
+  // Entries a failed batch left on the backing store: only their directories are synced again.
+  std::vector<bool> applied(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) applied[i] = journal_.StateOf(batch[i]).applied;
 
   // Phase 1: write every sealed version of the batch to its staging file.
   for (size_t i = 0; i < batch.size(); ++i) {
     const JournalEntry& e = *batch[i];
-    if (e.kind != JournalEntry::Kind::kPublish || e.applied) continue;
+    if (e.kind != JournalEntry::Kind::kPublish || applied[i]) continue;
     ++publishes;
     Staged& s = staged[i];
     s.name = std::to_string(e.seq);
@@ -222,7 +225,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     const JournalEntry& e = *batch[done];
     Staged& s = staged[done];
     Status st = s.status;
-    if (e.applied) {
+    if (applied[done]) {
       AddAppliedDirs(e, &touched_dirs);
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       for (size_t k = 0; k < e.names.size() && st.ok(); ++k) {
@@ -371,10 +374,7 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
 void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) {
   const Status& error = result.error;
   const EntryRef& failed = result.failed;
-  for (size_t i = result.durable; i < result.applied; ++i) {
-    batch[i]->applied = true;
-    batch[i]->inode->on_backing = true;
-  }
+  for (size_t i = result.durable; i < result.applied; ++i) batch[i]->inode->on_backing = true;
   for (size_t i = 0; i < result.durable; ++i) {
     const EntryRef& e = batch[i];
     e->inode->on_backing = true;
@@ -390,7 +390,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
     }
     if (clean && hooks_.on_clean) hooks_.on_clean(e->inode);
   }
-  journal_.Complete(batch, result.durable);
+  journal_.Complete(batch, result.durable, result.applied);
   if (failed) {
     std::string path = hooks_.path_of ? hooks_.path_of(failed->inode) : failed->name;
     struct stat staging {};

@@ -44,7 +44,6 @@ class Flusher {
 
   // Every call on the backing store goes through `env`, whose Write and Sync only this thread
   // calls; `env` must outlive the Flusher.
-  // `journal` is guarded by the namespace lock `ns_mu`.
   // The flush policy runs on `clock`.
   Flusher(const Config& config, Env& env, Clock& clock, int staging_fd, NamespaceMutex& ns_mu,
           Journal& journal, Stats& stats, Hooks hooks);
@@ -95,7 +94,7 @@ class Flusher {
   const int staging_fd_;
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   NamespaceMutex& ns_mu_;
-  Journal& journal_ GUARDED_BY(ns_lock);
+  Journal& journal_;  // Its own lock, taken after the namespace lock.
   Stats& stats_;
   Hooks hooks_;
   std::thread thread_;
