@@ -89,7 +89,8 @@ std::string Filesystem::StatsJson() {
     zarr_arrays = ZarrStatsLocked();
     pending_bytes = journal_.pending_bytes();
     pending_entries = journal_.pending_entries();
-    last_error = flusher_->last_error_locked().ok() ? "" : flusher_->last_error_locked().ToString();
+    Status flush_error = flusher_->last_error();
+    last_error = flush_error.ok() ? "" : flush_error.ToString();
   }
   double busy_s = static_cast<double>(stats_.flush_busy_ns.load()) / 1e9;
   j["backend"] = flusher_->backend_name();

@@ -115,13 +115,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   inodes_[kRootIno] = root;
   last_open_or_release_ = clock_.Now();
 
-  Flusher::Hooks hooks;
-  hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) { clean_.push_back(inode); };
-  hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return PathLocked(inode); };
-  hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
-  hooks.spill = [this](Env& env) { return Spill(env); };
-  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, ns_mu_, journal_,
-                                       stats_, std::move(hooks));
+  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
+                                       static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
 }
@@ -356,7 +351,7 @@ uint64_t Filesystem::AppendLocked(EntryRef entry) {
     entry->inode->last_entry = entry;
   }
   uint64_t seq = journal_.Append(std::move(entry));
-  flusher_->NotifyLocked();
+  flusher_->Notify();
   return seq;
 }
 
@@ -1379,6 +1374,41 @@ Status Filesystem::Sync() {
     seq = journal_.last_seq();
   }
   return flusher_->WaitDurable(seq);
+}
+
+Status Filesystem::Flushed(const FlushReport& report) {
+  NamespaceLock lock(ns_mu_);
+  for (const EntryRef& e : report.applied) e->inode->on_backing = true;
+  for (const EntryRef& e : report.durable) {
+    e->inode->on_backing = true;
+    // Durable: no longer the inode's pending entry, though the journal completes it only after
+    // this report (UnloadLocked would otherwise refuse a clean file in between).
+    if (e->inode->last_entry.lock() == e) e->inode->last_entry.reset();
+    if (e->kind != JournalEntry::Kind::kPublish) continue;
+    bool clean;
+    {
+      Inode* inode = e->inode.get();
+      MutexLock ilock(inode->mu);
+      inode->durable_version = std::max(inode->durable_version, e->version);
+      inode->flush_error = Status::Ok();
+      clean = inode->durable_version == inode->version;
+    }
+    if (clean) clean_.push_back(e->inode);
+  }
+  if (!report.failed) return Status::Ok();
+  const EntryRef& failed = report.failed;
+  Status st = Status::Error(report.error.err(),
+                            PathLocked(failed->inode) + ": " + report.error.message() +
+                                (report.backing_gone ? " (the backing directory, or its .ckptfs, "
+                                                       "was removed; unmount saves the data to "
+                                                       "a rescue directory)"
+                                                     : ""));
+  if (failed->kind == JournalEntry::Kind::kPublish) {
+    MutexLock ilock(failed->inode->mu);
+    failed->inode->flush_error = st;
+    failed->inode->flush_error_reported = false;
+  }
+  return st;
 }
 
 }  // namespace ckptfs

@@ -83,7 +83,7 @@ struct ReadData {
   std::string owned;  // Control-file content, when the read is served from a string.
 };
 
-class Filesystem {
+class Filesystem : private FlushClient {
  public:
   // Opens the backing store through `env` (OpenBackingStore), which every later call on the
   // backing store goes through too. Does not start threads.
@@ -352,7 +352,10 @@ class Filesystem {
   size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
   // Moves the full blocks of the largest file still being written to its spill file (flusher
   // thread only). Returns the blocks freed.
-  size_t Spill(Env& env) EXCLUDES(ns_lock);
+  size_t Spill(Env& env) override EXCLUDES(ns_lock);
+  // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
+  Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
+  size_t WritersWaiting() override { return arena_.waiting_writers(); }
   Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
 
   const Config config_;
