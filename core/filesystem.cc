@@ -59,7 +59,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       start_time_(WallTime()),
       arena_(config.cache_size),
       ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
-          [this]() REQUIRES(ns_lock) { flusher_->NotifyLocked(); }),
+          [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
       reclaimer_(ns_, stats_, staging_fd_),
       control_(*this, start_time_) {
@@ -67,15 +67,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
     NamespaceLock lock(ns_.mutex());
     last_open_or_release_ = clock_.Now();
   }
-  Flusher::Hooks hooks;
-  hooks.on_clean = [this](const InodeRef& inode) REQUIRES(ns_lock) {
-    reclaimer_.AddCandidateLocked(inode);
-  };
-  hooks.path_of = [this](const InodeRef& inode) REQUIRES(ns_lock) { return ns_.PathLocked(inode); };
-  hooks.waiting_writers = [this] { return arena_.waiting_writers(); };
-  hooks.spill = [this](Env& env) { return reclaimer_.Spill(env); };
-  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, ns_.mutex(), journal_,
-                                       stats_, std::move(hooks));
+  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
+                                       static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
 }
@@ -746,7 +739,7 @@ void Filesystem::CloseOneLocked(const InodeRef& inode) {
   inode->open_handles--;
   // A file read from the backing store and left unchanged gives its descriptor back.
   MutexLock ilock(inode->mu);
-  if (inode->content.memory_blocks() == 0) Reclaimer::UnloadLocked(inode);
+  if (inode->content.memory_blocks() == 0) reclaimer_.UnloadLocked(inode);
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
@@ -842,7 +835,8 @@ std::string Filesystem::StatsJson() {
     zarr_arrays = zarr_.StatsLocked();
     pending_bytes = journal_.pending_bytes();
     pending_entries = journal_.pending_entries();
-    last_error = flusher_->last_error_locked().ok() ? "" : flusher_->last_error_locked().ToString();
+    Status flush_error = flusher_->last_error();
+    last_error = flush_error.ok() ? "" : flush_error.ToString();
   }
   double busy_s = static_cast<double>(stats_.flush_busy_ns.load()) / 1e9;
   j["backend"] = flusher_->backend_name();
@@ -879,8 +873,8 @@ Status Filesystem::Shutdown() {
   std::vector<UnflushedFile> files;
   {
     NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.pending()) {
-      if (e->done || e->kind != JournalEntry::Kind::kPublish) continue;
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->kind != JournalEntry::Kind::kPublish) continue;
       files.push_back({e->names.empty() ? e->name : ns_.PathLocked(e->inode), e->snapshot});
     }
   }
@@ -895,11 +889,43 @@ Status Filesystem::Shutdown() {
                                      "); their contents were saved to " + *where);
 }
 
-uint64_t Filesystem::SyncPoint() {
-  NamespaceLock lock(ns_.mutex());
-  return journal_.last_seq();
-}
+uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
 Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitDurable(point); }
+
+Status Filesystem::Flushed(const FlushReport& report) {
+  NamespaceLock lock(ns_.mutex());
+  for (const EntryRef& e : report.applied) e->inode->on_backing = true;
+  for (const EntryRef& e : report.durable) {
+    e->inode->on_backing = true;
+    // Durable: no longer the inode's pending entry, though the journal completes it only after
+    // this report (Reclaimer::UnloadLocked would otherwise refuse a clean file in between).
+    if (e->inode->last_entry.lock() == e) e->inode->last_entry.reset();
+    if (e->kind != JournalEntry::Kind::kPublish) continue;
+    bool clean;
+    {
+      Inode* inode = e->inode.get();
+      MutexLock ilock(inode->mu);
+      inode->durable_version = std::max(inode->durable_version, e->version);
+      inode->flush_error = Status::Ok();
+      clean = inode->durable_version == inode->version;
+    }
+    if (clean) reclaimer_.AddCandidateLocked(e->inode);
+  }
+  if (!report.failed) return Status::Ok();
+  const EntryRef& failed = report.failed;
+  Status st = Status::Error(report.error.err(),
+                            ns_.PathLocked(failed->inode) + ": " + report.error.message() +
+                                (report.backing_gone ? " (the backing directory, or its .ckptfs, "
+                                                       "was removed; unmount saves the data to "
+                                                       "a rescue directory)"
+                                                     : ""));
+  if (failed->kind == JournalEntry::Kind::kPublish) {
+    MutexLock ilock(failed->inode->mu);
+    failed->inode->flush_error = st;
+    failed->inode->flush_error_reported = false;
+  }
+  return st;
+}
 
 }  // namespace ckptfs

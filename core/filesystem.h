@@ -9,7 +9,7 @@
 // by the node's kind; memory runs short through the Reclaimer (core/reclaim.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
-// Inode::mu.
+// Inode::mu, then the flusher's lock, then the journal's lock.
 #pragma once
 
 #include <sys/statvfs.h>
@@ -61,7 +61,7 @@ struct OpenFile {
   int backing_id = -1;      // The kernel reads this backing file itself (FUSE passthrough).
 };
 
-class Filesystem final : private ControlFiles::Source {
+class Filesystem final : private ControlFiles::Source, private FlushClient {
  public:
   // Opens the backing store through `env` (OpenBackingStore), which every later call on the
   // backing store goes through too. Does not start threads.
@@ -225,6 +225,10 @@ class Filesystem final : private ControlFiles::Source {
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
+  // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
+  Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
+  size_t WritersWaiting() override { return arena_.waiting_writers(); }
+  size_t Spill(Env& env) override { return reclaimer_.Spill(env); }
   // ControlFiles::Source: a sync waits for everything journaled so far.
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
@@ -240,7 +244,7 @@ class Filesystem final : private ControlFiles::Source {
   const timespec start_time_;
   Stats stats_;
   Arena arena_;
-  Journal journal_ GUARDED_BY(ns_lock);
+  Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;
   Reclaimer reclaimer_;

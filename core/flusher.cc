@@ -45,22 +45,21 @@ uint64_t OpenFileLimit() {
 
 }  // namespace
 
-Flusher::Flusher(const Config& config, Env& env, Clock& clock, int staging_fd,
-                 NamespaceMutex& ns_mu, Journal& journal, Stats& stats, Hooks hooks)
+Flusher::Flusher(const Config& config, Env& env, Clock& clock, int staging_fd, Journal& journal,
+                 Stats& stats, FlushClient& client)
     : config_(config),
       env_(env),
       clock_(clock),
       backend_name_(env.Name()),
       staging_fd_(staging_fd),
       max_batch_entries_(policy::MaxBatchEntries(OpenFileLimit())),
-      ns_mu_(ns_mu),
       journal_(journal),
       stats_(stats),
-      hooks_(std::move(hooks)) {}
+      client_(client) {}
 
 Flusher::~Flusher() {
   {
-    NamespaceLock lock(ns_mu_);
+    MutexLock lock(mu_);
     stop_ = true;
     wake_.notify_all();
   }
@@ -69,14 +68,19 @@ Flusher::~Flusher() {
 
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
+void Flusher::Notify() {
+  MutexLock lock(mu_);
+  wake_.notify_all();
+}
+
 void Flusher::Hurry() {
-  NamespaceLock lock(ns_mu_);
+  MutexLock lock(mu_);
   force_seq_ = std::max(force_seq_, journal_.last_seq());
   wake_.notify_all();
 }
 
 Status Flusher::WaitDurable(uint64_t seq) {
-  NamespaceLock lock(ns_mu_);
+  MutexLock lock(mu_);
   force_seq_ = std::max(force_seq_, seq);
   wake_.notify_all();
   uint64_t epoch = error_epoch_;
@@ -89,46 +93,51 @@ Status Flusher::WaitDurable(uint64_t seq) {
   return Status::Ok();
 }
 
+Status Flusher::last_error() const {
+  MutexLock lock(mu_);
+  return last_error_;
+}
+
 int Flusher::DirFd(const InodeRef& dir) {
-  NamespaceLock lock(ns_mu_);
-  return dir && dir->dir_fd ? dir->dir_fd->fd() : -1;
+  std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
+  return backing ? backing->fd() : -1;
 }
 
 void Flusher::Run() {
-  NamespaceLock lock(ns_mu_);
   while (true) {
+    const size_t waiting_writers = client_.WritersWaiting();
+    MutexLock lock(mu_);
     auto now = clock_.Now();
-    bool hurry = policy::FlushEverythingNow(hooks_.waiting_writers(), false, draining_);
+    bool hurry = policy::FlushEverythingNow(waiting_writers, false, draining_);
     uint64_t force = hurry ? journal_.last_seq() : force_seq_;
     std::vector<EntryRef> batch;
     if (now >= retry_at_) {
       batch = journal_.TakeBatch(now, config_.flush_delay, force, max_batch_entries_,
                                  policy::kMaxBatchBytes);
     }
-    if (batch.empty() && hooks_.spill && hooks_.waiting_writers() > 0) {
-      lock.unlock();
-      size_t freed = hooks_.spill(env_);
-      lock.lock();
+    if (batch.empty() && waiting_writers > 0) {
+      lock.Unlock();
+      size_t freed = client_.Spill(env_);
+      lock.Lock();
       if (freed > 0) continue;
     }
     if (batch.empty()) {
       if (stop_ || (draining_ && journal_.pending_entries() == 0)) {
         stopped_ = true;
         progress_.notify_all();
-        break;
+        return;
       }
       auto deadline = std::max(retry_at_, std::min(journal_.HeadDeadline(config_.flush_delay),
                                                    now + std::chrono::milliseconds(100)));
       wake_.wait_for(lock, deadline - now);
       continue;
     }
-    lock.unlock();
+    lock.Unlock();
     auto started = std::chrono::steady_clock::now();
     BatchResult result = ApplyBatch(batch);
     stats_.flush_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::steady_clock::now() - started).count();
     stats_.flush_batches++;
-    lock.lock();
     CompleteBatch(batch, result);
   }
 }
@@ -139,11 +148,14 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   std::vector<WriteRequest> requests;
   std::vector<size_t> request_owner;
   size_t publishes = 0;
+  // Entries a failed batch left on the backing store: only their directories are synced again.
+  std::vector<bool> applied(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) applied[i] = journal_.StateOf(batch[i]).applied;
 
   // Phase 1: write every sealed version of the batch to its staging file.
   for (size_t i = 0; i < batch.size(); ++i) {
     const JournalEntry& e = *batch[i];
-    if (e.kind != JournalEntry::Kind::kPublish || e.applied) continue;
+    if (e.kind != JournalEntry::Kind::kPublish || applied[i]) continue;
     ++publishes;
     Staged& s = staged[i];
     s.name = std::to_string(e.seq);
@@ -222,7 +234,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     const JournalEntry& e = *batch[done];
     Staged& s = staged[done];
     Status st = s.status;
-    if (e.applied) {
+    if (applied[done]) {
       AddAppliedDirs(e, &touched_dirs);
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       for (size_t k = 0; k < e.names.size() && st.ok(); ++k) {
@@ -309,8 +321,7 @@ Status Flusher::ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touche
       if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", e.uid, e.gid);
       if (!st.ok()) return Status::Error(st.err(), "set attributes of directory " + e.name);
       touched_dirs->push_back(*fd);
-      NamespaceLock lock(ns_mu_);
-      e.inode->dir_fd = std::move(dir);
+      e.inode->SetBackingDir(std::move(dir));
       return Status::Ok();
     }
     case Kind::kSymlink: {
@@ -370,47 +381,29 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
 }
 
 void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) {
-  const Status& error = result.error;
-  const EntryRef& failed = result.failed;
-  for (size_t i = result.durable; i < result.applied; ++i) {
-    batch[i]->applied = true;
-    batch[i]->inode->on_backing = true;
-  }
-  for (size_t i = 0; i < result.durable; ++i) {
-    const EntryRef& e = batch[i];
-    e->inode->on_backing = true;
-    if (e->kind != JournalEntry::Kind::kPublish) continue;
-    stats_.files_flushed++;
-    bool clean;
-    {
-      Inode* inode = e->inode.get();
-      MutexLock ilock(inode->mu);
-      inode->durable_version = std::max(inode->durable_version, e->version);
-      inode->flush_error = Status::Ok();
-      clean = inode->durable_version == inode->version;
-    }
-    if (clean && hooks_.on_clean) hooks_.on_clean(e->inode);
-  }
-  journal_.Complete(batch, result.durable);
-  if (failed) {
-    std::string path = hooks_.path_of ? hooks_.path_of(failed->inode) : failed->name;
+  const std::span<const EntryRef> entries(batch);
+  FlushReport report;
+  report.durable = entries.first(result.durable);
+  report.applied = entries.subspan(result.durable, result.applied - result.durable);
+  report.error = result.error;
+  report.failed = result.failed;
+  if (result.failed) {
     struct stat staging {};
     // Nothing can be flushed once the backing directory is gone; unmount rescues the data.
-    const bool gone = env_.Stat(staging_fd_, "", &staging).ok() && staging.st_nlink == 0;
-    Status st = Status::Error(error.err(), path + ": " + error.message() +
-                                               (gone ? " (the backing directory, or its .ckptfs, "
-                                                       "was removed; unmount saves the data to "
-                                                       "a rescue directory)"
-                                                     : ""));
-    if (failed->kind == JournalEntry::Kind::kPublish) {
-      MutexLock ilock(failed->inode->mu);
-      failed->inode->flush_error = st;
-      failed->inode->flush_error_reported = false;
-    }
+    report.backing_gone = env_.Stat(staging_fd_, "", &staging).ok() && staging.st_nlink == 0;
+  }
+  for (const EntryRef& e : report.durable) {
+    if (e->kind == JournalEntry::Kind::kPublish) stats_.files_flushed++;
+  }
+  // The client first, then the journal, then the waiters (see the header).
+  Status error = client_.Flushed(report);
+  journal_.Complete(batch, result.durable, result.applied);
+  MutexLock lock(mu_);
+  if (result.failed) {
     if (last_error_.ok() || consecutive_failures_ == 0) {
-      spdlog::error("flush failed, will retry: {}", st.ToString());
+      spdlog::error("flush failed, will retry: {}", error.ToString());
     }
-    last_error_ = st;
+    last_error_ = error;
     ++error_epoch_;
     ++consecutive_failures_;
     stats_.flush_errors++;
@@ -426,7 +419,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
 Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   // Unmount waits in real time, whatever the clock of the policy.
   auto give_up = std::chrono::steady_clock::now() + retry_for;
-  NamespaceLock lock(ns_mu_);
+  MutexLock lock(mu_);
   draining_ = true;
   wake_.notify_all();
   while (journal_.pending_entries() > 0) {
@@ -436,7 +429,7 @@ Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   stop_ = true;
   wake_.notify_all();
   Status result = journal_.pending_entries() > 0 ? last_error_ : Status::Ok();
-  lock.unlock();
+  lock.Unlock();
   if (thread_.joinable()) thread_.join();
   return result;
 }

@@ -5,17 +5,18 @@
 // Env (io_uring: all files of the batch in flight at once) and made durable; then, in journal
 // order, the staged files are renamed to their final names and the namespace changes are applied;
 // then the touched directories are made durable. A failed batch is retried with back-off; the
-// entries before the failure stay done, the failure is reported to waiters and kept on the inode.
+// entries before the failure stay done, the failure is reported to the client (which keeps it on
+// the inode) and to waiters.
 //
 // Thread model: one flusher thread makes the Env's batched writes and syncs. Other threads call
-// the public methods.
+// the public methods. The flusher knows nothing of the namespace lock: the inodes learn what
+// became durable through FlushClient::Flushed. Lock order: the Filesystem's namespace lock, then
+// the flusher's lock, then the journal's lock.
 #pragma once
 
 #include <condition_variable>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,64 +29,86 @@
 
 namespace ckptfs {
 
+// What one batch did on the backing store.
+struct FlushReport {
+  // Durable now, in journal order.
+  std::span<const EntryRef> durable;
+  // After those: on the backing store, not durable yet (a directory sync failed); a later batch
+  // syncs their directories again.
+  std::span<const EntryRef> applied;
+  // Why the batch stopped early, or why its directories are not durable (ok: neither), and the
+  // entry that is about (null: none).
+  Status error;
+  EntryRef failed;
+  // The backing directory, or its .ckptfs, was removed.
+  bool backing_gone = false;
+};
+
+// The flusher's view of the Filesystem. Every call comes from the flusher thread, with none of
+// the flusher's or the journal's locks held.
+class FlushClient {
+ public:
+  virtual ~FlushClient() = default;
+  // Applies a batch's report to its inodes (on the backing store, durable versions, flush
+  // errors). Returns the report's error as waiters see it (naming the failed file), ok when none.
+  // The journal completes the batch after this returns: until then its entries are started.
+  virtual Status Flushed(const FlushReport& report) = 0;
+  // How many writers wait for memory.
+  virtual size_t WritersWaiting() = 0;
+  // Frees memory held by files still being written, through `env`, when writers wait and nothing
+  // is due. Returns the blocks freed.
+  virtual size_t Spill(Env& env) = 0;
+};
+
 class Flusher {
  public:
-  struct Hooks {
-    // Called with the namespace lock held, after `inode`'s newest version became durable.
-    std::function<void(const InodeRef& inode)> on_clean;
-    // Called with the namespace lock held: a printable path for messages.
-    std::function<std::string(const InodeRef& inode)> path_of;
-    // Number of writers waiting for memory.
-    std::function<size_t()> waiting_writers;
-    // Called without locks when writers wait and nothing is due: frees memory held by files that
-    // are still being written, through `env`. Returns the blocks freed.
-    std::function<size_t(Env& env)> spill;
-  };
-
   // Every call on the backing store goes through `env`, whose Write and Sync only this thread
-  // calls; `env` must outlive the Flusher.
-  // `journal` is guarded by the namespace lock `ns_mu`.
+  // calls; `env`, `journal`, `stats` and `client` must outlive the Flusher.
   // The flush policy runs on `clock`.
-  Flusher(const Config& config, Env& env, Clock& clock, int staging_fd, NamespaceMutex& ns_mu,
-          Journal& journal, Stats& stats, Hooks hooks);
+  Flusher(const Config& config, Env& env, Clock& clock, int staging_fd, Journal& journal,
+          Stats& stats, FlushClient& client);
   ~Flusher();
 
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
-  Status Drain(std::chrono::milliseconds retry_for) EXCLUDES(ns_lock);
+  Status Drain(std::chrono::milliseconds retry_for) EXCLUDES(mu_);
 
   // Wakes the flusher after an append.
-  void NotifyLocked() REQUIRES(ns_lock) { wake_.notify_all(); }
+  void Notify() EXCLUDES(mu_);
   // Ask for everything appended so far to be flushed now (ignores flush_delay).
-  void Hurry() EXCLUDES(ns_lock);
+  void Hurry() EXCLUDES(mu_);
 
   // Blocks until every entry with seq <= `seq` is durable; or, when a flush covering `seq` fails
-  // while waiting (or failed before and is still failing), returns that failure.
-  Status WaitDurable(uint64_t seq) EXCLUDES(ns_lock);
+  // while waiting (or failed before and is still failing), returns that failure. Either way the
+  // client has applied the report of that batch (FlushClient::Flushed) by then.
+  Status WaitDurable(uint64_t seq) EXCLUDES(mu_);
 
-  const Status& last_error_locked() const REQUIRES(ns_lock) { return last_error_; }
-  bool has_unresolved_error_locked() const REQUIRES(ns_lock) { return !last_error_.ok(); }
+  // The error of the last batch (ok once one succeeds).
+  Status last_error() const EXCLUDES(mu_);
   std::string backend_name() const { return backend_name_; }
 
  private:
-  void Run() EXCLUDES(ns_lock);
+  void Run() EXCLUDES(mu_);
   struct BatchResult {
     size_t applied = 0;  // Entries from the start now on the backing store.
     size_t durable = 0;  // Of those, entries durable (0 when syncing their directories failed).
     Status error;        // Why it stopped early, or why its directories are not durable.
     EntryRef failed;     // The entry the error is about.
   };
-  BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(ns_lock);
-  Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
+  BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(mu_);
+  Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(mu_);
   // Creates the FIFO, socket or device node of a kMknod entry in directory `dir`, with its
   // mode, owner (when root) and times; it shows there only once complete.
   Status MakeNode(const JournalEntry& e, int dir);
   // The directories an applied entry changed, to sync again.
-  void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(ns_lock);
-  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result)
-      REQUIRES(ns_lock);
-  int DirFd(const InodeRef& dir) EXCLUDES(ns_lock);
+  void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs);
+  // Reports the batch to the client, then completes it in the journal, then tells waiters: so a
+  // waiter never returns before the inodes show its batch, and the Filesystem never sees an entry
+  // done whose inode does not show it yet.
+  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) EXCLUDES(mu_);
+  // The backing directory of `dir` (-1 when it has none yet).
+  static int DirFd(const InodeRef& dir);
 
   const Config config_;
   Env& env_;
@@ -93,22 +116,23 @@ class Flusher {
   const std::string backend_name_;
   const int staging_fd_;
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
-  NamespaceMutex& ns_mu_;
-  Journal& journal_ GUARDED_BY(ns_lock);
+  Journal& journal_;  // Its own lock, taken after mu_.
   Stats& stats_;
-  Hooks hooks_;
+  FlushClient& client_;
   std::thread thread_;
 
-  std::condition_variable_any wake_;      // With ns_mu_.
-  std::condition_variable_any progress_;  // With ns_mu_.
-  uint64_t force_seq_ GUARDED_BY(ns_lock) = 0;
-  bool draining_ GUARDED_BY(ns_lock) = false;
-  bool stop_ GUARDED_BY(ns_lock) = false;
-  bool stopped_ GUARDED_BY(ns_lock) = false;
-  Status last_error_ GUARDED_BY(ns_lock);
-  uint64_t error_epoch_ GUARDED_BY(ns_lock) = 0;
-  unsigned consecutive_failures_ GUARDED_BY(ns_lock) = 0;
-  Clock::time_point retry_at_ GUARDED_BY(ns_lock){};
+  // The flusher's lock: after the namespace lock, before the journal's.
+  mutable Mutex mu_;
+  std::condition_variable_any wake_;      // With mu_: something to flush, or stop.
+  std::condition_variable_any progress_;  // With mu_: a batch completed, or the thread stopped.
+  uint64_t force_seq_ GUARDED_BY(mu_) = 0;
+  bool draining_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool stopped_ GUARDED_BY(mu_) = false;
+  Status last_error_ GUARDED_BY(mu_);
+  uint64_t error_epoch_ GUARDED_BY(mu_) = 0;
+  unsigned consecutive_failures_ GUARDED_BY(mu_) = 0;
+  Clock::time_point retry_at_ GUARDED_BY(mu_){};
 };
 
 }  // namespace ckptfs

@@ -2,8 +2,8 @@
 //
 // Lock order: the namespace lock (core/namespace.h) before Inode::mu. The namespace fields
 // (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
-// attributes and content by Inode::mu. Inode numbers are never reused (64-bit counter), so the
-// generation is always 0.
+// attributes and content by Inode::mu; the backing directory by a leaf lock of its own. Inode
+// numbers are never reused (64-bit counter), so the generation is always 0.
 #pragma once
 
 #include <sys/stat.h>
@@ -83,12 +83,10 @@ struct Inode {
   std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
   std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
   // Directory: children by name, names removed here that may still exist on the backing store,
-  // whether every backing entry has been loaded, and the backing directory once it exists.
+  // and whether every backing entry has been loaded.
   std::map<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
   std::set<std::string> whiteouts GUARDED_BY(ns_lock);
   bool complete GUARDED_BY(ns_lock) = false;
-  // Set by lookup, or by the flusher when it creates the directory.
-  std::shared_ptr<BackingFile> dir_fd GUARDED_BY(ns_lock);
   std::string symlink_target GUARDED_BY(ns_lock);
   // Directory: the zarr array it holds, when served with a fine chunk grid (core/zarr_array.h).
   std::shared_ptr<ZarrArray> zarr GUARDED_BY(ns_lock);
@@ -120,6 +118,17 @@ struct Inode {
   // A read-only open had the backing file read ahead.
   bool backing_prefetched GUARDED_BY(mu) = false;
 
+  // Directory: its backing directory once it exists (null before). Set by lookup, or by the
+  // flusher when it creates the directory; any thread, with or without other locks.
+  std::shared_ptr<BackingFile> BackingDir() const EXCLUDES(backing_dir_mu_) {
+    MutexLock lock(backing_dir_mu_);
+    return backing_dir_;
+  }
+  void SetBackingDir(std::shared_ptr<BackingFile> dir) EXCLUDES(backing_dir_mu_) {
+    MutexLock lock(backing_dir_mu_);
+    backing_dir_ = std::move(dir);
+  }
+
   uint32_t TypeBits() const {
     switch (type) {
       case FileType::kDirectory: return S_IFDIR;
@@ -128,6 +137,11 @@ struct Inode {
       default: return S_IFREG;
     }
   }
+
+ private:
+  // A leaf lock: nothing else is locked while it is held.
+  mutable Mutex backing_dir_mu_;
+  std::shared_ptr<BackingFile> backing_dir_ GUARDED_BY(backing_dir_mu_);
 };
 
 using InodeRef = std::shared_ptr<Inode>;

@@ -22,10 +22,11 @@ const char* KindName(JournalEntry::Kind kind) {
 }
 
 uint64_t Journal::Append(EntryRef entry) {
+  JournalLock lock(mu_);
   entry->seq = next_seq_++;
   if (entry->kind == JournalEntry::Kind::kPublish) pending_bytes_ += entry->snapshot.size();
   pending_.push_back(std::move(entry));
-  AdvanceDurable();
+  AdvanceDurableLocked();
   return next_seq_ - 1;
 }
 
@@ -35,9 +36,10 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
     return e.inode == inode || ((e.kind == JournalEntry::Kind::kUnlink ||
                                  e.kind == JournalEntry::Kind::kRmdir) && e.victim == inode);
   };
+  JournalLock lock(mu_);
   for (const EntryRef& e : pending_) {
-    if (e->done) continue;
-    if (about(*e) && (e->started || e->applied)) return 0;
+    if (e->state.done) continue;
+    if (about(*e) && (e->state.started || e->state.applied)) return 0;
     if (!about(*e) && (e->parent == inode || e->new_parent == inode)) return 0;
     for (const Inode::Name& n : e->names) {
       if (n.parent == inode) return 0;
@@ -45,7 +47,7 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
   }
   size_t versions = 0;
   for (const EntryRef& e : pending_) {
-    if (!about(*e) || e->done) continue;
+    if (!about(*e) || e->state.done) continue;
     if (e->kind == JournalEntry::Kind::kRename && e->victim) {
       // The renamed file need not reach the backing store, but what it replaced must still go.
       e->kind = e->victim->type == FileType::kDirectory ? JournalEntry::Kind::kRmdir
@@ -58,60 +60,112 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
       continue;
     }
     versions += e->kind == JournalEntry::Kind::kPublish;
-    Cancel(e);
+    CancelLocked(e);
   }
-  AdvanceDurable();
+  AdvanceDurableLocked();
   return versions;
 }
 
-void Journal::Cancel(const EntryRef& e) {
-  if (e->started || e->applied || e->done) return;  // The flusher owns a started entry.
+bool Journal::Cancel(const EntryRef& e) {
+  JournalLock lock(mu_);
+  // The flusher owns a started or applied entry.
+  if (e->state.started || e->state.applied || e->state.done) return false;
+  CancelLocked(e);
+  return true;
+}
+
+// `e` is neither started, applied nor done.
+void Journal::CancelLocked(const EntryRef& e) {
   if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
   e->snapshot = FileContent();
-  e->cancelled = true;
-  e->done = true;
+  e->state.cancelled = true;
+  e->state.done = true;
+}
+
+bool Journal::Pending(const EntryRef& e) const {
+  JournalLock lock(mu_);
+  return !e->state.done;
+}
+
+JournalEntry::State Journal::StateOf(const EntryRef& e) const {
+  JournalLock lock(mu_);
+  return e->state;
 }
 
 std::vector<EntryRef> Journal::TakeBatch(Clock::time_point now, Clock::duration delay,
                                          uint64_t force_seq, size_t max_entries,
                                          uint64_t max_bytes) {
+  JournalLock lock(mu_);
   std::vector<EntryRef> batch;
   uint64_t bytes = 0;
   for (const EntryRef& e : pending_) {
-    if (e->started) break;  // A batch is already in flight.
-    if (e->done) continue;
+    if (e->state.started) break;  // A batch is already in flight.
+    if (e->state.done) continue;
     bool due = e->seq <= force_seq || policy::FlushDue(e->sealed_at, e->hold, delay) <= now;
     if (!due || batch.size() >= max_entries || (bytes >= max_bytes && !batch.empty())) break;
-    e->started = true;
+    e->state.started = true;
     bytes += e->snapshot.size();
     batch.push_back(e);
   }
   return batch;
 }
 
-void Journal::Complete(const std::vector<EntryRef>& batch, size_t done) {
+void Journal::Complete(const std::vector<EntryRef>& batch, size_t durable, size_t applied) {
+  JournalLock lock(mu_);
   for (size_t i = 0; i < batch.size(); ++i) {
     const EntryRef& e = batch[i];
-    if (i < done) {
+    if (i < durable) {
       if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
-      e->done = true;
+      e->state.done = true;
       e->snapshot = FileContent();
+    } else if (i < applied) {
+      e->state.applied = true;
     }
-    e->started = false;
+    e->state.started = false;
   }
-  AdvanceDurable();
+  AdvanceDurableLocked();
 }
 
-void Journal::AdvanceDurable() {
-  while (!pending_.empty() && pending_.front()->done) pending_.pop_front();
+void Journal::AdvanceDurableLocked() {
+  while (!pending_.empty() && pending_.front()->state.done) pending_.pop_front();
   durable_seq_ = pending_.empty() ? next_seq_ - 1 : pending_.front()->seq - 1;
 }
 
 Clock::time_point Journal::HeadDeadline(Clock::duration delay) const {
+  JournalLock lock(mu_);
   for (const EntryRef& e : pending_) {
-    if (!e->done) return policy::FlushDue(e->sealed_at, e->hold, delay);
+    if (!e->state.done) return policy::FlushDue(e->sealed_at, e->hold, delay);
   }
   return Clock::time_point::max();
+}
+
+uint64_t Journal::last_seq() const {
+  JournalLock lock(mu_);
+  return next_seq_ - 1;
+}
+
+uint64_t Journal::durable_seq() const {
+  JournalLock lock(mu_);
+  return durable_seq_;
+}
+
+size_t Journal::pending_entries() const {
+  JournalLock lock(mu_);
+  return pending_.size();
+}
+
+uint64_t Journal::pending_bytes() const {
+  JournalLock lock(mu_);
+  return pending_bytes_;
+}
+
+std::vector<EntryRef> Journal::Unflushed() const {
+  JournalLock lock(mu_);
+  std::vector<EntryRef> out;
+  for (const EntryRef& e : pending_) {
+    if (!e->state.done) out.push_back(e);
+  }
+  return out;
 }
 
 }  // namespace ckptfs

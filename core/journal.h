@@ -6,8 +6,13 @@
 // a version superseded before its turn (the file rewritten at the same name, deleted, or renamed
 // over) is skipped: such a file then shows an older version, never a newer one early.
 //
-// Not thread-safe: guarded by the namespace lock. A started entry belongs to the flusher until
-// the batch completes; other threads use entries under the namespace lock.
+// Thread-safe: the journal and the state of its entries are guarded by the journal's own lock,
+// which every method takes inside. Lock order: the namespace lock, then Inode::mu, then the
+// flusher's lock, then the journal's lock; nothing else is locked while it is held.
+// An entry's other fields are filled before Append; after it only CancelUnsent changes them (on
+// entries not started, with the namespace lock held). A started entry belongs to the flusher
+// until the batch completes, which reads it without locks; other threads read entries under the
+// namespace lock.
 #pragma once
 
 #include <chrono>
@@ -20,6 +25,7 @@
 #include "core/clock.h"
 #include "core/file_content.h"
 #include "core/inode.h"
+#include "core/thread_annotations.h"
 
 namespace ckptfs {
 
@@ -60,12 +66,16 @@ struct JournalEntry {
   uint32_t node_type = 0;
   uint64_t rdev = 0;
 
-  bool started = false;    // Taken by the flusher; no longer cancellable.
-  // On the backing store, but not durable yet (syncing its directory failed): no longer
-  // cancellable; the flusher only syncs its directories again.
-  bool applied = false;
-  bool cancelled = false;  // Superseded before it was sent.
-  bool done = false;       // Durable on the backing store, or cancelled.
+  // Where the entry is on its way to the backing store; read through Journal::StateOf.
+  struct State {
+    bool started = false;    // Taken by the flusher; no longer cancellable.
+    // On the backing store, but not durable yet (syncing its directory failed): no longer
+    // cancellable; the flusher only syncs its directories again.
+    bool applied = false;
+    bool cancelled = false;  // Superseded before it was sent.
+    bool done = false;       // Durable on the backing store, or cancelled.
+  };
+  State state GUARDED_BY(journal_lock);
 };
 
 using EntryRef = std::shared_ptr<JournalEntry>;
@@ -75,40 +85,51 @@ const char* KindName(JournalEntry::Kind kind);
 class Journal {
  public:
   // Assigns the next sequence number and appends. Returns the sequence number.
-  uint64_t Append(EntryRef entry);
+  uint64_t Append(EntryRef entry) EXCLUDES(journal_lock);
 
   // Cancels every unsent entry about `inode` when it never reached the backing store, its last
   // name is gone and no other pending entry needs it (as a parent directory): nothing of it needs
   // to be written. Returns how many file versions it cancelled.
-  size_t CancelUnsent(const InodeRef& inode) REQUIRES(ns_lock);
-  // Cancels one unsent entry (a version superseded by a newer one at the same names).
-  void Cancel(const EntryRef& entry);
+  size_t CancelUnsent(const InodeRef& inode) REQUIRES(ns_lock) EXCLUDES(journal_lock);
+  // Cancels one unsent entry (a version superseded by a newer one at the same names). Returns
+  // whether it cancelled it: false when the flusher has taken it, or it is done.
+  bool Cancel(const EntryRef& entry) EXCLUDES(journal_lock);
+  // Whether `entry` is neither durable nor cancelled.
+  bool Pending(const EntryRef& entry) const EXCLUDES(journal_lock);
+  JournalEntry::State StateOf(const EntryRef& entry) const EXCLUDES(journal_lock);
 
   // The entries from the head that may be flushed now (see policy), at most `max_entries`
   // and about `max_bytes` of data; marks them started.
   std::vector<EntryRef> TakeBatch(Clock::time_point now, Clock::duration delay, uint64_t force_seq,
-                                  size_t max_entries, uint64_t max_bytes);
+                                  size_t max_entries, uint64_t max_bytes) EXCLUDES(journal_lock);
 
-  // The first `done` entries of the batch in flight are durable; the rest go back to pending.
-  void Complete(const std::vector<EntryRef>& batch, size_t done);
+  // Of the batch in flight, the first `durable` entries are durable; those after them up to
+  // `applied` (>= `durable`) are on the backing store but not durable; those and the rest go back
+  // to pending.
+  void Complete(const std::vector<EntryRef>& batch, size_t durable, size_t applied)
+      EXCLUDES(journal_lock);
 
   // When the head entry becomes eligible by age (time_point::max() when empty).
-  Clock::time_point HeadDeadline(Clock::duration delay) const;
+  Clock::time_point HeadDeadline(Clock::duration delay) const EXCLUDES(journal_lock);
 
-  uint64_t last_seq() const { return next_seq_ - 1; }
+  uint64_t last_seq() const EXCLUDES(journal_lock);
   // Every entry with seq <= durable_seq() is durable (or cancelled).
-  uint64_t durable_seq() const { return durable_seq_; }
-  size_t pending_entries() const { return pending_.size(); }
-  uint64_t pending_bytes() const { return pending_bytes_; }
-  const std::deque<EntryRef>& pending() const { return pending_; }
+  uint64_t durable_seq() const EXCLUDES(journal_lock);
+  size_t pending_entries() const EXCLUDES(journal_lock);
+  uint64_t pending_bytes() const EXCLUDES(journal_lock);
+  // The entries neither durable nor cancelled, in order. Their snapshots may be read once the
+  // flusher has stopped, with the namespace lock held (nothing cancels them then).
+  std::vector<EntryRef> Unflushed() const EXCLUDES(journal_lock);
 
  private:
-  void AdvanceDurable();
+  void CancelLocked(const EntryRef& entry) REQUIRES(journal_lock);
+  void AdvanceDurableLocked() REQUIRES(journal_lock);
 
-  std::deque<EntryRef> pending_;  // Unsent and in-flight entries, in seq order.
-  uint64_t next_seq_ = 1;
-  uint64_t durable_seq_ = 0;
-  uint64_t pending_bytes_ = 0;
+  mutable JournalMutex mu_;
+  std::deque<EntryRef> pending_ GUARDED_BY(journal_lock);  // Unsent and in-flight, in seq order.
+  uint64_t next_seq_ GUARDED_BY(journal_lock) = 1;
+  uint64_t durable_seq_ GUARDED_BY(journal_lock) = 0;
+  uint64_t pending_bytes_ GUARDED_BY(journal_lock) = 0;
 };
 
 }  // namespace ckptfs

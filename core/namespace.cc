@@ -69,7 +69,7 @@ Namespace::Namespace(const Config& config, Env& env, Clock& clock, Stats& stats,
   NamespaceLock lock(mu_);
   root->nlink = 2;
   root->on_backing = true;
-  root->dir_fd = std::make_shared<BackingFile>(env_, dup(root_fd));
+  root->SetBackingDir(std::make_shared<BackingFile>(env_, dup(root_fd)));
   inodes_[kRootIno] = root;
 }
 
@@ -124,7 +124,7 @@ InodeRef Namespace::NewInodeLocked(FileType type, uint32_t mode, const Caller& c
 
 Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& name) {
   if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
-  if (dir->complete || !dir->dir_fd || dir->whiteouts.count(name) ||
+  if (dir->complete || !dir->BackingDir() || dir->whiteouts.count(name) ||
       (dir->ino == kRootIno && name == kReservedName)) {
     return Status::Error(ENOENT, name);
   }
@@ -141,7 +141,7 @@ Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& 
 }
 
 Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
-  int dfd = dir->dir_fd->fd();
+  int dfd = dir->BackingDir()->fd();
   struct stat st {};
   if (Status found = env_.Stat(dfd, name, &st); !found.ok()) return found;
   const std::pair<uint64_t, uint64_t> backing_id{st.st_dev, st.st_ino};
@@ -180,9 +180,9 @@ Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::s
   if (type == FileType::kDirectory) {
     Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (!fd.ok()) return fd.status();
-    inode->dir_fd = std::make_shared<BackingFile>(env_, *fd);
+    inode->SetBackingDir(std::make_shared<BackingFile>(env_, *fd));
   } else if (type == FileType::kRegular) {
-    inode->origin_dir = dir->dir_fd;
+    inode->origin_dir = dir->BackingDir();
     inode->origin_name = name;
   } else if (type == FileType::kSymlink) {
     Result<std::string> target = env_.ReadLink(dfd, name);
@@ -202,11 +202,12 @@ Status Namespace::CheckAbsentLocked(const InodeRef& dir, const std::string& name
 
 void Namespace::LoadDirLocked(const InodeRef& dir) {
   if (dir->complete) return;
-  if (!dir->dir_fd) {
+  std::shared_ptr<BackingFile> backing = dir->BackingDir();
+  if (!backing) {
     dir->complete = true;
     return;
   }
-  Result<std::vector<std::string>> listed = env_.ListDir(dir->dir_fd->fd());
+  Result<std::vector<std::string>> listed = env_.ListDir(backing->fd());
   if (!listed.ok()) return;
   // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
   std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
@@ -341,8 +342,12 @@ bool Namespace::JournaledLocked(const InodeRef& inode) const {
     MutexLock lock(inode->mu);
     if (inode->view) return false;  // Virtual chunks never reach the backing store.
   }
+  return inode->on_backing || PendingLocked(inode);
+}
+
+bool Namespace::PendingLocked(const InodeRef& inode) const {
   EntryRef last = inode->last_entry.lock();
-  return inode->on_backing || (last && !last->done);
+  return last && journal_.Pending(last);
 }
 
 uint64_t Namespace::AppendLocked(EntryRef entry) {
@@ -417,8 +422,7 @@ uint64_t Namespace::SealLocked(const InodeRef& inode) {
   inode->last_sealed = now;
   entry->hold = inode->hold;
   EntryRef last = inode->last_entry.lock();
-  if (last && last->kind == JournalEntry::Kind::kPublish && !last->started && !last->done) {
-    journal_.Cancel(last);
+  if (last && last->kind == JournalEntry::Kind::kPublish && journal_.Cancel(last)) {
     stats_.versions_skipped++;
   }
   return AppendLocked(std::move(entry));

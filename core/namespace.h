@@ -77,7 +77,6 @@ class Namespace {
 
   void SetDirectoryKind(DirectoryKind* kind) { directory_kind_ = kind; }
   NamespaceMutex& mutex() const { return mu_; }
-  Journal& journal() REQUIRES(ns_lock) { return journal_; }
 
   // --- The inode table ---
   InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
@@ -128,6 +127,8 @@ class Namespace {
   // --- Changes for the backing store ---
   // Whether `inode` is on the backing store or on its way there.
   bool JournaledLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  // Whether the newest journal entry about `inode` is not durable yet.
+  bool PendingLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   uint64_t AppendLocked(EntryRef entry) REQUIRES(ns_lock);
   // Journals the removal of `name` from the backing store, when `inode` may be there under it.
   void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
@@ -150,7 +151,7 @@ class Namespace {
   const std::function<void()> appended_;
 
   mutable NamespaceMutex mu_;
-  Journal& journal_ GUARDED_BY(ns_lock);
+  Journal& journal_;  // Its own lock, taken after the namespace lock.
   std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
   uint64_t next_ino_ GUARDED_BY(ns_lock) = kFirstIno;
   // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.

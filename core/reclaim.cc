@@ -8,17 +8,17 @@
 namespace ckptfs {
 
 size_t Reclaimer::UnloadLocked(const InodeRef& inode) {
-  EntryRef pending = inode->last_entry.lock();
   if (inode->type != FileType::kRegular || inode->open_handles > 0 || inode->names.empty() ||
-      inode->view || inode->origin_dir || !inode->on_backing || (pending && !pending->done) ||
+      inode->view || inode->origin_dir || !inode->on_backing || ns_.PendingLocked(inode) ||
       inode->durable_version != inode->version) {
     return 0;
   }
   const Inode::Name& name = *inode->names.begin();
-  if (!name.parent->dir_fd) return 0;
+  std::shared_ptr<BackingFile> parent_dir = name.parent->BackingDir();
+  if (!parent_dir) return 0;
   size_t blocks = inode->content.memory_blocks();
   inode->content = FileContent(nullptr, inode->content.size());
-  inode->origin_dir = name.parent->dir_fd;
+  inode->origin_dir = std::move(parent_dir);
   inode->origin_name = name.name;
   return blocks;
 }

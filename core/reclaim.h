@@ -25,7 +25,7 @@ class Reclaimer {
 
   // Drops the content of a durable, unchanged, closed file from memory (and its descriptor); it
   // is opened again by name when needed. Returns the blocks freed (0: not such a file).
-  static size_t UnloadLocked(const InodeRef& inode) REQUIRES(ns_lock, inode->mu);
+  size_t UnloadLocked(const InodeRef& inode) REQUIRES(ns_lock, inode->mu);
   // Evicts candidates until `wanted` blocks are freed or none is left. Returns the blocks freed.
   size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
   // Moves the full blocks of the largest file still being written to its spill file, written

@@ -2,12 +2,14 @@
 // -Wthread-safety (scripts/test.sh does), the compiler checks that every guarded member is used
 // with its lock held; with other compilers the annotations are empty.
 //
-// Two kinds of lock:
+// Three kinds of lock:
 // - Mutex, for state owned by one object (an inode's content, the arena's free list);
 // - the namespace lock `ns_lock`: one capability for the Namespace's mutex (a NamespaceMutex),
-//   which guards the inode table, the namespace fields of every inode and the journal. Inodes and
-//   journal entries do not know their Filesystem, so their fields name this capability rather
-//   than a member; a process holds one NamespaceMutex at a time.
+//   which guards the inode table and the namespace fields of every inode. Inodes do not know
+//   their Namespace, so their fields name this capability rather than a member; a process holds
+//   one NamespaceMutex at a time.
+// - the journal lock `journal_lock`: likewise one capability for a Journal's JournalMutex, which
+//   guards the journal and the state of its entries; a thread holds one JournalMutex at a time.
 #pragma once
 
 #include <mutex>
@@ -45,11 +47,25 @@ class CAPABILITY("mutex") Mutex {
 class CAPABILITY("namespace lock") NamespaceCapability {};
 inline NamespaceCapability ns_lock;
 
-// the Namespace's mutex: locking it acquires `ns_lock`.
+// The Namespace's mutex: locking it acquires `ns_lock`.
 class NamespaceMutex {
  public:
   void lock() ACQUIRE(ns_lock) NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }
   void unlock() RELEASE(ns_lock) NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
+// The capability of a journal's lock (see the top of this file).
+class CAPABILITY("journal lock") JournalCapability {};
+inline JournalCapability journal_lock;
+
+// A Journal's lock: locking it acquires `journal_lock`.
+class JournalMutex {
+ public:
+  void lock() ACQUIRE(journal_lock) NO_THREAD_SAFETY_ANALYSIS { mu_.lock(); }
+  void unlock() RELEASE(journal_lock) NO_THREAD_SAFETY_ANALYSIS { mu_.unlock(); }
 
  private:
   std::mutex mu_;
@@ -104,6 +120,18 @@ class SCOPED_CAPABILITY NamespaceLock {
  private:
   NamespaceMutex& mu_;
   bool held_ = true;
+};
+
+// Holds a journal's lock for its scope.
+class SCOPED_CAPABILITY JournalLock {
+ public:
+  explicit JournalLock(JournalMutex& mu) ACQUIRE(journal_lock) : mu_(mu) { mu_.lock(); }
+  ~JournalLock() RELEASE() { mu_.unlock(); }
+  JournalLock(const JournalLock&) = delete;
+  JournalLock& operator=(const JournalLock&) = delete;
+
+ private:
+  JournalMutex& mu_;
 };
 
 }  // namespace ckptfs

@@ -159,8 +159,9 @@ std::optional<ZarrGrid> ZarrViews::GridFor(const InodeRef& dir, const std::strin
 }
 
 void ZarrViews::FoundLocked(const InodeRef& dir) {
-  if (config_.zarr_chunk == 0 || !dir->dir_fd) return;
-  Result<int> fd = env_.Open(dir->dir_fd->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  std::shared_ptr<BackingFile> backing = dir->BackingDir();
+  if (config_.zarr_chunk == 0 || !backing) return;
+  Result<int> fd = env_.Open(backing->fd(), kZarray, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
   if (!fd.ok()) return;
   BackingFile file(env_, *fd);
   struct stat st {};

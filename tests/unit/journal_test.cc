@@ -60,8 +60,8 @@ TEST_F(JournalTest, AppendAssignsIncreasingSeqs) {
   EXPECT_EQ(j_.durable_seq(), 0u);
   EXPECT_EQ(j_.pending_entries(), 3u);
   EXPECT_EQ(j_.pending_bytes(), 15u);
-  ASSERT_EQ(j_.pending().size(), 3u);
-  EXPECT_EQ(j_.pending()[1]->seq, 2u);
+  ASSERT_EQ(j_.Unflushed().size(), 3u);
+  EXPECT_EQ(j_.Unflushed()[1]->seq, 2u);
 }
 
 TEST_F(JournalTest, TakeBatchHonorsDelay) {
@@ -73,7 +73,7 @@ TEST_F(JournalTest, TakeBatchHonorsDelay) {
   // Only the head is old enough: strict order means the third waits behind the second.
   auto b = j_.TakeBatch(t0_ + 1200ms, 1s, 0, 100, 1 << 30);
   EXPECT_EQ(Seqs(b), (std::vector<uint64_t>{1}));
-  j_.Complete(b, 1);
+  j_.Complete(b, 1, 1);
   EXPECT_EQ(j_.HeadDeadline(1s), t0_ + 1500ms);
   b = j_.TakeBatch(t0_ + 2s, 1s, 0, 100, 1 << 30);
   EXPECT_EQ(Seqs(b), (std::vector<uint64_t>{2, 3}));
@@ -83,8 +83,8 @@ TEST_F(JournalTest, TakeBatchHonorsForceSeq) {
   for (int i = 0; i < 4; ++i) j_.Append(Publish(NewInode(), root_, 1));
   auto b = j_.TakeBatch(t0_, 1h, /*force_seq=*/2, 100, 1 << 30);
   EXPECT_EQ(Seqs(b), (std::vector<uint64_t>{1, 2}));
-  for (const auto& e : b) EXPECT_TRUE(e->started);
-  EXPECT_FALSE(j_.pending()[2]->started);
+  for (const auto& e : b) EXPECT_TRUE(j_.StateOf(e).started);
+  EXPECT_FALSE(j_.StateOf(j_.Unflushed()[2]).started);
 }
 
 TEST_F(JournalTest, NoSecondBatchWhileOneIsInFlight) {
@@ -92,7 +92,7 @@ TEST_F(JournalTest, NoSecondBatchWhileOneIsInFlight) {
   auto b = j_.TakeBatch(t0_, 0s, 0, 2, 1 << 30);
   EXPECT_EQ(Seqs(b), (std::vector<uint64_t>{1, 2}));
   EXPECT_TRUE(j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30).empty());
-  j_.Complete(b, 2);
+  j_.Complete(b, 2, 2);
   EXPECT_EQ(Seqs(j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30)), (std::vector<uint64_t>{3, 4}));
 }
 
@@ -100,11 +100,11 @@ TEST_F(JournalTest, TakeBatchHonorsLimits) {
   for (int i = 0; i < 5; ++i) j_.Append(Publish(NewInode(), root_, 100));
   auto b = j_.TakeBatch(t0_, 0s, 0, 3, 1 << 30);
   EXPECT_EQ(b.size(), 3u);
-  j_.Complete(b, 3);
+  j_.Complete(b, 3, 3);
   // Byte limit: stop once at least max_bytes are in the batch.
   b = j_.TakeBatch(t0_, 0s, 0, 100, 100);
   EXPECT_EQ(Seqs(b), (std::vector<uint64_t>{4}));
-  j_.Complete(b, 1);
+  j_.Complete(b, 1, 1);
   // An entry larger than the limit still goes, alone.
   j_.Append(Publish(NewInode(), root_, 1000));
   b = j_.TakeBatch(t0_, 0s, 0, 100, 10);
@@ -115,22 +115,22 @@ TEST_F(JournalTest, CompleteWithPartialSuccess) {
   for (int i = 0; i < 4; ++i) j_.Append(Publish(NewInode(), root_, 10));
   auto b = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
   ASSERT_EQ(b.size(), 4u);
-  j_.Complete(b, 2);
+  j_.Complete(b, 2, 2);
   EXPECT_EQ(j_.durable_seq(), 2u);
   EXPECT_EQ(j_.pending_entries(), 2u);
   EXPECT_EQ(j_.pending_bytes(), 20u);
-  EXPECT_TRUE(b[0]->done);
+  EXPECT_TRUE(j_.StateOf(b[0]).done);
   EXPECT_EQ(b[0]->snapshot.size(), 0u);  // Released once durable.
-  EXPECT_FALSE(b[2]->done);
-  EXPECT_FALSE(b[2]->started);
+  EXPECT_FALSE(j_.StateOf(b[2]).done);
+  EXPECT_FALSE(j_.StateOf(b[2]).started);
   EXPECT_EQ(b[2]->snapshot.size(), 10u);  // Kept for the retry.
   // The failed tail is taken again, from where it stopped.
   auto retry = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
   EXPECT_EQ(Seqs(retry), (std::vector<uint64_t>{3, 4}));
-  j_.Complete(retry, 0);
+  j_.Complete(retry, 0, 0);
   EXPECT_EQ(j_.durable_seq(), 2u);
   retry = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
-  j_.Complete(retry, 2);
+  j_.Complete(retry, 2, 2);
   EXPECT_EQ(j_.durable_seq(), 4u);
   EXPECT_EQ(j_.pending_entries(), 0u);
   EXPECT_EQ(j_.pending_bytes(), 0u);
@@ -146,11 +146,11 @@ TEST_F(JournalTest, DurableSeqAdvancesOverCancelledEntries) {
   j_.Append(c);
   j_.Cancel(b);
   EXPECT_EQ(j_.pending_bytes(), 40u);
-  EXPECT_TRUE(b->cancelled);
+  EXPECT_TRUE(j_.StateOf(b).cancelled);
   EXPECT_EQ(j_.durable_seq(), 0u);  // a is still ahead of it.
   auto batch = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
   EXPECT_EQ(Seqs(batch), (std::vector<uint64_t>{1, 3}));  // b skipped.
-  j_.Complete(batch, 1);
+  j_.Complete(batch, 1, 1);
   EXPECT_EQ(j_.durable_seq(), 2u);  // Over the cancelled b, up to c.
   j_.Cancel(c);
   // Cancelling the head alone does not advance; the next journal change does.
@@ -169,11 +169,11 @@ TEST_F(JournalTest, CancelUnsentCancelsEveryEntryOfAFileThatNeverReachedTheStore
   unlink->victim = f;
   j_.Append(unlink);
   EXPECT_EQ(j_.CancelUnsent(f), 2u);  // Two versions.
-  EXPECT_TRUE(unlink->cancelled);
+  EXPECT_TRUE(j_.StateOf(unlink).cancelled);
   EXPECT_EQ(j_.pending_bytes(), 7u);
   auto batch = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
   EXPECT_EQ(Seqs(batch), (std::vector<uint64_t>{2}));
-  j_.Complete(batch, 1);
+  j_.Complete(batch, 1, 1);
   EXPECT_EQ(j_.durable_seq(), 4u);
   EXPECT_EQ(j_.pending_entries(), 0u);
 }
@@ -184,7 +184,7 @@ TEST_F(JournalTest, CancelUnsentLeavesFilesOnTheBackingStore) {
   auto e = Publish(f, root_, 10);
   j_.Append(e);
   EXPECT_EQ(j_.CancelUnsent(f), 0u);
-  EXPECT_FALSE(e->cancelled);
+  EXPECT_FALSE(j_.StateOf(e).cancelled);
 }
 
 TEST_F(JournalTest, CancelUnsentNeverCancelsStartedEntries) {
@@ -196,8 +196,8 @@ TEST_F(JournalTest, CancelUnsentNeverCancelsStartedEntries) {
   auto batch = j_.TakeBatch(t0_, 1h, /*force_seq=*/1, 100, 1 << 30);
   ASSERT_EQ(Seqs(batch), (std::vector<uint64_t>{1}));
   EXPECT_EQ(j_.CancelUnsent(f), 0u);
-  EXPECT_FALSE(first->cancelled);
-  EXPECT_FALSE(second->cancelled);  // Nothing of the file: it will exist on the store.
+  EXPECT_FALSE(j_.StateOf(first).cancelled);
+  EXPECT_FALSE(j_.StateOf(second).cancelled);  // Nothing of the file: it will exist on the store.
   EXPECT_EQ(first->snapshot.size(), 10u);
 }
 
@@ -209,7 +209,7 @@ TEST_F(JournalTest, CancelUnsentKeepsADirectoryStillNeededAsAParent) {
   auto pub = Publish(f, dir, 5);  // A file published inside it.
   j_.Append(pub);
   EXPECT_EQ(j_.CancelUnsent(dir), 0u);
-  EXPECT_FALSE(mkdir->cancelled);
+  EXPECT_FALSE(j_.StateOf(mkdir).cancelled);
 
   // A rename out of the directory also needs it (as the source parent).
   Journal j2;
@@ -220,7 +220,7 @@ TEST_F(JournalTest, CancelUnsentKeepsADirectoryStillNeededAsAParent) {
   rename->new_parent = root_;
   j2.Append(rename);
   j2.CancelUnsent(dir2);
-  EXPECT_FALSE(mkdir2->cancelled);
+  EXPECT_FALSE(j2.StateOf(mkdir2).cancelled);
 
   // And as a rename destination.
   Journal j3;
@@ -231,7 +231,7 @@ TEST_F(JournalTest, CancelUnsentKeepsADirectoryStillNeededAsAParent) {
   rename3->new_parent = dir3;
   j3.Append(rename3);
   j3.CancelUnsent(dir3);
-  EXPECT_FALSE(mkdir3->cancelled);
+  EXPECT_FALSE(j3.StateOf(mkdir3).cancelled);
 
   // Once nothing needs it, its mkdir and rmdir both go.
   Journal j4;
@@ -242,8 +242,8 @@ TEST_F(JournalTest, CancelUnsentKeepsADirectoryStillNeededAsAParent) {
   rmdir4->victim = dir4;
   j4.Append(rmdir4);
   j4.CancelUnsent(dir4);
-  EXPECT_TRUE(mkdir4->cancelled);
-  EXPECT_TRUE(rmdir4->cancelled);
+  EXPECT_TRUE(j4.StateOf(mkdir4).cancelled);
+  EXPECT_TRUE(j4.StateOf(rmdir4).cancelled);
   EXPECT_EQ(j4.durable_seq(), 2u);
 }
 
@@ -258,7 +258,7 @@ TEST_F(JournalTest, CancelledOrDoneEntriesAreIgnoredByCancelUnsent) {
   rmdir->victim = dir;
   j_.Append(rmdir);
   j_.CancelUnsent(dir);
-  EXPECT_TRUE(mkdir->cancelled);
+  EXPECT_TRUE(j_.StateOf(mkdir).cancelled);
   EXPECT_EQ(j_.durable_seq(), 3u);
 }
 
@@ -282,8 +282,7 @@ TEST_F(JournalTest, CancelUnsentKeepsTheRemovalOfARenameVictim) {
   j_.Append(unlink);
   j_.CancelUnsent(f);
   bool removes_old = false;
-  for (const EntryRef& e : j_.pending()) {
-    if (e->done) continue;
+  for (const EntryRef& e : j_.Unflushed()) {
     bool renames_over = e->kind == Kind::kRename && e->victim == old_file;
     bool unlinks = e->kind == Kind::kUnlink && e->new_name.empty() && e->name == "b";
     removes_old |= renames_over || unlinks;

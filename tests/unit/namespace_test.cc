@@ -58,7 +58,7 @@ TEST_F(NamespaceTest, ANameRemovedThroughTheMountStaysGoneWhileTheBackingStoreSt
   EXPECT_EQ(root->children.count("old"), 0u);
   EXPECT_EQ(root->children.count("other"), 1u);
   ASSERT_EQ(journal_.pending_entries(), 1u);
-  EXPECT_EQ(journal_.pending().front()->kind, JournalEntry::Kind::kUnlink);
+  EXPECT_EQ(journal_.Unflushed().front()->kind, JournalEntry::Kind::kUnlink);
   EXPECT_EQ(appended_, 1u);
 }
 
@@ -100,8 +100,8 @@ TEST_F(NamespaceTest, SealingAppendsAPublishAndReplacesTheUnsentOneItSupersedes)
   EXPECT_EQ(ns_->SealLocked(file), 2u);
   EXPECT_EQ(stats_.versions_skipped.load(), 1u);
   ASSERT_EQ(journal_.pending_entries(), 1u) << "the superseded version left the journal";
-  EXPECT_EQ(journal_.pending().front()->version, 2u);
-  EXPECT_EQ(journal_.pending().front()->names.size(), 1u);
+  EXPECT_EQ(journal_.Unflushed().front()->version, 2u);
+  EXPECT_EQ(journal_.Unflushed().front()->names.size(), 1u);
 }
 
 TEST_F(NamespaceTest, ADeletedClosedFileIsForgottenOnceTheKernelForgetsIt) {

@@ -143,7 +143,7 @@ TEST_F(ZarrViewsTest, UnlinkingAVirtualChunkFillsItsRangeAndTheLastOneRemovesThe
   EXPECT_EQ(more, 0u) << "nothing to fill: the real chunk goes";
   EXPECT_TRUE(arr->zarr && arr->zarr->chunks.empty());
   ASSERT_GT(journal_.pending_entries(), before);
-  const EntryRef& removal = journal_.pending().back();
+  EntryRef removal = journal_.Unflushed().back();
   EXPECT_EQ(removal->kind, JournalEntry::Kind::kUnlink);
   EXPECT_EQ(removal->name, "0");
 }

@@ -1,0 +1,254 @@
+// Tests of the Flusher on its own: a Journal of mkdir and publish entries replayed on a temp
+// backing directory through a FaultInjectingEnv, and a FlushClient that records the reports.
+#include "core/flusher.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/thread_annotations.h"
+#include "iouring/fault_injecting_env.h"
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using Fault = FaultInjectingEnv::Fault;
+using Kind = JournalEntry::Kind;
+using testing_util::Pattern;
+using testing_util::TempDir;
+
+// A report as the client saw it: entries by seq.
+struct Seen {
+  std::vector<uint64_t> durable;
+  std::vector<uint64_t> applied;
+  Status error;
+  uint64_t failed = 0;
+  bool backing_gone = false;
+};
+
+class RecordingClient final : public FlushClient {
+ public:
+  // Flushed waits `delay` before it records the report.
+  explicit RecordingClient(std::chrono::milliseconds delay = 0ms) : delay_(delay) {}
+
+  Status Flushed(const FlushReport& report) override {
+    std::this_thread::sleep_for(delay_);
+    Seen seen;
+    for (const EntryRef& e : report.durable) seen.durable.push_back(e->seq);
+    for (const EntryRef& e : report.applied) seen.applied.push_back(e->seq);
+    seen.error = report.error;
+    seen.failed = report.failed ? report.failed->seq : 0;
+    seen.backing_gone = report.backing_gone;
+    MutexLock lock(mu_);
+    reports_.push_back(seen);
+    if (!report.failed) return Status::Ok();
+    return Status::Error(report.error.err(), "client: " + report.failed->name);
+  }
+  size_t WritersWaiting() override { return writers_waiting_; }
+  size_t Spill(Env& env) override {
+    MutexLock lock(mu_);
+    spill_env_ = &env;
+    ++spills_;
+    return 0;
+  }
+
+  std::vector<Seen> reports() const {
+    MutexLock lock(mu_);
+    return reports_;
+  }
+  size_t spills() const {
+    MutexLock lock(mu_);
+    return spills_;
+  }
+  Env* spill_env() const {
+    MutexLock lock(mu_);
+    return spill_env_;
+  }
+  std::atomic<size_t> writers_waiting_{0};
+
+ private:
+  const std::chrono::milliseconds delay_;
+  mutable Mutex mu_;
+  std::vector<Seen> reports_ GUARDED_BY(mu_);
+  size_t spills_ GUARDED_BY(mu_) = 0;
+  Env* spill_env_ GUARDED_BY(mu_) = nullptr;
+};
+
+class FlusherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_ / ".ckptfs/staging");
+    auto env = MakePosixEnv();
+    fault_ = std::make_unique<FaultInjectingEnv>(std::move(env));
+    staging_fd_ = open((dir_ / ".ckptfs/staging").c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(staging_fd_, 0);
+    root_->SetBackingDir(
+        std::make_shared<BackingFile>(*fault_, open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY)));
+    // Nothing is due before a waiter asks for it: a test's entries go in one batch.
+    config_.flush_delay = 1h;
+  }
+  void TearDown() override {
+    flusher_.reset();
+    close(staging_fd_);
+  }
+
+  // Starts a flusher reporting to a new RecordingClient, which waits `report_delay` in Flushed.
+  RecordingClient& StartFlusher(std::chrono::milliseconds report_delay = 0ms) {
+    client_ = std::make_unique<RecordingClient>(report_delay);
+    flusher_ = std::make_unique<Flusher>(config_, *fault_, Clock::Steady(), staging_fd_, journal_,
+                                         stats_, *client_);
+    flusher_->Start();
+    return *client_;
+  }
+
+  InodeRef NewInode(FileType type) { return std::make_shared<Inode>(next_ino_++, type); }
+  // Journals the creation of directory `name` in `parent`.
+  InodeRef Mkdir(const InodeRef& parent, const std::string& name) {
+    InodeRef dir = NewInode(FileType::kDirectory);
+    auto e = NewEntry(Kind::kMkdir, dir, parent, name);
+    e->mode = 0755;
+    journal_.Append(e);
+    return dir;
+  }
+  // Journals `bytes` as the content of new file `name` in `parent`. Returns its seq.
+  uint64_t Publish(const InodeRef& parent, const std::string& name, const std::string& bytes) {
+    auto e = NewEntry(Kind::kPublish, NewInode(FileType::kRegular), parent, name);
+    e->mode = 0644;
+    e->names = {Inode::Name{parent, name}};
+    e->version = 1;
+    Reservation reservation = arena_.Reserve(e->snapshot.BlocksNeededForWrite(0, bytes.size()));
+    EXPECT_TRUE(e->snapshot.Write(0, bytes.data(), bytes.size(), reservation).ok());
+    return journal_.Append(e);
+  }
+  std::string HostFile(const std::string& rel) {
+    return testing_util::ReadHostFile(dir_ / rel).value_or("<missing>");
+  }
+
+  TempDir dir_;
+  std::unique_ptr<FaultInjectingEnv> fault_;
+  int staging_fd_ = -1;
+  Config config_;
+  Arena arena_{16 << 20};
+  Journal journal_;
+  Stats stats_;
+  InodeRef root_ = std::make_shared<Inode>(1, FileType::kDirectory);
+  std::unique_ptr<RecordingClient> client_;
+  std::unique_ptr<Flusher> flusher_;  // Stopped before the client and journal go.
+
+ private:
+  EntryRef NewEntry(Kind kind, const InodeRef& inode, const InodeRef& parent,
+                    const std::string& name) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = kind;
+    e->inode = inode;
+    e->parent = parent;
+    e->name = name;
+    e->uid = geteuid();
+    e->gid = getegid();
+    e->sealed_at = Clock::Steady().Now();
+    return e;
+  }
+  uint64_t next_ino_ = 16;
+};
+
+TEST_F(FlusherTest, ABatchIsReportedDurableOnlyOnceItsDirectoriesAreSynced) {
+  fault_->Inject(Fault(Env::Op::kSync, EIO).Named("fsync").Times(1));
+  RecordingClient& client = StartFlusher();
+  InodeRef d = Mkdir(root_, "d");
+  uint64_t seq = Publish(d, "f", Pattern(1, 5000));
+
+  Status first = flusher_->WaitDurable(seq);
+  EXPECT_EQ(first.err(), EIO) << first.ToString();
+  std::vector<Seen> reports = client.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  // On the backing store, but not durable: applied, and the error names the first entry.
+  EXPECT_TRUE(reports[0].durable.empty());
+  EXPECT_EQ(reports[0].applied, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(reports[0].failed, 1u);
+  EXPECT_NE(reports[0].error.message().find("sync of directories"), std::string::npos)
+      << reports[0].error.ToString();
+  EXPECT_EQ(HostFile("d/f"), Pattern(1, 5000));
+
+  // Retried: only the directories are synced again.
+  Status second = flusher_->WaitDurable(seq);
+  ASSERT_TRUE(second.ok()) << second.ToString();
+  reports = client.reports();
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].durable, (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(reports[1].applied.empty());
+  EXPECT_EQ(reports[1].failed, 0u);
+  EXPECT_EQ(fault_->calls(Env::Op::kMkdir), 1u);
+  EXPECT_EQ(fault_->calls(Env::Op::kRename), 1u);
+  EXPECT_EQ(journal_.durable_seq(), seq);
+  EXPECT_TRUE(flusher_->last_error().ok());
+}
+
+TEST_F(FlusherTest, AFailedRenameIsReportedWithTheFailedEntryAndRetried) {
+  fault_->Inject(Fault(Env::Op::kRename, EIO).Named("b").Times(1));
+  RecordingClient& client = StartFlusher();
+  uint64_t a = Publish(root_, "a", Pattern(2, 100));
+  uint64_t b = Publish(root_, "b", Pattern(3, 200));
+
+  // Waiters see the error as the client told it.
+  Status first = flusher_->WaitDurable(b);
+  EXPECT_EQ(first.err(), EIO);
+  EXPECT_EQ(first.message(), "client: b");
+  EXPECT_EQ(flusher_->last_error().message(), "client: b");
+  std::vector<Seen> reports = client.reports();
+  ASSERT_GE(reports.size(), 1u);
+  EXPECT_EQ(reports[0].durable, (std::vector<uint64_t>{a}));
+  EXPECT_TRUE(reports[0].applied.empty());
+  EXPECT_EQ(reports[0].failed, b);
+  EXPECT_EQ(reports[0].error.err(), EIO);
+  EXPECT_FALSE(reports[0].backing_gone);
+  EXPECT_EQ(journal_.durable_seq(), a);
+
+  Status second = flusher_->WaitDurable(b);
+  ASSERT_TRUE(second.ok()) << second.ToString();
+  reports = client.reports();
+  EXPECT_EQ(reports.back().durable, (std::vector<uint64_t>{b}));
+  EXPECT_EQ(HostFile("a"), Pattern(2, 100));
+  EXPECT_EQ(HostFile("b"), Pattern(3, 200));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
+  EXPECT_EQ(stats_.files_flushed.load(), 2u);
+}
+
+TEST_F(FlusherTest, AWaiterReturnsOnlyOnceTheClientHasAppliedTheReport) {
+  RecordingClient& client = StartFlusher(/*report_delay=*/200ms);
+  uint64_t seq = Publish(root_, "f", "x");
+  ASSERT_TRUE(flusher_->WaitDurable(seq).ok());
+  std::vector<Seen> reports = client.reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].durable, (std::vector<uint64_t>{seq}));
+}
+
+TEST_F(FlusherTest, ARemovedBackingDirectoryIsReported) {
+  RecordingClient& client = StartFlusher();
+  std::filesystem::remove_all(dir_ / ".ckptfs");
+  uint64_t seq = Publish(root_, "f", "x");
+  EXPECT_FALSE(flusher_->WaitDurable(seq).ok());
+  std::vector<Seen> reports = client.reports();
+  ASSERT_GE(reports.size(), 1u);
+  EXPECT_EQ(reports[0].failed, seq);
+  EXPECT_TRUE(reports[0].backing_gone);
+}
+
+TEST_F(FlusherTest, WhenWritersWaitAndNothingIsDueTheClientSpillsThroughTheFlushersEnv) {
+  RecordingClient& client = StartFlusher();
+  client.writers_waiting_ = 1;
+  for (int i = 0; i < 200 && client.spills() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GT(client.spills(), 0u);
+  EXPECT_EQ(client.spill_env(), fault_.get());
+}
+
+}  // namespace
+}  // namespace ckptfs
