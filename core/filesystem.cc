@@ -624,18 +624,23 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   Handle* h = HandleOf(handle);
   ReadData out;
   if (!h->inode) return control_.Read(h->control, offset, size);
-  if (IsZarrView(*h->inode)) {
-    Result<ReadData> viewed = ZarrViews::Read(*h->inode, offset, size);
-    if (!viewed.ok()) return viewed.status();
-    out = std::move(*viewed);
-  } else {
-    ReadAhead ahead;
-    {
-      MutexLock lock(h->inode->mu);
+  // One lock for a plain file's read: the hot path of loads.
+  bool viewed;
+  ReadAhead ahead;
+  {
+    MutexLock lock(h->inode->mu);
+    viewed = IsZarrViewLocked(*h->inode);
+    if (!viewed) {
       out.segments = h->inode->content.Read(offset, size);
       if (h->direct) ahead = ReadAheadLocked(*h, offset, size);
     }
-    if (ahead.file) env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
+  }
+  if (viewed) {
+    Result<ReadData> view_data = ZarrViews::Read(*h->inode, offset, size);
+    if (!view_data.ok()) return view_data.status();
+    out = std::move(*view_data);
+  } else if (ahead.file) {
+    env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
   }
   stats_.bytes_read += out.owned.size();
   for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;

@@ -40,7 +40,7 @@ bool IsZarrTempName(const std::string& temp, const std::string& name) {
 
 bool IsZarrView(const Inode& inode) {
   MutexLock lock(inode.mu);
-  return inode.view || !inode.served_text.empty();
+  return IsZarrViewLocked(inode);
 }
 
 ZarrViews::ZarrViews(const Config& config, Env& env, Namespace& ns)

@@ -21,7 +21,11 @@
 
 namespace ckptfs {
 
-// A virtual chunk or the shown .zarray of a fine-grid array. Takes inode.mu.
+// A virtual chunk or the shown .zarray of a fine-grid array.
+inline bool IsZarrViewLocked(const Inode& inode) REQUIRES(inode.mu) {
+  return inode.view || !inode.served_text.empty();
+}
+// The same; takes inode.mu.
 bool IsZarrView(const Inode& inode);
 
 class ZarrViews final : public Namespace::DirectoryKind {
