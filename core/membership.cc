@@ -20,6 +20,8 @@ namespace {
 // Incarnations whose end an observer remembers (beyond that, the oldest are forgotten).
 constexpr size_t kMaxEndsRemembered = 4 * policy::kMaxMembers;
 constexpr size_t kMaxHostBytes = 255;
+// Bad files logged at once; more are ignored without a log line (a flood must not flood the log).
+constexpr size_t kMaxBadFilesLogged = 256;
 
 std::string RandomIncarnation() {
   std::random_device rd;
@@ -149,7 +151,25 @@ Status Membership::StartIncarnation() {
   }
   state_ = State::kJoined;
   spdlog::info("joined the shared backing store as node {} (incarnation {})", node_, incarnation_);
+  RemoveEarlierTemporaryFiles();
   return Status::Ok();
+}
+
+void Membership::RemoveEarlierTemporaryFiles() {
+  Result<std::vector<std::string>> names = env_.ListDir(members_fd_);
+  if (!names.ok()) return;
+  const std::string prefix = "." + node_ + ".";
+  const std::string suffix = ".tmp";
+  for (const std::string& name : *names) {
+    if (name.size() != prefix.size() + policy::kIncarnationLength + suffix.size() ||
+        name.rfind(prefix, 0) != 0 || !name.ends_with(suffix)) {
+      continue;
+    }
+    std::string incarnation = name.substr(prefix.size(), policy::kIncarnationLength);
+    if (policy::IsValidIncarnation(incarnation) && incarnation != incarnation_) {
+      (void)env_.Unlink(members_fd_, name);
+    }
+  }
 }
 
 Status Membership::Join() {
@@ -242,15 +262,19 @@ Status Membership::ObserveLocked() {
     return names.status();
   }
   std::sort(names->begin(), names->end());
-  if (names->size() > policy::kMaxMembers) names->resize(policy::kMaxMembers);
-  const Clock::time_point now = clock_.Now();
-  std::set<std::string> listed;
+  // The names that may be members' (temporary files start with '.'), at most kMaxMembers.
+  std::vector<std::string> candidates;
   for (const std::string& name : *names) {
-    if (name.front() == '.' || name == node_) continue;  // Temporary files; itself.
+    if (name.front() == '.' || name == node_) continue;
     if (!policy::IsValidNodeName(name)) {
       LogBadFileOnce(name, "not a valid node name");
-      continue;
+    } else if (candidates.size() < policy::kMaxMembers) {
+      candidates.push_back(name);
     }
+  }
+  const Clock::time_point now = clock_.Now();
+  std::set<std::string> listed;
+  for (const std::string& name : candidates) {
     listed.insert(name);
     Result<MemberRecord> r = ReadRecord(name);
     if (!r.ok()) {
@@ -316,6 +340,10 @@ void Membership::RememberEnd(const MemberId& id, Liveness how) {
 
 void Membership::LogBadFileOnce(const std::string& name, const std::string& what) {
   auto [it, inserted] = bad_files_.emplace(name, what);
+  if (inserted && bad_files_.size() > kMaxBadFilesLogged) {
+    bad_files_.erase(it);
+    return;
+  }
   if (!inserted && it->second == what) return;
   it->second = what;
   spdlog::warn("ignoring {} in the shared members directory: {}", name, what);

@@ -155,6 +155,8 @@ class Membership {
   // Writes this member's file with the next beat.
   Status Beat() REQUIRES(mu_);
   Status StartIncarnation() REQUIRES(mu_);
+  // Removes the temporary files that runs of this node killed between writing and renaming left.
+  void RemoveEarlierTemporaryFiles() REQUIRES(mu_);
   Status ObserveLocked() REQUIRES(mu_);
   Status TickClaiming() REQUIRES(mu_);
   Status TickJoined() REQUIRES(mu_);

@@ -16,6 +16,8 @@ constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
 constexpr const char* kRequestName = "request";
 constexpr const char* kAckPrefix = "ack.";
 constexpr size_t kMaxMarkerBytes = 4096;
+// Problems logged at once; more are ignored without a log line (a flood must not flood the log).
+constexpr size_t kMaxLogged = 256;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -224,7 +226,17 @@ void SharedCommits::ServeOthers() {
     return;
   }
   std::sort(names->begin(), names->end());
-  if (names->size() > policy::kMaxCommitRequests) names->resize(policy::kMaxCommitRequests);
+  // The names that may be other members' requests, at most kMaxCommitRequests.
+  std::vector<std::pair<std::string, policy::CommitIdParts>> requests;
+  for (const std::string& id : *names) {
+    if (id.front() == '.' || own_.count(id) || to_remove_.count(id)) continue;
+    policy::CommitIdParts parts;
+    if (!policy::ParseCommitId(id, &parts)) {
+      LogOnce(id, "not a commit request id");
+    } else if (requests.size() < policy::kMaxCommitRequests) {
+      requests.emplace_back(id, std::move(parts));
+    }
+  }
   const MemberId self = membership_.self();
   const Clock::time_point now = clock_.Now();
   // Read once, after the listing: a sealed point taken now covers every request listed.
@@ -234,13 +246,7 @@ void SharedCommits::ServeOthers() {
     return *progress;
   };
   std::set<std::string> listed;
-  for (const std::string& id : *names) {
-    if (id.front() == '.' || own_.count(id) || to_remove_.count(id)) continue;
-    policy::CommitIdParts parts;
-    if (!policy::ParseCommitId(id, &parts)) {
-      LogOnce(id, "not a commit request id");
-      continue;
-    }
+  for (const auto& [id, parts] : requests) {
     listed.insert(id);
     auto [it, fresh] = seen_.try_emplace(id);
     SeenRequest& seen = it->second;
@@ -314,6 +320,10 @@ bool SharedCommits::RemoveRequest(const std::string& id) {
 
 void SharedCommits::LogOnce(const std::string& name, const std::string& what) {
   auto [it, inserted] = logged_.emplace(name, what);
+  if (inserted && logged_.size() > kMaxLogged) {
+    logged_.erase(it);
+    return;
+  }
   if (!inserted && it->second == what) return;
   it->second = what;
   spdlog::warn("shared commits: {}: {}", name, what);

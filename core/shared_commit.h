@@ -19,6 +19,11 @@
 // commit. The committer itself is not awaited: its own data sealed before the marker is its
 // owner's to order (the flusher publishes in journal order).
 //
+// For the owner: a marker held back for its commit must not hold back the durable point its
+// ProgressFn reports, nor keep the entries sealed after it from becoming durable. Otherwise two
+// members committing at once would each wait for the other's acknowledgement forever: each one's
+// sealed point at sight includes its own held marker.
+//
 // Clean-up: the committer removes its request's directory once the outcome is known (request
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
 // later ticks when it fails, e.g. an ack that landed meanwhile). Any member removes the request

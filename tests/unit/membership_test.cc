@@ -168,10 +168,15 @@ TEST_F(MembershipTest, ANodeNameLeftByAGoneProcessOfThisHostIsTakenOverAtOnce) {
   ASSERT_GT(child, 0);
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   WriteMember("n", Host(), child, 40);
+  WriteHostFile(SharedPath("members/.n.00000000000000aa.tmp"), "{\"node\": \"n\"");
+  WriteHostFile(SharedPath("members/.n.b.00000000000000aa.tmp"), "{\"node\": \"n.b\"");
   SharedNode& n = Open("n");
   Status joined = n.membership->Join();
   EXPECT_TRUE(joined.ok()) << joined.ToString();
   EXPECT_EQ(MemberFile("n")["pid"], getpid());
+  EXPECT_FALSE(HostExists(SharedPath("members/.n.00000000000000aa.tmp")))
+      << "the killed run's temporary file is removed";
+  EXPECT_TRUE(HostExists(SharedPath("members/.n.b.00000000000000aa.tmp"))) << "node n.b's is not";
 }
 
 TEST_F(MembershipTest, NodeNamesThatCouldLeaveTheMembersDirectoryAreRefused) {
@@ -218,6 +223,16 @@ TEST_F(MembershipTest, GarbageAndHostileFilesInTheMembersDirectoryAreIgnored) {
   EXPECT_EQ(SeenBy(a), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(b.membership->Judge({"other", "0123456789abcdef"}), Liveness::kUnknown);
   EXPECT_TRUE(HostExists(dir + "garbage")) << "files that are not members are left alone";
+}
+
+TEST_F(MembershipTest, AFloodOfNamesThatAreNotMembersDoesNotHideTheMembers) {
+  SharedNode& a = Start("a");
+  for (size_t i = 0; i < policy::kMaxMembers + 100; ++i) {
+    WriteHostFile(SharedPath("members/0 flood " + std::to_string(i)), "");
+  }
+  Start("z");
+  TickAll();
+  EXPECT_EQ(SeenBy(a), (std::vector<std::string>{"a", "z"}));
 }
 
 TEST_F(MembershipTest, AMemberThatStalledPastMemberTimeoutRejoinsAsANewIncarnation) {

@@ -286,6 +286,17 @@ TEST_F(SharedCommitTest, GarbageAndHostileEntriesInTheCommitsDirectoryAreIgnored
   EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
 }
 
+TEST_F(SharedCommitTest, AFloodOfNamesThatAreNotRequestsDoesNotHideTheRequests) {
+  StartThree();
+  for (size_t i = 0; i < policy::kMaxCommitRequests + 100; ++i) {
+    WriteHostFile(SharedPath("commits/0-flood-" + std::to_string(i)), "");
+  }
+  Post(*a_, "ckpt/.metadata");
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
 TEST_F(SharedCommitTest, PostingNeedsAJoinedMember) {
   SharedNode& n = Open("n");
   EXPECT_EQ(n.commits->Post("latest").status().err(), ENOTCONN);
