@@ -174,6 +174,12 @@ void Membership::RemoveEarlierTemporaryFiles() {
 
 Status Membership::Join() {
   MutexLock lock(mu_);
+  Status st = JoinLocked();
+  PublishView();
+  return st;
+}
+
+Status Membership::JoinLocked() {
   if (state_ == State::kJoined || state_ == State::kClaiming) {
     return Status::Error(EALREADY, "node " + node_ + " has joined already");
   }
@@ -241,6 +247,12 @@ Status Membership::TickJoined() {
 
 Status Membership::Tick() {
   MutexLock lock(mu_);
+  Status st = TickLocked();
+  PublishView();
+  return st;
+}
+
+Status Membership::TickLocked() {
   switch (state_) {
     case State::kOut: return Status::Error(ENOTCONN, "node " + node_ + " has not joined");
     case State::kRefused: return refusal_;
@@ -252,7 +264,9 @@ Status Membership::Tick() {
 
 Status Membership::Observe() {
   MutexLock lock(mu_);
-  return ObserveLocked();
+  Status st = ObserveLocked();
+  PublishView();
+  return st;
 }
 
 Status Membership::ObserveLocked() {
@@ -278,8 +292,16 @@ Status Membership::ObserveLocked() {
     listed.insert(name);
     Result<MemberRecord> r = ReadRecord(name);
     if (!r.ok()) {
-      // Unreadable now: judged again on the next successful read, by its beat.
       if (r.status().err() != ENOENT) LogBadFileOnce(name, r.status().ToString());
+      // A beat that cannot be read does not change: the same rule judges it.
+      auto it = observed_.find(name);
+      if (it != observed_.end() &&
+          policy::MemberDead(it->second.beat_changed_at, now, member_timeout_)) {
+        spdlog::warn("member {} has shown no new beat for {}: judged dead",
+                     Describe(it->second.record), Seconds(now - it->second.beat_changed_at));
+        RememberEnd({name, it->second.record.incarnation}, Liveness::kDead);
+        observed_.erase(it);
+      }
       continue;
     }
     bad_files_.erase(name);
@@ -351,6 +373,12 @@ void Membership::LogBadFileOnce(const std::string& name, const std::string& what
 
 Status Membership::Leave() {
   MutexLock lock(mu_);
+  Status st = LeaveLocked();
+  PublishView();
+  return st;
+}
+
+Status Membership::LeaveLocked() {
   const bool joined = state_ == State::kJoined;
   state_ = State::kOut;
   if (!joined) return Status::Ok();
@@ -396,8 +424,7 @@ Liveness Membership::Judge(const MemberId& id) const {
   return Liveness::kUnknown;
 }
 
-std::vector<MemberView> Membership::Members() const {
-  MutexLock lock(mu_);
+void Membership::PublishView() {
   const Clock::time_point now = clock_.Now();
   std::vector<MemberView> views;
   if (state_ == State::kJoined) {
@@ -407,6 +434,16 @@ std::vector<MemberView> Membership::Members() const {
   for (const auto& [name, o] : observed_) {
     views.push_back({o.record, now - o.beat_changed_at, false});
   }
+  MutexLock lock(view_mu_);
+  view_ = std::move(views);
+  view_at_ = now;
+}
+
+std::vector<MemberView> Membership::Members() const {
+  MutexLock lock(view_mu_);
+  const Clock::duration since = clock_.Now() - view_at_;
+  std::vector<MemberView> views = view_;
+  for (MemberView& v : views) v.beat_age += since;
   return views;
 }
 

@@ -17,8 +17,8 @@
 // removed (it stalled longer than member_timeout) rejoins as a new incarnation, so that the
 // commits which waited for the old one fail rather than trust it.
 //
-// Thread-safe: every method takes the object's lock; Join, Tick, Observe and Leave do their file
-// I/O with it held. The ProgressFn is called with it held, so it may take the namespace lock
+// Thread-safe: every method takes the object's lock (Members() only the lock of its view); Join,
+// Tick, Observe and Leave do their file I/O with it held. The ProgressFn is called with it held, so it may take the namespace lock
 // (lock order: Membership before the namespace lock) but must not call back into Membership.
 #pragma once
 
@@ -137,8 +137,9 @@ class Membership {
   std::vector<MemberId> LiveMembers() const EXCLUDES(mu_);
   // This observer's judgement of incarnation `id` (itself included).
   Liveness Judge(const MemberId& id) const EXCLUDES(mu_);
-  // Every member this observer holds live, itself first when joined, for the status.
-  std::vector<MemberView> Members() const EXCLUDES(mu_);
+  // Every member this observer holds live, itself first when joined, for the status: the view
+  // the last Join, Tick, Observe or Leave left, so that it never waits for the shared store.
+  std::vector<MemberView> Members() const EXCLUDES(view_mu_);
 
  private:
   struct Observed {
@@ -154,6 +155,11 @@ class Membership {
   Result<MemberRecord> ReadRecord(const std::string& name) const;
   // Writes this member's file with the next beat.
   Status Beat() REQUIRES(mu_);
+  Status JoinLocked() REQUIRES(mu_);
+  Status TickLocked() REQUIRES(mu_);
+  Status LeaveLocked() REQUIRES(mu_);
+  // Copies what Members() shows.
+  void PublishView() REQUIRES(mu_) EXCLUDES(view_mu_);
   Status StartIncarnation() REQUIRES(mu_);
   // Removes the temporary files that runs of this node killed between writing and renaming left.
   void RemoveEarlierTemporaryFiles() REQUIRES(mu_);
@@ -190,6 +196,11 @@ class Membership {
   std::deque<MemberId> ended_order_ GUARDED_BY(mu_);
   // Files logged as bad, with what was logged.
   std::map<std::string, std::string> bad_files_ GUARDED_BY(mu_);
+
+  // What Members() shows, as of view_at_. Lock order: mu_ before view_mu_.
+  mutable Mutex view_mu_;
+  std::vector<MemberView> view_ GUARDED_BY(view_mu_);
+  Clock::time_point view_at_ GUARDED_BY(view_mu_){};
 };
 
 }  // namespace ckptfs

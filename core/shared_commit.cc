@@ -103,6 +103,7 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
   }
   spdlog::debug("posted commit {} of {}, awaiting {} members", id, marker, r.awaited.size());
   own_.emplace(id, std::move(r));
+  PublishView();
   return id;
 }
 
@@ -182,6 +183,7 @@ std::vector<CommitOutcome> SharedCommits::Tick() {
     it = RemoveRequest(*it) ? to_remove_.erase(it) : std::next(it);
   }
   if (membership_.state() == Membership::State::kJoined) ServeOthers();
+  PublishView();
   return outcomes;
 }
 
@@ -238,6 +240,10 @@ void SharedCommits::ServeOthers() {
     }
   }
   const MemberId self = membership_.self();
+  if (self != seen_as_) {
+    seen_.clear();  // Rejoined as a new incarnation: what the old one owed is not its own.
+    seen_as_ = self;
+  }
   const Clock::time_point now = clock_.Now();
   // Read once, after the listing: a sealed point taken now covers every request listed.
   std::optional<FlushProgress> progress;
@@ -341,11 +347,11 @@ std::vector<CommitOutcome> SharedCommits::Abandon() {
   for (auto it = to_remove_.begin(); it != to_remove_.end();) {
     it = RemoveRequest(*it) ? to_remove_.erase(it) : std::next(it);
   }
+  PublishView();
   return outcomes;
 }
 
-std::vector<PendingCommit> SharedCommits::Pending() const {
-  MutexLock lock(mu_);
+void SharedCommits::PublishView() {
   const Clock::time_point now = clock_.Now();
   std::vector<PendingCommit> pending;
   for (const auto& [id, r] : own_) {
@@ -355,14 +361,26 @@ std::vector<PendingCommit> SharedCommits::Pending() const {
     }
     pending.push_back(std::move(p));
   }
+  const size_t owed = static_cast<size_t>(std::count_if(
+      seen_.begin(), seen_.end(),
+      [](const auto& entry) { return entry.second.state == SeenRequest::State::kOwed; }));
+  MutexLock lock(view_mu_);
+  pending_view_ = std::move(pending);
+  acks_owed_view_ = owed;
+  view_at_ = now;
+}
+
+std::vector<PendingCommit> SharedCommits::Pending() const {
+  MutexLock lock(view_mu_);
+  const Clock::duration since = clock_.Now() - view_at_;
+  std::vector<PendingCommit> pending = pending_view_;
+  for (PendingCommit& p : pending) p.age += since;
   return pending;
 }
 
 size_t SharedCommits::acks_owed() const {
-  MutexLock lock(mu_);
-  return static_cast<size_t>(std::count_if(seen_.begin(), seen_.end(), [](const auto& entry) {
-    return entry.second.state == SeenRequest::State::kOwed;
-  }));
+  MutexLock lock(view_mu_);
+  return acks_owed_view_;
 }
 
 }  // namespace ckptfs

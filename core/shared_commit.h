@@ -32,8 +32,8 @@
 // member forgets a request when its directory is gone. Names in commits/ that are not request
 // ids, and requests or acks that do not parse, are ignored (logged once).
 //
-// Thread-safe: every method takes the object's lock (before Membership's), and the file I/O of
-// Post and Tick is done with it held. The ProgressFn is called with it held, so it may take the
+// Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
+// only the lock of their view), and the file I/O of Post and Tick is done with it held. The ProgressFn is called with it held, so it may take the
 // namespace lock, but Post and Tick must not be called with the namespace lock held.
 #pragma once
 
@@ -99,10 +99,11 @@ class SharedCommits {
   // (outcomes ECANCELED) and removes them.
   std::vector<CommitOutcome> Abandon() EXCLUDES(mu_);
 
-  // This member's requests still waiting.
-  std::vector<PendingCommit> Pending() const EXCLUDES(mu_);
-  // Requests of others that await this member and are not acknowledged yet.
-  size_t acks_owed() const EXCLUDES(mu_);
+  // This member's requests still waiting, as the last Post, Tick or Abandon left them (never
+  // waits for the shared store).
+  std::vector<PendingCommit> Pending() const EXCLUDES(view_mu_);
+  // Requests of others that await this member and are not acknowledged yet, likewise.
+  size_t acks_owed() const EXCLUDES(view_mu_);
 
  private:
   struct OwnRequest {
@@ -136,6 +137,8 @@ class SharedCommits {
   SeenRequest Examine(const std::string& id, const MemberId& self) REQUIRES(mu_);
   // Removes request directory `id` (request first); true when it is gone.
   bool RemoveRequest(const std::string& id) REQUIRES(mu_);
+  // Copies what Pending() and acks_owed() show.
+  void PublishView() REQUIRES(mu_) EXCLUDES(view_mu_);
   void LogOnce(const std::string& name, const std::string& what) REQUIRES(mu_);
 
   Env& env_;
@@ -150,7 +153,14 @@ class SharedCommits {
   std::map<std::string, OwnRequest> own_ GUARDED_BY(mu_);
   std::set<std::string> to_remove_ GUARDED_BY(mu_);  // Decided requests not removed yet.
   std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);
+  MemberId seen_as_ GUARDED_BY(mu_);  // The incarnation seen_ was built for.
   std::map<std::string, std::string> logged_ GUARDED_BY(mu_);  // Name -> what was logged.
+
+  // What Pending() and acks_owed() show, as of view_at_. Lock order: mu_ before view_mu_.
+  mutable Mutex view_mu_;
+  std::vector<PendingCommit> pending_view_ GUARDED_BY(view_mu_);
+  size_t acks_owed_view_ GUARDED_BY(view_mu_) = 0;
+  Clock::time_point view_at_ GUARDED_BY(view_mu_){};
 };
 
 }  // namespace ckptfs

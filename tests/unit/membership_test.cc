@@ -123,6 +123,21 @@ TEST_F(MembershipTest, LivenessFollowsTheBeatCounterNotTheFilesTimes) {
   EXPECT_EQ(a.membership->Judge({"far", "0123456789abcdef"}), Liveness::kDead);
 }
 
+TEST_F(MembershipTest, AMemberWhoseFileTurnedToGarbageIsJudgedDeadByTheSameRule) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId old_b = b.membership->self();
+  b.running = false;
+  TickAll();  // a reads b's last beat.
+  WriteHostFile(SharedPath("members/b"), "\x01garbage");
+  TickAll(9);
+  EXPECT_EQ(a.membership->Judge(old_b), Liveness::kLive);
+  TickAll();
+  EXPECT_EQ(a.membership->Judge(old_b), Liveness::kDead);
+  EXPECT_TRUE(HostExists(SharedPath("members/b"))) << "what it cannot read, it leaves alone";
+}
+
 TEST_F(MembershipTest, AMemberThatLeavesIsSeenAsLeft) {
   SharedNode& a = Start("a");
   SharedNode& b = Start("b");
