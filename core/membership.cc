@@ -185,13 +185,17 @@ Status Membership::JoinLocked() {
   }
   Result<MemberRecord> held = ReadRecord(node_);
   if (!held.ok() && held.status().err() == ENOENT) return StartIncarnation();
-  if (!held.ok()) {
-    spdlog::warn("member file of node {} is unreadable ({}): taking it over", node_,
+  if (!held.ok() && (held.status().err() == EINVAL || held.status().err() == EFBIG)) {
+    spdlog::warn("member file of node {} is not valid ({}): taking it over", node_,
                  held.status().ToString());
     return StartIncarnation();
   }
-  if (held->host == host_ && held->pid != getpid() && kill(static_cast<pid_t>(held->pid), 0) != 0 &&
-      errno == ESRCH) {
+  if (!held.ok()) {
+    return Status::Error(held.status().err(), "cannot read the member file of node " + node_ +
+                                                  " (" + held.status().ToString() + ")");
+  }
+  const pid_t pid = static_cast<pid_t>(held->pid);
+  if (held->host == host_ && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
     spdlog::info("member file of node {} was left by process {} of this host, which is gone",
                  node_, held->pid);
     return StartIncarnation();

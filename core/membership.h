@@ -18,8 +18,9 @@
 // commits which waited for the old one fail rather than trust it.
 //
 // Thread-safe: every method takes the object's lock (Members() only the lock of its view); Join,
-// Tick, Observe and Leave do their file I/O with it held. The ProgressFn is called with it held, so it may take the namespace lock
-// (lock order: Membership before the namespace lock) but must not call back into Membership.
+// Tick, Observe and Leave do their file I/O with it held. The ProgressFn is called with it held,
+// so it may take the namespace lock (lock order: Membership before the namespace lock) but must
+// not call back into Membership.
 #pragma once
 
 #include <chrono>
@@ -109,8 +110,9 @@ class Membership {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  // Joins as a new incarnation. Ok: joined (no file held the node name, or it was left by a dead
-  // process of this host). EINPROGRESS: a file holds the node name; Tick keeps watching it and
+  // Joins as a new incarnation. Ok: joined (no valid file held the node name, or it was left by a
+  // dead process of this host). The Env's error when the member file cannot be read or written.
+  // EINPROGRESS: a file holds the node name; Tick keeps watching it and
   // joins when its beat stays still for member_timeout, or refuses (EEXIST) when it moves. The
   // owner at mount: Join, then Tick every poll interval while state() is kClaiming.
   Status Join() EXCLUDES(mu_);

@@ -33,8 +33,9 @@
 // ids, and requests or acks that do not parse, are ignored (logged once).
 //
 // Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
-// only the lock of their view), and the file I/O of Post and Tick is done with it held. The ProgressFn is called with it held, so it may take the
-// namespace lock, but Post and Tick must not be called with the namespace lock held.
+// only the lock of their view), and the file I/O of Post and Tick is done with it held. The
+// ProgressFn is called with it held, so it may take the namespace lock, but Post and Tick must
+// not be called with the namespace lock held.
 #pragma once
 
 #include <chrono>

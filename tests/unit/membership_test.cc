@@ -194,6 +194,18 @@ TEST_F(MembershipTest, ANodeNameLeftByAGoneProcessOfThisHostIsTakenOverAtOnce) {
   EXPECT_TRUE(HostExists(SharedPath("members/.n.b.00000000000000aa.tmp"))) << "node n.b's is not";
 }
 
+TEST_F(MembershipTest, AnInvalidFileUnderTheNodeNameIsTakenOverButAnUnreadableOneFailsJoin) {
+  WriteHostFile(SharedPath("members/n"), "garbage");
+  SharedNode& n = Open("n");
+  n.env.Inject(FaultInjectingEnv::Fault(Env::Op::kOpen, EIO).Named("n").Times(1));
+  Status failed = n.membership->Join();
+  EXPECT_EQ(failed.err(), EIO) << failed.ToString();
+  EXPECT_EQ(n.membership->state(), Membership::State::kOut);
+  Status joined = n.membership->Join();
+  EXPECT_TRUE(joined.ok()) << joined.ToString();
+  EXPECT_EQ(MemberFile("n")["incarnation"], n.membership->self().incarnation);
+}
+
 TEST_F(MembershipTest, NodeNamesThatCouldLeaveTheMembersDirectoryAreRefused) {
   for (const std::string& bad : std::vector<std::string>{
            "", ".", "..", "../x", "a/b", "/abs", ".hidden", "a b", "a\nb", "a~1",
