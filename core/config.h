@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/shared_policy.h"
 
 namespace ckptfs {
 
@@ -26,6 +29,18 @@ struct Config {
   uint64_t zarr_chunk = 1ull << 20;
   // How long unmount keeps retrying failed flushes before it saves data to the rescue directory.
   std::chrono::milliseconds unmount_retry{10000};
+
+  // The shared mode: mounts on several nodes over one backing directory (core/membership,
+  // core/shared_commit).
+  bool shared = false;
+  std::string node;  // This mount's node name; empty: the host name (NodeNameOrHostName).
+  // Base names of the files published only once every member has made durable what it sealed
+  // before them.
+  std::vector<std::string> commit_markers = policy::DefaultCommitMarkers();
+  // A member whose beat counter stands still this long is dead (on the observer's clock).
+  std::chrono::milliseconds member_timeout{10000};
+  // How often the shared directory is read (acknowledgements, requests) and written.
+  std::chrono::milliseconds poll_interval{100};
 };
 
 // Smallest cache_size accepted: a few maximal FUSE writes must fit at once.

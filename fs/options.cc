@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <sstream>
+
+#include "core/shared_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -45,6 +48,36 @@ Status Duration(const std::string& value, std::chrono::milliseconds* field) {
   Result<std::chrono::milliseconds> d = ParseDuration(value);
   if (!d.ok()) return Status::Error(EINVAL, "expected milliseconds, or a number with ms or s");
   *field = *d;
+  return Status::Ok();
+}
+
+// Parses a duration within [min, max] into *field.
+Status DurationIn(const std::string& value, std::chrono::milliseconds min,
+                  std::chrono::milliseconds max, std::chrono::milliseconds* field) {
+  std::chrono::milliseconds d{};
+  if (Status st = Duration(value, &d); !st.ok()) return st;
+  if (d < min || d > max) return Status::Error(EINVAL, "out of range");
+  *field = d;
+  return Status::Ok();
+}
+
+// Parses commit_markers: base names separated by ':' (',' separates the mount options).
+Status MarkerNames(const std::string& value, std::vector<std::string>* field) {
+  constexpr size_t kMaxMarkers = 64;
+  std::vector<std::string> names;
+  std::stringstream ss(value);
+  std::string name;
+  while (std::getline(ss, name, ':')) {
+    if (name.empty() || name == "." || name == ".." || name.size() > NAME_MAX ||
+        name.find('/') != std::string::npos || name.find('\0') != std::string::npos) {
+      return Status::Error(EINVAL, "'" + name + "' is not a file name");
+    }
+    names.push_back(name);
+  }
+  if (names.empty() || names.size() > kMaxMarkers) {
+    return Status::Error(EINVAL, "expected 1 to 64 file names");
+  }
+  *field = std::move(names);
   return Status::Ok();
 }
 
@@ -147,6 +180,49 @@ const MountOption kMountOptions[] = {
     {"unmount_timeout", "MS", "10s",
      "how long unmount retries failed flushes before it rescues the data",
      [](const std::string& v, MountOptions* o) { return Duration(v, &o->config.unmount_retry); }},
+    {"shared", "", "",
+     "the backing directory is shared by mounts on several nodes, each with its own `node`: they "
+     "announce themselves under `BACKING/.ckptfs/shared/` with heartbeats, and the files named "
+     "in `commit_markers` are published only once every live member has made durable what it "
+     "sealed before them",
+     [](const std::string&, MountOptions* o) {
+       o->config.shared = true;
+       return Status::Ok();
+     }},
+    {"node", "NAME", "the host name",
+     "this mount's name among the members of a shared backing directory: 1–64 of `A-Z a-z 0-9 . "
+     "_ -`, not starting with `.`; two mounts on one machine need different names",
+     [](const std::string& v, MountOptions* o) {
+       if (!policy::IsValidNodeName(v)) {
+         return Status::Error(EINVAL, "not a valid node name (1-64 of A-Z a-z 0-9 . _ -, not "
+                                      "starting with '.')");
+       }
+       o->config.node = v;
+       return Status::Ok();
+     }},
+    {"commit_markers", "NAME:NAME...",
+     ".metadata:metadata.json:latest_checkpointed_iteration.txt:latest_iteration.txt:"
+     "dlrover_latest.txt",
+     "with `shared`: the names of the files (in any directory) that commit a checkpoint, "
+     "separated by `:` (`,` separates the options); by default the metadata and trackers of "
+     "DCP, Megatron-core and DLRover",
+     [](const std::string& v, MountOptions* o) {
+       return MarkerNames(v, &o->config.commit_markers);
+     }},
+    {"member_timeout", "MS", "10s",
+     "with `shared`: a member whose heartbeat counter has not changed for this long (1s–10min, "
+     "on the observer's own clock) is dead, and the commits waiting for it fail",
+     [](const std::string& v, MountOptions* o) {
+       return DurationIn(v, std::chrono::seconds(1), std::chrono::minutes(10),
+                         &o->config.member_timeout);
+     }},
+    {"poll_interval", "MS", "100ms",
+     "with `shared`: how often a member reads the shared directory for commit requests and "
+     "acknowledgements (10ms–10s)",
+     [](const std::string& v, MountOptions* o) {
+       return DurationIn(v, std::chrono::milliseconds(10), std::chrono::seconds(10),
+                         &o->config.poll_interval);
+     }},
 };
 
 // libfuse mount options that ckptfs passes through unchanged.
@@ -222,7 +298,10 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
     std::string value = has_value ? option.substr(eq + 1) : "";
     const auto spec = std::find_if(std::begin(kMountOptions), std::end(kMountOptions),
                                    [&](const MountOption& o) { return key == o.name; });
-    if (spec != std::end(kMountOptions)) {
+    if (spec != std::end(kMountOptions) && !*spec->values) {
+      if (has_value) return Bad(option, "takes no value");
+      if (Status st = spec->apply(value, out); !st.ok()) return Bad(option, st.message());
+    } else if (spec != std::end(kMountOptions)) {
       if (value.empty()) return Bad(option, "needs a value (" + key + "=" + spec->values + ")");
       if (Status st = spec->apply(value, out); !st.ok()) {
         return Bad(option, st.message() + " (" + key + "=" + spec->values + ")");
@@ -240,7 +319,7 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
 std::string MountOptionsHelp() {
   std::string out = "Mount options (-o NAME=VALUE,...):\n";
   for (const MountOption& o : kMountOptions) {
-    out += "  " + std::string(o.name) + "=" + o.values;
+    out += "  " + std::string(o.name) + (*o.values ? "=" + std::string(o.values) : "");
     if (*o.default_text) out += "  (default " + std::string(o.default_text) + ")";
     out += "\n";
   }
@@ -257,8 +336,8 @@ std::string MountOptionsMarkdown() {
   std::string out = "| option | meaning | default |\n| --- | --- | --- |\n";
   for (const MountOption& o : kMountOptions) {
     std::string default_cell = *o.default_text ? " " + std::string(o.default_text) + " |" : " |";
-    out += "| `" + std::string(o.name) + "=" + escape(o.values) + "` | " + escape(o.help) + " |" +
-           default_cell + "\n";
+    std::string form = *o.values ? std::string(o.name) + "=" + o.values : std::string(o.name);
+    out += "| `" + escape(form) + "` | " + escape(o.help) + " |" + default_cell + "\n";
   }
   out += "| `allow_other`, `allow_root`, `auto_unmount`, `default_permissions`, `fsname=`, "
          "`subtype=`, `ro`, `noatime`, ... | passed to FUSE; `default_permissions` is always on "

@@ -36,7 +36,7 @@ struct MountOptions {
 // user reads them, and how it is applied (EINVAL with a reason when the value is malformed).
 struct MountOption {
   const char* name;
-  const char* values;  // "SIZE", "on|off", ...
+  const char* values;  // "SIZE", "on|off", ...; empty for a flag, which takes no value.
   const char* default_text;
   const char* help;
   Status (*apply)(const std::string& value, MountOptions* out);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -25,7 +26,8 @@ TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   MountOptions o = Parsed(
       "cache_size=8G,prefault=on,flush_delay=2s,fsync=wait,queue_depth=128,flush_io=direct,"
       "passthrough=off,max_read=128K,direct_read=off,zarr_chunk=2M,log_level=debug,"
-      "log_file=/tmp/ckptfs.log,unmount_timeout=500ms");
+      "log_file=/tmp/ckptfs.log,unmount_timeout=500ms,shared,node=gpu-7.cluster,"
+      "commit_markers=.metadata:done.txt,member_timeout=3s,poll_interval=50ms");
   EXPECT_EQ(o.config.cache_size, 8ull << 30);
   EXPECT_TRUE(o.config.prefault);
   EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(2000));
@@ -39,6 +41,11 @@ TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   EXPECT_EQ(o.log_level, "debug");
   EXPECT_EQ(o.log_file, "/tmp/ckptfs.log");
   EXPECT_EQ(o.config.unmount_retry, std::chrono::milliseconds(500));
+  EXPECT_TRUE(o.config.shared);
+  EXPECT_EQ(o.config.node, "gpu-7.cluster");
+  EXPECT_EQ(o.config.commit_markers, (std::vector<std::string>{".metadata", "done.txt"}));
+  EXPECT_EQ(o.config.member_timeout, std::chrono::milliseconds(3000));
+  EXPECT_EQ(o.config.poll_interval, std::chrono::milliseconds(50));
 }
 
 TEST(MountOptionsTest, DefaultsAreWhatTheTableSays) {
@@ -52,6 +59,41 @@ TEST(MountOptionsTest, DefaultsAreWhatTheTableSays) {
   EXPECT_FALSE(o.config.prefault);
   EXPECT_TRUE(o.direct_read);
   EXPECT_EQ(o.passthrough, Passthrough::kAuto);
+  EXPECT_FALSE(o.config.shared);
+  EXPECT_EQ(o.config.node, "") << "empty: the host name";
+  EXPECT_EQ(o.config.member_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(o.config.poll_interval, std::chrono::milliseconds(100));
+  EXPECT_EQ(o.config.commit_markers,
+            (std::vector<std::string>{".metadata", "metadata.json",
+                                      "latest_checkpointed_iteration.txt", "latest_iteration.txt",
+                                      "dlrover_latest.txt"}));
+  std::string listed;
+  for (const std::string& m : o.config.commit_markers) listed += (listed.empty() ? "" : ":") + m;
+  const auto& table = MountOptionTable();
+  auto row = std::find_if(table.begin(), table.end(), [](const MountOption& opt) {
+    return std::string(opt.name) == "commit_markers";
+  });
+  ASSERT_NE(row, table.end());
+  EXPECT_EQ(row->default_text, listed);
+}
+
+TEST(MountOptionsTest, SharedIsAFlagWithoutValue) {
+  EXPECT_TRUE(Parsed("shared").config.shared);
+  Status st = Refused("shared=on");
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("takes no value"), std::string::npos) << st.message();
+  EXPECT_NE(MountOptionsHelp().find("  shared\n"), std::string::npos) << MountOptionsHelp();
+}
+
+TEST(MountOptionsTest, NodeNamesAndMarkerNamesThatCouldEscapeTheirDirectoryAreRefused) {
+  for (const char* bad : {"node=../x", "node=a/b", "node=..", "node=.hidden", "node=a b",
+                          "commit_markers=../latest", "commit_markers=a/b", "commit_markers=..",
+                          "commit_markers=a::b", "commit_markers=."}) {
+    Status st = Refused(bad);
+    EXPECT_EQ(st.err(), EINVAL) << bad;
+  }
+  EXPECT_EQ(Parsed("node=" + std::string(64, 'n')).config.node, std::string(64, 'n'));
+  EXPECT_EQ(Refused("node=" + std::string(65, 'n')).err(), EINVAL);
 }
 
 TEST(MountOptionsTest, ZarrChunkZeroTurnsTheFineGridOff) {
@@ -68,7 +110,9 @@ TEST(MountOptionsTest, MalformedOrUnknownOptionsAreRefusedNamingTheOption) {
        {"cache_size=banana", "cache_size=1M", "cache_size=", "cache_size", "nosuchopt",
         "flush_delay=soon", "fsync=maybe", "queue_depth=0", "queue_depth=5000", "flush_io=fast",
         "log_level=loud", "max_read=2M", "max_read=1", "direct_read=yes", "passthrough=maybe",
-        "prefault=yes", "zarr_chunk=8M", "zarr_chunk=1K", "allow_other=1", "fsname"}) {
+        "prefault=yes", "zarr_chunk=8M", "zarr_chunk=1K", "allow_other=1", "fsname",
+        "node=", "member_timeout=500ms", "member_timeout=1h", "poll_interval=5ms",
+        "poll_interval=20s", "poll_interval=soon", "commit_markers="}) {
     Status st = Refused(bad);
     EXPECT_EQ(st.err(), EINVAL) << bad;
     std::string key = std::string(bad).substr(0, std::string(bad).find('='));
@@ -83,7 +127,8 @@ TEST(MountOptionsTest, ARefusalSaysWhichValuesAreAccepted) {
 TEST(MountOptionsTest, HelpListsEveryOptionWithItsDefault) {
   std::string help = MountOptionsHelp();
   for (const MountOption& o : MountOptionTable()) {
-    EXPECT_NE(help.find(std::string(o.name) + "=" + o.values), std::string::npos) << o.name;
+    std::string form = *o.values ? std::string(o.name) + "=" + o.values : std::string(o.name);
+    EXPECT_NE(help.find("  " + form), std::string::npos) << o.name;
   }
   EXPECT_NE(help.find("fsync=defer|wait  (default defer)"), std::string::npos) << help;
 }

@@ -1,0 +1,328 @@
+// The commit of markers across members (core/shared_commit): several members over one temp
+// directory standing for several nodes, on a ManualClock, each member's journal progress set by
+// the test.
+#include "core/shared_commit.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/shared_policy.h"
+#include "shared_fixture.h"
+
+namespace ckptfs {
+namespace {
+
+using testing_util::HostExists;
+using testing_util::HostList;
+using testing_util::ReadHostFile;
+using testing_util::SharedNode;
+using testing_util::WriteHostFile;
+
+class SharedCommitTest : public testing_util::SharedStoreTest {
+ protected:
+  // Three joined members that have seen each other.
+  void StartThree() {
+    a_ = &Start("a");
+    b_ = &Start("b");
+    c_ = &Start("c");
+    TickAll();
+  }
+  std::string Post(SharedNode& n, const std::string& marker) {
+    Result<std::string> id = n.commits->Post(marker);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    return id.ok() ? *id : "";
+  }
+  std::vector<std::string> Requests() {
+    std::vector<std::string> names = HostList(SharedPath("commits"));
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // A member file written by hand, for a member no instance stands for.
+  void WriteMember(const std::string& node, const std::string& incarnation, uint64_t beat) {
+    WriteHostFile(SharedPath("members/" + node),
+                  nlohmann::json{{"node", node}, {"host", "far"}, {"pid", 1},
+                                 {"incarnation", incarnation}, {"beat", beat}, {"sealed", 0},
+                                 {"durable", 0}, {"pending_bytes", 0}}
+                      .dump());
+  }
+
+  SharedNode* a_ = nullptr;
+  SharedNode* b_ = nullptr;
+  SharedNode* c_ = nullptr;
+};
+
+TEST(CommitIdTest, IdsRoundTripAndAnythingElseIsRefused) {
+  std::string id = policy::MakeCommitId("gpu-7.example", "0123456789abcdef", 42);
+  policy::CommitIdParts parts;
+  ASSERT_TRUE(policy::ParseCommitId(id, &parts));
+  EXPECT_EQ(parts.node, "gpu-7.example");
+  EXPECT_EQ(parts.incarnation, "0123456789abcdef");
+  EXPECT_EQ(parts.counter, 42u);
+  for (const char* bad :
+       {"", "a", "a~0123456789abcdef", "a~0123456789abcdef~", "a~0123456789abcdef~01",
+        "a~0123456789ABCDEF~1", "a~0123~1", "..~0123456789abcdef~1", "a/b~0123456789abcdef~1",
+        "a~0123456789abcdef~1~2", "a~0123456789abcdef~99999999999999999999",
+        ".a~0123456789abcdef~1"}) {
+    EXPECT_FALSE(policy::ParseCommitId(bad, &parts)) << bad;
+  }
+}
+
+TEST(CommitMarkerTest, TheDefaultMarkersAreTheTrackersAndMetadataOfTheSavers) {
+  const std::vector<std::string> markers = policy::DefaultCommitMarkers();
+  for (const char* name : {".metadata", "metadata.json", "latest_checkpointed_iteration.txt",
+                           "latest_iteration.txt", "dlrover_latest.txt"}) {
+    EXPECT_TRUE(policy::IsCommitMarker(name, markers)) << name;
+  }
+  EXPECT_FALSE(policy::IsCommitMarker("__0_0.distcp", markers));
+  EXPECT_FALSE(policy::IsCommitMarker("model_optim_rng.pt", markers));
+}
+
+TEST_F(SharedCommitTest, ACommitWaitsUntilEachMemberMadeDurableWhatItHadSealedOnSeeingIt) {
+  StartThree();
+  b_->progress = {10, 5, 1 << 20};
+  c_->progress = {7, 7, 0};
+  const std::string id = Post(*a_, "ckpt/latest_checkpointed_iteration.txt");
+  EXPECT_EQ(Requests(), std::vector<std::string>{id});
+  TickAll();  // b takes sealed point 10, c acknowledges at once.
+  b_->progress = {20, 9, 1 << 20};  // Sealed after it saw the request: not waited for.
+  TickAll(3);
+  EXPECT_TRUE(a_->outcomes.empty());
+  std::vector<PendingCommit> pending = a_->commits->Pending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].waiting_for, std::vector<std::string>{"b"});
+  EXPECT_EQ(pending[0].marker, "ckpt/latest_checkpointed_iteration.txt");
+  EXPECT_EQ(b_->commits->acks_owed(), 1u);
+
+  b_->progress = {20, 10, 1 << 19};
+  TickAll();  // a ticks first: b's ack lands after a's look.
+  EXPECT_TRUE(a_->outcomes.empty());
+  nlohmann::json ack = nlohmann::json::parse(
+      ReadHostFile(SharedPath("commits/" + id + "/ack.b")).value_or("null"));
+  EXPECT_EQ(ack["sealed"], 10);
+  EXPECT_EQ(ack["incarnation"], b_->membership->self().incarnation);
+  TickAll();
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_EQ(a_->outcomes[0].id, id);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+  EXPECT_TRUE(Requests().empty()) << "the committer removes its request and the acks";
+  EXPECT_TRUE(a_->commits->Pending().empty());
+  TickAll();
+  EXPECT_EQ(a_->outcomes.size(), 1u) << "each outcome is reported once";
+  EXPECT_EQ(b_->commits->acks_owed(), 0u);
+}
+
+TEST_F(SharedCommitTest, AMemberThatDiesBeforeAcknowledgingFailsTheCommitNamingIt) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  TickAll();  // b sees the request, c acknowledges.
+  b_->running = false;
+  TickAll(10);
+  EXPECT_TRUE(a_->outcomes.empty()) << "b is not judged dead yet";
+  TickAll();
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  const Status& st = a_->outcomes[0].status;
+  EXPECT_EQ(st.err(), EHOSTDOWN);
+  // c judged b dead first and removed its file: a may see b dead or gone.
+  EXPECT_NE(st.message().find("member b "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("before it acknowledged"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("ckpt/.metadata"), std::string::npos) << st.message();
+  EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(SharedCommitTest, AMemberThatLeavesBeforeAcknowledgingFailsTheCommit) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  Post(*a_, "ckpt/.metadata");
+  TickAll();
+  ASSERT_TRUE(b_->membership->Leave().ok());
+  b_->running = false;
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_EQ(a_->outcomes[0].status.err(), EHOSTDOWN);
+  EXPECT_NE(a_->outcomes[0].status.message().find("member b left"), std::string::npos)
+      << a_->outcomes[0].status.message();
+}
+
+TEST_F(SharedCommitTest, ASlowMemberThatStillBeatsOnlyDelaysTheCommit) {
+  StartThree();
+  // b's storage: its durable point lags far behind for longer than member_timeout...
+  b_->progress = {10, 0, 8 << 20};
+  Post(*a_, "ckpt/latest_checkpointed_iteration.txt");
+  TickAll(15);
+  EXPECT_TRUE(a_->outcomes.empty());
+  // ...then its acknowledgement cannot be written for longer than member_timeout.
+  b_->progress = {10, 10, 0};
+  b_->env.Inject(FaultInjectingEnv::Fault(Env::Op::kRename, EIO).Named("ack.b"));
+  TickAll(15);
+  EXPECT_TRUE(a_->outcomes.empty());
+  ASSERT_EQ(a_->commits->Pending().size(), 1u);
+  EXPECT_EQ(a_->commits->Pending()[0].waiting_for, std::vector<std::string>{"b"});
+  EXPECT_EQ(a_->commits->Pending()[0].age, std::chrono::seconds(30));
+  EXPECT_GT(b_->env.calls(Env::Op::kRename), 15u);
+  b_->env.Heal();
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
+TEST_F(SharedCommitTest, AMemberAloneCommitsOnItsNextTickWithoutFiles) {
+  SharedNode& a = Start("a");
+  const std::string id = Post(a, "latest");
+  EXPECT_TRUE(Requests().empty());
+  TickAll();
+  ASSERT_EQ(a.outcomes.size(), 1u);
+  EXPECT_EQ(a.outcomes[0].id, id);
+  EXPECT_TRUE(a.outcomes[0].status.ok());
+}
+
+TEST_F(SharedCommitTest, AMemberThatJoinedAfterTheRequestIsNotAwaited) {
+  StartThree();
+  Post(*a_, "ckpt/.metadata");
+  SharedNode& d = Start("d");
+  d.progress = {50, 0, 0};
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+  EXPECT_EQ(d.commits->acks_owed(), 0u);
+}
+
+TEST_F(SharedCommitTest, TheStaleRequestOfADeadCommitterIsRemovedByTheOthers) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  TickAll();
+  a_->running = false;  // Killed with its request posted.
+  // A committer killed in the middle of posting, never seen beating by anyone.
+  const std::string half = policy::MakeCommitId("gone", "00000000000000ff", 3);
+  WriteHostFile(SharedPath("commits/" + half + "/.request.tmp"), "{\"id\":");
+  TickAll(3);
+  EXPECT_EQ(Requests(), (std::vector<std::string>{id, half}));
+  EXPECT_EQ(b_->commits->acks_owed(), 1u);
+  TickAll(9);
+  EXPECT_TRUE(Requests().empty());
+  EXPECT_EQ(b_->commits->acks_owed(), 0u) << "a request removed is forgotten";
+}
+
+TEST_F(SharedCommitTest, ARequestOfAnEarlierRunOfTheSameNodeIsRemovedAtOnce) {
+  StartThree();
+  const std::string earlier = policy::MakeCommitId("b", "00000000000000aa", 1);
+  WriteHostFile(SharedPath("commits/" + earlier + "/request"), "{}");
+  TickAll();
+  EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(SharedCommitTest, AMemberRestartedUnderTheSameNameDoesNotAcknowledgeForItsEarlierRun) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  TickAll();
+  b_->running = false;  // Killed before its data was durable...
+  SharedNode& b2 = Open("b");  // ...and restarted with an empty journal.
+  EXPECT_EQ(b2.membership->Join().err(), EINPROGRESS);
+  for (int i = 0; i < 12 && a_->outcomes.empty(); ++i) {
+    TickAll();
+    EXPECT_FALSE(HostExists(SharedPath("commits/" + id + "/ack.b")));
+  }
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_EQ(a_->outcomes[0].status.err(), EHOSTDOWN);
+  EXPECT_NE(a_->outcomes[0].status.message().find("member b"), std::string::npos);
+}
+
+TEST_F(SharedCommitTest, GarbageAndHostileEntriesInTheCommitsDirectoryAreIgnored) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  c_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  // A member that joined after the request (not awaited), whose own requests are all hostile.
+  const std::string far_incarnation = "00000000000000fa";
+  uint64_t far_beat = 1;
+  WriteMember("far", far_incarnation, far_beat);
+  TickAll();
+  const std::string commits = SharedPath("commits/");
+  WriteHostFile(commits + "not-an-id", "x");
+  ASSERT_EQ(mkdir((commits + "a~zzzz~1").c_str(), 0755), 0);
+  auto far_request = [&](int n) {
+    return commits + policy::MakeCommitId("far", far_incarnation, n);
+  };
+  ASSERT_EQ(symlink("/etc", far_request(1).c_str()), 0);
+  WriteHostFile(far_request(2) + "/request", "{not json");
+  WriteHostFile(far_request(3) + "/request", std::string(policy::kMaxRequestFileBytes + 1, ' '));
+  const std::string awaits_b =
+      nlohmann::json{{"node", "b"}, {"incarnation", b_->membership->self().incarnation}}.dump();
+  WriteHostFile(far_request(4) + "/request",
+                R"({"id": "someone-else~00000000000000fa~4", "committer": "far",
+                    "incarnation": "00000000000000fa", "marker": "m", "awaited": [)" +
+                    awaits_b + "]}");
+  WriteHostFile(far_request(5) + "/request",
+                R"({"id": "far~00000000000000fa~5", "committer": "far", "incarnation":
+                    "00000000000000fa", "marker": "m",
+                    "awaited": [{"node": "../b", "incarnation": 1}]})");
+  auto forged_ack = [](const std::string& node) {
+    return nlohmann::json{{"node", node}, {"incarnation", "00000000000000cc"}, {"sealed", 0}}
+        .dump();
+  };
+  WriteHostFile(commits + id + "/ack.b", "garbage");
+  WriteHostFile(commits + id + "/ack.c", forged_ack("c"));
+  WriteHostFile(commits + id + "/ack.stranger", forged_ack("stranger"));
+  TickAll(3);
+  WriteMember("far", far_incarnation, ++far_beat);
+  EXPECT_TRUE(a_->outcomes.empty()) << "forged acks count for nothing";
+  for (int n = 2; n <= 5; ++n) {
+    EXPECT_FALSE(HostExists(far_request(n) + "/ack.b")) << n;
+    EXPECT_FALSE(HostExists(far_request(n) + "/ack.c")) << n;
+  }
+  EXPECT_TRUE(HostExists("/etc/passwd"));
+  b_->progress = {10, 10, 0};
+  c_->progress = {10, 10, 0};
+  TickAll(2);
+  WriteMember("far", far_incarnation, ++far_beat);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
+TEST_F(SharedCommitTest, AFloodOfNamesThatAreNotRequestsDoesNotHideTheRequests) {
+  StartThree();
+  for (size_t i = 0; i < policy::kMaxCommitRequests + 100; ++i) {
+    WriteHostFile(SharedPath("commits/0-flood-" + std::to_string(i)), "");
+  }
+  Post(*a_, "ckpt/.metadata");
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
+TEST_F(SharedCommitTest, PostingNeedsAJoinedMember) {
+  SharedNode& n = Open("n");
+  EXPECT_EQ(n.commits->Post("latest").status().err(), ENOTCONN);
+}
+
+TEST_F(SharedCommitTest, AbandonWithdrawsThePendingRequests) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  TickAll();
+  std::vector<CommitOutcome> withdrawn = a_->commits->Abandon();
+  ASSERT_EQ(withdrawn.size(), 1u);
+  EXPECT_EQ(withdrawn[0].id, id);
+  EXPECT_EQ(withdrawn[0].status.err(), ECANCELED);
+  EXPECT_TRUE(Requests().empty());
+  EXPECT_TRUE(a_->commits->Pending().empty());
+}
+
+TEST_F(SharedCommitTest, AFailedPostLeavesNothingBehind) {
+  StartThree();
+  a_->env.Inject(FaultInjectingEnv::Fault(Env::Op::kRename, ENOSPC).Named("request").Times(1));
+  Result<std::string> id = a_->commits->Post("ckpt/.metadata");
+  EXPECT_EQ(id.status().err(), ENOSPC);
+  EXPECT_TRUE(Requests().empty());
+  EXPECT_TRUE(a_->commits->Pending().empty());
+}
+
+}  // namespace
+}  // namespace ckptfs
