@@ -66,7 +66,8 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     fs->shared_ = std::move(*shared);
     RemoveStagingLeftovers(*fs->env_, fs->staging_fd_);
     SharedMount* mount = fs->shared_.get();
-    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); });
+    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
+                              [mount] { mount->DataDurable(); });
   }
   return fs;
 }
