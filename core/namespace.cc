@@ -339,7 +339,17 @@ Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& nam
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
+  std::shared_ptr<BackingFile> made;
+  if (config_.shared && type == FileType::kDirectory) {
+    Result<std::shared_ptr<BackingFile>> backing = MakeBackingDirLocked(*dir, name, mode, c);
+    if (!backing.ok()) return backing.status();
+    made = std::move(*backing);
+  }
   InodeRef inode = NewInodeLocked(type, mode, c);
+  if (made) {
+    inode->SetBackingDir(std::move(made));
+    inode->on_backing = true;
+  }
   AddNameLocked(*dir, name, inode);
   inode->lookups++;
   auto e = std::make_shared<JournalEntry>();
@@ -350,6 +360,27 @@ Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& nam
   MutexLock ilock(inode->mu);
   CopyAttributes(*inode, *e);
   return e;
+}
+
+Result<std::shared_ptr<BackingFile>> Namespace::MakeBackingDirLocked(const InodeRef& dir,
+                                                                     const std::string& name,
+                                                                     uint32_t mode,
+                                                                     const Caller& c) {
+  std::shared_ptr<BackingFile> parent = dir->BackingDir();
+  if (!parent || HiddenLocked(dir, name)) return std::shared_ptr<BackingFile>();
+  const int dfd = parent->fd();
+  if (Status made = env_.Mkdir(dfd, name, mode & 07777); !made.ok()) {
+    return Status::Error(made.err(), "mkdir " + name + " on the backing store");
+  }
+  Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  Status st = fd.ok() ? env_.Chmod(*fd, "", mode & 07777) : fd.status();
+  if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", c.uid, c.gid);
+  if (!st.ok()) {
+    if (fd.ok()) env_.Close(*fd);
+    (void)env_.Unlink(dfd, name, /*directory=*/true);
+    return Status::Error(st.err(), "set up directory " + name + " on the backing store");
+  }
+  return std::make_shared<BackingFile>(env_, *fd);
 }
 
 void Namespace::AddNameLocked(const InodeRef& dir, const std::string& name,

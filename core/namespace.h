@@ -136,7 +136,10 @@ class Namespace {
   Status LoadOriginLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Adds the new entry `name` (a valid name not there yet) of directory `parent`: its inode, and
   // the journal entry of `kind` that creates it on the backing store (its directory, name, mode,
-  // owner and times set), for the caller to complete and append.
+  // owner and times set), for the caller to complete and append. In shared mode a directory is
+  // made on the backing store at once, where `parent` is there and no removal of `name` is
+  // pending, so other mounts find it right away (the journaled mkdir then finds it made); when
+  // that fails, nothing is added and the error is returned.
   Result<EntryRef> AddNewLocked(uint64_t parent, const std::string& name, FileType type,
                                 uint32_t mode, const Caller& c, JournalEntry::Kind kind)
       REQUIRES(ns_lock);
@@ -190,6 +193,12 @@ class Namespace {
   // Shared mode: `inode` takes the attributes and size of its backing file `st`; a change marks
   // the kernel's cached pages stale.
   void FollowBackingFileLocked(const InodeRef& inode, const struct stat& st) REQUIRES(ns_lock);
+  // Shared mode: makes the new directory `name` of `dir` on the backing store with `mode` and
+  // owner `c`, and opens it; null when it is made only by the journaled mkdir.
+  Result<std::shared_ptr<BackingFile>> MakeBackingDirLocked(const InodeRef& dir,
+                                                            const std::string& name,
+                                                            uint32_t mode, const Caller& c)
+      REQUIRES(ns_lock);
 
   const Config& config_;
   Env& env_;

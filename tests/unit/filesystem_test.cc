@@ -1390,6 +1390,16 @@ TEST_F(SharedFilesystemTest, ANameUnlinkedThroughAMountStaysHiddenThereUntilTheU
   EXPECT_FALSE(HostExists(backing_ / "f"));
 }
 
+TEST_F(SharedFilesystemTest, ADirectoryMadeThroughOneMountIsOnTheBackingStoreAtOnce) {
+  ASSERT_TRUE(Names(*b_, "").empty());  // b has listed the root: it is complete there.
+  ASSERT_TRUE(a_->Mkdir(kRootIno, "iter_0000100", 0755, Me()).ok());
+  EXPECT_TRUE(HostExists(backing_ / "iter_0000100")) << "made before the mkdir returned";
+  ASSERT_TRUE(WriteFile(*b_, "iter_0000100/rank1.distcp", "shard").ok());
+  ASSERT_TRUE(b_->Sync().ok());
+  ASSERT_TRUE(a_->Sync().ok()) << "the journaled mkdir finds the directory made";
+  EXPECT_EQ(ReadHostFile(backing_ / "iter_0000100/rank1.distcp").value(), "shard");
+}
+
 TEST_F(FilesystemTest, WithoutSharedModeAListedDirectoryIsNotReadAgain) {
   Mount({.flush_delay = 1s, .clock = &clock_});
   ASSERT_TRUE(Listed(kRootIno).count("late") == 0);

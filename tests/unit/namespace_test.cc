@@ -269,5 +269,46 @@ TEST_F(SharedNamespaceTest, AFileWithAPendingChangeKeepsThisMountsVersion) {
   EXPECT_EQ(attr.size, 3u);
 }
 
+TEST_F(SharedNamespaceTest, ANewDirectoryIsMadeOnTheBackingStoreAtOnce) {
+  NamespaceLock lock(ns_->mutex());
+  Result<EntryRef> made = ns_->AddNewLocked(kRootIno, "d", FileType::kDirectory, 0750,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(stat((backing_ / "d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_NE((*made)->inode->BackingDir(), nullptr);
+  EXPECT_TRUE((*made)->inode->on_backing) << "its removal must reach the backing store too";
+}
+
+TEST_F(SharedNamespaceTest, ANewDirectoryWhoseNameIsStillBeingRemovedWaitsForTheJournal) {
+  ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "d/old", "x");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<InodeRef> old = ns_->ChildLocked(root, "d");
+  ASSERT_TRUE(old.ok());
+  ns_->RemoveNameLocked(root, "d", *old);
+  Result<EntryRef> made = ns_->AddNewLocked(kRootIno, "d", FileType::kDirectory, 0755,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ((*made)->inode->BackingDir(), nullptr);
+  EXPECT_TRUE(testing_util::HostExists(backing_ / "d/old")) << "the old directory is untouched";
+}
+
+TEST_F(SharedNamespaceTest, ANewDirectoryTheBackingStoreRefusesIsNotAdded) {
+  ASSERT_EQ(mkdir((backing_ / "p").c_str(), 0755), 0);
+  NamespaceLock lock(ns_->mutex());
+  Result<InodeRef> p = ns_->ChildLocked(RootLocked(), "p");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(rmdir((backing_ / "p").c_str()), 0);
+  Result<EntryRef> made = ns_->AddNewLocked((*p)->ino, "d", FileType::kDirectory, 0755,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  EXPECT_EQ(made.status().err(), ENOENT);
+  EXPECT_TRUE((*p)->children.empty());
+  EXPECT_EQ(journal_.pending_entries(), 0u);
+}
+
 }  // namespace
 }  // namespace ckptfs
