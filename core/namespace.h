@@ -190,8 +190,8 @@ class Namespace {
   // as if removed elsewhere: nothing is journaled.
   void ForgetNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
       REQUIRES(ns_lock);
-  // Shared mode: `inode` takes the attributes and size of its backing file `st`; a change marks
-  // the kernel's cached pages stale.
+  // Shared mode: `inode` takes the mode, owner and times of its backing file `st` (the caller sets
+  // its content); a change of size or times marks the kernel's cached pages stale.
   void FollowBackingFileLocked(const InodeRef& inode, const struct stat& st) REQUIRES(ns_lock);
   // Shared mode: makes the new directory `name` of `dir` on the backing store with `mode` and
   // owner `c`, and opens it; null when it is made only by the journaled mkdir.
