@@ -90,11 +90,13 @@ bool Journal::Pending(const EntryRef& e) const {
 void Journal::Hold(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = true;
+  held_.insert(e->seq);
 }
 
 void Journal::Release(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = false;
+  held_.erase(e->seq);
 }
 
 JournalEntry::State Journal::StateOf(const EntryRef& e) const {
@@ -157,6 +159,11 @@ uint64_t Journal::last_seq() const {
 uint64_t Journal::durable_seq() const {
   JournalLock lock(mu_);
   return durable_seq_;
+}
+
+uint64_t Journal::settled_seq() const {
+  JournalLock lock(mu_);
+  return held_.empty() ? durable_seq_ : std::min(durable_seq_, *held_.begin() - 1);
 }
 
 size_t Journal::pending_entries() const {

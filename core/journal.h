@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,9 @@ class Journal {
   uint64_t last_seq() const EXCLUDES(journal_lock);
   // Every entry with seq <= durable_seq() is durable (or cancelled).
   uint64_t durable_seq() const EXCLUDES(journal_lock);
+  // Every entry with seq <= settled_seq() is durable (or cancelled) and none is held: the backing
+  // store shows all of them.
+  uint64_t settled_seq() const EXCLUDES(journal_lock);
   size_t pending_entries() const EXCLUDES(journal_lock);
   uint64_t pending_bytes() const EXCLUDES(journal_lock);
   // The entries neither durable nor cancelled, in order. Their snapshots may be read once the
@@ -136,6 +140,7 @@ class Journal {
   std::deque<EntryRef> pending_ GUARDED_BY(journal_lock);  // Unsent and in-flight, in seq order.
   uint64_t next_seq_ GUARDED_BY(journal_lock) = 1;
   uint64_t durable_seq_ GUARDED_BY(journal_lock) = 0;
+  std::set<uint64_t> held_ GUARDED_BY(journal_lock);  // Seqs of the held entries.
   uint64_t pending_bytes_ GUARDED_BY(journal_lock) = 0;
 };
 

@@ -269,7 +269,7 @@ void Namespace::LoadDirLocked(const InodeRef& dir) {
   dir->complete = true;
   dir->backing_read_at = clock_.Now();
   if (config_.shared) {
-    const uint64_t durable = journal_.durable_seq();
+    const uint64_t durable = journal_.settled_seq();
     std::erase_if(dir->whiteouts, [&](const auto& whiteout) { return whiteout.second <= durable; });
   } else {
     dir->whiteouts.clear();
@@ -283,7 +283,7 @@ bool Namespace::FollowsBackingLocked(const InodeRef& dir) const {
 bool Namespace::HiddenLocked(const InodeRef& dir, const std::string& name) {
   auto it = dir->whiteouts.find(name);
   if (it == dir->whiteouts.end()) return false;
-  if (!config_.shared || it->second > journal_.durable_seq()) return true;
+  if (!config_.shared || it->second > journal_.settled_seq()) return true;
   dir->whiteouts.erase(it);
   return false;
 }
@@ -482,7 +482,7 @@ bool Namespace::BackingOnlyLocked(const InodeRef& inode) const {
   }
   if (inode->type != FileType::kDirectory) return true;
   if (inode->zarr) return false;
-  const uint64_t durable = journal_.durable_seq();
+  const uint64_t durable = journal_.settled_seq();
   for (const auto& [name, seq] : inode->whiteouts) {
     if (seq > durable) return false;
   }

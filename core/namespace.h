@@ -107,7 +107,7 @@ class Namespace {
   // within kAttrTimeout. A lookup that finds no child still asks the backing store; a listing
   // older than kAttrTimeout is read again: new names are added, and children held only as what
   // the backing store showed (BackingOnlyLocked) whose names are gone are forgotten. A name
-  // removed here stays hidden until the journal is durable through the removal (its whiteout's
+  // removed here stays hidden until the journal is settled through the removal (its whiteout's
   // seq): only then does the backing store no longer hold it because of this mount. Directories
   // of fine-grid zarr arrays are listed once, as without shared mode.
 

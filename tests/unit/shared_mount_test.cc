@@ -84,6 +84,8 @@ TEST_F(SharedMountTest, AMarkerRenamedIntoPlaceIsHeldLikeOneWrittenInPlace) {
   EXPECT_FALSE(OnBacking(".metadata"));
   Result<std::string> seen = ReadFile(*a, ".metadata");
   EXPECT_TRUE(seen.ok() && *seen == "meta") << "the committing mount shows its own rename";
+  EXPECT_EQ(Resolve(*a, ".metadata.tmp").status().err(), ENOENT)
+      << "the renamed name came back from the backing store while the rename was held";
 
   ASSERT_TRUE(b->Sync().ok());
   EXPECT_TRUE(committed.get().ok());
