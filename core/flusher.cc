@@ -530,24 +530,24 @@ void Flusher::ServeHeldMarkers() {
       }
     }
     if (!outcome.ok() && !m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);
-    const std::vector<EntryRef> subject{m.entry};
-    FlushReport report;
+    // Released first: the client tells held markers (skipped) from published ones by the flag.
+    journal_.Release(m.entry);
     if (outcome.ok()) {
-      report.durable = subject;
       stats_.commits_published++;
       if (e.kind == JournalEntry::Kind::kPublish) stats_.files_flushed++;
       spdlog::info("published {}: every member acknowledged commit {}", m.path, m.commit_id);
+      const std::vector<EntryRef> subject{m.entry};
+      FlushReport report;
+      report.durable = subject;
+      (void)client_.Flushed(report);
     } else {
-      report.error = Status::Error(outcome.err(), "not published: " + outcome.message());
-      report.failed = m.entry;
+      // A failed commit is the checkpoint's, not the file's: `ckptfs sync` returns it, the next
+      // close of the file does not.
       stats_.commits_failed++;
-    }
-    // Released first: the client tells held markers (skipped) from published ones by the flag.
-    journal_.Release(m.entry);
-    Status shown = client_.Flushed(report);
-    if (!outcome.ok()) {
-      outcome = shown;
-      spdlog::error("{}", shown.ToString());
+      if (m.outcome->ok()) {
+        outcome = Status::Error(outcome.err(), m.path + ": not published: " + outcome.message());
+        spdlog::error("{}", outcome.ToString());
+      }
     }
     std::vector<HeldMarker> dropped;
     {

@@ -58,12 +58,8 @@ Result<std::string> SharedMount::Post(const std::string& marker) { return commit
 void SharedMount::Step(const DecidedFn& decided) {
   Status beat = membership_->Tick();
   if (!beat.ok()) spdlog::warn("shared directory: {}", beat.ToString());
+  // SharedCommits logs each outcome.
   std::vector<CommitOutcome> outcomes = commits_->Tick();
-  for (const CommitOutcome& o : outcomes) {
-    if (!o.status.ok()) {
-      spdlog::error("commit of {} failed: {}", o.marker, o.status.ToString());
-    }
-  }
   if (!outcomes.empty()) decided(outcomes);
 }
 
