@@ -196,6 +196,8 @@ def run_ranks(target, nranks, args, preload=(), node_loss=None):
         except threading.BrokenBarrierError:  # A rank failed before the start line: say why.
             raise RuntimeError(f"a rank failed before the start line: {_rank_errors(queue)}")
         t0 = time.monotonic()
+        global last_start_line
+        last_start_line = t0
         if node_loss is not None:
             results = node_loss._collect(procs, queue)
         else:
@@ -274,7 +276,7 @@ class NodeLoss:
             r, res = item
             ended.add(r)
             if isinstance(res, BaseException):
-                self.errors[r] = f"failed: {res}"
+                self.errors[r] = "failed: " + str(res).strip().splitlines()[-1]
             else:
                 results[r] = res
         while len(ended) < len(procs):
@@ -320,6 +322,10 @@ def _rank_errors(queue, wait=10):
             pass
     return "; ".join(errors) or "no rank reported an error"
 
+
+# When the start line of the last run_ranks opened (time.monotonic(), one clock for every process):
+# the bench times from it what happens after a save returns.
+last_start_line = None
 
 # Bytes the rank processes of all saves so far wrote towards a block device (write_bytes -
 # cancelled_write_bytes of /proc/self/io). The forkserver, not this process, reaps the ranks, so
