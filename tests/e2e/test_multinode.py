@@ -107,6 +107,12 @@ def write_file(path, data, fsync=False):
             os.fsync(f.fileno())
 
 
+def resume(d):
+    """SIGCONT to daemon d while it runs (it is not reaped yet, so the pid is still its own)."""
+    if d.proc is not None and d.proc.poll() is None:
+        os.kill(d.pid, signal.SIGCONT)
+
+
 def wait_for(predicate, timeout, what):
     """Waits until predicate() holds; fails with what() after timeout seconds."""
     deadline = time.monotonic() + timeout
@@ -128,7 +134,7 @@ class MultiNodeChecks:
     def assert_no_shared_leftovers(self, backing):
         """After every node unmounted cleanly: no member file, commit request or staged file."""
         own = os.path.join(backing, ".ckptfs")
-        for sub in ("staging", os.path.join("shared", "members"), os.path.join("shared", "commits")):
+        for sub in ("staging", "shared/members", "shared/commits"):
             path = os.path.join(own, sub)
             if os.path.isdir(path):
                 self.assertEqual(sorted(os.listdir(path)), [], f"left in {path}")
@@ -292,11 +298,11 @@ class NodeKills(MultiNodeChecks):
 class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
     KILLS = DEFAULT_KILLS
 
-    def test_a_dcp_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_directory(self):
+    def test_a_dcp_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_dir(self):
         w = workloads.make("dcp", for_test=True)
         self.check_three_node_save(w, lambda roots: w.save(roots, ranks=len(NODES)), "")
 
-    def test_a_megatron_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_directory(self):
+    def test_a_megatron_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_dir(self):
         w = workloads.make("mcore_torch_dist", for_test=True, scale=0.5, dp=2)
         self.check_three_node_save(w, lambda roots: w.save(roots, iteration=1), "iter_0000001")
 
@@ -313,10 +319,10 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         os.mkdir(daemons[0].path(checkpoint))
         # The ranks' files, one per node, closed after an fsync as DCP's writers do.
         for r, d in enumerate(daemons):
-            write_file(d.path(checkpoint, f"__{r}_0.distcp"), workloads.pool_bytes(f"r{r}", 4 << 20),
-                       fsync=True)
+            write_file(d.path(checkpoint, f"__{r}_0.distcp"),
+                       workloads.pool_bytes(f"r{r}", 4 << 20), fsync=True)
         stopped = daemons[1]
-        self.addCleanup(os.kill, stopped.pid, signal.SIGCONT)  # Runs before its unmount.
+        self.addCleanup(resume, stopped)  # Runs before its unmount.
         os.kill(stopped.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         returned = []
@@ -337,7 +343,7 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         self.assertEqual(returned, [NODES[0], NODES[2]],
                          f"writes through the others had not returned {stopped_for}s after "
                          f"{NODES[1]} stopped")
-        os.kill(stopped.pid, signal.SIGCONT)
+        resume(stopped)
         writer.join()
         wait_for(lambda: os.path.exists(marker), PUBLISH_TIMEOUT,
                  lambda: "the marker after the stopped member resumed")
