@@ -47,6 +47,14 @@ Result<int> OpenOwnDir(Env& env, int dir, const std::string& name) {
 
 }  // namespace
 
+void RemoveStagingLeftovers(Env& env, int staging_fd) {
+  Result<std::vector<std::string>> left = env.ListDir(staging_fd);
+  if (!left.ok()) return;
+  size_t removed = 0;
+  for (const std::string& name : *left) removed += env.Unlink(staging_fd, name).ok();
+  if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
+}
+
 Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
   const std::string& path = config.backing_dir;
   Result<int> root = env.Open(AT_FDCWD, path, O_RDONLY | O_DIRECTORY);
@@ -71,11 +79,14 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
   Result<int> staging = OpenOwnDir(env, *own, "staging");
   env.Close(*own);
   if (!staging.ok()) return fail(staging.status(), "cannot create .ckptfs/staging");
-  // Staged files of a daemon that was killed never reached a final name: drop them.
-  if (Result<std::vector<std::string>> left = env.ListDir(*staging); left.ok()) {
-    size_t removed = 0;
-    for (const std::string& name : *left) removed += env.Unlink(*staging, name).ok();
-    if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
+  if (config.shared) {
+    // Each member stages in its own directory; its leftovers are its own to drop, once joined.
+    Result<int> mine = OpenOwnDir(env, *staging, config.node);
+    env.Close(*staging);
+    if (!mine.ok()) return fail(mine.status(), "cannot create .ckptfs/staging/" + config.node);
+    staging = mine;
+  } else {
+    RemoveStagingLeftovers(env, *staging);
   }
   BackingStore store{*root, *staging, config.flush_io, TakesDeviceNodes(env, *staging)};
   if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(env, *staging)) {

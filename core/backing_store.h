@@ -24,8 +24,13 @@ struct BackingStore {
 };
 
 // Opens the backing directory of `config` (it must exist, be a directory and be writable) and
-// prepares the staging directory. The caller owns both descriptors. Fails with a message naming
-// the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
+// prepares the staging directory: .ckptfs/staging, emptied of what a killed daemon left there;
+// in shared mode .ckptfs/staging/<config.node> (a resolved node name), emptied by the caller once
+// it has joined (RemoveStagingLeftovers). The caller owns both descriptors. Fails with a message
+// naming the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
 Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
+
+// Removes the staged files of an earlier run that was killed: they never reached a final name.
+void RemoveStagingLeftovers(Env& env, int staging_fd);
 
 }  // namespace ckptfs

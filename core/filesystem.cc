@@ -43,9 +43,32 @@ size_t WorstCaseBlocks(uint64_t offset, size_t length) {
 
 Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
                                                      std::unique_ptr<Env> env, Clock& clock) {
-  Result<BackingStore> store = OpenBackingStore(*env, config);
+  Config resolved = config;
+  if (config.shared) {
+    Result<std::string> node = NodeNameOrHostName(config.node);
+    if (!node.ok()) return node.status();
+    resolved.node = *node;
+  }
+  Result<BackingStore> store = OpenBackingStore(*env, resolved);
   if (!store.ok()) return store.status();
-  return std::unique_ptr<Filesystem>(new Filesystem(config, *store, std::move(env), clock));
+  std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
+  if (config.shared) {
+    Journal& journal = fs->journal_;
+    Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
+        fs->config_, *fs->env_, fs->root_fd_, clock, [&journal] {
+          return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
+        });
+    if (!shared.ok()) {
+      return Status::Error(shared.status().err(),
+                           "cannot join the mounts sharing the backing directory: " +
+                               shared.status().message());
+    }
+    fs->shared_ = std::move(*shared);
+    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_);
+    SharedMount* mount = fs->shared_.get();
+    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); });
+  }
+  return fs;
 }
 
 Filesystem::Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
@@ -75,7 +98,9 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
 
 Filesystem::~Filesystem() {
   arena_.StopPrefault();
+  if (shared_) shared_->Leave();
   flusher_.reset();
+  shared_.reset();
   NamespaceLock lock(ns_.mutex());
   handles_.clear();  // Files the kernel never released (the mount went away).
   reclaimer_.ClearLocked();
@@ -89,6 +114,12 @@ void Filesystem::Start() {
   }
   flusher_->Start();
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
+  if (shared_) {
+    Flusher* flusher = flusher_.get();
+    shared_->Start([flusher](const std::vector<CommitOutcome>& outcomes) {
+      flusher->CommitsDecided(outcomes);
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -865,6 +896,15 @@ std::string Filesystem::StatsJson() {
   j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
+  if (shared_) {
+    nlohmann::json shared = shared_->StatusJson();
+    shared["held_markers"] = flusher_->held_markers();
+    shared["commits_published"] = stats_.commits_published.load();
+    shared["commits_failed"] = stats_.commits_failed.load();
+    Status failure = flusher_->last_commit_failure();
+    shared["last_commit_error"] = failure.ok() ? "" : failure.ToString();
+    j["shared"] = std::move(shared);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -874,6 +914,7 @@ Status Filesystem::Shutdown() {
     ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns_.SealLocked(inode); });
   }
   Status st = flusher_->Drain(config_.unmount_retry);
+  if (shared_) shared_->Leave();
   if (st.ok()) return st;
   std::vector<UnflushedFile> files;
   {
@@ -896,12 +937,19 @@ Status Filesystem::Shutdown() {
 
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
-Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitDurable(point); }
+Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitCommitted(point); }
+
+std::string Filesystem::PathOf(const EntryRef& entry) {
+  NamespaceLock lock(ns_.mutex());
+  return ns_.PathLocked(entry->inode);
+}
 
 Status Filesystem::Flushed(const FlushReport& report) {
   NamespaceLock lock(ns_.mutex());
   for (const EntryRef& e : report.applied) e->inode->on_backing = true;
   for (const EntryRef& e : report.durable) {
+    // A held marker is not on the backing store under its names yet (core/held_markers.h).
+    if (shared_ && journal_.StateOf(e).held) continue;
     e->inode->on_backing = true;
     // Durable: no longer the inode's pending entry, though the journal completes it only after
     // this report (Reclaimer::UnloadLocked would otherwise refuse a clean file in between).

@@ -36,6 +36,7 @@
 #include "core/journal.h"
 #include "core/namespace.h"
 #include "core/reclaim.h"
+#include "core/shared_mount.h"
 #include "core/stats.h"
 #include "core/thread_annotations.h"
 #include "core/zarr_views.h"
@@ -229,7 +230,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
   size_t WritersWaiting() override { return arena_.waiting_writers(); }
   size_t Spill(Env& env) override { return reclaimer_.Spill(env); }
-  // ControlFiles::Source: a sync waits for everything journaled so far.
+  std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
+  // ControlFiles::Source: a sync waits for everything journaled so far (and, in shared mode, for
+  // the commits of the markers among it, returning a failed one).
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
   Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
@@ -256,6 +259,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   size_t open_files_ GUARDED_BY(ns_lock) = 0;
   Clock::time_point last_open_or_release_ GUARDED_BY(ns_lock);
   std::unique_ptr<Flusher> flusher_;
+  // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
+  // outcomes to the flusher, whose thread posts commits through it.
+  std::unique_ptr<SharedMount> shared_;
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
   std::atomic<bool> direct_reads_{false};
   std::function<int(int)> open_backing_;

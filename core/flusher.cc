@@ -66,6 +66,8 @@ Flusher::~Flusher() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Flusher::HoldMarkers(PostCommitFn post) { post_commit_ = std::move(post); }
+
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void Flusher::Notify() {
@@ -93,6 +95,32 @@ Status Flusher::WaitDurable(uint64_t seq) {
   return Status::Ok();
 }
 
+Status Flusher::WaitCommitted(uint64_t seq) {
+  if (Status st = WaitDurable(seq); !st.ok()) return st;
+  MutexLock lock(mu_);
+  while (held_.HeldUpTo(seq)) {
+    if (stopped_) return Status::Error(EIO, "flusher stopped");
+    progress_.wait(lock);
+  }
+  return held_.FailureUpTo(seq);
+}
+
+void Flusher::CommitsDecided(const std::vector<CommitOutcome>& outcomes) {
+  MutexLock lock(mu_);
+  for (const CommitOutcome& o : outcomes) held_.Decide(o.id, o.status);
+  wake_.notify_all();
+}
+
+Status Flusher::last_commit_failure() const {
+  MutexLock lock(mu_);
+  return held_.FailureUpTo(UINT64_MAX);
+}
+
+size_t Flusher::held_markers() const {
+  MutexLock lock(mu_);
+  return held_.size();
+}
+
 Status Flusher::last_error() const {
   MutexLock lock(mu_);
   return last_error_;
@@ -105,6 +133,7 @@ int Flusher::DirFd(const InodeRef& dir) {
 
 void Flusher::Run() {
   while (true) {
+    if (post_commit_) ServeHeldMarkers();
     const size_t waiting_writers = client_.WritersWaiting();
     MutexLock lock(mu_);
     auto now = clock_.Now();
@@ -122,7 +151,7 @@ void Flusher::Run() {
       if (freed > 0) continue;
     }
     if (batch.empty()) {
-      if (stop_ || (draining_ && journal_.pending_entries() == 0)) {
+      if (stop_ || (draining_ && journal_.pending_entries() == 0 && held_.size() == 0)) {
         stopped_ = true;
         progress_.notify_all();
         return;
@@ -236,21 +265,10 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     Status st = s.status;
     if (applied[done]) {
       AddAppliedDirs(e, &touched_dirs);
+    } else if (st.ok() && post_commit_ && HoldOrSupersede(batch[done], s.name)) {
+      // Held for its commit: published by ServeHeldMarkers, or never.
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
-      for (size_t k = 0; k < e.names.size() && st.ok(); ++k) {
-        const Inode::Name& n = e.names[k];
-        int dfd = DirFd(n.parent);
-        std::string link_name = s.name + ".link";
-        if (k + 1 < e.names.size()) {
-          // Every further name becomes a hard link of the same staged file.
-          Status linked = env_.Link(staging_fd_, s.name, staging_fd_, link_name);
-          if (linked.ok()) linked = env_.Rename(staging_fd_, link_name, dfd, n.name);
-          if (!linked.ok()) st = Status::Error(linked.err(), "publish link " + n.name);
-        } else if (Status renamed = env_.Rename(staging_fd_, s.name, dfd, n.name); !renamed.ok()) {
-          st = Status::Error(renamed.err(), "publish " + n.name);
-        }
-        touched_dirs.push_back(dfd);
-      }
+      st = PublishStaged(e, s.name, &touched_dirs);
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);
       if (!st.ok() && !policy::IsTransient(st.err())) {
@@ -291,6 +309,26 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
   return result;
+}
+
+Status Flusher::PublishStaged(const JournalEntry& e, const std::string& staged_name,
+                              std::vector<int>* touched_dirs) {
+  for (size_t k = 0; k < e.names.size(); ++k) {
+    const Inode::Name& n = e.names[k];
+    int dfd = DirFd(n.parent);
+    touched_dirs->push_back(dfd);
+    if (k + 1 < e.names.size()) {
+      // Every further name becomes a hard link of the same staged file.
+      std::string link_name = staged_name + ".link";
+      Status linked = env_.Link(staging_fd_, staged_name, staging_fd_, link_name);
+      if (linked.ok()) linked = env_.Rename(staging_fd_, link_name, dfd, n.name);
+      if (!linked.ok()) return Status::Error(linked.err(), "publish link " + n.name);
+    } else if (Status renamed = env_.Rename(staging_fd_, staged_name, dfd, n.name);
+               !renamed.ok()) {
+      return Status::Error(renamed.err(), "publish " + n.name);
+    }
+  }
+  return Status::Ok();
 }
 
 void Flusher::AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) {
@@ -393,7 +431,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
     report.backing_gone = env_.Stat(staging_fd_, "", &staging).ok() && staging.st_nlink == 0;
   }
   for (const EntryRef& e : report.durable) {
-    if (e->kind == JournalEntry::Kind::kPublish) stats_.files_flushed++;
+    if (e->kind == JournalEntry::Kind::kPublish && !journal_.StateOf(e).held) stats_.files_flushed++;
   }
   // The client first, then the journal, then the waiters (see the header).
   Status error = client_.Flushed(report);
@@ -422,8 +460,9 @@ Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   MutexLock lock(mu_);
   draining_ = true;
   wake_.notify_all();
-  while (journal_.pending_entries() > 0) {
-    if (!last_error_.ok() && std::chrono::steady_clock::now() >= give_up) break;
+  while (journal_.pending_entries() > 0 || held_.size() > 0) {
+    const bool late = std::chrono::steady_clock::now() >= give_up;
+    if (late && (!last_error_.ok() || journal_.pending_entries() == 0)) break;
     progress_.wait_for(lock, std::chrono::milliseconds(100));
   }
   stop_ = true;
@@ -431,7 +470,100 @@ Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   Status result = journal_.pending_entries() > 0 ? last_error_ : Status::Ok();
   lock.Unlock();
   if (thread_.joinable()) thread_.join();
+  std::vector<HeldMarker> undecided;
+  {
+    MutexLock held_lock(mu_);
+    undecided = held_.TakeUndecided();
+  }
+  DropHeld(undecided, "the mount was unmounted before every member acknowledged its commit");
   return result;
+}
+
+bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name) {
+  if (HeldMarkers::IsMarker(*e, config_.commit_markers)) {
+    std::string path = client_.PathOf(e);
+    journal_.Hold(e);
+    MutexLock lock(mu_);
+    held_.Add(e, e->kind == JournalEntry::Kind::kPublish ? staged_name : "", std::move(path));
+    return true;
+  }
+  std::vector<HeldMarker> dropped;
+  {
+    MutexLock lock(mu_);
+    dropped = held_.SupersededBy(*e);
+  }
+  DropHeld(dropped, "a later change of its name superseded it");
+  return false;
+}
+
+void Flusher::ServeHeldMarkers() {
+  std::vector<std::pair<uint64_t, std::string>> unposted;
+  {
+    MutexLock lock(mu_);
+    unposted = held_.Unposted();
+  }
+  for (const auto& [seq, path] : unposted) {
+    Result<std::string> id = post_commit_(path);
+    if (!id.ok()) spdlog::error("cannot post the commit of {}: {}", path, id.status().ToString());
+    MutexLock lock(mu_);
+    held_.Posted(seq, id);
+  }
+  std::vector<HeldMarker> decided;
+  {
+    MutexLock lock(mu_);
+    decided = held_.TakeDecided(journal_.durable_seq());
+  }
+  for (const HeldMarker& m : decided) {
+    const JournalEntry& e = *m.entry;
+    Status outcome = *m.outcome;
+    if (outcome.ok()) {
+      std::vector<int> dirs;
+      outcome = e.kind == JournalEntry::Kind::kPublish ? PublishStaged(e, m.staged_name, &dirs)
+                                                        : ApplyNamespaceOp(e, &dirs);
+      std::erase(dirs, -1);
+      for (const Status& synced : env_.Sync(dirs, /*data_only=*/false)) {
+        if (outcome.ok() && !synced.ok()) outcome = synced;
+      }
+    }
+    if (!outcome.ok() && !m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);
+    const std::vector<EntryRef> subject{m.entry};
+    FlushReport report;
+    if (outcome.ok()) {
+      report.durable = subject;
+      stats_.commits_published++;
+      if (e.kind == JournalEntry::Kind::kPublish) stats_.files_flushed++;
+      spdlog::info("published {}: every member acknowledged commit {}", m.path, m.commit_id);
+    } else {
+      report.error = Status::Error(outcome.err(), "not published: " + outcome.message());
+      report.failed = m.entry;
+      stats_.commits_failed++;
+    }
+    // Released first: the client tells held markers (skipped) from published ones by the flag.
+    journal_.Release(m.entry);
+    Status shown = client_.Flushed(report);
+    if (!outcome.ok()) {
+      outcome = shown;
+      spdlog::error("{}", shown.ToString());
+    }
+    std::vector<HeldMarker> dropped;
+    {
+      MutexLock lock(mu_);
+      dropped = held_.Finished(e.seq, outcome);
+      progress_.notify_all();
+    }
+    DropHeld(dropped, "a newer marker of the same name was published");
+  }
+}
+
+void Flusher::DropHeld(const std::vector<HeldMarker>& dropped, const char* why) {
+  for (const HeldMarker& m : dropped) {
+    spdlog::info("{} is not published: {}", m.path, why);
+    if (!m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);
+    journal_.Release(m.entry);
+  }
+  if (dropped.empty()) return;
+  MutexLock lock(mu_);
+  progress_.notify_all();
 }
 
 }  // namespace ckptfs

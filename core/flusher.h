@@ -15,6 +15,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,7 +23,9 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/held_markers.h"
 #include "core/journal.h"
+#include "core/shared_commit.h"
 #include "core/stats.h"
 #include "core/thread_annotations.h"
 #include "iouring/env.h"
@@ -58,7 +61,12 @@ class FlushClient {
   // Frees memory held by files still being written, through `env`, when writers wait and nothing
   // is due. Returns the blocks freed.
   virtual size_t Spill(Env& env) = 0;
+  // The path of the entry's subject in the mount, for messages.
+  virtual std::string PathOf(const EntryRef& entry) = 0;
 };
+
+// Shared mode: posts the commit of a marker to the other members (SharedCommits::Post).
+using PostCommitFn = std::function<Result<std::string>(const std::string& marker_path)>;
 
 class Flusher {
  public:
@@ -69,6 +77,9 @@ class Flusher {
           Stats& stats, FlushClient& client);
   ~Flusher();
 
+  // Before Start, in shared mode: the entries that publish a commit marker (config.commit_markers)
+  // are held (core/held_markers.h); their commits are posted through `post`.
+  void HoldMarkers(PostCommitFn post);
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
@@ -84,6 +95,15 @@ class Flusher {
   // client has applied the report of that batch (FlushClient::Flushed) by then.
   Status WaitDurable(uint64_t seq) EXCLUDES(mu_);
 
+  // Like WaitDurable, and then until no marker with seq <= `seq` is held; returns the failed commit
+  // of the newest marker finished up to `seq`, if it failed.
+  Status WaitCommitted(uint64_t seq) EXCLUDES(mu_);
+  // Commits decided (SharedCommits::Tick): the markers are published, or never are.
+  void CommitsDecided(const std::vector<CommitOutcome>& outcomes) EXCLUDES(mu_);
+  // Markers held now, and the failure of the newest finished one (ok when it was published).
+  size_t held_markers() const EXCLUDES(mu_);
+  Status last_commit_failure() const EXCLUDES(mu_);
+
   // The error of the last batch (ok once one succeeds).
   Status last_error() const EXCLUDES(mu_);
   std::string backend_name() const { return backend_name_; }
@@ -98,6 +118,17 @@ class Flusher {
   };
   BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(mu_);
   Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(mu_);
+  // Renames the staged file `staged_name` to every name of publish `e`.
+  Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
+                       std::vector<int>* touched_dirs);
+  // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), else drops the
+  // held markers it supersedes.
+  bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name) EXCLUDES(mu_);
+  // Posts the commits of new held markers, and publishes (or fails) the decided ones.
+  void ServeHeldMarkers() EXCLUDES(mu_);
+  // Gives up held markers that will never be published: removes their staged files, releases
+  // their entries.
+  void DropHeld(const std::vector<HeldMarker>& dropped, const char* why) EXCLUDES(mu_);
   // Creates the FIFO, socket or device node of a kMknod entry in directory `dir`, with its
   // mode, owner (when root) and times; it shows there only once complete.
   Status MakeNode(const JournalEntry& e, int dir);
@@ -130,6 +161,8 @@ class Flusher {
   bool stop_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
   Status last_error_ GUARDED_BY(mu_);
+  PostCommitFn post_commit_;  // Set before Start; empty: markers are not held.
+  HeldMarkers held_ GUARDED_BY(mu_);
   uint64_t error_epoch_ GUARDED_BY(mu_) = 0;
   unsigned consecutive_failures_ GUARDED_BY(mu_) = 0;
   Clock::time_point retry_at_ GUARDED_BY(mu_){};

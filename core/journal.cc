@@ -84,7 +84,17 @@ void Journal::CancelLocked(const EntryRef& e) {
 
 bool Journal::Pending(const EntryRef& e) const {
   JournalLock lock(mu_);
-  return !e->state.done;
+  return !e->state.done || e->state.held;
+}
+
+void Journal::Hold(const EntryRef& e) {
+  JournalLock lock(mu_);
+  e->state.held = true;
+}
+
+void Journal::Release(const EntryRef& e) {
+  JournalLock lock(mu_);
+  e->state.held = false;
 }
 
 JournalEntry::State Journal::StateOf(const EntryRef& e) const {

@@ -74,6 +74,10 @@ struct JournalEntry {
     bool applied = false;
     bool cancelled = false;  // Superseded before it was sent.
     bool done = false;       // Durable on the backing store, or cancelled.
+    // Shared mode: a commit marker kept off the backing store until its commit is decided
+    // (core/held_markers.h). Done as far as the journal's order goes (durable_seq passes it),
+    // still Pending for its inode until released.
+    bool held = false;
   };
   State state GUARDED_BY(journal_lock);
 };
@@ -94,8 +98,11 @@ class Journal {
   // Cancels one unsent entry (a version superseded by a newer one at the same names). Returns
   // whether it cancelled it: false when the flusher has taken it, or it is done.
   bool Cancel(const EntryRef& entry) EXCLUDES(journal_lock);
-  // Whether `entry` is neither durable nor cancelled.
+  // Whether `entry` is neither durable nor cancelled, or is held.
   bool Pending(const EntryRef& entry) const EXCLUDES(journal_lock);
+  // Marks an entry of the batch in flight as held, and releases it once its commit is decided.
+  void Hold(const EntryRef& entry) EXCLUDES(journal_lock);
+  void Release(const EntryRef& entry) EXCLUDES(journal_lock);
   JournalEntry::State StateOf(const EntryRef& entry) const EXCLUDES(journal_lock);
 
   // The entries from the head that may be flushed now (see policy), at most `max_entries`

@@ -11,6 +11,8 @@ struct Stats {
   std::atomic<uint64_t> bytes_read{0};        // Served to clients.
   std::atomic<uint64_t> bytes_flushed{0};     // Written to the backing store.
   std::atomic<uint64_t> files_flushed{0};     // Versions published.
+  std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
+  std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.
   std::atomic<uint64_t> flush_batches{0};
   std::atomic<uint64_t> flush_errors{0};

@@ -79,6 +79,28 @@ int Sync(const std::string& mountpoint, bool progress) {
   return 1;
 }
 
+// The members of a shared backing directory and this mount's pending commits.
+void PrintShared(const nlohmann::json& shared) {
+  std::printf("shared as node   %s, %llu markers published, %llu failed%s%s\n",
+              shared.value("node", "").c_str(),
+              static_cast<unsigned long long>(shared.value("commits_published", 0ull)),
+              static_cast<unsigned long long>(shared.value("commits_failed", 0ull)),
+              shared.value("last_commit_error", "").empty() ? "" : ", last: ",
+              shared.value("last_commit_error", "").c_str());
+  for (const nlohmann::json& m : shared.value("members", nlohmann::json::array())) {
+    std::printf("  member %-20s beat %5lld ms ago, %llu entries not durable (%s)%s\n",
+                m.value("node", "").c_str(), static_cast<long long>(m.value("beat_age_ms", 0ll)),
+                static_cast<unsigned long long>(m.value("flush_lag_entries", 0ull)),
+                HumanBytes(m.value("pending_bytes", 0.0)).c_str(),
+                m.value("self", false) ? "  (this mount)" : "");
+  }
+  for (const nlohmann::json& c : shared.value("pending_commits", nlohmann::json::array())) {
+    std::printf("  commit %s for %s: %lld ms, waiting for %s\n", c.value("id", "").c_str(),
+                c.value("marker", "").c_str(), static_cast<long long>(c.value("age_ms", 0ll)),
+                c.value("waiting_for", nlohmann::json::array()).dump().c_str());
+  }
+}
+
 int PrintStatus(const std::string& mountpoint, bool json) {
   std::string text;
   if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
@@ -118,6 +140,7 @@ int PrintStatus(const std::string& mountpoint, bool json) {
                 a.value("virtual_chunks", nlohmann::json::array()).dump().c_str(),
                 static_cast<unsigned long long>(a.value("real_chunks", 0ull)));
   }
+  if (j.contains("shared") && j["shared"].is_object()) PrintShared(j["shared"]);
   return 0;
 }
 

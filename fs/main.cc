@@ -148,9 +148,6 @@ int Mount(int argc, char** argv) {
     if (!st.ok()) return Fail(st.message());
   }
   if (o.debug) o.foreground = true;
-  // The shared-mode protocol (core/membership, core/shared_commit) is not wired into the flusher
-  // yet: a mount that took -o shared would publish markers without waiting for the other nodes.
-  if (o.config.shared) return Fail("-o shared: not available in this build yet");
   o.config.backing_dir = backing;
   if (std::string why = CheckMountpoint(o.mountpoint, backing); !why.empty()) return Fail(why);
   if (access("/dev/fuse", R_OK | W_OK) != 0) {

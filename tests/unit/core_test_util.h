@@ -187,6 +187,10 @@ struct FsOptions {
   std::chrono::milliseconds unmount_retry{10000};
   FsyncMode fsync_mode = FsyncMode::kWait;
   bool fault = false;  // Wrap the Env in a FaultInjectingEnv.
+  // Shared mode (-o shared) as node `node`, when not empty.
+  std::string node{};
+  std::chrono::milliseconds member_timeout{1000};
+  std::chrono::milliseconds poll_interval{10};
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -199,6 +203,10 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.unmount_retry = o.unmount_retry;
   config.fsync_mode = o.fsync_mode;
   config.queue_depth = 16;
+  config.shared = !o.node.empty();
+  config.node = o.node;
+  config.member_timeout = o.member_timeout;
+  config.poll_interval = o.poll_interval;
   Status why;
   std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
   if (!env) {

@@ -54,6 +54,7 @@ class RecordingClient final : public FlushClient {
     return Status::Error(report.error.err(), "client: " + report.failed->name);
   }
   size_t WritersWaiting() override { return writers_waiting_; }
+  std::string PathOf(const EntryRef& entry) override { return entry->name; }
   size_t Spill(Env& env) override {
     MutexLock lock(mu_);
     spill_env_ = &env;

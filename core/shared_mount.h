@@ -1,0 +1,72 @@
+// SharedMount: a mount's part in the group of mounts over one shared backing directory
+// (-o shared): its membership (core/membership.h), the commits of the markers its flusher holds
+// (core/shared_commit.h, core/held_markers.h), and the thread that beats, acknowledges and
+// collects commit outcomes every poll interval.
+//
+// Thread-safe. Lock order: nothing of the mount is locked when it calls the ProgressFn (which
+// reads the journal) or hands outcomes on.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/membership.h"
+#include "core/shared_commit.h"
+#include "core/status.h"
+#include "core/thread_annotations.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+class SharedMount {
+ public:
+  using DecidedFn = std::function<void(const std::vector<CommitOutcome>&)>;
+
+  // Joins the group under `backing_fd` as config.node (else the host name): at once, or, when a
+  // file holds that name, once its beat has stood still for member_timeout (a run that died
+  // elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is not decided
+  // within twice member_timeout of real time. `env`, `clock` and `backing_fd` must outlive it.
+  static Result<std::unique_ptr<SharedMount>> Join(const Config& config, Env& env, int backing_fd,
+                                                   Clock& clock, ProgressFn progress);
+  ~SharedMount();
+  SharedMount(const SharedMount&) = delete;
+  SharedMount& operator=(const SharedMount&) = delete;
+
+  // Asks every other live member to commit `marker` (a path, for messages); Step reports the
+  // outcome by the returned id.
+  Result<std::string> Post(const std::string& marker);
+  // One poll: beats, serves the requests of others, and hands the outcomes decided now to
+  // `decided`.
+  void Step(const DecidedFn& decided);
+  // Steps every poll interval on a thread of its own until Leave.
+  void Start(DecidedFn decided) EXCLUDES(mu_);
+  // At unmount, once the flusher has drained: stops the thread, withdraws this member's pending
+  // commits and leaves the group.
+  void Leave() EXCLUDES(mu_);
+
+  // Members, their heartbeat age and flush lag, pending commits (for stats and `ckptfs status`).
+  nlohmann::json StatusJson() const;
+
+ private:
+  SharedMount(std::unique_ptr<Membership> membership, std::unique_ptr<SharedCommits> commits,
+              std::chrono::milliseconds poll_interval);
+
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<SharedCommits> commits_;
+  const std::chrono::milliseconds poll_interval_;
+  std::thread thread_;
+  Mutex mu_;
+  std::condition_variable_any wake_;  // With mu_: stop.
+  bool stop_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ckptfs
