@@ -57,6 +57,8 @@ def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag=""):
     for node in NODES:
         mnt = os.path.join(tmp, node)
         os.makedirs(mnt, exist_ok=True)
+        if mounted(mnt):  # The daemon would take an earlier mount there for its own.
+            raise RuntimeError(f"{mnt} is still mounted")
         d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
                                         f"member_timeout={member_timeout_ms}"],
                          log_file=os.path.join(tmp, f"{node}{tag}.log"))
@@ -207,12 +209,16 @@ class NodeKills(MultiNodeChecks):
                    f"{killed_save}")
             print(ctx, flush=True)
             with self.subTest(kill_point=k):
-                self.kill_point(w, tmp, f"backing{k}", expected, victim, killed_save, delay, ctx)
+                backing = os.path.join(tmp, f"backing{k}")
+                os.mkdir(backing)
+                daemons = start_nodes(self, tmp, backing, tag=f"-backing{k}")
+                try:
+                    self.kill_point(w, backing, daemons, expected, victim, killed_save, delay, ctx)
+                finally:  # The next kill point mounts on the same mount points.
+                    for d in daemons:
+                        d.cleanup()
 
-    def kill_point(self, w, tmp, name, expected, victim, killed_save, delay, ctx):
-        backing = os.path.join(tmp, name)
-        os.mkdir(backing)
-        daemons = start_nodes(self, tmp, backing, tag=f"-{name}")
+    def kill_point(self, w, backing, daemons, expected, victim, killed_save, delay, ctx):
         roots = [d.mnt for d in daemons]
         ranks = len(NODES)
         loaded = set()
