@@ -87,6 +87,8 @@ void SharedMount::Leave() {
     wake_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  // A last round: the flusher has drained, so every request seen now is acknowledged.
+  (void)commits_->Tick();
   for (const CommitOutcome& o : commits_->Abandon()) {
     spdlog::error("commit of {} withdrawn at unmount: {}", o.marker, o.status.ToString());
   }

@@ -49,8 +49,8 @@ class SharedMount {
   void Step(const DecidedFn& decided);
   // Steps every poll interval on a thread of its own until Leave.
   void Start(DecidedFn decided) EXCLUDES(mu_);
-  // At unmount, once the flusher has drained: stops the thread, withdraws this member's pending
-  // commits and leaves the group.
+  // At unmount, once the flusher has drained: stops the thread, acknowledges the requests it sees
+  // then, withdraws this member's pending commits and leaves the group.
   void Leave() EXCLUDES(mu_);
 
   // Members, their heartbeat age and flush lag, pending commits (for stats and `ckptfs status`).
