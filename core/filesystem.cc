@@ -66,7 +66,8 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     fs->shared_ = std::move(*shared);
     RemoveStagingLeftovers(*fs->env_, fs->staging_fd_);
     SharedMount* mount = fs->shared_.get();
-    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); });
+    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
+                              [mount] { mount->DataDurable(); });
   }
   return fs;
 }
@@ -159,7 +160,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
-  Result<InodeRef> child = ns_.ChildLocked(*dir, name);
+  Result<InodeRef> child = ns_.LookupLocked(*dir, name);
   if (!child.ok()) return child.status();
   (*child)->lookups++;
   return ns_.AttrOf(**child);
@@ -179,6 +180,8 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return Status::Error(ENOENT, "no such inode");
+  // A backing name gone meanwhile leaves the attributes as they were: the next lookup says so.
+  (void)ns_.RefreshFileLocked(inode);
   return ns_.AttrOf(*inode);
 }
 

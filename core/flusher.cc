@@ -66,7 +66,10 @@ Flusher::~Flusher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Flusher::HoldMarkers(PostCommitFn post) { post_commit_ = std::move(post); }
+void Flusher::HoldMarkers(PostCommitFn post, std::function<void()> durable_advanced) {
+  post_commit_ = std::move(post);
+  durable_advanced_ = std::move(durable_advanced);
+}
 
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
@@ -436,6 +439,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
   // The client first, then the journal, then the waiters (see the header).
   Status error = client_.Flushed(report);
   journal_.Complete(batch, result.durable, result.applied);
+  if (durable_advanced_ && result.durable > 0) durable_advanced_();
   MutexLock lock(mu_);
   if (result.failed) {
     if (last_error_.ok() || consecutive_failures_ == 0) {

@@ -78,8 +78,9 @@ class Flusher {
   ~Flusher();
 
   // Before Start, in shared mode: the entries that publish a commit marker (config.commit_markers)
-  // are held (core/held_markers.h); their commits are posted through `post`.
-  void HoldMarkers(PostCommitFn post);
+  // are held (core/held_markers.h); their commits are posted through `post`. `durable_advanced`
+  // is called, with no lock held, after a batch made entries durable.
+  void HoldMarkers(PostCommitFn post, std::function<void()> durable_advanced);
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
@@ -162,6 +163,7 @@ class Flusher {
   bool stopped_ GUARDED_BY(mu_) = false;
   Status last_error_ GUARDED_BY(mu_);
   PostCommitFn post_commit_;  // Set before Start; empty: markers are not held.
+  std::function<void()> durable_advanced_;
   HeldMarkers held_ GUARDED_BY(mu_);
   uint64_t error_epoch_ GUARDED_BY(mu_) = 0;
   unsigned consecutive_failures_ GUARDED_BY(mu_) = 0;

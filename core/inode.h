@@ -82,11 +82,15 @@ struct Inode {
   // When its content was last sealed, and how long that version waits (policy::NextHold).
   std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
   std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
-  // Directory: children by name, names removed here that may still exist on the backing store,
-  // and whether every backing entry has been loaded.
+  // Directory: children by name; names removed here that may still exist on the backing store,
+  // each with the journal seq through which its removals are journaled; and whether every
+  // backing entry has been loaded.
   std::map<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
-  std::set<std::string> whiteouts GUARDED_BY(ns_lock);
+  std::map<std::string, uint64_t> whiteouts GUARDED_BY(ns_lock);
   bool complete GUARDED_BY(ns_lock) = false;
+  // Shared mode: when this inode last took what the backing store holds (a directory its
+  // listing, a regular file its attributes).
+  std::chrono::steady_clock::time_point backing_read_at GUARDED_BY(ns_lock){};
   std::string symlink_target GUARDED_BY(ns_lock);
   // Directory: the zarr array it holds, when served with a fine chunk grid (core/zarr_array.h).
   std::shared_ptr<ZarrArray> zarr GUARDED_BY(ns_lock);
@@ -112,7 +116,8 @@ struct Inode {
   Status flush_error GUARDED_BY(mu);
   bool flush_error_reported GUARDED_BY(mu) = false;
   // Open handles that use the kernel's page cache (Filesystem::OpenHandleLocked), and whether
-  // that cache may miss a change made through a handle that bypasses it.
+  // that cache may miss a change made through a handle that bypasses it, or (shared mode) made
+  // to the backing file by another mount.
   uint32_t cached_handles GUARDED_BY(mu) = 0;
   bool page_cache_stale GUARDED_BY(mu) = false;
   // A read-only open had the backing file read ahead.

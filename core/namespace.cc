@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <vector>
 
 #include "core/backing_store.h"
@@ -25,6 +26,10 @@ void TakeAttributes(Inode& inode, const struct stat& st) REQUIRES(inode.mu) {
   inode.atime = st.st_atim;
   inode.mtime = st.st_mtim;
   inode.ctime = st.st_ctim;
+}
+
+bool SameTime(const timespec& a, const timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
 }  // namespace
@@ -124,8 +129,8 @@ InodeRef Namespace::NewInodeLocked(FileType type, uint32_t mode, const Caller& c
 
 Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& name) {
   if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
-  if (dir->complete || !dir->BackingDir() || dir->whiteouts.count(name) ||
-      (dir->ino == kRootIno && name == kReservedName)) {
+  if ((dir->complete && !FollowsBackingLocked(dir)) || !dir->BackingDir() ||
+      HiddenLocked(dir, name) || (dir->ino == kRootIno && name == kReservedName)) {
     return Status::Error(ENOENT, name);
   }
   Status bad = CheckName(name);
@@ -138,6 +143,43 @@ Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& 
     directory_kind_->FoundLocked(*inode);
   }
   return inode;
+}
+
+Result<InodeRef> Namespace::LookupLocked(const InodeRef& dir, const std::string& name) {
+  Result<InodeRef> child = ChildLocked(dir, name);
+  if (!child.ok() || RefreshFileLocked(*child)) return child;
+  ForgetNameLocked(dir, name, *child);
+  return ChildLocked(dir, name);
+}
+
+bool Namespace::RefreshFileLocked(const InodeRef& inode) {
+  if (!config_.shared || !inode->origin_dir ||
+      clock_.Now() - inode->backing_read_at < kAttrTimeout || PendingLocked(inode)) {
+    return true;
+  }
+  {
+    MutexLock lock(inode->mu);
+    if (!inode->served_text.empty()) return true;  // A fine grid's .zarray: served as found.
+  }
+  struct stat st {};
+  if (Status found = env_.Stat(inode->origin_dir->fd(), inode->origin_name, &st); !found.ok()) {
+    return found.err() != ENOENT;
+  }
+  if (!S_ISREG(st.st_mode)) return false;
+  FollowBackingFileLocked(inode, st);
+  MutexLock lock(inode->mu);
+  inode->content = FileContent(nullptr, static_cast<uint64_t>(st.st_size));
+  return true;
+}
+
+void Namespace::FollowBackingFileLocked(const InodeRef& inode, const struct stat& st) {
+  inode->backing_read_at = clock_.Now();
+  MutexLock lock(inode->mu);
+  if (inode->content.size() != static_cast<uint64_t>(st.st_size) ||
+      !SameTime(inode->mtime, st.st_mtim) || !SameTime(inode->ctime, st.st_ctim)) {
+    inode->page_cache_stale = true;
+  }
+  TakeAttributes(*inode, st);
 }
 
 Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
@@ -176,6 +218,7 @@ Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::s
   }
   inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
+  inode->backing_read_at = clock_.Now();
   if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
   if (type == FileType::kDirectory) {
     Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
@@ -201,7 +244,10 @@ Status Namespace::CheckAbsentLocked(const InodeRef& dir, const std::string& name
 }
 
 void Namespace::LoadDirLocked(const InodeRef& dir) {
-  if (dir->complete) return;
+  if (dir->complete &&
+      (!FollowsBackingLocked(dir) || clock_.Now() - dir->backing_read_at < kAttrTimeout)) {
+    return;
+  }
   std::shared_ptr<BackingFile> backing = dir->BackingDir();
   if (!backing) {
     dir->complete = true;
@@ -209,10 +255,11 @@ void Namespace::LoadDirLocked(const InodeRef& dir) {
   }
   Result<std::vector<std::string>> listed = env_.ListDir(backing->fd());
   if (!listed.ok()) return;
+  if (FollowsBackingLocked(dir)) ForgetVanishedLocked(dir, *listed);
   // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
   std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
     return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
-           dir->whiteouts.count(name);
+           HiddenLocked(dir, name);
   });
   for (const std::string& name : *listed) {
     if (directory_kind_ && directory_kind_->TakeBackingEntryLocked(dir, name)) continue;
@@ -220,7 +267,48 @@ void Namespace::LoadDirLocked(const InodeRef& dir) {
     (void)child;  // Entries that vanished or are special files are simply not listed.
   }
   dir->complete = true;
-  dir->whiteouts.clear();
+  dir->backing_read_at = clock_.Now();
+  if (config_.shared) {
+    const uint64_t durable = journal_.durable_seq();
+    std::erase_if(dir->whiteouts, [&](const auto& whiteout) { return whiteout.second <= durable; });
+  } else {
+    dir->whiteouts.clear();
+  }
+}
+
+bool Namespace::FollowsBackingLocked(const InodeRef& dir) const {
+  return config_.shared && !dir->zarr;
+}
+
+bool Namespace::HiddenLocked(const InodeRef& dir, const std::string& name) {
+  auto it = dir->whiteouts.find(name);
+  if (it == dir->whiteouts.end()) return false;
+  if (!config_.shared || it->second > journal_.durable_seq()) return true;
+  dir->whiteouts.erase(it);
+  return false;
+}
+
+void Namespace::ForgetVanishedLocked(const InodeRef& dir, const std::vector<std::string>& listed) {
+  const std::set<std::string> present(listed.begin(), listed.end());
+  std::vector<std::pair<std::string, InodeRef>> vanished;
+  for (const auto& [name, child] : dir->children) {
+    if (!present.count(name) && BackingOnlyLocked(child)) vanished.emplace_back(name, child);
+  }
+  for (const auto& [name, child] : vanished) ForgetNameLocked(dir, name, child);
+}
+
+void Namespace::ForgetNameLocked(const InodeRef& dir, const std::string& name,
+                                 const InodeRef& inode) {
+  dir->children.erase(name);
+  inode->names.erase({dir, name});
+  if (inode->type == FileType::kDirectory) {
+    const auto children = inode->children;
+    for (const auto& [child_name, child] : children) ForgetNameLocked(inode, child_name, child);
+    inode->nlink = 0;
+  } else {
+    inode->nlink = inode->names.empty() ? 0 : inode->nlink - 1;
+  }
+  MaybeDropLocked(inode);
 }
 
 Status Namespace::LoadOriginLocked(const InodeRef& inode) {
@@ -231,7 +319,8 @@ Status Namespace::LoadOriginLocked(const InodeRef& inode) {
   }
   auto file = std::make_shared<BackingFile>(env_, *fd);
   struct stat st {};
-  (void)env_.Stat(*fd, "", &st);
+  Status stated = env_.Stat(*fd, "", &st);
+  if (stated.ok() && config_.shared && !PendingLocked(inode)) FollowBackingFileLocked(inode, st);
   {
     MutexLock lock(inode->mu);
     inode->content = FileContent(std::move(file), static_cast<uint64_t>(st.st_size));
@@ -250,7 +339,17 @@ Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& nam
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();
   if (Status absent = CheckAbsentLocked(*dir, name); !absent.ok()) return absent;
+  std::shared_ptr<BackingFile> made;
+  if (config_.shared && type == FileType::kDirectory) {
+    Result<std::shared_ptr<BackingFile>> backing = MakeBackingDirLocked(*dir, name, mode, c);
+    if (!backing.ok()) return backing.status();
+    made = std::move(*backing);
+  }
   InodeRef inode = NewInodeLocked(type, mode, c);
+  if (made) {
+    inode->SetBackingDir(std::move(made));
+    inode->on_backing = true;
+  }
   AddNameLocked(*dir, name, inode);
   inode->lookups++;
   auto e = std::make_shared<JournalEntry>();
@@ -263,10 +362,33 @@ Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& nam
   return e;
 }
 
+Result<std::shared_ptr<BackingFile>> Namespace::MakeBackingDirLocked(const InodeRef& dir,
+                                                                     const std::string& name,
+                                                                     uint32_t mode,
+                                                                     const Caller& c) {
+  std::shared_ptr<BackingFile> parent = dir->BackingDir();
+  if (!parent || HiddenLocked(dir, name)) return std::shared_ptr<BackingFile>();
+  const int dfd = parent->fd();
+  if (Status made = env_.Mkdir(dfd, name, mode & 07777); !made.ok()) {
+    return Status::Error(made.err(), "mkdir " + name + " on the backing store");
+  }
+  Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  Status st = fd.ok() ? env_.Chmod(*fd, "", mode & 07777) : fd.status();
+  if (st.ok() && geteuid() == 0) st = env_.Chown(*fd, "", c.uid, c.gid);
+  if (!st.ok()) {
+    if (fd.ok()) env_.Close(*fd);
+    (void)env_.Unlink(dfd, name, /*directory=*/true);
+    return Status::Error(st.err(), "set up directory " + name + " on the backing store");
+  }
+  return std::make_shared<BackingFile>(env_, *fd);
+}
+
 void Namespace::AddNameLocked(const InodeRef& dir, const std::string& name,
                                const InodeRef& inode) {
   dir->children[name] = inode;
-  dir->whiteouts.erase(name);
+  // In shared mode a whiteout outlives a new child of its name (which hides it meanwhile): the
+  // backing store may hold the old entry until the removal is durable.
+  if (!config_.shared) dir->whiteouts.erase(name);
   inode->names.insert({dir, name});
   MutexLock lock(dir->mu);
   dir->mtime = dir->ctime = WallTime();
@@ -276,8 +398,14 @@ void Namespace::RemoveNameLocked(const InodeRef& dir, const std::string& name,
                                   const InodeRef& inode, bool journal) {
   if (journal) JournalRemovalLocked(dir, name, inode);
   dir->children.erase(name);
-  // The backing store may still hold this name until the journal says otherwise.
-  if (!dir->complete) dir->whiteouts.insert(name);
+  // The backing store may still hold this name until the journal says otherwise: in shared mode
+  // until the journal is durable through the removal of an inode that may be there (journaled
+  // above, or by the caller's rename), else until the directory is listed.
+  if (config_.shared) {
+    if (JournaledLocked(inode)) dir->whiteouts[name] = journal_.last_seq();
+  } else if (!dir->complete) {
+    dir->whiteouts[name] = 0;
+  }
   inode->names.erase({dir, name});
   MutexLock lock(dir->mu);
   dir->mtime = dir->ctime = WallTime();
@@ -343,6 +471,25 @@ bool Namespace::JournaledLocked(const InodeRef& inode) const {
     if (inode->view) return false;  // Virtual chunks never reach the backing store.
   }
   return inode->on_backing || PendingLocked(inode);
+}
+
+bool Namespace::BackingOnlyLocked(const InodeRef& inode) const {
+  if (!inode->on_backing || inode->open_handles > 0 || PendingLocked(inode)) return false;
+  if (inode->type == FileType::kRegular) {
+    MutexLock lock(inode->mu);
+    return !inode->view && inode->served_text.empty() &&
+           inode->durable_version == inode->version;
+  }
+  if (inode->type != FileType::kDirectory) return true;
+  if (inode->zarr) return false;
+  const uint64_t durable = journal_.durable_seq();
+  for (const auto& [name, seq] : inode->whiteouts) {
+    if (seq > durable) return false;
+  }
+  for (const auto& [name, child] : inode->children) {
+    if (!BackingOnlyLocked(child)) return false;
+  }
+  return true;
 }
 
 bool Namespace::PendingLocked(const InodeRef& inode) const {

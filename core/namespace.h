@@ -8,12 +8,14 @@
 // Inode numbers are never reused.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/config.h"
@@ -24,6 +26,11 @@
 #include "iouring/env.h"
 
 namespace ckptfs {
+
+// How long the kernel may keep attributes and directory entries (the timeouts of the FUSE
+// replies). With Config::shared, also the longest this mount serves what it last read of the
+// backing store, which other mounts change.
+inline constexpr std::chrono::seconds kAttrTimeout{1};
 
 inline constexpr uint64_t kRootIno = 1;
 inline constexpr uint64_t kFirstIno = 16;  // Below: the root and the control files.
@@ -95,21 +102,44 @@ class Namespace {
   }
 
   // --- The tree ---
+  //
+  // Shared mode (Config::shared): other mounts change the backing store, and this mount follows
+  // within kAttrTimeout. A lookup that finds no child still asks the backing store; a listing
+  // older than kAttrTimeout is read again: new names are added, and children held only as what
+  // the backing store showed (BackingOnlyLocked) whose names are gone are forgotten. A name
+  // removed here stays hidden until the journal is durable through the removal (its whiteout's
+  // seq): only then does the backing store no longer hold it because of this mount. Directories
+  // of fine-grid zarr arrays are listed once, as without shared mode.
+
   // The child named `name` of `dir`, looking it up on the backing store if needed.
   Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // ChildLocked for a lookup: in shared mode, a regular file found is first refreshed
+  // (RefreshFileLocked), and forgotten (then looked up afresh) when its backing name is gone.
+  Result<InodeRef> LookupLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // Shared mode: a regular file held only as a reference to its backing file (origin_dir) and
+  // with no pending entry takes the size, mode, owner and times of that backing file again once
+  // what it took is older than kAttrTimeout; when they changed, its next open drops the kernel's
+  // cached pages. False when its backing name is gone or no longer a regular file (the inode is
+  // left as it was); true otherwise, and always without shared mode.
+  bool RefreshFileLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // A new inode for the backing entry `name` of `dir` (or the inode of another name of the same
   // hard-linked file), with no name yet.
   Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name)
       REQUIRES(ns_lock);
   // Ok when `dir` has no entry `name` and one may be made; EEXIST when it has, or why not.
   Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
-  // Loads every backing entry of `dir` not loaded yet.
+  // Loads every backing entry of `dir` not loaded yet; in shared mode, also reads a listing
+  // older than kAttrTimeout again.
   void LoadDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
   // Opens the backing content of a file found on the backing store, before its name changes.
+  // In shared mode the file also takes the attributes of what it opened, as RefreshFileLocked.
   Status LoadOriginLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Adds the new entry `name` (a valid name not there yet) of directory `parent`: its inode, and
   // the journal entry of `kind` that creates it on the backing store (its directory, name, mode,
-  // owner and times set), for the caller to complete and append.
+  // owner and times set), for the caller to complete and append. In shared mode a directory is
+  // made on the backing store at once, where `parent` is there and no removal of `name` is
+  // pending, so other mounts find it right away (the journaled mkdir then finds it made); when
+  // that fails, nothing is added and the error is returned.
   Result<EntryRef> AddNewLocked(uint64_t parent, const std::string& name, FileType type,
                                 uint32_t mode, const Caller& c, JournalEntry::Kind kind)
       REQUIRES(ns_lock);
@@ -129,6 +159,10 @@ class Namespace {
   bool JournaledLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   // Whether the newest journal entry about `inode` is not durable yet.
   bool PendingLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  // Whether `inode` is held only as what the backing store showed: on the backing store, with no
+  // pending entry, open handle or unflushed version, and for a directory none of its own
+  // whiteouts and only such children. Forgetting it loses nothing of this mount's.
+  bool BackingOnlyLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   uint64_t AppendLocked(EntryRef entry) REQUIRES(ns_lock);
   // Journals the removal of `name` from the backing store, when `inode` may be there under it.
   void JournalRemovalLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
@@ -143,6 +177,29 @@ class Namespace {
   void CancelUnsentLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
  private:
+  // Whether `dir`, listed once, is still read from the backing store again (shared mode).
+  bool FollowsBackingLocked(const InodeRef& dir) const REQUIRES(ns_lock);
+  // Whether `name` of `dir` is hidden by a removal through this mount; drops a whiteout whose
+  // removals are durable in shared mode.
+  bool HiddenLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // Forgets the children of `dir` not among `listed` (its backing entries) that BackingOnlyLocked
+  // allows to forget.
+  void ForgetVanishedLocked(const InodeRef& dir, const std::vector<std::string>& listed)
+      REQUIRES(ns_lock);
+  // Removes the name `name` of `inode` in `dir`, and with a directory's last name its subtree,
+  // as if removed elsewhere: nothing is journaled.
+  void ForgetNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
+  // Shared mode: `inode` takes the mode, owner and times of its backing file `st` (the caller sets
+  // its content); a change of size or times marks the kernel's cached pages stale.
+  void FollowBackingFileLocked(const InodeRef& inode, const struct stat& st) REQUIRES(ns_lock);
+  // Shared mode: makes the new directory `name` of `dir` on the backing store with `mode` and
+  // owner `c`, and opens it; null when it is made only by the journaled mkdir.
+  Result<std::shared_ptr<BackingFile>> MakeBackingDirLocked(const InodeRef& dir,
+                                                            const std::string& name,
+                                                            uint32_t mode, const Caller& c)
+      REQUIRES(ns_lock);
+
   const Config& config_;
   Env& env_;
   Clock& clock_;

@@ -74,9 +74,17 @@ void SharedMount::Start(DecidedFn decided) {
       lock.Unlock();
       Step(decided);
       lock.Lock();
-      if (!stop_) wake_.wait_for(lock, poll_interval_);
+      if (!stop_ && !step_now_) wake_.wait_for(lock, poll_interval_);
+      step_now_ = false;
     }
   });
+}
+
+void SharedMount::DataDurable() {
+  if (commits_->acks_owed() == 0) return;
+  MutexLock lock(mu_);
+  step_now_ = true;
+  wake_.notify_all();
 }
 
 void SharedMount::Leave() {

@@ -49,6 +49,9 @@ class SharedMount {
   void Step(const DecidedFn& decided);
   // Steps every poll interval on a thread of its own until Leave.
   void Start(DecidedFn decided) EXCLUDES(mu_);
+  // After this member's durable point advanced: steps at once when requests of others wait for
+  // it, so that it acknowledges as soon as its data is durable rather than at the next poll.
+  void DataDurable() EXCLUDES(mu_);
   // At unmount, once the flusher has drained: stops the thread, acknowledges the requests it sees
   // then, withdraws this member's pending commits and leaves the group.
   void Leave() EXCLUDES(mu_);
@@ -65,8 +68,9 @@ class SharedMount {
   const std::chrono::milliseconds poll_interval_;
   std::thread thread_;
   Mutex mu_;
-  std::condition_variable_any wake_;  // With mu_: stop.
+  std::condition_variable_any wake_;  // With mu_: stop, or step now.
   bool stop_ GUARDED_BY(mu_) = false;
+  bool step_now_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckptfs

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -16,8 +17,8 @@
 namespace ckptfs {
 namespace {
 
-constexpr double kAttrTimeout = 1.0;
-constexpr double kEntryTimeout = 1.0;
+// How long the kernel keeps attributes and entries (kAttrTimeout, core/namespace.h).
+constexpr double kAttrSeconds = std::chrono::duration<double>(kAttrTimeout).count();
 constexpr unsigned kMaxWrite = 1u << 20;
 // st_blksize. Python sizes each open file's buffer by it: at 1 MiB, glibc maps that buffer
 // afresh per open, and a reader of 1 MiB zarr chunks faulted 256 pages per chunk (25x slower
@@ -51,8 +52,8 @@ fuse_entry_param ToEntry(const Attr& a) {
   e.ino = a.ino;
   e.generation = 0;
   e.attr = ToStat(a);
-  e.attr_timeout = kAttrTimeout;
-  e.entry_timeout = kEntryTimeout;
+  e.attr_timeout = kAttrSeconds;
+  e.entry_timeout = kAttrSeconds;
   return e;
 }
 
@@ -63,6 +64,8 @@ Caller CallerOf(fuse_req_t req) {
 
 void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.ok() ? 0 : st.err()); }
 
+// A failed lookup (ENOENT too) is an error reply, never a negative entry the kernel would keep:
+// a name another mount makes is found at the next lookup.
 void ReplyEntry(fuse_req_t req, const Result<Attr>& r) {
   if (!r.ok()) {
     fuse_reply_err(req, r.status().err());
@@ -78,7 +81,7 @@ void ReplyAttr(fuse_req_t req, const Result<Attr>& r) {
     return;
   }
   struct stat st = ToStat(*r);
-  fuse_reply_attr(req, &st, kAttrTimeout);
+  fuse_reply_attr(req, &st, kAttrSeconds);
 }
 
 // Runs a handler body; an escaping exception is logged and answered with EIO.

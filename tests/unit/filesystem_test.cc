@@ -1264,5 +1264,150 @@ TEST_F(FilesystemTest, DeviceNodesFailWithEpermWhereTheBackingStoreTakesNone) {
   EXPECT_EQ(err, "");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Shared mode: two mounts over one backing directory, as on two nodes.
+
+class SharedFilesystemTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = StartShared("a");
+    b_ = StartShared("b");
+    ASSERT_TRUE(a_ && b_);
+  }
+  void TearDown() override {
+    for (std::unique_ptr<Filesystem>* fs : {&a_, &b_}) {
+      if (*fs) {
+        EXPECT_TRUE((*fs)->Shutdown().ok());
+      }
+      fs->reset();
+    }
+  }
+  // A started mount `node` whose flushes wait for a sync (the clock moves only by the
+  // attribute timeout).
+  std::unique_ptr<Filesystem> StartShared(const std::string& node) {
+    Config config;
+    config.backing_dir = backing_.path();
+    config.cache_size = 64ull << 20;
+    config.flush_delay = 1h;
+    config.queue_depth = 16;
+    config.shared = true;
+    config.node = node;
+    Status why;
+    std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
+    if (!env) return nullptr;
+    Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(config, std::move(env), clock_);
+    if (!fs.ok()) {
+      ADD_FAILURE() << "Filesystem::Make: " << fs.status().ToString();
+      return nullptr;
+    }
+    (*fs)->Start();
+    return std::move(*fs);
+  }
+  void PassAttrTimeout() { clock_.Advance(kAttrTimeout + 1ms); }
+  static std::set<std::string> Names(Filesystem& fs, const std::string& dir) {
+    std::set<std::string> names;
+    Result<Attr> a = dir.empty() ? fs.GetAttr(kRootIno) : Resolve(fs, dir);
+    if (!a.ok()) return names;
+    Result<std::vector<DirEntry>> entries = ListDir(fs, a->ino);
+    for (const DirEntry& e : entries.ok() ? *entries : std::vector<DirEntry>{}) {
+      names.insert(e.name);
+    }
+    return names;
+  }
+
+  ManualClock clock_;
+  TempDir backing_;
+  std::unique_ptr<Filesystem> a_, b_;
+};
+
+TEST_F(SharedFilesystemTest, AFileSyncedThroughOneMountIsReadThroughTheOtherWithEachNewVersion) {
+  ASSERT_TRUE(WriteFile(*a_, "f", "first").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  EXPECT_EQ(ReadFile(*b_, "f").value(), "first");
+
+  ASSERT_TRUE(WriteFile(*a_, "f", "second, longer").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  EXPECT_EQ(Resolve(*b_, "f")->size, 5u) << "attributes younger than the timeout are kept";
+  PassAttrTimeout();
+  Result<Attr> attr = Resolve(*b_, "f");
+  ASSERT_TRUE(attr.ok());
+  EXPECT_EQ(attr->size, 14u);
+  Result<OpenFile> opened = b_->Open(attr->ino, O_RDONLY);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_FALSE(opened->keep_cache) << "the kernel's pages hold the old version";
+  EXPECT_EQ(ReadHandle(*b_, opened->handle, 100).value(), "second, longer");
+  ASSERT_TRUE(b_->Release(opened->handle).ok());
+
+  ASSERT_TRUE(WriteFile(*a_, "f", "third").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  EXPECT_EQ(ReadFile(*b_, "f").value(), "third") << "an open reads the backing file anew";
+}
+
+TEST_F(SharedFilesystemTest, AFileChangedThroughAMountKeepsItsVersionThereUntilFlushed) {
+  ASSERT_TRUE(WriteFile(*a_, "f", "from a").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  ASSERT_TRUE(WriteFile(*b_, "f", "from b, unflushed").ok());
+  ASSERT_TRUE(WriteFile(*a_, "f", "from a again").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  PassAttrTimeout();
+  EXPECT_EQ(ReadFile(*b_, "f").value(), "from b, unflushed");
+  ASSERT_TRUE(b_->Sync().ok());
+  EXPECT_EQ(ReadHostFile(backing_ / "f").value(), "from b, unflushed") << "the last flush wins";
+}
+
+TEST_F(SharedFilesystemTest, ADirectoryListedBeforeAnotherMountAddedFilesShowsThemAfterTheTimeout) {
+  ASSERT_TRUE(a_->Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
+  EXPECT_TRUE(Names(*b_, "ckpt").empty());
+  ASSERT_TRUE(WriteFile(*a_, "ckpt/rank0", "0").ok());
+  ASSERT_TRUE(WriteFile(*a_, "ckpt/rank1", "1").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  PassAttrTimeout();
+  EXPECT_EQ(Names(*b_, "ckpt"), (std::set<std::string>{"rank0", "rank1"}));
+  EXPECT_EQ(ReadFile(*b_, "ckpt/rank1").value(), "1");
+}
+
+TEST_F(SharedFilesystemTest, ANameRemovedFromTheBackingStoreDisappearsFromTheOtherMount) {
+  ASSERT_TRUE(WriteFile(*a_, "old", "x").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  ASSERT_EQ(Names(*b_, ""), (std::set<std::string>{"old"}));
+  ASSERT_TRUE(a_->Unlink(kRootIno, "old").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  PassAttrTimeout();
+  EXPECT_TRUE(Names(*b_, "").empty());
+  EXPECT_EQ(b_->Lookup(kRootIno, "old").status().err(), ENOENT);
+}
+
+TEST_F(SharedFilesystemTest, ANameUnlinkedThroughAMountStaysHiddenThereUntilTheUnlinkIsFlushed) {
+  ASSERT_TRUE(WriteFile(*a_, "f", "x").ok());
+  ASSERT_TRUE(a_->Sync().ok());
+  ASSERT_TRUE(b_->Lookup(kRootIno, "f").ok());
+  ASSERT_TRUE(b_->Unlink(kRootIno, "f").ok());
+  PassAttrTimeout();
+  EXPECT_TRUE(HostExists(backing_ / "f"));
+  EXPECT_TRUE(Names(*b_, "").empty());
+  EXPECT_EQ(b_->Lookup(kRootIno, "f").status().err(), ENOENT);
+  ASSERT_TRUE(b_->Sync().ok());
+  EXPECT_FALSE(HostExists(backing_ / "f"));
+}
+
+TEST_F(SharedFilesystemTest, ADirectoryMadeThroughOneMountIsOnTheBackingStoreAtOnce) {
+  ASSERT_TRUE(Names(*b_, "").empty());  // b has listed the root: it is complete there.
+  ASSERT_TRUE(a_->Mkdir(kRootIno, "iter_0000100", 0755, Me()).ok());
+  EXPECT_TRUE(HostExists(backing_ / "iter_0000100")) << "made before the mkdir returned";
+  ASSERT_TRUE(WriteFile(*b_, "iter_0000100/rank1.distcp", "shard").ok());
+  ASSERT_TRUE(b_->Sync().ok());
+  ASSERT_TRUE(a_->Sync().ok()) << "the journaled mkdir finds the directory made";
+  EXPECT_EQ(ReadHostFile(backing_ / "iter_0000100/rank1.distcp").value(), "shard");
+}
+
+TEST_F(FilesystemTest, WithoutSharedModeAListedDirectoryIsNotReadAgain) {
+  Mount({.flush_delay = 1s, .clock = &clock_});
+  ASSERT_TRUE(Listed(kRootIno).count("late") == 0);
+  WriteHostFile(B("late"), "x");
+  clock_.Advance(1h);
+  EXPECT_EQ(Listed(kRootIno).count("late"), 0u);
+  EXPECT_EQ(fs_->Lookup(kRootIno, "late").status().err(), ENOENT);
+}
+
 }  // namespace
 }  // namespace ckptfs

@@ -6,6 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
 #include "namespace_fixture.h"
 
 namespace ckptfs {
@@ -118,6 +124,190 @@ TEST_F(NamespaceTest, ADeletedClosedFileIsForgottenOnceTheKernelForgetsIt) {
   file->lookups = 0;
   ns_->MaybeDropLocked(file);
   EXPECT_EQ(ns_->FindLocked(file->ino), nullptr);
+}
+
+// Shared mode: other mounts change the backing directory; here the test does, on the host.
+class SharedNamespaceTest : public NamespaceTest {
+ protected:
+  void SetUp() override {
+    config_.shared = true;
+    NamespaceTest::SetUp();
+  }
+  // Marks everything journaled so far durable, as the flusher would.
+  void MakeJournalDurable() {
+    std::vector<EntryRef> batch = journal_.TakeBatch(clock_.Now(), Clock::duration::zero(),
+                                                     journal_.last_seq(), 1000, 1ull << 30);
+    journal_.Complete(batch, batch.size(), batch.size());
+  }
+  // Names of the children of `dir` after a listing.
+  std::set<std::string> ListedLocked(const InodeRef& dir) REQUIRES(ns_lock) {
+    ns_->LoadDirLocked(dir);
+    std::set<std::string> names;
+    for (const auto& [name, child] : dir->children) names.insert(name);
+    return names;
+  }
+  static constexpr Clock::duration kPastTimeout = kAttrTimeout + std::chrono::milliseconds(1);
+};
+
+TEST_F(SharedNamespaceTest, ALookupInAListedDirectoryStillFindsANameAddedOnTheBackingStore) {
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  ns_->LoadDirLocked(root);
+  ASSERT_TRUE(root->complete);
+  WriteHostFile(backing_ / "new", "abc");
+  Result<InodeRef> found = ns_->ChildLocked(root, "new");
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(ns_->AttrOf(**found).size, 3u);
+}
+
+TEST_F(SharedNamespaceTest, AListingOlderThanTheAttributeTimeoutAddsNewNamesAndForgetsVanishedOnes) {
+  WriteHostFile(backing_ / "stays", "1");
+  WriteHostFile(backing_ / "goes", "2");
+  ASSERT_EQ(mkdir((backing_ / "gone_dir").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "gone_dir/inner", "3");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  ASSERT_EQ(ListedLocked(root), (std::set<std::string>{"stays", "goes", "gone_dir"}));
+  Result<InodeRef> gone_dir = ns_->ChildLocked(root, "gone_dir");
+  ASSERT_TRUE(gone_dir.ok());
+  ASSERT_EQ(ListedLocked(*gone_dir), (std::set<std::string>{"inner"}));
+
+  WriteHostFile(backing_ / "added", "4");
+  ASSERT_EQ(unlink((backing_ / "goes").c_str()), 0);
+  std::filesystem::remove_all(backing_ / "gone_dir");
+  EXPECT_EQ(ListedLocked(root), (std::set<std::string>{"stays", "goes", "gone_dir"}))
+      << "a listing younger than the attribute timeout is served as it was";
+  clock_.Advance(kPastTimeout);
+  EXPECT_EQ(ListedLocked(root), (std::set<std::string>{"stays", "added"}));
+  EXPECT_EQ(ns_->FindLocked((*gone_dir)->ino), nullptr) << "a vanished subtree is forgotten";
+}
+
+TEST_F(SharedNamespaceTest, ANameOfThisMountIsKeptWhenTheBackingStoreHasItNot) {
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<EntryRef> made = ns_->AddNewLocked(kRootIno, "mine", FileType::kSymlink, 0777,
+                                            testing_util::Me(), JournalEntry::Kind::kSymlink);
+  ASSERT_TRUE(made.ok());
+  ns_->AppendLocked(*made);
+  clock_.Advance(kPastTimeout);
+  EXPECT_EQ(ListedLocked(root), (std::set<std::string>{"mine"}))
+      << "its symlink entry is still pending";
+}
+
+TEST_F(SharedNamespaceTest, ANameRemovedThroughTheMountStaysHiddenUntilItsRemovalIsDurable) {
+  WriteHostFile(backing_ / "f", "x");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  ASSERT_EQ(ListedLocked(root), (std::set<std::string>{"f"}));
+  Result<InodeRef> f = ns_->ChildLocked(root, "f");
+  ASSERT_TRUE(f.ok());
+  ns_->RemoveNameLocked(root, "f", *f);
+  clock_.Advance(kPastTimeout);
+  EXPECT_TRUE(ListedLocked(root).empty()) << "the backing store still has it: the unlink is pending";
+  EXPECT_EQ(ns_->ChildLocked(root, "f").status().err(), ENOENT);
+
+  // The removal reaches the backing store; another mount then makes the name again.
+  MakeJournalDurable();
+  WriteHostFile(backing_ / "f", "again");
+  clock_.Advance(kPastTimeout);
+  EXPECT_EQ(ListedLocked(root), (std::set<std::string>{"f"}));
+}
+
+TEST_F(SharedNamespaceTest, ANameRemovedTwiceStaysHiddenWhileTheFirstRemovalIsPending) {
+  WriteHostFile(backing_ / "f", "backing");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<InodeRef> found = ns_->ChildLocked(root, "f");
+  ASSERT_TRUE(found.ok());
+  ns_->RemoveNameLocked(root, "f", *found);
+  // A new file of that name, never journaled, removed again.
+  InodeRef fresh = ns_->NewInodeLocked(FileType::kRegular, 0644, testing_util::Me());
+  ns_->AddNameLocked(root, "f", fresh);
+  ns_->RemoveNameLocked(root, "f", fresh);
+  EXPECT_EQ(ns_->ChildLocked(root, "f").status().err(), ENOENT);
+}
+
+TEST_F(SharedNamespaceTest, AFileHeldOnlyByReferenceFollowsItsBackingFileAfterTheAttributeTimeout) {
+  WriteHostFile(backing_ / "f", "old");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<InodeRef> f = ns_->LookupLocked(root, "f");
+  ASSERT_TRUE(f.ok());
+  WriteHostFile(backing_ / "f", "rewritten");
+  EXPECT_EQ(ns_->AttrOf(**f).size, 3u) << "younger than the attribute timeout";
+  clock_.Advance(kPastTimeout);
+  Result<InodeRef> again = ns_->LookupLocked(root, "f");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *f) << "the same inode, with the backing file's new attributes";
+  EXPECT_EQ(ns_->AttrOf(**f).size, 9u);
+  {
+    MutexLock ilock((*f)->mu);
+    EXPECT_TRUE((*f)->page_cache_stale) << "the next open drops the kernel's old pages";
+  }
+  ASSERT_EQ(unlink((backing_ / "f").c_str()), 0);
+  clock_.Advance(kPastTimeout);
+  EXPECT_EQ(ns_->LookupLocked(root, "f").status().err(), ENOENT);
+  EXPECT_EQ(root->children.count("f"), 0u);
+}
+
+TEST_F(SharedNamespaceTest, AFileWithAPendingChangeKeepsThisMountsVersion) {
+  WriteHostFile(backing_ / "f", "old");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<InodeRef> f = ns_->LookupLocked(root, "f");
+  ASSERT_TRUE(f.ok());
+  {
+    MutexLock ilock((*f)->mu);
+    (*f)->mode = 0600;
+  }
+  ns_->JournalAttrsLocked(*f, /*set_mode=*/true, false, false);
+  WriteHostFile(backing_ / "f", "rewritten");
+  clock_.Advance(kPastTimeout);
+  ASSERT_TRUE(ns_->LookupLocked(root, "f").ok());
+  Attr attr = ns_->AttrOf(**f);
+  EXPECT_EQ(attr.mode & 07777, 0600u);
+  EXPECT_EQ(attr.size, 3u);
+}
+
+TEST_F(SharedNamespaceTest, ANewDirectoryIsMadeOnTheBackingStoreAtOnce) {
+  NamespaceLock lock(ns_->mutex());
+  Result<EntryRef> made = ns_->AddNewLocked(kRootIno, "d", FileType::kDirectory, 0750,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(stat((backing_ / "d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_NE((*made)->inode->BackingDir(), nullptr);
+  EXPECT_TRUE((*made)->inode->on_backing) << "its removal must reach the backing store too";
+}
+
+TEST_F(SharedNamespaceTest, ANewDirectoryWhoseNameIsStillBeingRemovedWaitsForTheJournal) {
+  ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "d/old", "x");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  Result<InodeRef> old = ns_->ChildLocked(root, "d");
+  ASSERT_TRUE(old.ok());
+  ns_->RemoveNameLocked(root, "d", *old);
+  Result<EntryRef> made = ns_->AddNewLocked(kRootIno, "d", FileType::kDirectory, 0755,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ((*made)->inode->BackingDir(), nullptr);
+  EXPECT_TRUE(testing_util::HostExists(backing_ / "d/old")) << "the old directory is untouched";
+}
+
+TEST_F(SharedNamespaceTest, ANewDirectoryTheBackingStoreRefusesIsNotAdded) {
+  ASSERT_EQ(mkdir((backing_ / "p").c_str(), 0755), 0);
+  NamespaceLock lock(ns_->mutex());
+  Result<InodeRef> p = ns_->ChildLocked(RootLocked(), "p");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(rmdir((backing_ / "p").c_str()), 0);
+  Result<EntryRef> made = ns_->AddNewLocked((*p)->ino, "d", FileType::kDirectory, 0755,
+                                            testing_util::Me(), JournalEntry::Kind::kMkdir);
+  EXPECT_EQ(made.status().err(), ENOENT);
+  EXPECT_TRUE((*p)->children.empty());
+  EXPECT_EQ(journal_.pending_entries(), 0u);
 }
 
 }  // namespace
