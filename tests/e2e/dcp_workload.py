@@ -9,6 +9,10 @@ __R_0.distcp and __R_1.distcp, each fsynced, then .metadata (written as .metadat
 renamed) by rank 0. Loads read it back into a model sharded over any number of ranks
 (resharding) and push it through set_state_dict.
 
+save(roots, ranks=3) spreads 3 ranks over several roots (rank r under roots[r % len(roots)]);
+with iteration=N each saves into <root>/iter_000000N and rank 0 writes Megatron's tracker after
+the save (workloads.tracker_after_save).
+
 Data is deterministic (workloads.tensor), so the digest of the full (unsharded) state is the
 same for every rank count. .metadata is not byte-deterministic: it records a random save id
 and the checkpoint's path (see e2e_check's `varying`).
@@ -107,8 +111,11 @@ class DCP(wl.Workload):
         model = TinyGPT(*self.dims)
         return 12 * sum(p.numel() for p in model.parameters())
 
-    def save(self, root):
-        elapsed, _ = wl.run_distributed(_save_rank, self.ranks, (root, self))
+    def save(self, root, ranks=None, iteration=None, node_loss=None):
+        """root: a directory, or a list of them (rank r saves under root[r % len(root)]);
+        ranks: default self.ranks; iteration and node_loss: see workloads' docstring."""
+        elapsed, _ = wl.run_distributed(_save_rank, ranks or self.ranks,
+                                        (root, self, iteration), node_loss=node_loss)
         return elapsed
 
     def save_async(self, root, executor="thread"):
@@ -138,10 +145,12 @@ def _writer(root):
 
 
 @wl.distributed_rank
-def _save_rank(rank, barrier, root, w):
+def _save_rank(rank, barrier, root, w, iteration):
+    root = wl.rank_root(root, rank)
     state = state_dict(*build(w.dims, _mesh(), fill=True))
     barrier.wait()
-    dcp.save(state, storage_writer=_writer(root))
+    dcp.save(state, storage_writer=_writer(wl.checkpoint_dir(root, iteration)))
+    wl.tracker_after_save(rank, root, iteration)
 
 
 @wl.distributed_rank

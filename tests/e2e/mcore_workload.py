@@ -12,6 +12,12 @@ processes write __R_B.distcp (one per rank and writer bucket) under their final 
 each; rank 0 writes .metadata (.metadata.tmp, fsync, rename) and then metadata.json. A load with
 a different parallel layout (TP 2 -> 1, one process) reads it back.
 
+MCoreTorchDist(nbytes, dp=2) adds data parallelism: TP 2 x DP 2 = 4 ranks (rank r: TP rank r % 2,
+DP rank r // 2), whose replicas have a non-zero DP replica id, and the fully parallel strategy
+spreads the writing of every main replica over all 4 ranks. save() takes a list of roots (rank r
+under roots[r % len(roots)]), and with iteration=N saves into <root>/iter_000000N and has rank 0
+write Megatron's tracker after a barrier (workloads.tracker_after_save).
+
 .metadata is not byte-deterministic: it records a random save id and the checkpoint's path.
 
 megatron-core calls CUDA unconditionally in a few places on this path; CPU_PATCHES replaces
@@ -127,9 +133,9 @@ def tensors(w):
                 yield section, name, key, shape, dtype, tp_axis, layer
 
 
-def sharded_state_dict(w, tp_rank, tp_size):
+def sharded_state_dict(w, tp_rank, tp_size, dp_rank=0):
     """Megatron's sharded state dict of one rank: saving (tp_size == TP, with data) or loading
-    unsplit (tp_size == 1, empty tensors to fill)."""
+    unsplit (tp_size == 1, empty tensors to fill). Ranks with dp_rank > 0 hold replicas."""
     from megatron.core.dist_checkpointing import ShardedObject, ShardedTensor
     saving = tp_size == TP
     state = {"model": {}, "optimizer": {}}
@@ -142,15 +148,16 @@ def sharded_state_dict(w, tp_rank, tp_size):
         if tp_axis is not None:
             offsets.append((tp_axis + len(offsets), tp_rank, tp_size))
         state[section][name] = ShardedTensor.from_rank_offsets(
-            key, data, *offsets, replica_id=(0, 0 if tp_axis is not None else tp_rank, 0),
+            key, data, *offsets, replica_id=(0, 0 if tp_axis is not None else tp_rank, dp_rank),
             prepend_axis_num=0 if layer is None else 1)
     if saving:
-        rng = ShardedObject("rng_state", rng_object(tp_rank), (1, TP), (0, tp_rank), replica_id=0)
+        rng = ShardedObject("rng_state", rng_object(tp_rank), (1, TP), (0, tp_rank),
+                            replica_id=dp_rank)
     else:
         rng = [ShardedObject("rng_state", None, (1, TP), (0, r), replica_id=0) for r in range(TP)]
     return {**state, "rng_state": rng,
             "args": ShardedObject("args", args_object(w) if saving else None, (1,), (0,),
-                                  replica_id=tp_rank),
+                                  replica_id=dp_rank * TP + tp_rank),
             "iteration": ITERATION, "checkpoint_version": 3.0}
 
 
@@ -169,8 +176,9 @@ class MCoreTorchDist(wl.Workload):
                    "2 ranks (TP 2, gloo), GPT + Adam")
     varying = (".metadata",)
 
-    def __init__(self, nbytes):
+    def __init__(self, nbytes, dp=1):
         super().__init__(nbytes)
+        self.ranks = TP * dp
         self.vocab, self.layers = 8192, 4
         params = self.nbytes // 10  # bf16 weights, fp32 exp_avg and exp_avg_sq
         a, b = 12 * self.layers, self.vocab  # 12 * layers * h^2 + vocab * h ~= params
@@ -182,14 +190,17 @@ class MCoreTorchDist(wl.Workload):
             n += int(torch.Size(shape).numel()) * (self.layers if stacked else 1)
         return 10 * n
 
-    def save(self, root):
-        os.makedirs(root, exist_ok=True)  # dist_checkpointing.save wants an existing directory.
-        return wl.run_distributed(_save_rank, TP, (root, self, False))[0]
+    def save(self, root, iteration=None, node_loss=None):
+        """root: a directory, or a list of them (rank r saves under root[r % len(root)]);
+        iteration and node_loss: see workloads' docstring."""
+        _make_checkpoint_dirs(root, iteration)
+        return wl.run_distributed(_save_rank, self.ranks, (root, self, False, iteration),
+                                  node_loss=node_loss)[0]
 
     def save_async(self, root):
         """(seconds until the save was scheduled, seconds until it was finalized), slowest rank."""
-        os.makedirs(root, exist_ok=True)
-        results = wl.run_distributed(_save_rank, TP, (root, self, True))[1]
+        _make_checkpoint_dirs(root, None)
+        results = wl.run_distributed(_save_rank, self.ranks, (root, self, True, None))[1]
         return max(r[0] for r in results), max(r[1] for r in results)
 
     def load(self, root, check=True):
@@ -200,6 +211,12 @@ class MCoreTorchDist(wl.Workload):
 
     def expected_digest(self):
         return wl.digest(expected_state(self))
+
+
+def _make_checkpoint_dirs(root, iteration):
+    """dist_checkpointing.save wants an existing directory: made through each root in turn."""
+    for r in dict.fromkeys(root if isinstance(root, (list, tuple)) else [root]):
+        os.makedirs(wl.checkpoint_dir(r, iteration), exist_ok=True)
 
 
 def _warm_up_write_results_queue():
@@ -220,19 +237,22 @@ def _strategy():
 
 
 @wl.distributed_rank
-def _save_rank(rank, barrier, root, w, asynchronous):
+def _save_rank(rank, barrier, root, w, asynchronous, iteration):
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
     apply_cpu_patches()
     _warm_up_write_results_queue()
-    state = sharded_state_dict(w, rank, TP)
+    root = wl.rank_root(root, rank)
+    ckpt = wl.checkpoint_dir(root, iteration)
+    state = sharded_state_dict(w, rank % TP, TP, rank // TP)
     barrier.wait()
     t0 = time.monotonic()
     if not asynchronous:
-        dist_checkpointing.save(state, root, sharded_strategy=_strategy())
+        dist_checkpointing.save(state, ckpt, sharded_strategy=_strategy())
+        wl.tracker_after_save(rank, root, iteration)
         return None
     calls = AsyncCallsQueue()
-    request = dist_checkpointing.save(state, root, sharded_strategy=_strategy(),
+    request = dist_checkpointing.save(state, ckpt, sharded_strategy=_strategy(),
                                       async_sharded_save=True)
     calls.schedule_async_request(request)
     scheduled = time.monotonic() - t0

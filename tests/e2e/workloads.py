@@ -37,6 +37,12 @@ Every workload has save(root) -> seconds (data generation excluded, process star
 ranks generate their data, meet at a barrier, and the clock runs from the barrier to the last
 byte of the tracker/metadata), load(root, check) -> digest (the way a loader reads it back), and
 expected_digest() (the same digest computed from the generated data).
+
+The real libraries' saves (dcp, mcore_torch_dist) also take a list of roots: rank r saves under
+roots[r % len(roots)], one checkpoint seen through several mounts of one backing directory (one
+mount per node); save(..., iteration=N) saves into <root>/iter_000000N and has rank 0 write
+the tracker latest_checkpointed_iteration.txt after a barrier, as Megatron's trainer does; and
+save(..., node_loss=NodeLoss()) lets a save run on while some ranks' node dies (NodeLoss).
 """
 
 import datetime
@@ -168,11 +174,14 @@ def _ctx(preload):
     return ctx
 
 
-def run_ranks(target, nranks, args, preload=()):
+def run_ranks(target, nranks, args, preload=(), node_loss=None):
     """Starts nranks processes target(rank, barrier, queue, *args); they generate their data and
     wait at the barrier; the clock starts when the barrier opens. Returns (seconds until the last
     rank's body returned: what the processes do at exit, such as stopping a library's helper
-    processes, is not counted; [rank results])."""
+    processes, is not counted; [rank results]). Raises when a rank fails, unless node_loss (a
+    NodeLoss) is given: then it waits for every rank to end, however it ends, and returns the
+    seconds until the last completed rank's body returned (None when none did) and None as the
+    result of each rank that did not complete (node_loss.errors says why)."""
     ctx = _ctx(preload)
     barrier = ctx.Barrier(nranks + 1)  # Start line: every rank and this process.
     group = ctx.Barrier(nranks)  # Between the ranks (torch.distributed.barrier()).
@@ -187,32 +196,117 @@ def run_ranks(target, nranks, args, preload=()):
         except threading.BrokenBarrierError:  # A rank failed before the start line: say why.
             raise RuntimeError(f"a rank failed before the start line: {_rank_errors(queue)}")
         t0 = time.monotonic()
-        results = {}
-        while len(results) < nranks:
-            try:
-                r, res = queue.get(timeout=1)
-            except queue_mod.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"a rank process died with {dead}")
-                continue
-            if isinstance(res, BaseException):
-                raise RuntimeError(f"rank {r} failed: {res!r}")
-            results[r] = res
-        for p in procs:
-            p.join(timeout=600)
-        elapsed = max(results[r][2] for r in range(nranks)) - t0  # CLOCK_MONOTONIC: one clock.
+        global last_start_line
+        last_start_line = t0
+        if node_loss is not None:
+            results = node_loss._collect(procs, queue)
+        else:
+            results = _collect(procs, queue)
+        for r in results:
+            procs[r].join(timeout=600)
+        ends = [results[r][2] for r in results]
+        elapsed = max(ends) - t0 if ends else None  # CLOCK_MONOTONIC: one clock.
     finally:
         for p in procs:
             if p.is_alive():
                 p.terminate()  # Only the rank processes started here.
                 p.join()
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
+    bad = [p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r in results]
     if bad:
         raise RuntimeError(f"rank processes exited with {bad}")
     global ranks_written
-    ranks_written += sum(results[r][1] for r in range(nranks))
-    return elapsed, [results[r][0] for r in range(nranks)]
+    ranks_written += sum(results[r][1] for r in results)
+    return elapsed, [results[r][0] if r in results else None for r in range(nranks)]
+
+
+def _collect(procs, queue):
+    """{rank: (result, bytes written, end time)} of every rank; raises when one fails."""
+    results = {}
+    while len(results) < len(procs):
+        try:
+            r, res = queue.get(timeout=1)
+        except queue_mod.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"a rank process died with {dead}")
+            continue
+        if isinstance(res, BaseException):
+            raise RuntimeError(f"rank {r} failed: {res!r}")
+        results[r] = res
+    return results
+
+
+class NodeLoss:
+    """A save through which nodes may die (tests of several mounts): pass it to a workload's
+    save(..., node_loss=...), from a thread of its own. `started` is set when the ranks' start
+    line opens; kill_ranks(ranks) then kills those rank processes, as a trainer dies with its
+    node. The save waits for every rank to end however it ends (the survivors fail on their
+    collectives with the dead, or complete), kills the ranks still running `grace` seconds after
+    kill_ranks, and returns instead of raising: `errors` {rank: why} holds each rank that did
+    not complete, `hung` the ranks killed after the grace period."""
+
+    def __init__(self, grace=120):
+        self.grace = grace
+        self.started = threading.Event()
+        self.errors = {}
+        self.hung = []
+        self._lock = threading.Lock()
+        self._procs = []
+        self._killed_at = None
+
+    def kill_ranks(self, ranks):
+        """SIGKILLs rank processes `ranks` of the save (only those it started). Call it once
+        `started` is set."""
+        with self._lock:
+            assert self._procs, "kill_ranks before the ranks' start line"
+            for r in ranks:
+                if self._procs[r].is_alive():
+                    self._procs[r].kill()
+            self._killed_at = time.monotonic()
+
+    def _collect(self, procs, queue):
+        """run_ranks' collection: {rank: (result, bytes written, end time)} of the ranks that
+        completed; the others land in `errors`."""
+        with self._lock:
+            self._procs = procs
+        self.started.set()
+        results, ended = {}, set()
+
+        def take(item):
+            r, res = item
+            ended.add(r)
+            if isinstance(res, BaseException):
+                self.errors[r] = "failed: " + str(res).strip().splitlines()[-1]
+            else:
+                results[r] = res
+        while len(ended) < len(procs):
+            try:
+                take(queue.get(timeout=1))
+                continue
+            except queue_mod.Empty:
+                pass
+            exited = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in ended]
+            try:
+                while True:  # What an exited rank put on the queue before it exited.
+                    take(queue.get_nowait())
+            except queue_mod.Empty:
+                pass
+            for r in exited:
+                if r not in ended:
+                    ended.add(r)
+                    self.errors[r] = f"exited with {procs[r].exitcode} without a result"
+            with self._lock:
+                overdue = (self._killed_at is not None
+                           and time.monotonic() - self._killed_at > self.grace)
+            if overdue:
+                for r, p in enumerate(procs):
+                    if r not in ended:
+                        p.kill()
+                        p.join()
+                        ended.add(r)
+                        self.hung.append(r)
+                        self.errors[r] = f"still running {self.grace}s after kill_ranks: killed"
+        return results
 
 
 def _rank_errors(queue, wait=10):
@@ -228,6 +322,10 @@ def _rank_errors(queue, wait=10):
             pass
     return "; ".join(errors) or "no rank reported an error"
 
+
+# When the start line of the last run_ranks opened (time.monotonic(), one clock for every process):
+# the bench times from it what happens after a save returns.
+last_start_line = None
 
 # Bytes the rank processes of all saves so far wrote towards a block device (write_bytes -
 # cancelled_write_bytes of /proc/self/io). The forkserver, not this process, reaps the ranks, so
@@ -266,13 +364,13 @@ def rank_main(fn):
     return wrapper
 
 
-def run_distributed(target, nranks, args, preload=()):
+def run_distributed(target, nranks, args, preload=(), node_loss=None):
     """run_ranks for a target made with @distributed_rank: its ranks form a torch.distributed
     gloo group (rendezvous through a file store in a fresh temporary directory)."""
     store = tempfile.mkdtemp(prefix="ckptfs-pg-")
     try:
         return run_ranks(target, nranks, (nranks, store) + tuple(args),
-                          preload=(target.__module__, *preload))
+                          preload=(target.__module__, *preload), node_loss=node_loss)
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
@@ -382,13 +480,39 @@ def gpt_state_dict(tag, hidden, layers, vocab, tp=1, tp_rank=0, pp=1, with_optim
     return sd
 
 
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's, beside its iter_NNNNNNN directories.
+
+
 def _tracker(root, it=ITERATION):
-    _write_all(os.path.join(root, "latest_checkpointed_iteration.txt"), str(it).encode())
+    _write_all(os.path.join(root, TRACKER), str(it).encode())
 
 
 def _read_tracker(root):
-    with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
+    with open(os.path.join(root, TRACKER)) as f:
         return int(f.read().strip())
+
+
+def rank_root(root, rank):
+    """The directory rank `rank` saves under: root, or roots[rank % len(roots)] when root is a
+    list (one checkpoint seen through several mounts of one backing directory)."""
+    return root[rank % len(root)] if isinstance(root, (list, tuple)) else root
+
+
+def checkpoint_dir(root, iteration):
+    """Where a save with `iteration` puts its checkpoint: root itself when iteration is None,
+    else Megatron's <root>/iter_000000N beside the tracker."""
+    return root if iteration is None else os.path.join(root, f"iter_{iteration:07d}")
+
+
+def tracker_after_save(rank, root, iteration):
+    """What Megatron's trainer does once its save returned: every rank meets at a barrier, then
+    rank 0 writes the tracker naming `iteration` under root. Nothing when iteration is None."""
+    import torch.distributed as dist
+    if iteration is None:
+        return
+    dist.barrier()
+    if rank == 0:
+        _tracker(root, iteration)
 
 
 class Workload:

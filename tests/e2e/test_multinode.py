@@ -1,0 +1,381 @@
+"""Several nodes over one backing directory (-o shared): three daemons, each on its own mount point
+(n0, n1, n2, with `shared,node=NAME`), over ONE backing directory, and the real libraries' saves
+with rank r saving through mount r % 3: one checkpoint written by three nodes.
+
+- A DCP save (3 ranks) and a Megatron torch_dist save (TP 2 x DP 2, into iter_0000001 with the
+  tracker): after `ckptfs sync` on every node, the backing tree is the plain run's (.metadata by
+  name and size), every mount shows that tree, the checkpoint loads through each mount and from
+  the backing dir, no daemon logs an error, all unmount with status 0 and leave nothing behind.
+- kill -9 of one node (its daemon and the ranks saving through it, as its trainer dies with it)
+  at a random point of a sequence of DCP saves into iter_000000N, each followed by Megatron's
+  tracker: with the dead member never restarted, every .metadata and the tracker on the backing
+  store name a checkpoint that is complete (the plain run's files) and loads from the backing dir,
+  before and after the live members unmount; the live members save once more (after
+  member_timeout, through their mounts only) and that save commits. Seeded: the seed is printed
+  and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points, the long
+  variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise skipped).
+- A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
+  closed, before rank 0's marker: the marker stays off the backing store while the member is
+  stopped (checked for a while shorter than member_timeout), writes through the other mounts
+  return meanwhile, and after SIGCONT the marker is published.
+
+Mount points have the plain run's directory's length: .metadata records its checkpoint's path.
+"""
+
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import workloads
+from ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, run_ckptfs, snapshot
+from e2e_check import E2E_TMP, comparable, require_fuse
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
+from harness import choose_seed, require_long  # noqa: E402
+
+NODES = ("n0", "n1", "n2")
+PLAIN = "pl"  # As long as a node's mount point name.
+MEMBER_TIMEOUT_MS = 2000
+# The kernel caches entries and attributes this long: files another node made show after it.
+ATTR_TIMEOUT = 1.0
+DEFAULT_KILLS, LONG_KILLS = 3, 30
+SAVES = 3  # Saves in a kill point's sequence; the kill lands in one of them.
+# Bound on waiting for a marker to be published once nothing holds it back: a hang, not a speed.
+PUBLISH_TIMEOUT = 60.0
+
+
+def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag=""):
+    """Mounts a daemon per node over `backing` on tmp/<node>; each is cleaned up when the test
+    ends. Returns the daemons, in NODES order."""
+    daemons = []
+    for node in NODES:
+        mnt = os.path.join(tmp, node)
+        os.makedirs(mnt, exist_ok=True)
+        if mounted(mnt):  # The daemon would take an earlier mount there for its own.
+            raise RuntimeError(f"{mnt} is still mounted")
+        d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
+                                        f"member_timeout={member_timeout_ms}"],
+                         log_file=os.path.join(tmp, f"{node}{tag}.log"))
+        tc.addCleanup(d.cleanup)
+        d.start()
+        daemons.append(d)
+    return daemons
+
+
+def make_tmp(tc, prefix):
+    """A temporary directory removed when the test ends, unless a node is still mounted in it."""
+    require_fuse()
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=E2E_TMP)
+
+    def remove():
+        if os.environ.get("CKPTFS_E2E_KEEP"):
+            print(f"kept {tmp}")
+        elif not any(mounted(os.path.join(tmp, node)) for node in NODES):
+            shutil.rmtree(tmp, ignore_errors=True)
+    tc.addCleanup(remove)
+    return tmp
+
+
+def plain_tree(w, tmp, save):
+    """(the tree save([tmp/pl] * 3) writes on a plain directory, contents of w.varying left out;
+    what save returned)."""
+    plain = os.path.join(tmp, PLAIN)
+    os.mkdir(plain)
+    result = save([plain] * len(NODES))
+    tree = comparable(snapshot(plain), w.varying)
+    shutil.rmtree(plain)
+    return tree, result
+
+
+def read_text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_file(path, data, fsync=False):
+    with open(path, "wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def resume(d):
+    """SIGCONT to daemon d while it runs (it is not reaped yet, so the pid is still its own)."""
+    if d.proc is not None and d.proc.poll() is None:
+        os.kill(d.pid, signal.SIGCONT)
+
+
+def wait_for(predicate, timeout, what):
+    """Waits until predicate() holds; fails with what() after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what()}: not after {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+class MultiNodeChecks:
+    """Checks shared by the tests (a mixin of unittest.TestCase)."""
+    maxDiff = 4000
+
+    def assert_tree(self, expected, root, what, varying):
+        got = comparable(snapshot(root), varying)
+        self.assertEqual(expected, got, f"{what} differs from the plain run:\n"
+                         + describe_tree_diff(expected, got, "plain", what))
+
+    def assert_no_shared_leftovers(self, backing):
+        """After every node unmounted cleanly: no staged file (each member stages in a directory
+        of its own), member file or commit request."""
+        own = os.path.join(backing, ".ckptfs")
+        staged = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(own, "staging"))
+                  for f in files]
+        self.assertEqual(staged, [], "staged files left")
+        for sub in ("shared/members", "shared/commits"):
+            path = os.path.join(own, sub)
+            if os.path.isdir(path):
+                self.assertEqual(sorted(os.listdir(path)), [], f"left in {path}")
+
+
+class ThreeNodeSaves(MultiNodeChecks):
+    def check_three_node_save(self, w, save, checkpoint):
+        """save(roots) with rank r through roots[r % 3]; `checkpoint`: the checkpoint's
+        directory relative to the root, which w.load reads."""
+        tmp = make_tmp(self, f"ckptfs-e2e-multinode-{w.name}-")
+        expected, _ = plain_tree(w, tmp, save)
+        self.assertTrue(expected, "the workload wrote nothing")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = start_nodes(self, tmp, backing)
+        save([d.mnt for d in daemons])
+        for d in daemons:
+            d.sync()
+        self.assert_tree(expected, backing, "backing dir after `ckptfs sync` on every node",
+                         w.varying)
+        for node, d in zip(NODES, daemons):
+            stats = d.stats()
+            shared = stats.get("shared", {})
+            print(f"[{w.name}] {node}: {shared}", flush=True)
+            self.assertEqual(stats.get("flush_errors", 0), 0, f"{node}: {stats}")
+            self.assertEqual((shared.get("commits_failed"), shared.get("pending_commits"),
+                              shared.get("acks_owed")), (0, [], 0),
+                             f"{node}'s shared status after sync: {shared}")
+        self.assertGreaterEqual(daemons[0].stats()["shared"]["commits_published"], 1,
+                                "rank 0's node published no marker")
+        time.sleep(ATTR_TIMEOUT + 0.5)  # What the other nodes wrote shows on every mount.
+        for node, d in zip(NODES, daemons):
+            self.assert_tree(expected, d.mnt, f"the tree through {node}", w.varying)
+        for root in [d.mnt for d in daemons] + [backing]:
+            self.assertEqual(w.load(os.path.join(root, checkpoint)), w.expected_digest(),
+                             f"the load through {root} read back different data")
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
+        self.assert_no_shared_leftovers(backing)
+
+
+class NodeKills(MultiNodeChecks):
+    """kill -9 of a node during a sequence of DCP saves (a mixin; KILLS kill points)."""
+    KILLS = 0
+
+    def test_kill_9_of_a_node_during_saves_never_publishes_an_incomplete_checkpoint(self):
+        seed = choose_seed("CKPTFS_MULTINODE_SEED", "multinode kill test")
+        rng = random.Random(seed)
+        tmp = make_tmp(self, "ckptfs-e2e-multinode-kill-")
+        w = workloads.make("dcp", for_test=True, scale=0.25)
+        ranks = len(NODES)
+        # save_seconds: from the ranks' start line to the tracker, on the plain directory.
+        expected, save_seconds = plain_tree(w, tmp, lambda roots: w.save(roots, ranks=ranks,
+                                                                          iteration=1))
+        expected = {k[len("iter_0000001/"):]: v for k, v in expected.items()
+                    if k.startswith("iter_0000001/")}
+        for k in range(self.KILLS):
+            victim = rng.randrange(len(NODES))
+            killed_save = rng.randint(1, SAVES)
+            # From the start line to past the save's end, while its markers wait for commit.
+            delay = rng.uniform(0.0, 1.5) * save_seconds
+            ctx = (f"seed {seed}, kill point {k}: {NODES[victim]} killed {delay:.2f}s into save "
+                   f"{killed_save}")
+            print(ctx, flush=True)
+            with self.subTest(kill_point=k):
+                backing = os.path.join(tmp, f"backing{k}")
+                os.mkdir(backing)
+                daemons = start_nodes(self, tmp, backing, tag=f"-backing{k}")
+                try:
+                    self.kill_point(w, backing, daemons, expected, victim, killed_save, delay, ctx)
+                finally:  # The next kill point mounts on the same mount points.
+                    for d in daemons:
+                        d.cleanup()
+
+    def kill_point(self, w, backing, daemons, expected, victim, killed_save, delay, ctx):
+        roots = [d.mnt for d in daemons]
+        ranks = len(NODES)
+        loaded = set()
+        for it in range(1, killed_save):
+            w.save(roots, ranks=ranks, iteration=it)
+        loss = workloads.NodeLoss(grace=60)
+        failures = []
+
+        def interrupted_save():
+            try:
+                w.save(roots, ranks=ranks, iteration=killed_save, node_loss=loss)
+            except Exception as e:  # Reported by the assertion after the join.
+                failures.append(e)
+        saver = threading.Thread(target=interrupted_save)
+        saver.start()
+        while not loss.started.wait(timeout=1):
+            self.assertTrue(saver.is_alive(), f"{ctx}: the save ended before its start line: "
+                            f"{failures}")
+        time.sleep(delay)
+        daemons[victim].kill9()
+        loss.kill_ranks([r for r in range(ranks) if r % len(NODES) == victim])
+        saver.join()
+        self.assertEqual(failures, [], ctx)
+        self.assertEqual(loss.hung, [], f"{ctx}: ranks still running 60s after the kill "
+                         f"({loss.errors})")
+        print(f"  {ctx}: ranks that did not complete: {loss.errors or 'none'}", flush=True)
+
+        live = [d for i, d in enumerate(daemons) if i != victim]
+        time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)  # The live members judge the victim dead.
+        self.check_syncs(live, NODES[victim], ctx)
+        self.check_published(w, backing, expected, killed_save, loaded, ctx)
+
+        # The live members save once more, through their mounts only, and that save commits.
+        final = killed_save + 1
+        w.save([d.mnt for d in live], ranks=ranks, iteration=final)
+        for d in live:  # The newest markers committed: nothing failed is left to report.
+            d.sync()
+        tracker = os.path.join(backing, workloads.TRACKER)
+        wait_for(lambda: read_text(tracker) == str(final), PUBLISH_TIMEOUT,
+                 lambda: f"{ctx}: the tracker of the live members' save {final} (it holds "
+                         f"{read_text(tracker)!r})")
+        self.assertIn(final, self.check_published(w, backing, expected, killed_save, loaded, ctx))
+
+        statuses = {}
+        for d in live:
+            errors = [line for line in d.error_lines() if NODES[victim] not in line]
+            self.assertEqual(errors, [], f"{ctx}: errors that do not name the dead member")
+            statuses[os.path.basename(d.mnt)] = d.unmount()
+        print(f"  {ctx}: exit status of the live members {statuses}", flush=True)
+        self.check_published(w, backing, expected, killed_save, loaded, ctx + " (after unmount)")
+
+    def check_syncs(self, live, victim, ctx):
+        """`ckptfs sync` on each live member succeeds, or fails naming the dead member (a marker
+        that waited for it is never published)."""
+        for d in live:
+            r = run_ckptfs(["sync", d.mnt], timeout=120)
+            if r.returncode != 0:
+                self.assertIn(victim, r.stdout + r.stderr,
+                              f"{ctx}: `ckptfs sync {d.mnt}` failed without naming {victim}")
+                print(f"  {ctx}: sync on {os.path.basename(d.mnt)}: {r.stderr.strip()}",
+                      flush=True)
+
+    def check_published(self, w, backing, expected, killed_save, loaded, ctx):
+        """Every iter_ directory with a .metadata on the backing store holds the plain run's
+        files and loads (each loaded once: `loaded`); the tracker names one of them. Returns
+        the published iterations."""
+        published = []
+        for name in sorted(os.listdir(backing)):
+            path = os.path.join(backing, name)
+            if not (name.startswith("iter_") and os.path.exists(os.path.join(path, ".metadata"))):
+                continue
+            it = int(name[len("iter_"):])
+            published.append(it)
+            what = f"{ctx}: published {name}" + (" (the interrupted save)"
+                                                 if it == killed_save else "")
+            self.assert_tree(expected, path, what, w.varying)
+            if it not in loaded:
+                self.assertEqual(w.load(path), w.expected_digest(), f"{what} loads other data")
+                loaded.add(it)
+        tracker = read_text(os.path.join(backing, workloads.TRACKER))
+        if tracker is not None:
+            self.assertIn(tracker, [str(it) for it in published],
+                          f"{ctx}: the tracker holds {tracker!r}, not a complete checkpoint")
+        print(f"  {ctx}: published {published}, tracker {tracker}", flush=True)
+        return published
+
+
+class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
+    KILLS = DEFAULT_KILLS
+
+    def test_a_dcp_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_dir(self):
+        w = workloads.make("dcp", for_test=True)
+        self.check_three_node_save(w, lambda roots: w.save(roots, ranks=len(NODES)), "")
+
+    def test_a_megatron_save_from_three_nodes_reaches_the_backing_store_as_on_a_plain_dir(self):
+        w = workloads.make("mcore_torch_dist", for_test=True, scale=0.5, dp=2)
+        self.check_three_node_save(w, lambda roots: w.save(roots, iteration=1), "iter_0000001")
+
+    def test_a_stopped_member_holds_the_marker_back_and_the_others_keep_taking_writes(self):
+        # Longer than the other tests' timeout: the member stays stopped for most of it, and a
+        # member stopped longer is judged dead (its commit then fails instead).
+        member_timeout_ms = 4000
+        stopped_for = 0.75 * member_timeout_ms / 1000
+        tmp = make_tmp(self, "ckptfs-e2e-multinode-stop-")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = start_nodes(self, tmp, backing, member_timeout_ms)
+        checkpoint = "iter_0000001"
+        os.mkdir(daemons[0].path(checkpoint))
+        # The ranks' files, one per node, closed after an fsync as DCP's writers do.
+        for r, d in enumerate(daemons):
+            write_file(d.path(checkpoint, f"__{r}_0.distcp"),
+                       workloads.pool_bytes(f"r{r}", 4 << 20), fsync=True)
+        stopped = daemons[1]
+        self.addCleanup(resume, stopped)  # Runs before its unmount.
+        os.kill(stopped.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        returned = []
+
+        def writes():
+            write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
+            for node in (0, 2):
+                write_file(daemons[node].path(checkpoint, f"after_{node}"), b"x" * 65536)
+                returned.append(NODES[node])
+        writer = threading.Thread(target=writes, daemon=True)
+        writer.start()
+        marker = os.path.join(backing, checkpoint, ".metadata")
+        while time.monotonic() - t0 < stopped_for:
+            self.assertFalse(os.path.exists(marker),
+                             f"the marker was published {time.monotonic() - t0:.2f}s after "
+                             f"{NODES[1]} stopped")
+            time.sleep(0.02)
+        self.assertEqual(returned, [NODES[0], NODES[2]],
+                         f"writes through the others had not returned {stopped_for}s after "
+                         f"{NODES[1]} stopped")
+        resume(stopped)
+        writer.join()
+        wait_for(lambda: os.path.exists(marker), PUBLISH_TIMEOUT,
+                 lambda: "the marker after the stopped member resumed")
+        for d in daemons:
+            d.sync()
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assertEqual(sorted(os.listdir(os.path.join(backing, checkpoint))),
+                         [".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "after_0",
+                          "after_2"])
+        self.assert_no_shared_leftovers(backing)
+
+
+class MultiNodeKillLongTest(NodeKills, unittest.TestCase):
+    """The long variant (CKPTFS_LONG_TESTS=1): LONG_KILLS kill points."""
+    KILLS = LONG_KILLS
+
+    def setUp(self):
+        require_long()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
