@@ -289,17 +289,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   }
 
   // Phase 3: make the directory changes durable.
-  std::sort(touched_dirs.begin(), touched_dirs.end());
-  touched_dirs.erase(std::unique(touched_dirs.begin(), touched_dirs.end()), touched_dirs.end());
-  touched_dirs.erase(std::remove(touched_dirs.begin(), touched_dirs.end(), -1), touched_dirs.end());
-  Status dir_status;
-  if (touched_dirs.size() > policy::kSyncfsThreshold) {
-    dir_status = env_.SyncFs(staging_fd_);
-  } else {
-    for (const Status& st : env_.Sync(touched_dirs, /*data_only=*/false)) {
-      if (!st.ok() && dir_status.ok()) dir_status = st;
-    }
-  }
+  const Status dir_status = SyncDirectories(std::move(touched_dirs));
   result.durable = dir_status.ok() ? done : 0;
   if (!dir_status.ok() && !result.failed && done > 0) {
     result.error = Status::Error(dir_status.err(), "sync of directories: " + dir_status.message());
@@ -332,6 +322,18 @@ Status Flusher::PublishStaged(const JournalEntry& e, const std::string& staged_n
     }
   }
   return Status::Ok();
+}
+
+Status Flusher::SyncDirectories(std::vector<int> dirs) {
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  dirs.erase(std::remove(dirs.begin(), dirs.end(), -1), dirs.end());
+  if (dirs.size() > policy::kSyncfsThreshold) return env_.SyncFs(staging_fd_);
+  Status first_error;
+  for (const Status& st : env_.Sync(dirs, /*data_only=*/false)) {
+    if (!st.ok() && first_error.ok()) first_error = st;
+  }
+  return first_error;
 }
 
 void Flusher::AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs) {
@@ -434,7 +436,9 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
     report.backing_gone = env_.Stat(staging_fd_, "", &staging).ok() && staging.st_nlink == 0;
   }
   for (const EntryRef& e : report.durable) {
-    if (e->kind == JournalEntry::Kind::kPublish && !journal_.StateOf(e).held) stats_.files_flushed++;
+    // Held markers count when they are published (ServeHeldMarkers).
+    const bool held = post_commit_ && journal_.StateOf(e).held;
+    if (e->kind == JournalEntry::Kind::kPublish && !held) stats_.files_flushed++;
   }
   // The client first, then the journal, then the waiters (see the header).
   Status error = client_.Flushed(report);
@@ -524,10 +528,7 @@ void Flusher::ServeHeldMarkers() {
       std::vector<int> dirs;
       outcome = e.kind == JournalEntry::Kind::kPublish ? PublishStaged(e, m.staged_name, &dirs)
                                                         : ApplyNamespaceOp(e, &dirs);
-      std::erase(dirs, -1);
-      for (const Status& synced : env_.Sync(dirs, /*data_only=*/false)) {
-        if (outcome.ok() && !synced.ok()) outcome = synced;
-      }
+      if (Status synced = SyncDirectories(std::move(dirs)); outcome.ok()) outcome = synced;
     }
     if (!outcome.ok() && !m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);
     // Released first: the client tells held markers (skipped) from published ones by the flag.

@@ -133,6 +133,9 @@ class Flusher {
   // Creates the FIFO, socket or device node of a kMknod entry in directory `dir`, with its
   // mode, owner (when root) and times; it shows there only once complete.
   Status MakeNode(const JournalEntry& e, int dir);
+  // Syncs each directory in `dirs` once (-1: none), or the whole filesystem when there are many;
+  // the first error.
+  Status SyncDirectories(std::vector<int> dirs);
   // The directories an applied entry changed, to sync again.
   void AddAppliedDirs(const JournalEntry& e, std::vector<int>* touched_dirs);
   // Reports the batch to the client, then completes it in the journal, then tells waiters: so a

@@ -14,10 +14,9 @@ int64_t Milliseconds(Clock::duration d) {
 Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env& env,
                                                        int backing_fd, Clock& clock,
                                                        ProgressFn progress) {
-  Result<std::string> node = NodeNameOrHostName(config.node);
-  if (!node.ok()) return node.status();
+  const std::string& node = config.node;
   Result<std::unique_ptr<Membership>> membership = Membership::Open(
-      env, backing_fd, MembershipSettings{*node, config.member_timeout}, clock, progress);
+      env, backing_fd, MembershipSettings{node, config.member_timeout}, clock, progress);
   if (!membership.ok()) return membership.status();
   Result<std::unique_ptr<SharedCommits>> commits = SharedCommits::Open(
       env, backing_fd, **membership, clock, config.member_timeout, std::move(progress));
@@ -26,7 +25,7 @@ Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env
   Status joined = (*membership)->Join();
   if (joined.err() == EINPROGRESS) {
     spdlog::info("node name {} is held by a member file: joining once its beat has stood still "
-                 "for {} ms", *node, config.member_timeout.count());
+                 "for {} ms", node, config.member_timeout.count());
   }
   // Claiming waits in real time, whatever the clock of the policy.
   const auto give_up = std::chrono::steady_clock::now() + 2 * config.member_timeout;
@@ -35,11 +34,11 @@ Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env
     joined = (*membership)->Tick();
   }
   if (joined.err() == EINPROGRESS) {
-    return Status::Error(ETIMEDOUT, "node name " + *node + " is still claimed by another mount");
+    return Status::Error(ETIMEDOUT, "node name " + node + " is still claimed by another mount");
   }
   if (!joined.ok()) return joined;
   spdlog::info("joined the mounts sharing this backing directory as node {} ({} others live)",
-               *node, (*membership)->LiveMembers().size());
+               node, (*membership)->LiveMembers().size());
   return std::unique_ptr<SharedMount>(
       new SharedMount(std::move(*membership), std::move(*commits), config.poll_interval));
 }

@@ -31,10 +31,11 @@ class SharedMount {
  public:
   using DecidedFn = std::function<void(const std::vector<CommitOutcome>&)>;
 
-  // Joins the group under `backing_fd` as config.node (else the host name): at once, or, when a
-  // file holds that name, once its beat has stood still for member_timeout (a run that died
-  // elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is not decided
-  // within twice member_timeout of real time. `env`, `clock` and `backing_fd` must outlive it.
+  // Joins the group under `backing_fd` as config.node (a resolved name: NodeNameOrHostName): at
+  // once, or, when a file holds that name, once its beat has stood still for member_timeout (a
+  // run that died elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is
+  // not decided within twice member_timeout of real time. `env`, `clock` and `backing_fd` must
+  // outlive it.
   static Result<std::unique_ptr<SharedMount>> Join(const Config& config, Env& env, int backing_fd,
                                                    Clock& clock, ProgressFn progress);
   ~SharedMount();
