@@ -47,16 +47,18 @@ Result<int> OpenOwnDir(Env& env, int dir, const std::string& name) {
 
 }  // namespace
 
-void RemoveStagingLeftovers(Env& env, int staging_fd) {
+void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_handoff_files) {
   Result<std::vector<std::string>> left = env.ListDir(staging_fd);
   if (!left.ok()) return;
   size_t removed = 0;
-  for (const std::string& name : *left) removed += env.Unlink(staging_fd, name).ok();
+  for (const std::string& name : *left) {
+    if (keep_handoff_files && name.rfind(kHandoffPrefix, 0) == 0) continue;
+    removed += env.Unlink(staging_fd, name).ok();
+  }
   if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
 }
 
-Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
-  const std::string& path = config.backing_dir;
+Result<int> OpenBackingDirectory(Env& env, const std::string& path) {
   Result<int> root = env.Open(AT_FDCWD, path, O_RDONLY | O_DIRECTORY);
   if (!root.ok()) {
     int err = root.status().err();
@@ -70,6 +72,13 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
     env.Close(*root);
     return st;
   }
+  return root;
+}
+
+Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
+  const std::string& path = config.backing_dir;
+  Result<int> root = OpenBackingDirectory(env, path);
+  if (!root.ok()) return root.status();
   auto fail = [&](const Status& why, const std::string& what) {
     env.Close(*root);
     return Status::Error(why.err(), what + " in backing directory " + path);
@@ -86,7 +95,7 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
     if (!mine.ok()) return fail(mine.status(), "cannot create .ckptfs/staging/" + config.node);
     staging = mine;
   } else {
-    RemoveStagingLeftovers(env, *staging);
+    RemoveStagingLeftovers(env, *staging, config.worker > 0);
   }
   BackingStore store{*root, *staging, config.flush_io, TakesDeviceNodes(env, *staging)};
   if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(env, *staging)) {

@@ -3,6 +3,9 @@
 // flushed into it.
 #pragma once
 
+#include <string>
+#include <string_view>
+
 #include "core/config.h"
 #include "core/status.h"
 #include "iouring/env.h"
@@ -12,6 +15,8 @@ namespace ckptfs {
 // The reserved name at the root: the control directory in the mount, ckptfs' own files
 // (staging, rescue) in the backing directory.
 inline constexpr const char* kReservedName = ".ckptfs";
+// Names of the staging directory's handoff files (core/handoff.h): "handoff-<ino>".
+inline constexpr std::string_view kHandoffPrefix = "handoff-";
 
 struct BackingStore {
   int root_fd = -1;     // The backing directory.
@@ -23,14 +28,20 @@ struct BackingStore {
   bool device_nodes = false;
 };
 
+// Opens the backing directory `path`, which must exist, be a directory and be writable; fails
+// with a message naming it.
+Result<int> OpenBackingDirectory(Env& env, const std::string& path);
+
 // Opens the backing directory of `config` (it must exist, be a directory and be writable) and
 // prepares the staging directory: .ckptfs/staging, emptied of what a killed daemon left there;
 // in shared mode .ckptfs/staging/<config.node> (a resolved node name), emptied by the caller once
-// it has joined (RemoveStagingLeftovers). The caller owns both descriptors. Fails with a message
+// it has joined (RemoveStagingLeftovers). Handoff files (core/handoff.h) stay for a worker taking
+// over (Config::worker > 0). The caller owns both descriptors. Fails with a message
 // naming the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
 Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
 
 // Removes the staged files of an earlier run that was killed: they never reached a final name.
-void RemoveStagingLeftovers(Env& env, int staging_fd);
+// A worker taking over from another (Config::worker > 0) keeps the handoff files it restores.
+void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_handoff_files);
 
 }  // namespace ckptfs

@@ -41,6 +41,11 @@ struct Config {
   std::chrono::milliseconds member_timeout{10000};
   // How often the shared directory is read (acknowledgements, requests) and written.
   std::chrono::milliseconds poll_interval{100};
+
+  // Which worker of the mount this is (0: the first, or a mount without a supervisor): the inode
+  // numbers and handles each worker makes are its own, so a worker never takes those of one it
+  // replaced for its own (core/handoff.h).
+  uint32_t worker = 0;
 };
 
 // Smallest cache_size accepted: a few maximal FUSE writes must fit at once.

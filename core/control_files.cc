@@ -19,7 +19,7 @@ Attr ControlFiles::AttrOf(uint64_t ino) const {
   } else {
     // Sizes are unknown until generated; reads are direct, so 0 does not truncate them.
     // Only the mounting user may give commands (default_permissions enforces the mode).
-    a.mode = S_IFREG | (ino == kSyncIno ? 0600 : 0444);
+    a.mode = S_IFREG | (ino == kStatsIno ? 0444 : 0600);
     a.nlink = 1;
   }
   return a;
@@ -28,6 +28,7 @@ Attr ControlFiles::AttrOf(uint64_t ino) const {
 Result<Attr> ControlFiles::Lookup(const std::string& name) const {
   if (name == "stats") return AttrOf(kStatsIno);
   if (name == "sync") return AttrOf(kSyncIno);
+  if (name == "upgrade") return AttrOf(kUpgradeIno);
   return Status::Error(ENOENT, name);
 }
 
@@ -35,11 +36,14 @@ std::vector<DirEntry> ControlFiles::List() const {
   return {{".", kControlDirIno, S_IFDIR},
           {"..", kRootIno, S_IFDIR},
           {"stats", kStatsIno, S_IFREG},
-          {"sync", kSyncIno, S_IFREG}};
+          {"sync", kSyncIno, S_IFREG},
+          {"upgrade", kUpgradeIno, S_IFREG}};
 }
 
 Result<ControlFiles::OpenFile> ControlFiles::Open(uint64_t ino, int flags) {
-  if (ino != kStatsIno && ino != kSyncIno) return Status::Error(EISDIR, "control directory");
+  if (ino != kStatsIno && ino != kSyncIno && ino != kUpgradeIno) {
+    return Status::Error(EISDIR, "control directory");
+  }
   if (ino == kStatsIno && (flags & O_ACCMODE) != O_RDONLY) {
     return Status::Error(EACCES, "the stats file is read-only");
   }
@@ -61,8 +65,16 @@ Result<ReadData> ControlFiles::Read(OpenFile& file, uint64_t offset, size_t size
 }
 
 Result<size_t> ControlFiles::Write(const OpenFile& file, std::string_view command) {
-  if (file.ino != kSyncIno) return Status::Error(EBADF, "the stats file is read-only");
+  if (file.ino == kStatsIno) return Status::Error(EBADF, "the stats file is read-only");
   std::string_view word = command.substr(0, command.find_last_not_of('\n') + 1);
+  if (file.ino == kUpgradeIno) {
+    if (word != "upgrade" && word.rfind("upgrade ", 0) != 0) {
+      return Status::Error(EINVAL, "the upgrade file takes \"upgrade\" or \"upgrade PATH\"");
+    }
+    std::string binary(word.substr(std::min(word.size(), sizeof("upgrade"))));
+    if (Status st = source_.RequestUpgrade(binary); !st.ok()) return st;
+    return command.size();
+  }
   if (word != "sync") return Status::Error(EINVAL, "the sync file takes the command \"sync\"");
   Status st = source_.WaitDurable(source_.SyncPoint());
   if (!st.ok()) return st;

@@ -1,6 +1,8 @@
 // ControlFiles: the control directory `.ckptfs` at the mount root. `stats` reads as the mount's
 // figures in JSON; `sync` reads as "ok" once everything written before its open is durable (or
-// as the error that keeps it from being), and writing "sync" to it waits the same way.
+// as the error that keeps it from being), and writing "sync" to it waits the same way. Writing
+// "upgrade" (or "upgrade PATH") to `upgrade` asks for the worker to be replaced (with the binary
+// at PATH) without unmounting; the write returns once the request is taken.
 //
 // Thread-safe: every call may come from any thread (a read of `sync` blocks its caller only).
 #pragma once
@@ -20,6 +22,7 @@ namespace ckptfs {
 inline constexpr uint64_t kControlDirIno = 2;
 inline constexpr uint64_t kStatsIno = 3;
 inline constexpr uint64_t kSyncIno = 4;
+inline constexpr uint64_t kUpgradeIno = 5;
 
 // Whether `ino` is the control directory or one of its files.
 inline bool IsControl(uint64_t ino) { return ino != kRootIno && ino < kFirstIno; }
@@ -39,6 +42,8 @@ class ControlFiles {
     virtual uint64_t SyncPoint() = 0;
     // Blocks until everything up to `point` is durable, or returns why it is not.
     virtual Status WaitDurable(uint64_t point) = 0;
+    // Asks for this worker to be replaced by `binary` (empty: the binary it runs).
+    virtual Status RequestUpgrade(const std::string& binary) = 0;
   };
   // An open control file.
   struct OpenFile {
@@ -59,7 +64,8 @@ class ControlFiles {
   // Opens control file `ino` for `flags` (stats is read-only); EISDIR for the directory.
   Result<OpenFile> Open(uint64_t ino, int flags);
   Result<ReadData> Read(OpenFile& file, uint64_t offset, size_t size);
-  // A command written to a control file: "sync" to the sync file. Returns the bytes taken.
+  // A command written to a control file: "sync" to the sync file, "upgrade [PATH]" to the
+  // upgrade file. Returns the bytes taken.
   Result<size_t> Write(const OpenFile& file, std::string_view command);
 
  private:

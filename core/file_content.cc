@@ -210,4 +210,14 @@ size_t FileContent::AdoptSpill(std::shared_ptr<BackingFile> spill,
   return dropped;
 }
 
+Status WriteContentTo(Env& env, int fd, const FileContent& content) {
+  std::vector<char> buf(1 << 20);
+  for (uint64_t off = 0; off < content.size(); off += buf.size()) {
+    Result<size_t> n = content.ReadInto(off, buf.size(), buf.data());
+    if (!n.ok()) return n.status();
+    if (Status st = env.WriteAt(fd, buf.data(), *n, off); !st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
 }  // namespace ckptfs

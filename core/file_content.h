@@ -128,6 +128,9 @@ class FileContent {
   uint64_t base_len_ = 0;
 };
 
+// Writes every byte of `content` to the same offsets of `fd` (not synced).
+Status WriteContentTo(Env& env, int fd, const FileContent& content);
+
 // Offsets and lengths of O_DIRECT writes to backing files are multiples of this.
 inline constexpr size_t kDirectAlign = 4096;
 

@@ -33,6 +33,11 @@ uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
   return mode;
 }
 
+Status UnknownHandle(uint64_t handle) {
+  return Status::Error(EBADF, "handle " + std::to_string(handle) +
+                                  " was opened by a worker that stopped without handing it over");
+}
+
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -64,7 +69,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
                                shared.status().message());
     }
     fs->shared_ = std::move(*shared);
-    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_);
+    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_, config.worker > 0);
     SharedMount* mount = fs->shared_.get();
     fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
                               [mount] { mount->DataDurable(); });
@@ -86,7 +91,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
           [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
       reclaimer_(ns_, stats_, staging_fd_),
-      control_(*this, start_time_) {
+      control_(*this, start_time_),
+      handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {
   {
     NamespaceLock lock(ns_.mutex());
     last_open_or_release_ = clock_.Now();
@@ -128,13 +134,28 @@ void Filesystem::Start() {
 
 uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
   Handle* h = handle.get();
+  const auto address = reinterpret_cast<uint64_t>(h);
+  if (address >> kHandleTagShift != 0) {
+    spdlog::critical("a handle at {:#x} leaves no room for the worker's tag", address);
+    std::abort();
+  }
   if (h->inode) {
     ++open_files_;
     last_open_or_release_ = clock_.Now();
   }
+  h->number = address | handle_tag_;
   handles_.emplace(h, std::move(handle));
-  return reinterpret_cast<uint64_t>(h);
+  return h->number;
 }
+
+Filesystem::Handle* Filesystem::HandleOf(uint64_t handle) const {
+  if ((handle & ~kHandleAddressMask) == handle_tag_) {
+    return reinterpret_cast<Handle*>(handle & kHandleAddressMask);
+  }
+  auto it = restored_handles_.find(handle);
+  return it == restored_handles_.end() ? nullptr : it->second;
+}
+
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
@@ -179,7 +200,7 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   if (IsControl(ino)) return control_.AttrOf(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode) return UnknownInode(ino);
   // A backing name gone meanwhile leaves the attributes as they were: the next lookup says so.
   (void)ns_.RefreshFileLocked(inode);
   return ns_.AttrOf(*inode);
@@ -192,7 +213,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (req.size) WaitPassthroughReleased(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode) return UnknownInode(ino);
   timespec now = WallTime();
   if (req.size) {
     if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
@@ -209,7 +230,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     inode->content.Truncate(*req.size, reservation);
     inode->version++;
     inode->mtime = inode->ctime = now;
-    if (handle != 0) HandleOf(handle)->wrote_version = inode->version;
+    if (Handle* h = handle != 0 ? HandleOf(handle) : nullptr) h->wrote_version = inode->version;
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
@@ -345,7 +366,7 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
 Result<std::string> Filesystem::Readlink(uint64_t ino) {
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode) return UnknownInode(ino);
   if (inode->type != FileType::kSymlink) return Status::Error(EINVAL, "not a symlink");
   return inode->symlink_target;
 }
@@ -446,7 +467,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   if (!bad.ok()) return bad;
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode) return UnknownInode(ino);
   if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
   Result<InodeRef> dst = ns_.DirLocked(new_parent);
   if (!dst.ok()) return dst.status();
@@ -540,7 +561,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
                                           Reservation& reservation, size_t& more) {
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return Status::Error(ENOENT, "no such inode");
+  if (!inode) return UnknownInode(ino);
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
   if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
   if (inode->type != FileType::kRegular) {
@@ -656,6 +677,7 @@ Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, si
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   ReadData out;
   if (!h->inode) return control_.Read(h->control, offset, size);
   // One lock for a plain file's read: the hot path of loads.
@@ -684,6 +706,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
                                  size_t size, const Caller& c) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   if (!h->inode) return control_.Write(h->control, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
@@ -737,6 +760,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
 
 Status Filesystem::Flush(uint64_t handle) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   if (!h->inode) return Status::Ok();
   NamespaceLock lock(ns_.mutex());
   SealHandleLocked(h);
@@ -751,6 +775,7 @@ Status Filesystem::Flush(uint64_t handle) {
 
 Status Filesystem::Release(uint64_t handle) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   NamespaceLock lock(ns_.mutex());
   if (h->inode) {
     SealHandleLocked(h);
@@ -783,6 +808,7 @@ void Filesystem::CloseOneLocked(const InodeRef& inode) {
 
 Status Filesystem::Fsync(uint64_t handle) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   if (!h->inode) return Status::Ok();
   uint64_t seq;
   {
@@ -804,6 +830,7 @@ Status Filesystem::Fsync(uint64_t handle) {
 
 Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) {
   Handle* h = HandleOf(handle);
+  if (!h) return UnknownHandle(handle);
   if (!h->inode) return Status::Error(EBADF, "control file");
   if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
   MutexLock lock(h->inode->mu);
@@ -819,17 +846,14 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
 }
 
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
-  auto* dh = new DirHandle;
+  auto dh = std::make_unique<DirHandle>();
   if (ino == kControlDirIno) {
     dh->entries = control_.List();
-    return reinterpret_cast<uint64_t>(dh);
+    return AdoptDirHandle(std::move(dh));
   }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
-  if (!dir.ok()) {
-    delete dh;
-    return dir.status();
-  }
+  if (!dir.ok()) return dir.status();
   ns_.LoadDirLocked(*dir);
   uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
   dh->entries.push_back({".", ino, S_IFDIR});
@@ -837,17 +861,29 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
   for (const auto& [name, child] : (*dir)->children) {
     dh->entries.push_back({name, child->ino, child->TypeBits()});
   }
-  return reinterpret_cast<uint64_t>(dh);
+  return AdoptDirHandle(std::move(dh));
+}
+
+uint64_t Filesystem::AdoptDirHandle(std::unique_ptr<DirHandle> dh) {
+  MutexLock lock(dir_handles_mu_);
+  uint64_t handle = handle_tag_ | next_dir_handle_++;
+  dir_handles_.emplace(handle, std::move(dh));
+  return handle;
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {
-  auto* dh = reinterpret_cast<DirHandle*>(dir_handle);
-  if (offset >= dh->entries.size()) return std::vector<DirEntry>{};
-  return std::vector<DirEntry>(dh->entries.begin() + static_cast<ptrdiff_t>(offset),
-                               dh->entries.end());
+  MutexLock lock(dir_handles_mu_);
+  auto it = dir_handles_.find(dir_handle);
+  if (it == dir_handles_.end()) return UnknownHandle(dir_handle);
+  const std::vector<DirEntry>& entries = it->second->entries;
+  if (offset >= entries.size()) return std::vector<DirEntry>{};
+  return std::vector<DirEntry>(entries.begin() + static_cast<ptrdiff_t>(offset), entries.end());
 }
 
-void Filesystem::ReleaseDir(uint64_t dir_handle) { delete reinterpret_cast<DirHandle*>(dir_handle); }
+void Filesystem::ReleaseDir(uint64_t dir_handle) {
+  MutexLock lock(dir_handles_mu_);
+  dir_handles_.erase(dir_handle);
+}
 
 Status Filesystem::FsyncDir(uint64_t ino) {
   if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();
@@ -908,6 +944,9 @@ std::string Filesystem::StatsJson() {
     shared["last_commit_error"] = failure.ok() ? "" : failure.ToString();
     j["shared"] = std::move(shared);
   }
+  if (worker_info_) {
+    j["worker"] = nlohmann::json::parse(worker_info_(), nullptr, /*allow_exceptions=*/false);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -941,6 +980,11 @@ Status Filesystem::Shutdown() {
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
 Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitCommitted(point); }
+
+Status Filesystem::RequestUpgrade(const std::string& binary) {
+  if (!upgrade_handler_) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
+  return upgrade_handler_(binary);
+}
 
 std::string Filesystem::PathOf(const EntryRef& entry) {
   NamespaceLock lock(ns_.mutex());

@@ -32,6 +32,7 @@
 #include "core/config.h"
 #include "core/control_files.h"
 #include "core/flusher.h"
+#include "core/handoff.h"
 #include "core/inode.h"
 #include "core/journal.h"
 #include "core/namespace.h"
@@ -87,12 +88,33 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     open_backing_ = std::move(open_backing);
     close_backing_ = std::move(close_backing);
   }
+  // Who replaces this worker when asked through the control file `upgrade` (the supervisor's
+  // side of the worker, fs/worker.h); without one, upgrades fail with EOPNOTSUPP. Set before
+  // the first request.
+  void SetUpgradeHandler(std::function<Status(const std::string& binary)> handler) {
+    upgrade_handler_ = std::move(handler);
+  }
+  // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
+  // before the first request.
+  void SetWorkerInfo(std::function<std::string()> info) { worker_info_ = std::move(info); }
   // Read-only opens of large files held whole by a backing file bypass the page cache too:
   // the daemon splices their reads from the backing file straight into the reader's buffer,
   // rather than the kernel copying them into pages of its own (a second cached copy of the
   // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
   // first open.
   void EnableDirectReads() { direct_reads_ = true; }
+  // --- Replacing the worker without unmounting (core/handoff.h) ---
+  // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
+  // waits until everything sealed is durable (in shared mode, its markers committed), saves the
+  // unsealed content of open files and of files removed while open as handoff files, and
+  // returns what the next worker restores (destroying this Filesystem then leaves the shared
+  // mount). EAGAIN while a view of a zarr array is open. A failure leaves everything running.
+  Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
+  // Before Start: takes over the inodes and handles of the worker that made `image`, and removes
+  // the handoff files it opened. EIO when files with unsealed changes could not be taken over
+  // (their handoff files stay); the rest is taken over all the same.
+  Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
+
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
   Status Shutdown();
@@ -160,6 +182,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
     InodeRef inode;  // Null for control files.
     ControlFiles::OpenFile control;
+    uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
     int flags = 0;
     bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
     bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
@@ -235,7 +258,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the commits of the markers among it, returning a failed one).
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
-  Handle* HandleOf(uint64_t handle) { return reinterpret_cast<Handle*>(handle); }
+  Status RequestUpgrade(const std::string& binary) override;
+  // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
+  // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).
+  Handle* HandleOf(uint64_t handle) const;
+  uint64_t AdoptDirHandle(std::unique_ptr<DirHandle> dh) EXCLUDES(dir_handles_mu_);
 
   const Config config_;
   // Declared first: every BackingFile closes its descriptor through it.
@@ -252,8 +279,20 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   ZarrViews zarr_;
   Reclaimer reclaimer_;
   ControlFiles control_;
-  // Open files, owned here until released.
+  // Open files, owned here until released. The handle numbers given to the kernel are their
+  // addresses with this worker's tag in the top bits; directory handles are numbered from 1,
+  // tagged the same way.
+  static constexpr unsigned kHandleTagShift = 48;
+  static constexpr uint64_t kHandleAddressMask = (uint64_t{1} << kHandleTagShift) - 1;
+  const uint64_t handle_tag_;
   std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
+  // Handles of an earlier worker (Restore), by their numbers; set before the first request and
+  // only read afterwards. An entry outlives its handle's release: the kernel never sends a
+  // released handle again.
+  std::unordered_map<uint64_t, Handle*> restored_handles_;
+  mutable Mutex dir_handles_mu_;  // A leaf lock.
+  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_ GUARDED_BY(dir_handles_mu_);
+  uint64_t next_dir_handle_ GUARDED_BY(dir_handles_mu_) = 1;
   // Open handles of files (control files aside), and when one was last opened or released
   // (mount time before that).
   size_t open_files_ GUARDED_BY(ns_lock) = 0;
@@ -268,6 +307,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // With the namespace lock: a file's last passthrough handle closed.
   std::condition_variable_any passthrough_released_;
   std::function<void(int)> close_backing_;
+  std::function<Status(const std::string&)> upgrade_handler_;
+  std::function<std::string()> worker_info_;
 };
 
 }  // namespace ckptfs

@@ -56,6 +56,10 @@ void CopyAttributes(const Inode& inode, JournalEntry& e) {
   e.mtime = inode.mtime;
 }
 
+Status UnknownInode(uint64_t ino) {
+  return Status::Error(ESTALE, "inode " + std::to_string(ino) + " is not known here");
+}
+
 Namespace::Namespace(const Config& config, Env& env, Clock& clock, Stats& stats, Journal& journal,
                      int root_fd, std::function<void()> appended)
     : config_(config),
@@ -63,7 +67,8 @@ Namespace::Namespace(const Config& config, Env& env, Clock& clock, Stats& stats,
       clock_(clock),
       stats_(stats),
       appended_(std::move(appended)),
-      journal_(journal) {
+      journal_(journal),
+      next_ino_(kFirstIno + (uint64_t{config.worker} << kWorkerInoShift)) {
   auto root = std::make_shared<Inode>(kRootIno, FileType::kDirectory);
   struct stat st {};
   (void)env_.Stat(root_fd, "", &st);
@@ -92,8 +97,8 @@ Namespace::~Namespace() {
   inodes_.clear();
 }
 
-InodeRef Namespace::MakeInodeLocked(FileType type) {
-  auto inode = std::make_shared<Inode>(next_ino_++, type);
+InodeRef Namespace::MakeInodeLocked(FileType type, uint64_t ino) {
+  auto inode = std::make_shared<Inode>(ino != 0 ? ino : next_ino_++, type);
   inodes_[inode->ino] = inode;
   return inode;
 }
@@ -109,7 +114,7 @@ InodeRef Namespace::FindLocked(uint64_t ino) const {
 
 Result<InodeRef> Namespace::DirLocked(uint64_t ino) const {
   InodeRef dir = FindLocked(ino);
-  if (!dir) return Status::Error(ENOENT, "no such inode");
+  if (!dir) return UnknownInode(ino);
   if (dir->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
   return dir;
 }
@@ -137,12 +142,15 @@ Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& 
   if (!bad.ok()) return bad;
   Result<InodeRef> inode = BackingInodeLocked(dir, name);
   if (!inode.ok()) return inode;
-  dir->children[name] = *inode;
-  (*inode)->names.insert({dir, name});
-  if ((*inode)->type == FileType::kDirectory && directory_kind_) {
-    directory_kind_->FoundLocked(*inode);
-  }
+  AddFoundLocked(dir, name, *inode);
   return inode;
+}
+
+void Namespace::AddFoundLocked(const InodeRef& dir, const std::string& name,
+                               const InodeRef& child) {
+  dir->children[name] = child;
+  child->names.insert({dir, name});
+  if (child->type == FileType::kDirectory && directory_kind_) directory_kind_->FoundLocked(child);
 }
 
 Result<InodeRef> Namespace::LookupLocked(const InodeRef& dir, const std::string& name) {
@@ -182,7 +190,8 @@ void Namespace::FollowBackingFileLocked(const InodeRef& inode, const struct stat
   TakeAttributes(*inode, st);
 }
 
-Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name) {
+Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name,
+                                               uint64_t ino) {
   int dfd = dir->BackingDir()->fd();
   struct stat st {};
   if (Status found = env_.Stat(dfd, name, &st); !found.ok()) return found;
@@ -204,7 +213,7 @@ Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::s
   } else {
     type = FileType::kSpecial;
   }
-  auto inode = std::make_shared<Inode>(next_ino_++, type);
+  auto inode = std::make_shared<Inode>(ino != 0 ? ino : next_ino_++, type);
   {
     MutexLock lock(inode->mu);
     TakeAttributes(*inode, st);

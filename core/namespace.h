@@ -34,6 +34,8 @@ inline constexpr std::chrono::seconds kAttrTimeout{1};
 
 inline constexpr uint64_t kRootIno = 1;
 inline constexpr uint64_t kFirstIno = 16;  // Below: the root and the control files.
+// Worker w of a mount (Config::worker) numbers its inodes from kFirstIno + (w << this).
+inline constexpr unsigned kWorkerInoShift = 40;
 
 // Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
 // other user none.
@@ -49,6 +51,10 @@ struct DirEntry {
   uint64_t ino;
   uint32_t type_bits;  // S_IFDIR etc.
 };
+
+// ESTALE for an inode number the kernel sent that this worker does not know (one an earlier
+// worker gave, or forgotten): the kernel then looks the path up again, once.
+Status UnknownInode(uint64_t ino);
 
 // EINVAL for an empty name, "." and ".." or a name with a slash; ENAMETOOLONG past NAME_MAX.
 Status CheckName(const std::string& name);
@@ -88,8 +94,9 @@ class Namespace {
   // --- The inode table ---
   InodeRef FindLocked(uint64_t ino) const REQUIRES(ns_lock);
   Result<InodeRef> DirLocked(uint64_t ino) const REQUIRES(ns_lock);
-  // A new inode with the next number, in the table, with no name yet.
-  InodeRef MakeInodeLocked(FileType type) REQUIRES(ns_lock);
+  // A new inode with the next number (or `ino`, one an earlier worker gave and no inode has
+  // here), in the table, with no name yet.
+  InodeRef MakeInodeLocked(FileType type, uint64_t ino = 0) REQUIRES(ns_lock);
   // A new inode with `mode`'s permission bits, owned by `c`, times now.
   InodeRef NewInodeLocked(FileType type, uint32_t mode, const Caller& c) REQUIRES(ns_lock);
   // Frees the data of a deleted, closed file, and forgets the inode once the kernel has.
@@ -123,8 +130,11 @@ class Namespace {
   // left as it was); true otherwise, and always without shared mode.
   bool RefreshFileLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // A new inode for the backing entry `name` of `dir` (or the inode of another name of the same
-  // hard-linked file), with no name yet.
-  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name)
+  // hard-linked file), with no name yet; numbered `ino` when not 0 (as MakeInodeLocked).
+  Result<InodeRef> BackingInodeLocked(const InodeRef& dir, const std::string& name,
+                                      uint64_t ino = 0) REQUIRES(ns_lock);
+  // Adds `child`, found on the backing store as `name` of `dir`, to the tree.
+  void AddFoundLocked(const InodeRef& dir, const std::string& name, const InodeRef& child)
       REQUIRES(ns_lock);
   // Ok when `dir` has no entry `name` and one may be made; EEXIST when it has, or why not.
   Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
@@ -210,7 +220,7 @@ class Namespace {
   mutable NamespaceMutex mu_;
   Journal& journal_;  // Its own lock, taken after the namespace lock.
   std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
-  uint64_t next_ino_ GUARDED_BY(ns_lock) = kFirstIno;
+  uint64_t next_ino_ GUARDED_BY(ns_lock);
   // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);
 };

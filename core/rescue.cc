@@ -34,12 +34,7 @@ Result<int> MakeDirs(Env& env, int root_fd, const std::string& rel) {
 // Writes `content` to `fd` and makes it durable (the flusher has stopped: this thread owns the
 // Env's syncs).
 Status WriteAll(Env& env, int fd, const FileContent& content) {
-  std::vector<char> buf(1 << 20);
-  for (uint64_t off = 0; off < content.size(); off += buf.size()) {
-    Result<size_t> n = content.ReadInto(off, buf.size(), buf.data());
-    if (!n.ok()) return n.status();
-    if (Status st = env.WriteAt(fd, buf.data(), *n, off); !st.ok()) return st;
-  }
+  if (Status st = WriteContentTo(env, fd, content); !st.ok()) return st;
   return env.Sync(std::vector<int>{fd}, /*data_only=*/false).front();
 }
 

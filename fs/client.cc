@@ -1,6 +1,8 @@
 #include "fs/client.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -141,7 +143,87 @@ int PrintStatus(const std::string& mountpoint, bool json) {
                 static_cast<unsigned long long>(a.value("real_chunks", 0ull)));
   }
   if (j.contains("shared") && j["shared"].is_object()) PrintShared(j["shared"]);
+  if (j.contains("worker") && j["worker"].is_object()) {
+    const nlohmann::json& w = j["worker"];
+    std::printf("worker           %llu (pid %lld, %s), supervisor pid %lld\n",
+                static_cast<unsigned long long>(w.value("number", 0ull)),
+                static_cast<long long>(w.value("pid", 0ll)), w.value("binary", "").c_str(),
+                static_cast<long long>(w.value("supervisor_pid", 0ll)));
+    std::printf("takeovers        %llu handed over, %llu after a crash; last took %.1f ms, "
+                "%llu requests resent\n",
+                static_cast<unsigned long long>(w.value("handoffs", 0ull)),
+                static_cast<unsigned long long>(w.value("crashes", 0ull)),
+                w.value("takeover_ms", 0.0),
+                static_cast<unsigned long long>(w.value("resent_requests", 0ull)));
+    if (!w.value("upgrade_error", "").empty()) {
+      std::printf("upgrade failed   %s\n", w.value("upgrade_error", "").c_str());
+    }
+  }
   return 0;
+}
+
+// The "worker" object of the mount's stats; null when unreadable.
+nlohmann::json WorkerStats(const std::string& mountpoint) {
+  std::string text;
+  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.contains("worker") || !j["worker"].is_object()) return nullptr;
+  return j["worker"];
+}
+
+int Upgrade(const std::string& mountpoint, const std::string& binary_arg, double timeout_s) {
+  std::string binary;
+  if (!binary_arg.empty()) {
+    char resolved[PATH_MAX];
+    if (!realpath(binary_arg.c_str(), resolved) || access(resolved, X_OK) != 0) {
+      std::fprintf(stderr, "ckptfs upgrade: %s: %s\n", binary_arg.c_str(), std::strerror(errno));
+      return 1;
+    }
+    binary = resolved;
+  }
+  nlohmann::json before = WorkerStats(mountpoint);
+  if (before.is_null()) {
+    std::fprintf(stderr, "ckptfs upgrade: %s is not a ckptfs mount with a supervisor\n",
+                 mountpoint.c_str());
+    return 1;
+  }
+  std::string command = binary.empty() ? "upgrade\n" : "upgrade " + binary + "\n";
+  int fd = open((mountpoint + "/.ckptfs/upgrade").c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, command.data(), command.size()) < 0) {
+    std::fprintf(stderr, "ckptfs upgrade: %s\n", std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  close(fd);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    nlohmann::json now = WorkerStats(mountpoint);
+    if (now.is_null()) continue;
+    if (now.value("number", 0ull) == before.value("number", 0ull)) {
+      if (now.value("upgrade_error", "").empty()) continue;
+      std::fprintf(stderr, "ckptfs upgrade: %s; worker %llu serves on\n",
+                   now.value("upgrade_error", "").c_str(),
+                   static_cast<unsigned long long>(now.value("number", 0ull)));
+      return 1;
+    }
+    if (!now.value("upgrade_error", "").empty()) {
+      std::fprintf(stderr, "ckptfs upgrade: %s; worker %llu (%s) serves\n",
+                   now.value("upgrade_error", "").c_str(),
+                   static_cast<unsigned long long>(now.value("number", 0ull)),
+                   now.value("binary", "").c_str());
+      return 1;
+    }
+    std::printf("worker %llu (pid %lld, %s, version %s) took over in %.1f ms\n",
+                static_cast<unsigned long long>(now.value("number", 0ull)),
+                static_cast<long long>(now.value("pid", 0ll)), now.value("binary", "").c_str(),
+                now.value("version", "").c_str(), now.value("takeover_ms", 0.0));
+    return 0;
+  }
+  std::fprintf(stderr, "ckptfs upgrade: no new worker within %.0f s (the handoff waits until "
+               "everything closed is durable; see the mount's log)\n", timeout_s);
+  return 1;
 }
 
 }  // namespace
@@ -157,12 +239,21 @@ int RunClient(int argc, char** argv) {
   CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
   status->add_option("MOUNTPOINT", mountpoint)->required();
   status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
+  std::string binary;
+  double timeout_s = 600;
+  CLI::App* upgrade = app.add_subcommand(
+      "upgrade", "Replace the mount's worker (with another binary) without unmounting");
+  upgrade->add_option("MOUNTPOINT", mountpoint)->required();
+  upgrade->add_option("--binary", binary, "The new binary (absolute path); default: the same path");
+  upgrade->add_option("--timeout", timeout_s, "Seconds to wait for the new worker")
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (sync->parsed()) return Sync(mountpoint, progress);
+  if (upgrade->parsed()) return Upgrade(mountpoint, binary, timeout_s);
   return PrintStatus(mountpoint, json);
 }
 

@@ -3,7 +3,8 @@
 
 namespace ckptfs {
 
-// `ckptfs sync MOUNTPOINT [--progress]` and `ckptfs status MOUNTPOINT [--json]`.
+// `ckptfs sync MOUNTPOINT [--progress]`, `ckptfs status MOUNTPOINT [--json]` and
+// `ckptfs upgrade MOUNTPOINT [--binary PATH] [--timeout SECONDS]`.
 // Returns the process exit code.
 int RunClient(int argc, char** argv);
 

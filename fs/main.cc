@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -16,11 +17,13 @@
 #include <cstring>
 #include <string>
 
-#include "core/filesystem.h"
+#include "core/backing_store.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
 #include "fs/options.h"
 #include "fs/session_hooks.h"
+#include "fs/supervisor.h"
+#include "fs/worker.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
@@ -116,6 +119,45 @@ void SetUpLogging(const MountOptions& o, bool daemon) {
   spdlog::set_default_logger(logger);
 }
 
+// This binary as a path a worker can be started from (the file there may be replaced by then,
+// which is how an upgrade to the same path works).
+std::string SelfBinary() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+// Detaches into the background: the parent returns the daemon's verdict (a line on the pipe:
+// "ok", or "error MESSAGE", printed) as its exit status; the child, a session leader with its
+// standard streams on /dev/null, gets the pipe's write end in *ready_fd and -1 is returned.
+int Daemonize(int* ready_fd) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return Fail(std::string("pipe: ") + std::strerror(errno));
+  pid_t pid = fork();
+  if (pid < 0) return Fail(std::string("fork: ") + std::strerror(errno));
+  if (pid > 0) {
+    close(pipefd[1]);
+    std::string line;
+    char c;
+    while (read(pipefd[0], &c, 1) == 1 && c != '\n') line += c;
+    if (line == "ok") return 0;
+    if (line.rfind("error ", 0) == 0) return Fail(line.substr(6));
+    return Fail("the daemon ended before the mount served");
+  }
+  close(pipefd[0]);
+  setsid();
+  if (chdir("/") != 0) spdlog::warn("chdir /: {}", std::strerror(errno));
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+    if (null > 2) close(null);
+  }
+  *ready_fd = pipefd[1];
+  return -1;
+}
+
 int Mount(int argc, char** argv) {
   // Replies are built in large buffers; keep them in the heap rather than mapping and unmapping
   // them per request (each unmap costs a TLB shootdown across the FUSE threads).
@@ -123,17 +165,21 @@ int Mount(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ckptfs: a FUSE filesystem that stages checkpoint writes in memory and flushes\n"
                "them to BACKING with io_uring, in close order, durably.\n"
-               "Client commands: ckptfs sync MOUNTPOINT [--progress], ckptfs status MOUNTPOINT",
+               "Client commands: ckptfs sync MOUNTPOINT [--progress], ckptfs status MOUNTPOINT,\n"
+               "ckptfs upgrade MOUNTPOINT [--binary PATH]",
                "ckptfs"};
   MountOptions o;
   std::string backing;
   std::vector<std::string> option_lists;
+  std::string worker;
   app.add_option("BACKING", backing, "Directory where checkpoints are stored")->required();
   app.add_option("MOUNTPOINT", o.mountpoint, "Where to mount")->required();
   app.add_flag("-f,--foreground", o.foreground, "Stay in the foreground");
   app.add_flag("-d,--debug", o.debug, "Trace requests and log at debug level (implies -f)");
   app.add_option("-o", option_lists, "Mount options, comma separated (below)")
       ->allow_extra_args(false);
+  // Internal: how the supervisor starts a worker (fs/worker.h).
+  app.add_option("--worker", worker)->group("");
   app.footer(MountOptionsHelp());
   app.set_version_flag("-V,--version", std::string("ckptfs ") + CKPTFS_VERSION);
   try {
@@ -147,88 +193,79 @@ int Mount(int argc, char** argv) {
     Status st = ApplyMountOptions(list, &o);
     if (!st.ok()) return Fail(st.message());
   }
+  const bool worker_asked_foreground = o.foreground;
   if (o.debug) o.foreground = true;
   o.config.backing_dir = backing;
+
+  if (!worker.empty()) {
+    WorkerDescriptors fds;
+    if (!ParseWorkerDescriptors(worker, &fds)) return Fail("--worker takes FUSE_FD,CONTROL_FD,READY_FD");
+    SetUpLogging(o, /*daemon=*/!o.foreground);
+    // Every open file of the flusher and every evicted file holds a descriptor.
+    rlimit nofile {};
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    return RunWorker(o, fds);
+  }
+
   if (std::string why = CheckMountpoint(o.mountpoint, backing); !why.empty()) return Fail(why);
+  {
+    std::unique_ptr<Env> posix = MakePosixEnv();
+    Result<int> dir = OpenBackingDirectory(*posix, backing);
+    if (!dir.ok()) return Fail(dir.status().ToString());
+    posix->Close(*dir);
+  }
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     return Fail(std::string("cannot use /dev/fuse: ") + std::strerror(errno));
   }
+  const std::string binary = SelfBinary();
+  if (binary.empty()) return Fail(std::string("cannot find this binary: ") + std::strerror(errno));
+  o.config.backing_dir = RealPath(backing);
+  const std::string mountpoint = RealPath(o.mountpoint);
+  Result<ControlMapping> control = CreateControlBlock();
+  if (!control.ok()) return Fail(control.status().ToString());
+  SetField(control->block->binary, binary);
   SetUpLogging(o, false);
 
-  // Every open file of the flusher and every evicted file holds a descriptor.
-  rlimit nofile {};
-  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &nofile);
-  }
-
-  Status fallback;
-  std::unique_ptr<Env> env = MakeBestEnv(o.config.queue_depth, &fallback);
-  if (!fallback.ok()) spdlog::warn("io_uring unavailable, using POSIX I/O: {}", fallback.ToString());
-  Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(o.config, std::move(env));
-  if (!fs.ok()) return Fail(fs.status().ToString());
-
-  std::string fuse_opts = "default_permissions,fsname=ckptfs:" + RealPath(backing) + ",subtype=ckptfs";
-  fuse_opts += ",max_read=" + std::to_string(o.max_read);
-  for (const std::string& opt : o.fuse_options) fuse_opts += "," + opt;
-  ConfigureAdapter({o.max_read, o.direct_read});
+  std::string fuse_opts = FuseMountOptions(o);
   std::vector<const char*> fargv = {argv[0], "-o", fuse_opts.c_str()};
-  if (o.debug) fargv.push_back("-d");
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));
   const fuse_lowlevel_ops& ops = FuseOperations();
-  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, fs->get());
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, nullptr);
   fuse_opt_free_args(&args);
   if (!se) return Fail("cannot create the FUSE session (bad FUSE options?)");
-  if (fuse_set_signal_handlers(se) != 0) {
-    fuse_session_destroy(se);
-    return Fail("cannot install signal handlers");
-  }
-  if (fuse_session_mount(se, o.mountpoint.c_str()) != 0) {
-    fuse_remove_signal_handlers(se);
+  if (fuse_session_mount(se, mountpoint.c_str()) != 0) {
     fuse_session_destroy(se);
     return Fail("cannot mount on " + o.mountpoint);
   }
-  RaiseReadAhead(o.mountpoint);
-  const bool passthrough = o.passthrough == Passthrough::kOn ||
-                           (o.passthrough == Passthrough::kAuto && MayRegisterBackingFiles());
-  InstallSessionHooks(se, passthrough);
-  if (passthrough) (*fs)->SetPassthrough(OpenBacking, CloseBacking);
-  spdlog::info("mounted {} on {} (cache {} MiB, {} backend)", backing, o.mountpoint,
-               o.config.cache_size >> 20, (*fs)->backend_name());
+  RaiseReadAhead(mountpoint);
+  SupervisorSetup setup{se, *control, {o.config.backing_dir, mountpoint}, -1};
+  if (worker_asked_foreground) setup.worker_args.push_back("-f");
+  if (o.debug) setup.worker_args.push_back("-d");
+  for (const std::string& list : option_lists) {
+    setup.worker_args.push_back("-o");
+    setup.worker_args.push_back(list);
+  }
   if (!o.foreground) {
     spdlog::drop("ckptfs");
-    if (fuse_daemonize(0) != 0) return Fail("cannot daemonize");
+    if (int verdict = Daemonize(&setup.ready_fd); verdict >= 0) return verdict;
     SetUpLogging(o, true);
   }
-  (*fs)->SetPageCacheInvalidator([se](uint64_t ino, uint64_t offset, uint64_t length) {
-    fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset),
-                                     static_cast<off_t>(length));
-  });
-  (*fs)->Start();
-
-  fuse_loop_config* loop = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_max_threads(loop, 16);
-  int loop_result = fuse_session_loop_mt(se, loop);
-  fuse_loop_cfg_destroy(loop);
-  fuse_session_unmount(se);
-  fuse_remove_signal_handlers(se);
-  spdlog::info("unmounted {}; flushing what is left", o.mountpoint);
-  Status st = (*fs)->Shutdown();
+  spdlog::info("mounted {} on {} (cache {} MiB); workers start from {}", backing, o.mountpoint,
+               o.config.cache_size >> 20, binary);
+  int status = RunSupervisor(setup);
   fuse_session_destroy(se);
-  fs->reset();
-  if (!st.ok()) {
-    spdlog::error("unmount: {}", st.ToString());
-    return 1;
-  }
-  spdlog::info("all data is durable in {}", backing);
-  return loop_result < 0 ? 1 : 0;  // A positive result is the signal that ended the loop.
+  return status;
 }
 
 }  // namespace
 }  // namespace ckptfs
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (std::strcmp(argv[1], "sync") == 0 || std::strcmp(argv[1], "status") == 0)) {
+  if (argc >= 2 && (std::strcmp(argv[1], "sync") == 0 || std::strcmp(argv[1], "status") == 0 ||
+                    std::strcmp(argv[1], "upgrade") == 0)) {
     return ckptfs::RunClient(argc, argv);
   }
   return ckptfs::Mount(argc, argv);

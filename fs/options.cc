@@ -345,4 +345,11 @@ std::string MountOptionsMarkdown() {
   return out;
 }
 
+std::string FuseMountOptions(const MountOptions& o) {
+  std::string opts = "default_permissions,fsname=ckptfs:" + o.config.backing_dir +
+                     ",subtype=ckptfs,max_read=" + std::to_string(o.max_read);
+  for (const std::string& opt : o.fuse_options) opts += "," + opt;
+  return opts;
+}
+
 }  // namespace ckptfs

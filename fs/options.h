@@ -49,6 +49,10 @@ std::span<const MountOption> MountOptionTable();
 // malformed options give EINVAL with a message naming the option.
 Status ApplyMountOptions(const std::string& list, MountOptions* out);
 
+// The -o list the FUSE session is made with: ckptfs' own FUSE settings and the options passed
+// on to FUSE. config.backing_dir must be absolute.
+std::string FuseMountOptions(const MountOptions& o);
+
 // The options for --help, one a line with their values and defaults.
 std::string MountOptionsHelp();
 // The options as README.md's Markdown table.

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "core/thread_annotations.h"
 
@@ -22,6 +24,9 @@ namespace ckptfs {
 namespace {
 
 // Kernel ABI of FUSE 7.40, newer than the installed <linux/fuse.h>.
+constexpr uint32_t kHasResendFlags2 = 1u << (39 - 32);  // FUSE_HAS_RESEND.
+constexpr int32_t kNotifyResend = 7;                    // FUSE_NOTIFY_RESEND.
+constexpr uint64_t kResentUnique = 1ull << 63;          // FUSE_UNIQUE_RESEND.
 constexpr uint32_t kDirectIoAllowMmapFlags2 = 1u << (36 - 32);  // FUSE_DIRECT_IO_ALLOW_MMAP.
 constexpr uint32_t kPassthroughFlags2 = 1u << (37 - 32);        // FUSE_PASSTHROUGH, in flags2.
 constexpr uint32_t kOpenPassthrough = 1u << 7;            // FOPEN_PASSTHROUGH.
@@ -43,6 +48,11 @@ struct State {
   std::atomic<bool> offered{false};         // The kernel's INIT has FUSE_PASSTHROUGH (wanted).
   std::atomic<uint64_t> init_unique{0};
   std::atomic<bool> active{false};
+  std::atomic<bool> has_resend{false};  // The kernel's INIT has FUSE_HAS_RESEND.
+  void (*init_sink)(const char*, size_t) = nullptr;
+  std::atomic<bool> replaying_init{false};
+  std::atomic<uint64_t> resent{0};
+  std::atomic<int64_t> first_reply_ns{0};
   Mutex mu;
   std::unordered_set<uint64_t> open_requests GUARDED_BY(mu);     // Unanswered OPEN requests.
   std::unordered_map<uint64_t, int> backing_ids GUARDED_BY(mu);  // File handle -> backing id.
@@ -53,18 +63,35 @@ State& S() {
   return state;
 }
 
+// Takes what the kernel offers in its INIT request `in` of `n` bytes; false when it is too short.
+bool NoteInit(const fuse_in_header* in, size_t n) {
+  if (n < sizeof(fuse_in_header) + offsetof(fuse_init_in, unused)) return false;
+  State& s = S();
+  const auto* init = reinterpret_cast<const fuse_init_in*>(in + 1);
+  const bool ext = init->flags & FUSE_INIT_EXT;
+  s.direct_io_mmap = ext && (init->flags2 & kDirectIoAllowMmapFlags2);
+  s.offered = s.passthrough_wanted && ext && (init->flags2 & kPassthroughFlags2);
+  s.has_resend = ext && (init->flags2 & kHasResendFlags2);
+  s.init_unique = in->unique;
+  return true;
+}
+
+int64_t MonotonicNanos() {
+  timespec t {};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
+}
+
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const auto* in = static_cast<const fuse_in_header*>(buf);
   State& s = S();
-  if (in->opcode == FUSE_INIT &&
-      static_cast<size_t>(n) >= sizeof(fuse_in_header) + offsetof(fuse_init_in, unused)) {
-    const auto* init = reinterpret_cast<const fuse_init_in*>(in + 1);
-    const bool ext = init->flags & FUSE_INIT_EXT;
-    s.direct_io_mmap = ext && (init->flags2 & kDirectIoAllowMmapFlags2);
-    s.offered = s.passthrough_wanted && ext && (init->flags2 & kPassthroughFlags2);
-    s.init_unique = in->unique;
+  if (in->unique & kResentUnique) s.resent.fetch_add(1, std::memory_order_relaxed);
+  if (in->opcode == FUSE_INIT) {
+    if (NoteInit(in, static_cast<size_t>(n)) && s.init_sink) {
+      s.init_sink(static_cast<const char*>(buf), static_cast<size_t>(n));
+    }
   } else if (in->opcode == FUSE_OPEN && s.active) {
     MutexLock lock(s.mu);
     s.open_requests.insert(in->unique);
@@ -104,6 +131,17 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
       }
     }
   }
+  if (s.replaying_init && count >= 1 &&
+      static_cast<const fuse_out_header*>(iov[0].iov_base)->unique == s.init_unique) {
+    // The replayed INIT's reply: the kernel had its answer from the first worker.
+    ssize_t total = 0;
+    for (int i = 0; i < count; ++i) total += static_cast<ssize_t>(iov[i].iov_len);
+    return total;
+  }
+  if (s.first_reply_ns.load(std::memory_order_relaxed) == 0) {
+    int64_t expected = 0;
+    s.first_reply_ns.compare_exchange_strong(expected, MonotonicNanos());
+  }
   return ::writev(fd, iov, count);
 }
 
@@ -115,17 +153,46 @@ ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t
 
 }  // namespace
 
-void InstallSessionHooks(fuse_session* se, bool passthrough_wanted) {
+bool InstallSessionHooks(fuse_session* se, bool passthrough_wanted) {
   static const fuse_custom_io io = {WriteReply, ReadRequest, nullptr, SpliceReply};
   int fd = fuse_session_fd(se);
   if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
     spdlog::warn("cannot hook the FUSE session ({}): no passthrough, no direct reads",
                  std::strerror(-err));
-    return;
+    return false;
   }
   S().dev_fd = fd;
   S().passthrough_wanted = passthrough_wanted;
+  return true;
 }
+
+void RecordInit(void (*sink)(const char*, size_t)) { S().init_sink = sink; }
+
+void ReplayInit(fuse_session* se, const char* request, size_t length) {
+  State& s = S();
+  std::vector<char> copy(request, request + length);
+  if (!NoteInit(reinterpret_cast<const fuse_in_header*>(copy.data()), copy.size())) return;
+  s.replaying_init = true;
+  fuse_buf buf {};
+  buf.mem = copy.data();
+  buf.size = copy.size();
+  fuse_session_process_buf(se, &buf);
+  s.replaying_init = false;
+}
+
+int ResendUnanswered() {
+  State& s = S();
+  if (!s.has_resend) return ENOSYS;
+  fuse_out_header notify{sizeof(fuse_out_header), kNotifyResend, 0};
+  if (::write(s.dev_fd, &notify, sizeof notify) != static_cast<ssize_t>(sizeof notify)) {
+    return errno;
+  }
+  return 0;
+}
+
+uint64_t ResentRequests() { return S().resent.load(std::memory_order_relaxed); }
+
+int64_t FirstReplyNanos() { return S().first_reply_ns.load(std::memory_order_relaxed); }
 
 bool DirectIoMmapAllowed() { return S().direct_io_mmap; }
 

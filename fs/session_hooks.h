@@ -10,13 +10,31 @@
 
 #include <fuse_lowlevel.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ckptfs {
 
 // Installs the hooks on a mounted session (before its loop runs). When they cannot be
-// installed, neither feature is used.
-void InstallSessionHooks(fuse_session* se, bool passthrough_wanted);
+// installed, neither feature is used, and a worker cannot take over from another.
+bool InstallSessionHooks(fuse_session* se, bool passthrough_wanted);
+
+// --- Taking over the connection of an earlier worker (fs/worker.h) ---
+//
+// The kernel sends INIT once per connection: the first worker hands each INIT request it reads
+// to `sink` (before answering it); a later worker replays it with ReplayInit, so that its session
+// and these hooks agree with what the kernel was told. Set before the loop runs.
+void RecordInit(void (*sink)(const char* request, size_t length));
+// Processes an INIT request read by an earlier worker as if just read; its reply, which the
+// kernel no longer waits for, is not sent.
+void ReplayInit(fuse_session* se, const char* request, size_t length);
+// Asks the kernel to send again every request an earlier worker read but did not answer
+// (FUSE_NOTIFY_RESEND, Linux 6.9); ENOSYS when the kernel cannot (its INIT did not offer it).
+int ResendUnanswered();
+// Requests received again after ResendUnanswered.
+uint64_t ResentRequests();
+// CLOCK_MONOTONIC nanoseconds when this process first answered a request (0: not yet).
+int64_t FirstReplyNanos();
 
 // Whether the INIT reply allows shared mmap of direct_io files (known once the INIT request has
 // been read, i.e. from the init callback on).

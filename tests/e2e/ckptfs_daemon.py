@@ -3,7 +3,8 @@ the e2e tests and the bench: a daemon in the foreground (-f) as a child process,
 mount helpers.
 
     with CkptfsDaemon(backing, mnt, options=["cache_size=1G"]) as d:
-        ...   # d.pid, d.sync(), d.stats(), d.io(), d.vm_hwm_kib(), d.unmount(), d.kill9()
+        ...   # d.pid, d.worker_pid(), d.sync(), d.stats(), d.io(), d.vm_hwm_kib(), d.unmount(),
+              # d.kill9()
 
 Leaving the block always unmounts, waits for the daemon it started (killing only that pid if it
 does not exit), and never touches any other process. Temp directories belong to the caller.
@@ -110,7 +111,30 @@ class CkptfsDaemon:
 
     @property
     def pid(self):
+        """The supervisor: the process started, which holds the mount."""
         return self.proc.pid
+
+    def worker_pid(self):
+        """The worker serving the mount now (the supervisor's child; fs/supervisor.h). Read from
+        /proc, so it works while the worker is stopped or hung; waits for one while none runs
+        (between two workers)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                    children = f.read().split()
+            except FileNotFoundError:
+                children = []
+            for child in children:  # Also fusermount3 (auto_unmount) may be one.
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        if b"\0--worker\0" in f.read():
+                            return int(child)
+                except FileNotFoundError:
+                    pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the ckptfs supervisor has no worker")
+            time.sleep(0.01)
 
     def start(self):
         """Starts the daemon (again, e.g. after kill9) and waits until the mount is live."""
@@ -157,18 +181,18 @@ class CkptfsDaemon:
         return os.path.join(self.backing, *parts)
 
     def io(self):
-        return proc_io(self.pid)
+        return proc_io(self.worker_pid())
 
     def vm_hwm_kib(self):
-        with open(f"/proc/{self.pid}/status") as f:
+        with open(f"/proc/{self.worker_pid()}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         return 0
 
     def cpu_seconds(self):
-        """User plus system CPU time the daemon has used so far (all its threads)."""
-        with open(f"/proc/{self.pid}/stat") as f:
+        """User plus system CPU time the worker has used so far (all its threads)."""
+        with open(f"/proc/{self.worker_pid()}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -243,6 +267,15 @@ class CkptfsDaemon:
 
     def error_lines(self):
         return error_lines(self.output())
+
+
+def wait_for(predicate, timeout, what):
+    """Waits until predicate() holds; fails with what() after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what()}: not after {timeout:.0f}s")
+        time.sleep(0.05)
 
 
 def run_ckptfs(args, timeout=30):

@@ -21,6 +21,7 @@ compare.
 import os
 import shutil
 import tempfile
+import threading
 import time
 import unittest
 
@@ -86,9 +87,12 @@ def fresh_mount(tc, prefix, options=("cache_size=1G",)):
     return mount_in(tc, tmp, options)
 
 
-def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
+def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None,
+                   while_saving=None):
     """Runs the whole check (module docstring) for workload w in test case tc, reading back with
-    each of `loads` (default: w.load). Returns the daemon's stats after the save."""
+    each of `loads` (default: w.load). while_saving(daemon, saving), when given, runs in a thread
+    during the save through the mount; `saving` (a threading.Event) is cleared once the save has
+    returned. Returns the daemon's stats after the save."""
     loads = loads or (w.load,)
     require_fuse()
 
@@ -108,7 +112,27 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None):
     timer.mark("plain")
 
     d, backing, mnt = mount_in(tc, tmp, options, nofile)
-    w.save(mnt)
+    if while_saving:
+        saving = threading.Event()
+        saving.set()
+        failures = []
+
+        def run():
+            try:
+                while_saving(d, saving)
+            except BaseException as e:  # Reported by the test's thread.
+                failures.append(e)
+        beside = threading.Thread(target=run)
+        beside.start()
+        try:
+            w.save(mnt)
+        finally:
+            saving.clear()
+            beside.join()
+        if failures:
+            raise failures[0]
+    else:
+        w.save(mnt)
     timer.mark("save via mount")
     saved_stats = d.stats()
     fine = [a["path"] for a in saved_stats.get("zarr_fine_grid", [])]

@@ -33,7 +33,8 @@ import time
 import unittest
 
 import workloads
-from ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, run_ckptfs, snapshot
+from ckptfs_daemon import (CkptfsDaemon, describe_tree_diff, mounted, run_ckptfs, snapshot,
+                           wait_for)
 from e2e_check import E2E_TMP, comparable, require_fuse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
@@ -110,18 +111,10 @@ def write_file(path, data, fsync=False):
 
 
 def resume(d):
-    """SIGCONT to daemon d while it runs (it is not reaped yet, so the pid is still its own)."""
+    """SIGCONT to daemon d's worker while the daemon runs (not reaped yet, so its pids are
+    still its own)."""
     if d.proc is not None and d.proc.poll() is None:
-        os.kill(d.pid, signal.SIGCONT)
-
-
-def wait_for(predicate, timeout, what):
-    """Waits until predicate() holds; fails with what() after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what()}: not after {timeout:.0f}s")
-        time.sleep(0.05)
+        os.kill(d.worker_pid(), signal.SIGCONT)
 
 
 class MultiNodeChecks:
@@ -334,7 +327,7 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
                        workloads.pool_bytes(f"r{r}", 4 << 20), fsync=True)
         stopped = daemons[1]
         self.addCleanup(resume, stopped)  # Runs before its unmount.
-        os.kill(stopped.pid, signal.SIGSTOP)
+        os.kill(stopped.worker_pid(), signal.SIGSTOP)
         t0 = time.monotonic()
         returned = []
 

@@ -351,7 +351,7 @@ class KillRuns:
 
     def check_run(self, m, plan, run, logged, durable, ctx):
         self.assertEqual(m.staging_files(), [], f"{ctx}: the new mount left staging files")
-        self.assertEqual(sorted(os.listdir(m.path(".ckptfs"))), ["stats", "sync"])
+        self.assertEqual(sorted(os.listdir(m.path(".ckptfs"))), ["stats", "sync", "upgrade"])
         mnt_run = m.path(run)
         through, backing = snapshot(mnt_run), snapshot(m.bpath(run))
         self.assertEqual(through, backing, f"{ctx}: the mount does not show BACKING:\n"

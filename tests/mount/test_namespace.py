@@ -318,7 +318,7 @@ class NamespaceTest(unittest.TestCase):
             # The control directory is hidden from the root listing but can be used.
             self.assertNotIn(".ckptfs", os.listdir(m.mnt))
             self.assertTrue(os.path.isdir(m.path(".ckptfs")))
-            self.assertEqual(sorted(os.listdir(m.path(".ckptfs"))), ["stats", "sync"])
+            self.assertEqual(sorted(os.listdir(m.path(".ckptfs"))), ["stats", "sync", "upgrade"])
             stats = m.stats()
             for key in ("dirty_bytes", "files_flushed", "versions_skipped", "bytes_written"):
                 self.assertIn(key, stats)

@@ -19,23 +19,31 @@ class ControlFilesTest : public ::testing::Test, public ControlFiles::Source {
     waited_for_.push_back(point);
     return durable_;
   }
+  Status RequestUpgrade(const std::string& binary) override {
+    upgrades_.push_back(binary);
+    return upgrade_;
+  }
 
   int stats_made_ = 0;
   uint64_t point_ = 7;
   Status durable_;
   std::vector<uint64_t> waited_for_;
+  std::vector<std::string> upgrades_;
+  Status upgrade_;
   ControlFiles control_{*this, timespec{1000, 0}};
 };
 
 std::string Owned(const Result<ReadData>& data) { return data.ok() ? data->owned : "<error>"; }
 
-TEST_F(ControlFilesTest, TheDirectoryListsStatsAndSyncWithTheirModes) {
+TEST_F(ControlFilesTest, TheDirectoryListsStatsSyncAndUpgradeWithTheirModes) {
   std::vector<DirEntry> entries = control_.List();
-  ASSERT_EQ(entries.size(), 4u);
+  ASSERT_EQ(entries.size(), 5u);
   EXPECT_EQ(entries[2].name, "stats");
   EXPECT_EQ(entries[3].name, "sync");
+  EXPECT_EQ(entries[4].name, "upgrade");
   EXPECT_EQ(control_.Lookup("stats")->mode, S_IFREG | 0444u);
   EXPECT_EQ(control_.Lookup("sync")->mode, S_IFREG | 0600u);
+  EXPECT_EQ(control_.Lookup("upgrade")->mode, S_IFREG | 0600u);
   EXPECT_EQ(control_.Lookup("other").status().err(), ENOENT);
   EXPECT_EQ(control_.AttrOf(kControlDirIno).mode, S_IFDIR | 0755u);
   EXPECT_EQ(control_.AttrOf(kSyncIno).mtime.tv_sec, 1000);
@@ -80,6 +88,19 @@ TEST_F(ControlFilesTest, WritingSyncWaitsForEverythingSealedAndRefusesOtherComma
   EXPECT_EQ(control_.Write(*sync, "flush").status().err(), EINVAL);
   durable_ = Status::Error(ENOSPC, "full");
   EXPECT_EQ(control_.Write(*sync, "sync").status().err(), ENOSPC);
+}
+
+TEST_F(ControlFilesTest, UpgradeTakesTheCommandWithOrWithoutABinaryAndReturnsTheRefusal) {
+  Result<ControlFiles::OpenFile> upgrade = control_.Open(kUpgradeIno, O_WRONLY);
+  ASSERT_TRUE(upgrade.ok());
+  EXPECT_EQ(*control_.Write(*upgrade, "upgrade\n"), 8u);
+  EXPECT_EQ(*control_.Write(*upgrade, "upgrade /opt/ckptfs/bin/ckptfs\n"), 31u);
+  EXPECT_EQ(upgrades_, (std::vector<std::string>{"", "/opt/ckptfs/bin/ckptfs"}));
+  EXPECT_EQ(control_.Write(*upgrade, "upgradex").status().err(), EINVAL);
+  EXPECT_EQ(control_.Write(*upgrade, "sync").status().err(), EINVAL);
+  upgrade_ = Status::Error(EOPNOTSUPP, "no supervisor");
+  EXPECT_EQ(control_.Write(*upgrade, "upgrade").status().err(), EOPNOTSUPP);
+  EXPECT_EQ(upgrades_.size(), 3u);
 }
 
 }  // namespace

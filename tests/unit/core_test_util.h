@@ -191,6 +191,9 @@ struct FsOptions {
   std::string node{};
   std::chrono::milliseconds member_timeout{1000};
   std::chrono::milliseconds poll_interval{10};
+  // A later worker of the mount (Config::worker), restoring `handoff` (when set) before Start.
+  uint32_t worker = 0;
+  const HandoffImage* handoff = nullptr;
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -207,6 +210,7 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.node = o.node;
   config.member_timeout = o.member_timeout;
   config.poll_interval = o.poll_interval;
+  config.worker = o.worker;
   Status why;
   std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
   if (!env) {
@@ -224,6 +228,10 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
     return nullptr;
   }
   std::unique_ptr<Filesystem> out = std::move(*fs);
+  if (o.handoff) {
+    Status restored = out->Restore(*o.handoff);
+    EXPECT_TRUE(restored.ok()) << restored.ToString();
+  }
   out->Start();
   return out;
 }

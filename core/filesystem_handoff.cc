@@ -1,0 +1,236 @@
+// Filesystem::Handoff and Filesystem::Restore: one worker of a mount hands its inodes and handles
+// to the next (core/handoff.h).
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/filesystem.h"
+#include "core/handoff.h"
+
+namespace ckptfs {
+namespace {
+
+int64_t Nanos(const timespec& t) { return t.tv_sec * 1'000'000'000 + t.tv_nsec; }
+timespec FromNanos(int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+// How many names lie between `inode` and the root.
+size_t Depth(const Inode& inode) REQUIRES(ns_lock) {
+  size_t depth = 0;
+  for (const Inode* i = &inode; !i->names.empty(); i = i->names.begin()->parent.get()) ++depth;
+  return depth;
+}
+
+}  // namespace
+
+Result<HandoffImage> Filesystem::Handoff() {
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const auto& [address, h] : handles_) {
+      if (h->inode && IsZarrView(*h->inode)) {
+        return Status::Error(EAGAIN, ns_.PathLocked(h->inode) + ", a view of a zarr array, is open");
+      }
+    }
+    ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
+      if (inode->open_handles == 0) ns_.SealLocked(inode);
+    });
+  }
+  flusher_->Hurry();
+  const uint64_t point = SyncPoint();
+  if (Status durable = flusher_->WaitDurable(point); !durable.ok()) return durable;
+  // Markers held for their commits: decided either way afterwards (a failed commit's marker is
+  // never published, which is what its outcome says, not a reason to keep this worker).
+  (void)flusher_->WaitCommitted(point);
+
+  NamespaceLock lock(ns_.mutex());
+  // The inodes the kernel knows, with their ancestors, parents first.
+  std::unordered_set<Inode*> seen;
+  std::vector<InodeRef> known;
+  ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
+    if (inode->lookups == 0 && inode->open_handles == 0) return;
+    for (InodeRef i = inode; i->ino != kRootIno && seen.insert(i.get()).second;
+         i = i->names.begin()->parent) {
+      // A removed directory, symlink or special file cannot be found again: the kernel's
+      // node of it goes stale. A removed regular file's content goes along.
+      if (i->names.empty() && i->type != FileType::kRegular) break;
+      known.push_back(i);
+      if (i->names.empty()) break;
+    }
+  });
+  std::vector<std::pair<size_t, InodeRef>> by_depth;
+  for (InodeRef& i : known) by_depth.emplace_back(Depth(*i), std::move(i));
+  std::stable_sort(by_depth.begin(), by_depth.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+
+  HandoffImage image;
+  for (const auto& [depth, inode] : by_depth) {
+    HandoffImage::InodeRecord r;
+    r.ino = inode->ino;
+    r.lookups = inode->lookups;
+    if (!inode->names.empty()) {
+      r.parent = inode->names.begin()->parent->ino;
+      r.name = inode->names.begin()->name;
+    }
+    if (inode->type == FileType::kRegular) {
+      MutexLock ilock(inode->mu);
+      r.has_content = inode->names.empty() ||
+                      (inode->open_handles > 0 && inode->version != inode->durable_version);
+      if (r.has_content) {
+        Result<int> fd = env_->Open(staging_fd_, HandoffFileName(r.ino),
+                                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+        if (!fd.ok()) return fd.status();
+        Status written = WriteContentTo(*env_, *fd, inode->content);
+        env_->Close(*fd);
+        if (!written.ok()) return written;
+        r.size = inode->content.size();
+        r.mode = inode->mode;
+        r.uid = inode->uid;
+        r.gid = inode->gid;
+        r.mtime_ns = Nanos(inode->mtime);
+        r.ctime_ns = Nanos(inode->ctime);
+      }
+    }
+    image.inodes.push_back(std::move(r));
+  }
+  for (const auto& [address, h] : handles_) {
+    HandoffImage::HandleRecord r;
+    r.fh = h->number;
+    r.flags = h->flags;
+    if (h->inode) {
+      MutexLock ilock(h->inode->mu);
+      r.ino = h->inode->ino;
+      r.direct = h->direct;
+      r.passthrough = h->passthrough;
+      r.backing_id = h->passthrough ? h->inode->backing_id : -1;
+      r.wrote = h->wrote_version > h->inode->durable_version;
+    } else {
+      r.ino = h->control.ino;
+    }
+    image.handles.push_back(r);
+  }
+  {
+    MutexLock dlock(dir_handles_mu_);
+    for (const auto& [fh, dh] : dir_handles_) image.dir_handles.push_back({fh, dh->entries});
+  }
+  return image;
+}
+
+Status Filesystem::Restore(const HandoffImage& image) {
+  // Opened before the namespace lock is taken: the stats file is generated at its open.
+  std::unordered_map<uint64_t, ControlFiles::OpenFile> control_files;
+  for (const HandoffImage::HandleRecord& r : image.handles) {
+    if (!IsControl(r.ino)) continue;
+    Result<ControlFiles::OpenFile> opened = control_.Open(r.ino, r.flags);
+    if (opened.ok()) control_files.emplace(r.fh, std::move(*opened));
+  }
+  NamespaceLock lock(ns_.mutex());
+  std::vector<std::string> handoff_files;
+  size_t lost = 0;
+  for (const HandoffImage::InodeRecord& r : image.inodes) {
+    InodeRef inode;
+    InodeRef dir = r.name.empty() ? nullptr : ns_.FindLocked(r.parent);
+    if (r.name.empty()) {
+      inode = ns_.MakeInodeLocked(FileType::kRegular, r.ino);
+      inode->nlink = 0;
+    } else if (dir && dir->type == FileType::kDirectory) {
+      auto child = dir->children.find(r.name);
+      if (child != dir->children.end()) {
+        inode = child->second;
+      } else {
+        Result<InodeRef> found = Status::Error(ENOENT, r.name);
+        if (dir->BackingDir()) found = ns_.BackingInodeLocked(dir, r.name, r.ino);
+        if (found.ok()) {
+          inode = *found;
+          ns_.AddFoundLocked(dir, r.name, inode);
+        } else if (r.has_content) {
+          // Made through the mount and never sealed: only its handoff file holds it.
+          inode = ns_.MakeInodeLocked(FileType::kRegular, r.ino);
+          ns_.AddNameLocked(dir, r.name, inode);
+        }
+      }
+    }
+    if (!inode || inode->ino != r.ino) {
+      spdlog::warn("handoff: inode {} ({}) is gone from the backing store; its node goes stale",
+                   r.ino, r.name);
+      lost += r.has_content;
+      continue;
+    }
+    inode->lookups = r.lookups;
+    if (!r.has_content) continue;
+    const std::string file = HandoffFileName(r.ino);
+    Result<int> fd = env_->Open(staging_fd_, file, O_RDONLY | O_NOFOLLOW);
+    if (!fd.ok()) {
+      spdlog::error("handoff: cannot open {}: {}", file, fd.status().ToString());
+      ++lost;
+      continue;
+    }
+    handoff_files.push_back(file);
+    inode->origin_dir.reset();
+    inode->origin_name.clear();
+    MutexLock ilock(inode->mu);
+    inode->content = FileContent(std::make_shared<BackingFile>(*env_, *fd, /*spill=*/true), r.size);
+    inode->mode = r.mode;
+    inode->uid = r.uid;
+    inode->gid = r.gid;
+    inode->mtime = FromNanos(r.mtime_ns);
+    inode->ctime = FromNanos(r.ctime_ns);
+    // Unsealed: its next seal publishes it.
+    inode->version = inode->sealed_version + 1;
+  }
+  for (const HandoffImage::HandleRecord& r : image.handles) {
+    auto h = std::make_unique<Handle>();
+    h->flags = r.flags;
+    if (IsControl(r.ino)) {
+      auto opened = control_files.find(r.fh);
+      if (opened == control_files.end()) continue;
+      h->control = std::move(opened->second);
+    } else {
+      InodeRef inode = ns_.FindLocked(r.ino);
+      if (!inode || inode->type != FileType::kRegular) continue;
+      if (Status loaded = ns_.LoadOriginLocked(inode); !loaded.ok()) {
+        spdlog::warn("handoff: {}: {}", ns_.PathLocked(inode), loaded.ToString());
+        continue;
+      }
+      h->inode = inode;
+      h->direct = r.direct;
+      h->passthrough = r.passthrough && r.backing_id >= 0;
+      MutexLock ilock(inode->mu);
+      if (r.wrote) h->wrote_version = inode->version;
+      if (h->passthrough) {
+        inode->backing_id = r.backing_id;
+        inode->passthrough_handles++;
+      } else if (!h->direct) {
+        inode->cached_handles++;
+      }
+      inode->open_handles++;
+      ++open_files_;
+    }
+    h->number = r.fh;
+    restored_handles_.emplace(r.fh, h.get());
+    handles_.emplace(h.get(), std::move(h));
+  }
+  {
+    MutexLock dlock(dir_handles_mu_);
+    for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
+      auto dh = std::make_unique<DirHandle>();
+      dh->entries = r.entries;
+      dir_handles_.emplace(r.fh, std::move(dh));
+    }
+  }
+  // Open now: their names are not needed any more.
+  for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
+  spdlog::info("took over {} inodes, {} open files ({} with unsealed changes), {} open directories",
+               image.inodes.size(), image.handles.size(), handoff_files.size(),
+               image.dir_handles.size());
+  if (lost > 0) {
+    return Status::Error(EIO, std::to_string(lost) + " files with unsealed changes could not be "
+                                  "taken over; their handoff files stay in the staging directory");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

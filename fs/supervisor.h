@@ -1,0 +1,45 @@
+// The supervisor: what `ckptfs BACKING MOUNTPOINT` leaves running. It holds the mount's FUSE
+// connection (its /dev/fuse descriptor) and the control block (fs/control_block.h), and no data:
+// it starts a worker (fs/worker.h) to serve the mount, and when that worker ends while the mount
+// is still there, starts the next one on the same connection. The kernel keeps the connection as
+// long as the supervisor holds it: trainers' requests wait in its queue meanwhile, never failing.
+//
+// - A worker that handed over (an upgrade, SIGHUP to the supervisor, SIGTERM to the worker) is
+//   followed by the binary it asked for, or the same one; when a new binary does not start, the
+//   old one takes over instead and the failure is shown in the stats (upgrade_error).
+// - A worker that died is followed by the same binary; what it held unflushed in memory is lost
+//   and the kernel's inodes and handles of it go stale (ENOENT, EBADF). Three workers that die
+//   within kQuickDeath of their start, in a row, end the mount.
+// - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
+//   supervisor, with the worker's status.
+//
+// Every worker dies with the supervisor (PR_SET_PDEATHSIG): the mount then goes as a daemon's
+// did before workers.
+#pragma once
+
+#include <fuse_lowlevel.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "fs/control_block.h"
+
+namespace ckptfs {
+
+inline constexpr std::chrono::seconds kQuickDeath{10};
+
+struct SupervisorSetup {
+  fuse_session* session = nullptr;  // Mounted; unmounted when the supervisor ends.
+  ControlMapping control{};         // Its binary field names the first worker's binary.
+  // The worker's arguments after the binary; "--worker FDS" is added.
+  std::vector<std::string> worker_args{};
+  // Told "ok" once the first worker serves, or "error MESSAGE" when it cannot; -1: the error
+  // goes to stderr.
+  int ready_fd = -1;
+};
+
+// Runs until the mount is gone; returns the exit status of the daemon.
+int RunSupervisor(const SupervisorSetup& setup);
+
+}  // namespace ckptfs

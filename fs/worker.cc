@@ -1,0 +1,250 @@
+#include "fs/worker.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/filesystem.h"
+#include "core/handoff.h"
+#include "fs/control_block.h"
+#include "fs/fuse_adapter.h"
+#include "fs/session_hooks.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+namespace {
+
+// A handoff refused for now (EAGAIN) is tried again this often, this many times.
+constexpr std::chrono::milliseconds kHandoffRetryEvery{200};
+constexpr int kHandoffTries = 300;
+
+ControlBlock* control_block = nullptr;  // Mapped before the session starts.
+std::atomic<bool> handoff_wanted{false};
+
+void StoreInit(const char* request, size_t length) {
+  if (length > sizeof control_block->init) {
+    spdlog::warn("the kernel's INIT request ({} bytes) does not fit the control block: a later "
+                 "worker cannot take over", length);
+    return;
+  }
+  std::memcpy(control_block->init, request, length);
+  control_block->init_length = static_cast<uint32_t>(length);
+}
+
+int64_t MonotonicNanos() {
+  timespec t {};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
+}
+
+// Ends the session loop so that the worker hands over (the loop's threads finish the requests
+// they are serving first).
+void AskHandoff() {
+  handoff_wanted = true;
+  kill(getpid(), SIGTERM);
+}
+
+void Tell(int ready_fd, const std::string& line) {
+  if (ready_fd < 0) return;
+  std::string text = line + "\n";
+  if (write(ready_fd, text.data(), text.size()) < 0) {
+    spdlog::warn("cannot tell the supervisor: {}", std::strerror(errno));
+  }
+  close(ready_fd);
+}
+
+// What `ckptfs upgrade` may be given: an executable regular file, named by an absolute path.
+Status CheckBinary(const std::string& path) {
+  if (path.empty() || path[0] != '/') {
+    return Status::Error(EINVAL, "the new binary must be named by an absolute path: " + path);
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return Status::FromErrno(path);
+  if (!S_ISREG(st.st_mode)) return Status::Error(EINVAL, path + " is not a regular file");
+  if (access(path.c_str(), X_OK) != 0) return Status::FromErrno(path + " is not executable");
+  if (path.size() >= sizeof control_block->requested_binary) {
+    return Status::Error(ENAMETOOLONG, path);
+  }
+  return Status::Ok();
+}
+
+std::string WorkerInfo(int64_t started_ns) {
+  const ControlBlock& b = *control_block;
+  nlohmann::json j;
+  j["pid"] = getpid();
+  j["supervisor_pid"] = getppid();
+  j["number"] = b.worker;
+  j["binary"] = FieldText(b.binary);
+  j["version"] = CKPTFS_VERSION;
+  j["handoffs"] = b.handoffs;
+  j["crashes"] = b.crashes;
+  j["resent_requests"] = ResentRequests();
+  const int64_t first_reply = FirstReplyNanos();
+  // From when the previous worker stopped answering to the first request this one answered.
+  j["takeover_ms"] = b.previous_stopped_ns > 0 && first_reply > 0
+                         ? static_cast<double>(first_reply - b.previous_stopped_ns) / 1e6
+                         : 0.0;
+  j["start_ms"] = static_cast<double>(MonotonicNanos() - started_ns) / 1e6;
+  j["upgrade_error"] = FieldText(b.upgrade_error);
+  return j.dump();
+}
+
+}  // namespace
+
+bool ParseWorkerDescriptors(const std::string& text, WorkerDescriptors* out) {
+  int fuse, control, ready;
+  char end;
+  if (std::sscanf(text.c_str(), "%d,%d,%d%c", &fuse, &control, &ready, &end) != 3) return false;
+  if (fuse < 0 || control < 0 || ready < 0) return false;
+  *out = {fuse, control, ready};
+  return true;
+}
+
+int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
+  const int64_t started_ns = MonotonicNanos();
+  Result<ControlMapping> control = MapControlBlock(fds.control);
+  if (!control.ok()) {
+    Tell(fds.ready, "error " + control.status().ToString());
+    return 1;
+  }
+  control_block = control->block;
+  ControlBlock& block = *control_block;
+  const bool takeover = block.init_length > 0;
+
+  Config config = o.config;
+  config.worker = block.worker;
+  Status fallback;
+  std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &fallback);
+  if (!fallback.ok()) spdlog::warn("io_uring unavailable, using POSIX I/O: {}", fallback.ToString());
+  Result<std::unique_ptr<Filesystem>> made = Filesystem::Make(config, std::move(env));
+  if (!made.ok()) {
+    Tell(fds.ready, "error " + made.status().ToString());
+    return 1;
+  }
+  Filesystem& fs = **made;
+  fs.SetUpgradeHandler([](const std::string& binary) {
+    std::string path = binary.empty() ? FieldText(control_block->binary) : binary;
+    if (Status bad = CheckBinary(path); !bad.ok()) return bad;
+    SetField(control_block->requested_binary, path);
+    SetField(control_block->upgrade_error, "");
+    spdlog::info("upgrade to {} asked for: handing over", path);
+    AskHandoff();
+    return Status::Ok();
+  });
+  fs.SetWorkerInfo([started_ns] { return WorkerInfo(started_ns); });
+  if (block.image_length > 0) {
+    Result<HandoffImage> image = DecodeHandoff(control->image_text());
+    Status restored = image.ok() ? fs.Restore(*image) : image.status();
+    if (!restored.ok()) spdlog::error("taking over: {}", restored.ToString());
+    block.image_length = 0;
+  }
+
+  std::string fuse_opts = FuseMountOptions(o);
+  ConfigureAdapter({o.max_read, o.direct_read});
+  std::vector<const char*> fargv = {"ckptfs", "-o", fuse_opts.c_str()};
+  if (o.debug) fargv.push_back("-d");
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));
+  const fuse_lowlevel_ops& ops = FuseOperations();
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof ops, &fs);
+  fuse_opt_free_args(&args);
+  const std::string device = "/dev/fd/" + std::to_string(fds.fuse);
+  if (!se || fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, device.c_str()) != 0) {
+    Tell(fds.ready, "error cannot set up the FUSE session");
+    return 1;
+  }
+  const bool passthrough = o.passthrough == Passthrough::kOn ||
+                           (o.passthrough == Passthrough::kAuto && MayRegisterBackingFiles());
+  if (!InstallSessionHooks(se, passthrough) && takeover) {
+    Tell(fds.ready, "error cannot hook the FUSE session to take it over");
+    return 1;
+  }
+  if (passthrough) fs.SetPassthrough(OpenBacking, CloseBacking);
+  if (takeover) {
+    ReplayInit(se, block.init, block.init_length);
+  } else {
+    RecordInit(StoreInit);
+  }
+  fs.SetPageCacheInvalidator([se](uint64_t ino, uint64_t offset, uint64_t length) {
+    fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset),
+                                     static_cast<off_t>(length));
+  });
+  fs.Start();
+  if (takeover) {
+    int err = ResendUnanswered();
+    if (err != 0) {
+      spdlog::error("the kernel cannot send again what the previous worker left unanswered ({}): "
+                    "those requests wait until the mount goes", std::strerror(err));
+    }
+    spdlog::info("worker {} took over {} (worker {} stopped answering {:.1f} ms ago)",
+                 block.worker, o.mountpoint, block.worker - 1,
+                 static_cast<double>(MonotonicNanos() - block.previous_stopped_ns) / 1e6);
+  }
+  Tell(fds.ready, "ok");
+
+  fuse_loop_config* loop = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_max_threads(loop, 16);
+  std::thread retry;
+  int tries = 0;
+  int status = 0;
+  while (true) {
+    int loop_result = fuse_session_loop_mt(se, loop);
+    if (retry.joinable()) retry.join();
+    if (!handoff_wanted && loop_result <= 0) {
+      // The mount is gone (a positive result is a signal, which asks for a handoff).
+      spdlog::info("unmounted {}; flushing what is left", o.mountpoint);
+      Status st = fs.Shutdown();
+      if (!st.ok()) {
+        spdlog::error("unmount: {}", st.ToString());
+        status = 1;
+      } else {
+        spdlog::info("all data is durable in {}", o.config.backing_dir);
+      }
+      break;
+    }
+    const int64_t stopped_ns = MonotonicNanos();
+    Result<HandoffImage> image = fs.Handoff();
+    if (image.ok()) {
+      std::string text = EncodeHandoff(*image);
+      if (text.size() <= kMaxHandoffImage) {
+        std::memcpy(control->image(), text.data(), text.size());
+        block.image_length = text.size();
+        block.previous_stopped_ns = stopped_ns;
+        spdlog::info("handed over {} inodes and {} open files", image->inodes.size(),
+                     image->handles.size());
+        status = kWorkerHandedOver;
+        break;
+      }
+      spdlog::error("handoff: the image ({} bytes) is too large; serving on", text.size());
+      SetField(control_block->requested_binary, "");
+    } else if (image.status().err() == EAGAIN && ++tries < kHandoffTries) {
+      retry = std::thread([] {
+        std::this_thread::sleep_for(kHandoffRetryEvery);
+        AskHandoff();
+      });
+    } else {
+      spdlog::error("handoff failed, serving on: {}", image.status().ToString());
+      SetField(control_block->upgrade_error, "handoff failed: " + image.status().ToString());
+      SetField(control_block->requested_binary, "");
+      tries = 0;
+    }
+    handoff_wanted = false;
+    fuse_session_reset(se);
+  }
+  fuse_loop_cfg_destroy(loop);
+  fuse_remove_signal_handlers(se);
+  made->reset();
+  fuse_session_destroy(se);  // Closes this process' descriptor of the connection only.
+  return status;
+}
+
+}  // namespace ckptfs

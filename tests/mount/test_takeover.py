@@ -1,0 +1,159 @@
+"""The supervisor and its workers (fs/supervisor.h, fs/worker.h, core/handoff.h) on a real mount:
+a worker replaced (ckptfs upgrade, SIGHUP) keeps every open file, name and byte; a worker killed
+leaves the mount up; the supervisor's own end ends the mount as a daemon's always did."""
+
+import errno
+import os
+import shutil
+import signal
+import unittest
+
+from harness import CkptfsMount, mounted, require_fuse, run_ckptfs, wait_for
+
+CRASH = r"worker \d+ died"
+
+
+class TakeoverTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+
+    def upgrade(self, m, *args):
+        r = run_ckptfs(["upgrade", m.mnt, "--timeout", "60", *args], timeout=120)
+        return r
+
+    def test_an_upgrade_keeps_open_files_removed_files_and_unsealed_bytes(self):
+        with CkptfsMount(["flush_delay=0"]) as m:
+            os.makedirs(m.path("ckpt"))
+            with open(m.path("ckpt", "done.bin"), "wb") as f:
+                f.write(b"d" * 300000)
+            writing = open(m.path("ckpt", "model.pt"), "wb", buffering=0)
+            writing.write(b"a" * 1000000)
+            removed = open(m.path("ckpt", "scratch"), "w+b", buffering=0)
+            removed.write(b"scratch bytes")
+            os.unlink(m.path("ckpt", "scratch"))
+            reading = open(m.path("ckpt", "done.bin"), "rb")
+            self.assertEqual(reading.read(1000), b"d" * 1000)
+            listing = os.scandir(m.path("ckpt"))
+            cwd = os.open(m.path("ckpt"), os.O_RDONLY | os.O_DIRECTORY)
+            before = m.stats()["worker"]
+
+            r = self.upgrade(m)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            after = m.stats()["worker"]
+            self.assertEqual(after["number"], before["number"] + 1)
+            self.assertNotEqual(after["pid"], before["pid"])
+            self.assertEqual(after["handoffs"], 1)
+            self.assertGreater(after["takeover_ms"], 0)
+            self.assertEqual(m.staging_files(), [], "handoff files are taken in")
+
+            writing.write(b"b" * 500000)
+            writing.close()
+            self.assertEqual(reading.read(), b"d" * 299000)
+            reading.close()
+            removed.seek(0)
+            self.assertEqual(removed.read(), b"scratch bytes")
+            removed.close()
+            self.assertEqual(sorted(e.name for e in listing), ["done.bin", "model.pt"])
+            self.assertEqual(os.listdir(f"/proc/self/fd/{cwd}"), ["done.bin", "model.pt"])
+            os.close(cwd)
+            with open(m.path("ckpt", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), b"a" * 1000000 + b"b" * 500000)
+            m.sync()
+            with open(m.bpath("ckpt", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), b"a" * 1000000 + b"b" * 500000)
+            self.assertEqual(sorted(os.listdir(m.bpath("ckpt"))), ["done.bin", "model.pt"])
+            self.assertEqual(m.unmount(), 0)
+
+    def test_an_upgrade_to_another_binary_and_a_failed_one(self):
+        with CkptfsMount(expect_errors=[r"upgrade to \S*/false failed"]) as m:
+            new = os.path.join(m.workdir, "ckptfs-new")
+            shutil.copy2(m.stats()["worker"]["binary"], new)
+            r = self.upgrade(m, "--binary", new)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(m.stats()["worker"]["binary"], new)
+
+            not_executable = os.path.join(m.workdir, "not-executable")
+            with open(not_executable, "w") as f:
+                f.write("#!/bin/sh\n")
+            refused = self.upgrade(m, "--binary", not_executable)
+            self.assertEqual(refused.returncode, 1)
+            self.assertIn("Permission denied", refused.stderr)
+
+            # /bin/false runs and ends without serving: the previous binary takes over again.
+            failed = self.upgrade(m, "--binary", "/bin/false")
+            self.assertEqual(failed.returncode, 1, failed.stdout + failed.stderr)
+            self.assertRegex(failed.stderr, "upgrade to .*/false failed")
+            w = m.stats()["worker"]
+            self.assertEqual(w["binary"], new)
+            self.assertEqual(w["handoffs"], 2)
+            with open(m.path("f"), "w") as f:
+                f.write("served")
+            with open(m.path("f")) as f:
+                self.assertEqual(f.read(), "served")
+            self.assertEqual(m.unmount(), 0)
+
+    def test_sighup_to_the_supervisor_restarts_the_worker_in_place(self):
+        with CkptfsMount() as m:
+            with open(m.path("kept"), "w") as f:
+                f.write("x")
+            number = m.stats()["worker"]["number"]
+            os.kill(m.pid, signal.SIGHUP)
+            wait_for(lambda: m.stats()["worker"]["number"] == number + 1, 30,
+                     lambda: "a new worker")
+            with open(m.path("kept")) as f:
+                self.assertEqual(f.read(), "x")
+            self.assertEqual(m.unmount(), 0)
+
+    def test_a_killed_worker_leaves_the_mount_up(self):
+        with CkptfsMount(expect_errors=[CRASH]) as m:
+            with open(m.path("durable"), "w") as f:
+                f.write("synced")
+            m.sync()
+            old = m.worker_pid()
+            open_before = open(m.path("durable"), "rb")
+            os.kill(old, signal.SIGKILL)
+            wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+            self.assertTrue(mounted(m.mnt))
+            with open(m.path("durable")) as f:
+                self.assertEqual(f.read(), "synced")
+            with open(m.path("after"), "w") as f:
+                f.write("written after the crash")
+            m.sync()
+            with open(m.bpath("after")) as f:
+                self.assertEqual(f.read(), "written after the crash")
+            w = m.stats()["worker"]
+            self.assertEqual((w["crashes"], w["handoffs"]), (1, 0))
+            # A handle of the dead worker was not handed over: refused, not served wrongly.
+            with self.assertRaises(OSError) as e:
+                open_before.read()
+            self.assertEqual(e.exception.errno, errno.EBADF)
+            open_before.close()
+            self.assertEqual(m.unmount(), 0)
+
+    def test_sigterm_to_the_supervisor_unmounts_after_flushing(self):
+        with CkptfsMount(["flush_delay=3600s"]) as m:
+            with open(m.path("f"), "wb") as f:
+                f.write(b"z" * 100000)
+            os.kill(m.pid, signal.SIGTERM)
+            self.assertEqual(m.wait_exit(60), 0)
+            self.assertFalse(mounted(m.mnt))
+            with open(m.bpath("f"), "rb") as f:
+                self.assertEqual(f.read(), b"z" * 100000)
+
+    def test_a_killed_supervisor_takes_its_worker_and_the_mount_with_it(self):
+        with CkptfsMount() as m:
+            worker = m.worker_pid()
+            os.kill(m.pid, signal.SIGKILL)
+            wait_for(lambda: not os.path.exists(f"/proc/{worker}"), 30,
+                     lambda: "the worker to end")
+            try:
+                os.stat(m.mnt)
+                gone = not mounted(m.mnt)  # auto_unmount removed it.
+            except OSError as e:
+                gone = e.errno == errno.ENOTCONN
+            self.assertTrue(gone, "the mount outlived its supervisor")
+            m.kill9()  # Reaps the supervisor and detaches what is left of the mount.
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,218 @@
+// Tests of handing a mount from one worker to the next (core/handoff.h): the image's encoding,
+// which takes untrusted input, and Filesystem::Handoff / Filesystem::Restore over a real backing
+// directory, calling the new worker with the inode numbers and handles the kernel kept.
+#include "core/handoff.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_util;
+
+HandoffImage SampleImage() {
+  HandoffImage image;
+  image.inodes.push_back({.ino = 16, .parent = kRootIno, .name = "ckpt", .lookups = 2});
+  image.inodes.push_back({.ino = 17, .parent = 16, .name = "model.pt", .lookups = 1,
+                          .has_content = true, .size = 12345, .mode = 0644, .uid = 5,
+                          .gid = 6, .mtime_ns = 1'700'000'000'123'456'789,
+                          .ctime_ns = 1'700'000'001'000'000'000});
+  image.inodes.push_back({.ino = 18, .parent = 0, .name = "", .lookups = 1,
+                          .has_content = true, .size = 3});
+  image.handles.push_back({.fh = (1ull << 48) | 0x5000, .ino = 17, .flags = O_RDWR,
+                           .direct = false, .passthrough = false, .backing_id = -1,
+                           .wrote = true});
+  image.handles.push_back({.fh = (1ull << 48) | 0x6000, .ino = 4, .flags = O_RDONLY});
+  image.dir_handles.push_back({(1ull << 48) | 1, {{".", 16, S_IFDIR}, {"model.pt", 17, S_IFREG}}});
+  return image;
+}
+
+TEST(HandoffImageTest, AnImageDecodesToWhatWasEncoded) {
+  HandoffImage image = SampleImage();
+  Result<HandoffImage> back = DecodeHandoff(EncodeHandoff(image));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->inodes.size(), 3u);
+  EXPECT_EQ(back->inodes[1].name, "model.pt");
+  EXPECT_EQ(back->inodes[1].size, 12345u);
+  EXPECT_EQ(back->inodes[1].mtime_ns, 1'700'000'000'123'456'789);
+  EXPECT_EQ(back->inodes[1].uid, 5u);
+  EXPECT_TRUE(back->inodes[2].name.empty());
+  ASSERT_EQ(back->handles.size(), 2u);
+  EXPECT_EQ(back->handles[0].fh, (1ull << 48) | 0x5000);
+  EXPECT_TRUE(back->handles[0].wrote);
+  EXPECT_EQ(back->handles[1].ino, 4u);
+  ASSERT_EQ(back->dir_handles.size(), 1u);
+  EXPECT_EQ(back->dir_handles[0].entries[1].name, "model.pt");
+}
+
+TEST(HandoffImageTest, NamesThatAreNotUtf8SurviveTheImage) {
+  HandoffImage image;
+  image.inodes.push_back({.ino = 16, .parent = kRootIno, .name = std::string("\xff\xfe-x"),
+                          .lookups = 1});
+  Result<HandoffImage> back = DecodeHandoff(EncodeHandoff(image));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->inodes[0].name, "\xff\xfe-x");
+}
+
+TEST(HandoffImageTest, MalformedImagesAreRefusedWithEinval) {
+  auto refused = [](HandoffImage image) {
+    return DecodeHandoff(EncodeHandoff(image)).status().err() == EINVAL;
+  };
+  HandoffImage child_first = SampleImage();
+  std::swap(child_first.inodes[0], child_first.inodes[1]);
+  EXPECT_TRUE(refused(child_first));
+  HandoffImage reserved = SampleImage();
+  reserved.inodes[0].ino = kRootIno;
+  EXPECT_TRUE(refused(reserved));
+  HandoffImage slash = SampleImage();
+  slash.inodes[0].name = "../etc";
+  EXPECT_TRUE(refused(slash));
+  HandoffImage twice = SampleImage();
+  twice.handles[1].fh = twice.handles[0].fh;
+  EXPECT_TRUE(refused(twice));
+  HandoffImage nameless = SampleImage();
+  nameless.inodes[2].has_content = false;
+  EXPECT_TRUE(refused(nameless));
+  EXPECT_EQ(DecodeHandoff("not json").status().err(), EINVAL);
+  EXPECT_EQ(DecodeHandoff("[]").status().err(), EINVAL);
+  EXPECT_EQ(DecodeHandoff(R"({"version": 2, "inodes": [], "handles": [], "dir_handles": []})")
+                .status().err(), EINVAL);
+  EXPECT_EQ(DecodeHandoff(std::string(kMaxHandoffImage + 1, ' ')).status().err(), EINVAL);
+}
+
+TEST(HandoffImageTest, EveryPrefixAndEveryByteFlipOfAnImageDecodesOrIsRefused) {
+  const std::string text = EncodeHandoff(SampleImage());
+  for (size_t n = 0; n < text.size(); ++n) {
+    EXPECT_EQ(DecodeHandoff(text.substr(0, n)).status().err(), EINVAL) << n;
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    std::string flipped = text;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
+    Result<HandoffImage> r = DecodeHandoff(flipped);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().err(), EINVAL) << i;
+    }
+  }
+}
+
+class HandoffTest : public ::testing::Test {
+ protected:
+  std::string B(const std::string& rel) const { return backing_ / rel; }
+  std::vector<std::string> Staging() const { return HostList(backing_ / ".ckptfs/staging"); }
+
+  TempDir backing_;
+};
+
+TEST_F(HandoffTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPublishesUnsealedChanges) {
+  auto old_worker = StartFs(backing_.path(), {.flush_delay = 0ms});
+  Filesystem& a = *old_worker;
+  ASSERT_TRUE(a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
+  ASSERT_TRUE(WriteFile(a, "ckpt/done.txt", "closed before").ok());
+  const std::string first = Pattern(1, 3 * kBlockSize + 7);
+  const std::string second = Pattern(2, kBlockSize);
+  Result<uint64_t> writing = CreatePath(a, "ckpt/open.bin");
+  ASSERT_TRUE(writing.ok());
+  ASSERT_TRUE(WriteHandle(a, *writing, 0, first).ok());
+  Result<uint64_t> removed = CreatePath(a, "ckpt/removed.tmp");
+  ASSERT_TRUE(removed.ok());
+  ASSERT_TRUE(WriteHandle(a, *removed, 0, "still open").ok());
+  const uint64_t ckpt = Resolve(a, "ckpt")->ino;
+  ASSERT_TRUE(a.Unlink(ckpt, "removed.tmp").ok());
+  const uint64_t done = Resolve(a, "ckpt/done.txt")->ino;
+  Result<OpenFile> reading = a.Open(done, O_RDONLY);
+  ASSERT_TRUE(reading.ok());
+  Result<uint64_t> listing = a.OpenDir(ckpt);
+  ASSERT_TRUE(listing.ok());
+  Result<OpenFile> stats = a.Open(kStatsIno, O_RDONLY);
+  ASSERT_TRUE(stats.ok());
+  const uint64_t open_ino = Resolve(a, "ckpt/open.bin")->ino;
+
+  Result<HandoffImage> image = a.Handoff();
+  ASSERT_TRUE(image.ok()) << image.status().ToString();
+  EXPECT_EQ(*ReadHostFile(B("ckpt/done.txt")), "closed before") << "durable before the handoff";
+  EXPECT_FALSE(HostExists(B("ckpt/open.bin"))) << "a file never closed is not published";
+  old_worker.reset();  // The old worker exits.
+
+  auto new_worker = StartFs(backing_.path(), {.flush_delay = 0ms, .worker = 1,
+                                              .handoff = &*image});
+  Filesystem& b = *new_worker;
+  EXPECT_TRUE(Staging().empty()) << "the handoff files are open, their names gone";
+  // The kernel goes on with the numbers it holds.
+  EXPECT_EQ(b.GetAttr(open_ino)->size, first.size());
+  EXPECT_TRUE(SameBytes(*ReadHandle(b, *writing, first.size()), first));
+  ASSERT_TRUE(WriteHandle(b, *writing, first.size(), second).ok());
+  EXPECT_TRUE(SameBytes(*ReadHandle(b, reading->handle, 100), "closed before"));
+  EXPECT_EQ(*ReadHandle(b, *removed, 100), "still open");
+  Result<std::vector<DirEntry>> entries = b.ReadDir(*listing, 0);
+  ASSERT_TRUE(entries.ok());
+  EXPECT_EQ(entries->size(), 4u) << ". .. done.txt open.bin, as listed before";
+  b.ReleaseDir(*listing);
+  EXPECT_NE(ReadHandle(b, stats->handle, 100)->find("\"bytes_written\""), std::string::npos);
+  EXPECT_TRUE(b.Release(stats->handle).ok());
+  EXPECT_TRUE(b.Release(reading->handle).ok());
+  EXPECT_TRUE(Close(b, *removed).ok());
+  ASSERT_TRUE(Close(b, *writing).ok());
+  // New inodes are numbered apart from the earlier worker's.
+  ASSERT_TRUE(WriteFile(b, "ckpt/new.txt", "new").ok());
+  EXPECT_GE(Resolve(b, "ckpt/new.txt")->ino, uint64_t{1} << kWorkerInoShift);
+
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_TRUE(SameTree(HostTree(backing_.path()),
+                       {{"ckpt", "<dir>"},
+                        {"ckpt/done.txt", "closed before"},
+                        {"ckpt/open.bin", first + second},
+                        {"ckpt/new.txt", "new"}}));
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
+TEST_F(HandoffTest, HandlesOfAWorkerThatStoppedWithoutAHandoffAreRefused) {
+  auto crashed = StartFs(backing_.path(), {});
+  ASSERT_TRUE(WriteFile(*crashed, "kept.txt", "durable").ok());
+  ASSERT_TRUE(crashed->Sync().ok());
+  Result<uint64_t> h = CreatePath(*crashed, "lost.txt");
+  ASSERT_TRUE(h.ok());
+  const uint64_t ino = Resolve(*crashed, "kept.txt")->ino;
+  Result<uint64_t> dh = crashed->OpenDir(kRootIno);
+  ASSERT_TRUE(dh.ok());
+  EXPECT_TRUE(crashed->Shutdown().ok());
+  crashed.reset();
+
+  auto next = StartFs(backing_.path(), {.worker = 1});
+  EXPECT_EQ(next->Write(*h, 0, "x", 1).status().err(), EBADF);
+  EXPECT_EQ(next->Read(*h, 0, 1).status().err(), EBADF);
+  EXPECT_EQ(next->Release(*h).err(), EBADF);
+  EXPECT_EQ(next->ReadDir(*dh, 0).status().err(), EBADF);
+  EXPECT_EQ(next->GetAttr(ino).status().err(), ESTALE) << "an inode number it never gave";
+  EXPECT_EQ(*ReadFile(*next, "kept.txt"), "durable");
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
+TEST_F(HandoffTest, AHandedOverHandleCanBeHandedOverAgain) {
+  auto first = StartFs(backing_.path(), {});
+  Result<uint64_t> h = CreatePath(*first, "f");
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(WriteHandle(*first, *h, 0, "one").ok());
+  Result<HandoffImage> image1 = first->Handoff();
+  ASSERT_TRUE(image1.ok());
+  first.reset();
+  auto second = StartFs(backing_.path(), {.worker = 1, .handoff = &*image1});
+  ASSERT_TRUE(WriteHandle(*second, *h, 3, "two").ok());
+  Result<HandoffImage> image2 = second->Handoff();
+  ASSERT_TRUE(image2.ok());
+  second.reset();
+  auto third = StartFs(backing_.path(), {.worker = 2, .handoff = &*image2});
+  ASSERT_TRUE(WriteHandle(*third, *h, 6, "three").ok());
+  ASSERT_TRUE(Close(*third, *h).ok());
+  ASSERT_TRUE(third->Sync().ok());
+  EXPECT_EQ(*ReadHostFile(B("f")), "onetwothree");
+  EXPECT_TRUE(third->Shutdown().ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
