@@ -11,6 +11,7 @@
 #include <linux/limits.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -49,6 +50,13 @@ struct ControlBlock {
   // the next worker sets it to 0 once it has restored the image.
   uint64_t image_length = 0;
 };
+
+// Times in the block: CLOCK_MONOTONIC (the steady clock), one clock for every process.
+inline int64_t MonotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Where the handoff image starts, and the size of the whole mapping (sparse: pages are used only
 // as far as an image reaches).

@@ -250,7 +250,11 @@ int Mount(int argc, char** argv) {
   }
   if (!o.foreground) {
     spdlog::drop("ckptfs");
-    if (int verdict = Daemonize(&setup.ready_fd); verdict >= 0) return verdict;
+    if (int verdict = Daemonize(&setup.ready_fd); verdict >= 0) {
+      // The launcher: the daemon holds the mount and the session; nothing here is to be undone.
+      std::fflush(nullptr);
+      _exit(verdict);
+    }
     SetUpLogging(o, true);
   }
   spdlog::info("mounted {} on {} (cache {} MiB); workers start from {}", backing, o.mountpoint,

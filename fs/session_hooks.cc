@@ -7,7 +7,6 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "fs/control_block.h"
 
 namespace ckptfs {
 namespace {
@@ -76,11 +76,6 @@ bool NoteInit(const fuse_in_header* in, size_t n) {
   return true;
 }
 
-int64_t MonotonicNanos() {
-  timespec t {};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
-}
 
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);

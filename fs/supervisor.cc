@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,11 +35,6 @@ void InstallHandlers() {
   sigaction(SIGPIPE, &sa, nullptr);
 }
 
-int64_t MonotonicNanos() {
-  timespec t {};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
-}
 
 std::string Describe(int status) {
   if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));

@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,11 +40,6 @@ void StoreInit(const char* request, size_t length) {
   control_block->init_length = static_cast<uint32_t>(length);
 }
 
-int64_t MonotonicNanos() {
-  timespec t {};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1'000'000'000 + t.tv_nsec;
-}
 
 // Ends the session loop so that the worker hands over (the loop's threads finish the requests
 // they are serving first).
@@ -94,7 +88,7 @@ std::string WorkerInfo(int64_t started_ns) {
   j["takeover_ms"] = b.previous_stopped_ns > 0 && first_reply > 0
                          ? static_cast<double>(first_reply - b.previous_stopped_ns) / 1e6
                          : 0.0;
-  j["start_ms"] = static_cast<double>(MonotonicNanos() - started_ns) / 1e6;
+  j["uptime_s"] = static_cast<double>(MonotonicNanos() - started_ns) / 1e9;
   j["upgrade_error"] = FieldText(b.upgrade_error);
   return j.dump();
 }

@@ -78,6 +78,15 @@ def proc_io(pid="self"):
     return out
 
 
+def process_alive(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 class CkptfsDaemon:
     """One ckptfs daemon run with -f as a child process over `backing`, mounted on `mnt`."""
 
@@ -114,11 +123,11 @@ class CkptfsDaemon:
         """The supervisor: the process started, which holds the mount."""
         return self.proc.pid
 
-    def worker_pid(self):
+    def worker_pid(self, wait=30):
         """The worker serving the mount now (the supervisor's child; fs/supervisor.h). Read from
-        /proc, so it works while the worker is stopped or hung; waits for one while none runs
-        (between two workers)."""
-        deadline = time.monotonic() + 30
+        /proc, so it works while the worker is stopped or hung; waits up to `wait` seconds for
+        one while none runs (between two workers), then raises."""
+        deadline = time.monotonic() + wait
         while True:
             try:
                 with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
@@ -162,6 +171,12 @@ class CkptfsDaemon:
         entry = mount_entry(self.mnt)
         if not entry["fstype"].startswith("fuse"):
             raise RuntimeError(f"unexpected mount at {self.mnt}: {entry}")
+        # The supervisor mounts before its worker serves: this first request waits for the worker
+        # (which has set up the backing store by then), or fails when it could not start.
+        try:
+            os.stat(os.path.join(self.mnt, ".ckptfs", "stats"))
+        except OSError as e:
+            raise RuntimeError(f"the mount at {self.mnt} does not serve ({e}):\n" + self.output())
 
     def sync(self, timeout=600):
         """`ckptfs sync MNT`; raises with its output when it fails."""
@@ -218,9 +233,17 @@ class CkptfsDaemon:
         return self.returncode
 
     def kill9(self):
-        """SIGKILLs the daemon (a crash), reaps it, and detaches the dead mount."""
+        """SIGKILLs the daemon (a crash), reaps it, waits until its worker (which the kernel kills
+        with it) is gone too, and detaches the dead mount."""
+        try:
+            worker = self.worker_pid(wait=0)
+        except RuntimeError:
+            worker = None
         os.kill(self.proc.pid, signal.SIGKILL)
         self._reap()
+        deadline = time.monotonic() + 60
+        while worker and process_alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.killed = True
         if not force_unmount(self.mnt, timeout=20):
             raise RuntimeError(f"cannot unmount the dead mount {self.mnt}")
