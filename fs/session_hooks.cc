@@ -8,6 +8,9 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
 
 #include <atomic>
 #include <cerrno>
@@ -77,8 +80,22 @@ bool NoteInit(const fuse_in_header* in, size_t n) {
 }
 
 
+// ThreadSanitizer orders a write to a descriptor before a later read of it only for descriptors
+// the process opened itself; a worker inherits its FUSE descriptor. The kernel orders every reply
+// before the requests it lets follow (a reply to an open before the writes through its handle):
+// said here for it, on one sync object for the connection.
+#if defined(__SANITIZE_THREAD__)
+char connection_order;
+void RequestRead() { __tsan_acquire(&connection_order); }
+void ReplyWriting() { __tsan_release(&connection_order); }
+#else
+void RequestRead() {}
+void ReplyWriting() {}
+#endif
+
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
+  RequestRead();
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const auto* in = static_cast<const fuse_in_header*>(buf);
   State& s = S();
@@ -95,6 +112,7 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
 }
 
 ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
+  ReplyWriting();
   State& s = S();
   if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
@@ -143,6 +161,7 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
 // Replies spliced from a pipe (read data from backing files) carry nothing to mark.
 ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t len,
                     unsigned flags, void*) {
+  ReplyWriting();
   return ::splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
