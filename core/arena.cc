@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -37,6 +38,18 @@ bool PlentyOfMemoryAvailable() {
   return total == 0 || available > total / 8;
 }
 }  // namespace
+
+Result<int> MakeArenaMemory(uint64_t capacity_bytes) {
+  int fd = memfd_create("ckptfs-arena", MFD_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("memfd_create");
+  const uint64_t length = std::max<uint64_t>(1, capacity_bytes / kBlockSize) * kBlockSize;
+  if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    Status st = Status::FromErrno("sizing the cache's shared memory");
+    close(fd);
+    return st;
+  }
+  return fd;
+}
 
 BlockRef::BlockRef(Block* block) : block_(block) {
   block_->refs.store(1, std::memory_order_release);
@@ -80,8 +93,8 @@ BlockRef Reservation::Take() {
   return BlockRef(arena_->TakeBlock());
 }
 
-Arena::Arena(uint64_t capacity_bytes)
-    : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)) {}
+Arena::Arena(uint64_t capacity_bytes, int memory_fd)
+    : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)), memory_fd_(memory_fd) {}
 
 Arena::~Arena() {
   StopPrefault();
@@ -131,19 +144,47 @@ Reservation Arena::Reserve(size_t count) {
 void Arena::MapSlabLocked() {
   size_t blocks = std::min(kSlabBytes / kBlockSize, capacity_blocks_ - mapped_);
   size_t len = blocks * kBlockSize;
-  void* addr = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* addr = shared()
+                   ? mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, memory_fd_,
+                          static_cast<off_t>(mapped_ * kBlockSize))
+                   : mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (addr == MAP_FAILED) throw std::bad_alloc();
   madvise(addr, len, MADV_HUGEPAGE);
   slabs_.emplace_back(addr, len);
   char* base = static_cast<char*>(addr);
-  for (size_t i = blocks; i-- > 0;) {
+  for (size_t i = 0; i < blocks; ++i) {
     auto* b = new Block;
     b->data = base + i * kBlockSize;
     b->arena = this;
+    b->slot = mapped_ + i;
     headers_.push_back(b);
-    free_.push_back(b);
   }
+  // Lowest address on top: handed out first.
+  for (size_t i = blocks; i-- > 0;) free_.push_back(headers_[mapped_ + i]);
   mapped_ += blocks;
+}
+
+Result<std::vector<BlockRef>> Arena::Adopt(const std::vector<uint64_t>& slots) {
+  if (!shared()) return Status::Error(EINVAL, "the cache's memory is private: nothing to adopt");
+  std::vector<Block*> adopted;
+  {
+    MutexLock lock(mu_);
+    std::vector<bool> taken(capacity_blocks_);
+    for (uint64_t slot : slots) {
+      if (slot >= capacity_blocks_ || taken[slot]) {
+        return Status::Error(EINVAL, "block " + std::to_string(slot) + " is not in the cache");
+      }
+      taken[slot] = true;
+      while (mapped_ <= slot) MapSlabLocked();
+    }
+    std::erase_if(free_, [&](Block* b) { return taken[b->slot]; });
+    used_ += slots.size();
+    for (uint64_t slot : slots) adopted.push_back(headers_[slot]);
+  }
+  std::vector<BlockRef> out;
+  out.reserve(adopted.size());
+  for (Block* b : adopted) out.emplace_back(b);
+  return out;
 }
 
 void Arena::Prefault(std::function<bool()> may_run) {

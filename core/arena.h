@@ -5,6 +5,10 @@
 // to a LIFO free list and is handed out again already faulted in. At most `capacity` bytes of
 // blocks are ever in use.
 //
+// The memory is private to the process, or a shared memory file (a memfd the supervisor holds,
+// MakeArenaMemory): then block i is bytes [i * kBlockSize, (i + 1) * kBlockSize) of that file, its
+// slot, and the next worker of the mount takes over the blocks its predecessor named (Adopt).
+//
 // Writers reserve blocks before they take any file lock (Reserve). When the arena is full, the
 // reclaimer is asked to drop clean blocks, the pressure callback tells the flusher to hurry, and
 // the writer waits until blocks are freed: back-pressure instead of ENOMEM.
@@ -19,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/status.h"
 #include "core/thread_annotations.h"
 
 namespace ckptfs {
@@ -30,11 +35,16 @@ inline constexpr size_t kBlockSize = 16 * 1024;
 
 class Arena;
 
+// A file of shared memory for an arena of `capacity_bytes` (memfd, close-on-exec; zeros until
+// written, taking memory only once touched).
+Result<int> MakeArenaMemory(uint64_t capacity_bytes);
+
 // One block of file data; reference-counted. A block referenced more than once is shared
 // between a live file and sealed versions and must be copied before it is written.
 struct Block {
   char* data = nullptr;
   Arena* arena = nullptr;
+  uint64_t slot = 0;  // Its place in the arena's memory.
   std::atomic<int> refs{0};
 };
 
@@ -52,6 +62,7 @@ class BlockRef {
   ~BlockRef();
 
   char* data() const { return block_->data; }
+  uint64_t slot() const { return block_->slot; }
   bool shared() const { return block_->refs.load(std::memory_order_acquire) > 1; }
   explicit operator bool() const { return block_ != nullptr; }
 
@@ -86,7 +97,9 @@ class Arena {
   // Frees up to `wanted` clean blocks; returns how many it freed. Called with no arena lock held.
   using Reclaimer = std::function<size_t(size_t wanted)>;
 
-  explicit Arena(uint64_t capacity_bytes);
+  // Private memory, or the shared memory file `memory_fd` (not owned; at least capacity_bytes
+  // long) when it is not -1.
+  explicit Arena(uint64_t capacity_bytes, int memory_fd = -1);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -101,6 +114,13 @@ class Arena {
   // Reserves `count` blocks only if they are free now. With `reclaim`, may first ask the
   // reclaimer for clean blocks (then no file lock may be held).
   bool TryReserve(size_t count, Reservation* out, bool reclaim);
+
+  // Whether the blocks are in a shared memory file that outlives the process.
+  bool shared() const { return memory_fd_ >= 0; }
+  // The blocks at `slots` of a shared arena, as a previous worker left them, now used (counted
+  // as used and never handed out by Reserve). Call before any other use, with distinct slots.
+  // EINVAL when the arena is not shared or a slot is out of range.
+  Result<std::vector<BlockRef>> Adopt(const std::vector<uint64_t>& slots);
 
   // Maps the whole capacity now and faults it in on a background thread of idle priority, so
   // that the first writes land in memory the kernel has already handed over. The thread works
@@ -133,6 +153,7 @@ class Arena {
                      const std::function<bool()>& may_run);
 
   const size_t capacity_blocks_;
+  const int memory_fd_;
   Reclaimer reclaimer_;
   std::function<void()> on_pressure_;
 
@@ -143,7 +164,7 @@ class Arena {
   size_t waiting_ GUARDED_BY(mu_) = 0;
   std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
   std::vector<std::pair<void*, size_t>> slabs_ GUARDED_BY(mu_);
-  std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header.
+  std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header, by slot.
 
   std::thread prefaulter_;
   std::atomic<bool> stop_prefault_{false};

@@ -46,6 +46,9 @@ struct Config {
   // numbers and handles each worker makes are its own, so a worker never takes those of one it
   // replaced for its own (core/handoff.h).
   uint32_t worker = 0;
+  // The cache's memory: a shared memory file of at least cache_size bytes that outlives the
+  // worker (MakeArenaMemory; not owned), or -1 for private memory.
+  int arena_fd = -1;
 };
 
 // Smallest cache_size accepted: a few maximal FUSE writes must fit at once.

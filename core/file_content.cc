@@ -5,6 +5,11 @@
 
 namespace ckptfs {
 
+FileContent::FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks)
+    : size_(size) {
+  for (auto& [index, block] : blocks) blocks_.Put(index, std::move(block));
+}
+
 size_t FileContent::BlocksNeededForWrite(uint64_t offset, size_t length) const {
   if (length == 0) return 0;
   size_t needed = 0;

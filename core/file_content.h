@@ -74,6 +74,10 @@ class FileContent {
   FileContent(std::shared_ptr<BackingFile> base, uint64_t size)
       : size_(size), base_(std::move(base)), base_len_(size) {}
 
+  // Content of `size` bytes held in `blocks` (block index -> block, bytes past `size` zero),
+  // zeros elsewhere.
+  FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks);
+
   uint64_t size() const { return size_; }
   const BlockMap& blocks() const { return blocks_; }
   const std::shared_ptr<BackingFile>& base() const { return base_; }

@@ -86,7 +86,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       root_fd_(store.root_fd),
       staging_fd_(store.staging_fd),
       start_time_(WallTime()),
-      arena_(config.cache_size),
+      arena_(config.cache_size, config.arena_fd),
       ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
           [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
@@ -933,6 +933,9 @@ std::string Filesystem::StatsJson() {
   j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
   j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
   j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
+  j["cache_shared"] = arena_.shared();
+  j["taken_over_in_memory"] = stats_.taken_over_in_memory.load();
+  j["taken_over_from_files"] = stats_.taken_over_from_files.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   if (shared_) {

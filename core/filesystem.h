@@ -168,6 +168,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
 
   // Waits until everything sealed before the call is durable; the error names the file.
   Status Sync() EXCLUDES(ns_lock);
+  // Bytes of sealed versions not durable yet.
+  uint64_t UnflushedBytes() const { return journal_.pending_bytes(); }
   std::string backend_name() const { return flusher_->backend_name(); }
   // JSON figures for .ckptfs/stats.
   std::string StatsJson() override EXCLUDES(ns_lock);

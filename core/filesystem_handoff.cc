@@ -80,12 +80,20 @@ Result<HandoffImage> Filesystem::Handoff() {
       r.has_content = inode->names.empty() ||
                       (inode->open_handles > 0 && inode->version != inode->durable_version);
       if (r.has_content) {
-        Result<int> fd = env_->Open(staging_fd_, HandoffFileName(r.ino),
-                                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
-        if (!fd.ok()) return fd.status();
-        Status written = WriteContentTo(*env_, *fd, inode->content);
-        env_->Close(*fd);
-        if (!written.ok()) return written;
+        // Blocks of a shared arena stay where they are; anything else is written out.
+        r.in_memory = arena_.shared() && !inode->content.base();
+        if (r.in_memory) {
+          for (const auto& [index, block] : inode->content.blocks()) {
+            r.blocks.emplace_back(index, block.slot());
+          }
+        } else {
+          Result<int> fd = env_->Open(staging_fd_, HandoffFileName(r.ino),
+                                      O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+          if (!fd.ok()) return fd.status();
+          Status written = WriteContentTo(*env_, *fd, inode->content);
+          env_->Close(*fd);
+          if (!written.ok()) return written;
+        }
         r.size = inode->content.size();
         r.mode = inode->mode;
         r.uid = inode->uid;
@@ -127,9 +135,31 @@ Status Filesystem::Restore(const HandoffImage& image) {
     Result<ControlFiles::OpenFile> opened = control_.Open(r.ino, r.flags);
     if (opened.ok()) control_files.emplace(r.fh, std::move(*opened));
   }
+  // Every block named, adopted at once (contents may share blocks).
+  std::unordered_map<uint64_t, BlockRef> adopted;
+  Status adopt_error;
+  {
+    std::vector<uint64_t> slots;
+    for (const HandoffImage::InodeRecord& r : image.inodes) {
+      for (const auto& [index, slot] : r.blocks) {
+        if (adopted.emplace(slot, BlockRef()).second) slots.push_back(slot);
+      }
+    }
+    if (!slots.empty()) {
+      Result<std::vector<BlockRef>> blocks = arena_.Adopt(slots);
+      if (blocks.ok()) {
+        for (size_t i = 0; i < slots.size(); ++i) adopted[slots[i]] = std::move((*blocks)[i]);
+      } else {
+        adopt_error = blocks.status();
+        spdlog::error("handoff: the cache's blocks cannot be taken over: {}",
+                      adopt_error.ToString());
+      }
+    }
+  }
   NamespaceLock lock(ns_.mutex());
   std::vector<std::string> handoff_files;
   size_t lost = 0;
+  size_t in_memory = 0;
   for (const HandoffImage::InodeRecord& r : image.inodes) {
     InodeRef inode;
     InodeRef dir = r.name.empty() ? nullptr : ns_.FindLocked(r.parent);
@@ -161,18 +191,33 @@ Status Filesystem::Restore(const HandoffImage& image) {
     }
     inode->lookups = r.lookups;
     if (!r.has_content) continue;
-    const std::string file = HandoffFileName(r.ino);
-    Result<int> fd = env_->Open(staging_fd_, file, O_RDONLY | O_NOFOLLOW);
-    if (!fd.ok()) {
-      spdlog::error("handoff: cannot open {}: {}", file, fd.status().ToString());
-      ++lost;
-      continue;
+    FileContent content;
+    if (r.in_memory) {
+      if (!adopt_error.ok()) {
+        ++lost;
+        continue;
+      }
+      std::vector<std::pair<uint64_t, BlockRef>> blocks;
+      for (const auto& [index, slot] : r.blocks) blocks.emplace_back(index, adopted[slot]);
+      content = FileContent(r.size, std::move(blocks));
+      ++in_memory;
+      stats_.taken_over_in_memory += r.size;
+    } else {
+      const std::string file = HandoffFileName(r.ino);
+      Result<int> fd = env_->Open(staging_fd_, file, O_RDONLY | O_NOFOLLOW);
+      if (!fd.ok()) {
+        spdlog::error("handoff: cannot open {}: {}", file, fd.status().ToString());
+        ++lost;
+        continue;
+      }
+      handoff_files.push_back(file);
+      content = FileContent(std::make_shared<BackingFile>(*env_, *fd, /*spill=*/true), r.size);
+      stats_.taken_over_from_files += r.size;
     }
-    handoff_files.push_back(file);
     inode->origin_dir.reset();
     inode->origin_name.clear();
     MutexLock ilock(inode->mu);
-    inode->content = FileContent(std::make_shared<BackingFile>(*env_, *fd, /*spill=*/true), r.size);
+    inode->content = std::move(content);
     inode->mode = r.mode;
     inode->uid = r.uid;
     inode->gid = r.gid;
@@ -223,12 +268,13 @@ Status Filesystem::Restore(const HandoffImage& image) {
   }
   // Open now: their names are not needed any more.
   for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
-  spdlog::info("took over {} inodes, {} open files ({} with unsealed changes), {} open directories",
-               image.inodes.size(), image.handles.size(), handoff_files.size(),
-               image.dir_handles.size());
+  spdlog::info("took over {} inodes, {} open files ({} with unsealed changes, {} of them in the "
+               "cache's shared memory), {} open directories",
+               image.inodes.size(), image.handles.size(), handoff_files.size() + in_memory,
+               in_memory, image.dir_handles.size());
   if (lost > 0) {
     return Status::Error(EIO, std::to_string(lost) + " files with unsealed changes could not be "
-                                  "taken over; their handoff files stay in the staging directory");
+                                  "taken over; handoff files stay in the staging directory");
   }
   return Status::Ok();
 }

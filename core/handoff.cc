@@ -5,12 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "core/arena.h"
+
 namespace ckptfs {
 namespace {
 
 using nlohmann::json;
 
-constexpr int kImageVersion = 1;
+constexpr int kImageVersion = 2;  // 1: without in_memory (read as false).
 constexpr size_t kMaxRecords = 16u << 20;
 
 Status Bad(const std::string& what) { return Status::Error(EINVAL, "handoff image: " + what); }
@@ -107,6 +109,28 @@ Result<HandoffImage::InodeRecord> DecodeInode(const json& o) {
     r.gid = static_cast<uint32_t>(gid);
     r.mtime_ns = mtime;
     r.ctime_ns = ctime;
+    r.in_memory = o.contains("in_memory");
+    if (r.in_memory) {
+      CKPTFS_TAKE(in_memory, Bool(o, "in_memory"));
+      r.in_memory = in_memory;
+    }
+    if (r.in_memory) {
+      auto it = o.find("blocks");
+      if (it == o.end() || !it->is_array()) return Bad("no list blocks");
+      if (it->size() > kMaxRecords) return Bad("too many blocks");
+      const uint64_t block_count = (size + kBlockSize - 1) / kBlockSize;
+      for (const json& b : *it) {
+        if (!b.is_array() || b.size() != 2 || !b[0].is_number_unsigned() ||
+            !b[1].is_number_unsigned()) {
+          return Bad("a block is not [index, slot]");
+        }
+        const uint64_t index = b[0].get<uint64_t>();
+        if (index >= block_count || (!r.blocks.empty() && index <= r.blocks.back().first)) {
+          return Bad("block indices out of order or past the end");
+        }
+        r.blocks.emplace_back(index, b[1].get<uint64_t>());
+      }
+    }
   }
   if (r.ino < kFirstIno) return Bad("inode number " + std::to_string(r.ino) + " is reserved");
   if (r.name.empty() != (r.parent == 0)) return Bad("a name without a parent or the reverse");
@@ -169,7 +193,12 @@ std::string EncodeHandoff(const HandoffImage& image) {
               {"has_content", r.has_content}};
     if (r.has_content) {
       o.update({{"size", r.size}, {"mode", r.mode}, {"uid", r.uid}, {"gid", r.gid},
-                {"mtime_ns", r.mtime_ns}, {"ctime_ns", r.ctime_ns}});
+                {"mtime_ns", r.mtime_ns}, {"ctime_ns", r.ctime_ns}, {"in_memory", r.in_memory}});
+      if (r.in_memory) {
+        json blocks = json::array();
+        for (const auto& [index, slot] : r.blocks) blocks.push_back({index, slot});
+        o["blocks"] = std::move(blocks);
+      }
     }
     inodes.push_back(std::move(o));
   }
@@ -197,7 +226,7 @@ Result<HandoffImage> DecodeHandoff(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Bad("not a JSON object");
   CKPTFS_TAKE(version, U64(j, "version"));
-  if (version != kImageVersion) return Bad("version " + std::to_string(version) + " unknown");
+  if (version != kImageVersion && version != 1) return Bad("version " + std::to_string(version) + " unknown");
   HandoffImage image;
   std::unordered_set<uint64_t> known = {kRootIno};
   CKPTFS_TAKE(inodes, Objects(j, "inodes"));

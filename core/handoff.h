@@ -5,8 +5,9 @@
 // the replacement; the image says what each one is. The old worker makes it only once everything
 // sealed is durable (Filesystem::Handoff), so a named file the kernel knows is what the backing
 // store holds under that name, except for the unsealed changes of files open for writing and the
-// files removed while open: their content goes to a handoff file in the staging directory, which
-// the new worker reads as the file's content.
+// files removed while open. Their content stays where it is when it is all in blocks of a shared
+// arena (core/arena.h): the image names the blocks, which the new worker adopts; otherwise it goes
+// to a handoff file in the staging directory, which the new worker reads as the file's content.
 //
 // The image crosses from one binary to another (possibly another version): it is JSON, and
 // decoding treats it as untrusted input (bounded, checked, never executed).
@@ -33,9 +34,12 @@ struct HandoffImage {
     uint64_t parent = 0;  // 0 with an empty name: a file removed while open.
     std::string name{};
     uint64_t lookups = 0;
-    // A regular file whose content is a handoff file of `size` bytes (unsealed changes, or a
-    // removed file), with the attributes it had.
+    // A regular file whose content of `size` bytes is handed over (unsealed changes, or a
+    // removed file), with the attributes it had: in `blocks` (block index, arena slot) when
+    // `in_memory`, else in a handoff file.
     bool has_content = false;
+    bool in_memory = false;
+    std::vector<std::pair<uint64_t, uint64_t>> blocks{};
     uint64_t size = 0;
     uint32_t mode = 0;  // Permission bits.
     uint32_t uid = 0;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/arena.h"
 #include "core/backing_store.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
@@ -199,7 +200,7 @@ int Mount(int argc, char** argv) {
 
   if (!worker.empty()) {
     WorkerDescriptors fds;
-    if (!ParseWorkerDescriptors(worker, &fds)) return Fail("--worker takes FUSE_FD,CONTROL_FD,READY_FD");
+    if (!ParseWorkerDescriptors(worker, &fds)) return Fail("--worker takes FUSE_FD,CONTROL_FD,READY_FD[,ARENA_FD]");
     SetUpLogging(o, /*daemon=*/!o.foreground);
     // Every open file of the flusher and every evicted file holds a descriptor.
     rlimit nofile {};
@@ -241,7 +242,13 @@ int Mount(int argc, char** argv) {
     return Fail("cannot mount on " + o.mountpoint);
   }
   RaiseReadAhead(mountpoint);
-  SupervisorSetup setup{se, *control, {o.config.backing_dir, mountpoint}, -1};
+  SupervisorSetup setup{se, *control, -1, {o.config.backing_dir, mountpoint}, -1};
+  if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
+    setup.arena_fd = *arena;
+  } else {
+    spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what is "
+                 "unsealed to the staging directory", arena.status().ToString());
+  }
   if (worker_asked_foreground) setup.worker_args.push_back("-f");
   if (o.debug) setup.worker_args.push_back("-d");
   for (const std::string& list : option_lists) {

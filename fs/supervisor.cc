@@ -128,8 +128,10 @@ class Supervisor {
     std::vector<std::string> args = {binary};
     args.insert(args.end(), s_.worker_args.begin(), s_.worker_args.end());
     args.push_back("--worker");
-    args.push_back(std::to_string(fuse_fd) + "," + std::to_string(s_.control.fd) + "," +
-                   std::to_string(ready[1]));
+    std::string fds = std::to_string(fuse_fd) + "," + std::to_string(s_.control.fd) + "," +
+                      std::to_string(ready[1]);
+    if (s_.arena_fd >= 0) fds += "," + std::to_string(s_.arena_fd);
+    args.push_back(fds);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -144,7 +146,9 @@ class Supervisor {
       setpgid(0, 0);  // Out of the terminal's process group: its ^C is the supervisor's.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);
-      for (int fd : {fuse_fd, s_.control.fd, ready[1]}) fcntl(fd, F_SETFD, 0);
+      for (int fd : {fuse_fd, s_.control.fd, ready[1], s_.arena_fd}) {
+        if (fd >= 0) fcntl(fd, F_SETFD, 0);
+      }
       execv(argv[0], argv.data());
       dprintf(ready[1], "error cannot run %s: %s\n", argv[0], std::strerror(errno));
       _exit(127);
@@ -176,7 +180,7 @@ class Supervisor {
       if (handoff_asked) {
         handoff_asked = 0;
         spdlog::info("restart asked (SIGHUP): worker {} hands over", pid);
-        kill(pid, SIGTERM);
+        kill(pid, SIGUSR1);
       }
     }
   }

@@ -1,5 +1,6 @@
 // The supervisor: what `ckptfs BACKING MOUNTPOINT` leaves running. It holds the mount's FUSE
-// connection (its /dev/fuse descriptor) and the control block (fs/control_block.h), and no data:
+// connection (its /dev/fuse descriptor), the control block (fs/control_block.h) and the shared
+// memory the workers keep their cache in, and touches no data:
 // it starts a worker (fs/worker.h) to serve the mount, and when that worker ends while the mount
 // is still there, starts the next one on the same connection. The kernel keeps the connection as
 // long as the supervisor holds it: trainers' requests wait in its queue meanwhile, never failing.
@@ -32,6 +33,7 @@ inline constexpr std::chrono::seconds kQuickDeath{10};
 struct SupervisorSetup {
   fuse_session* session = nullptr;  // Mounted; unmounted when the supervisor ends.
   ControlMapping control{};         // Its binary field names the first worker's binary.
+  int arena_fd = -1;                // The cache's shared memory (MakeArenaMemory), or -1.
   // The worker's arguments after the binary; "--worker FDS" is added.
   std::vector<std::string> worker_args{};
   // Told "ok" once the first worker serves, or "error MESSAGE" when it cannot; -1: the error

@@ -1,5 +1,6 @@
 #include "fs/worker.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -26,9 +27,16 @@ namespace {
 // A handoff refused for now (EAGAIN) is tried again this often, this many times.
 constexpr std::chrono::milliseconds kHandoffRetryEvery{200};
 constexpr int kHandoffTries = 300;
+// Before an upgrade stops serving, sealed data is made durable in rounds while trainers go on,
+// until at most this much is left for the handoff itself to wait for, or after this many rounds.
+constexpr uint64_t kHandoffUnflushedBytes = 256ull << 20;
+constexpr int kDrainRounds = 8;
 
 ControlBlock* control_block = nullptr;  // Mapped before the session starts.
 std::atomic<bool> handoff_wanted{false};
+// A byte written here asks the drainer for an upgrade (UpgradeDrainer); closing it ends the
+// drainer. Written from a signal handler.
+int upgrade_pipe[2] = {-1, -1};
 
 void StoreInit(const char* request, size_t length) {
   if (length > sizeof control_block->init) {
@@ -46,6 +54,33 @@ void StoreInit(const char* request, size_t length) {
 void AskHandoff() {
   handoff_wanted = true;
   kill(getpid(), SIGTERM);
+}
+
+void OnUpgradeSignal(int) {
+  const char c = 1;
+  if (write(upgrade_pipe[1], &c, 1) < 0) return;
+}
+
+// Serves upgrade requests: makes what is sealed durable while the mount still serves, then asks
+// for the handoff, which then waits only for what the trainers sealed meanwhile. Returns when
+// the pipe's write end is closed.
+void UpgradeDrainer(Filesystem& fs) {
+  char c;
+  while (read(upgrade_pipe[0], &c, 1) == 1) {
+    const int64_t started = MonotonicNanos();
+    int rounds = 0;
+    while (rounds < kDrainRounds && fs.UnflushedBytes() > kHandoffUnflushedBytes) {
+      ++rounds;
+      if (Status st = fs.Sync(); !st.ok()) {
+        spdlog::warn("upgrade: flushing before the handoff: {}", st.ToString());
+        break;
+      }
+    }
+    spdlog::info("upgrade: {} rounds of flushing before the handoff ({:.1f} ms), {} bytes left",
+                 rounds, static_cast<double>(MonotonicNanos() - started) / 1e6,
+                 fs.UnflushedBytes());
+    AskHandoff();
+  }
 }
 
 void Tell(int ready_fd, const std::string& line) {
@@ -96,11 +131,18 @@ std::string WorkerInfo(int64_t started_ns) {
 }  // namespace
 
 bool ParseWorkerDescriptors(const std::string& text, WorkerDescriptors* out) {
-  int fuse, control, ready;
-  char end;
-  if (std::sscanf(text.c_str(), "%d,%d,%d%c", &fuse, &control, &ready, &end) != 3) return false;
+  int fuse, control, ready, arena = -1, used = 0;
+  if (std::sscanf(text.c_str(), "%d,%d,%d%n", &fuse, &control, &ready, &used) != 3) return false;
+  const std::string rest = text.substr(static_cast<size_t>(used));
+  if (!rest.empty()) {
+    int more = 0;
+    if (std::sscanf(rest.c_str(), ",%d%n", &arena, &more) != 1 ||
+        static_cast<size_t>(more) != rest.size() || arena < 0) {
+      return false;
+    }
+  }
   if (fuse < 0 || control < 0 || ready < 0) return false;
-  *out = {fuse, control, ready};
+  *out = {fuse, control, ready, arena};
   return true;
 }
 
@@ -117,6 +159,14 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
 
   Config config = o.config;
   config.worker = block.worker;
+  struct stat arena_stat {};
+  if (fds.arena >= 0 && fstat(fds.arena, &arena_stat) == 0 &&
+      static_cast<uint64_t>(arena_stat.st_size) >= config.cache_size) {
+    config.arena_fd = fds.arena;
+  } else if (fds.arena >= 0) {
+    spdlog::warn("the cache's shared memory is smaller than cache_size: this worker's cache is "
+                 "private, and what it holds unsealed is written out when it hands over");
+  }
   Status fallback;
   std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &fallback);
   if (!fallback.ok()) spdlog::warn("io_uring unavailable, using POSIX I/O: {}", fallback.ToString());
@@ -132,7 +182,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     SetField(control_block->requested_binary, path);
     SetField(control_block->upgrade_error, "");
     spdlog::info("upgrade to {} asked for: handing over", path);
-    AskHandoff();
+    OnUpgradeSignal(SIGUSR1);
     return Status::Ok();
   });
   fs.SetWorkerInfo([started_ns] { return WorkerInfo(started_ns); });
@@ -183,6 +233,14 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
                  block.worker, o.mountpoint, block.worker - 1,
                  static_cast<double>(MonotonicNanos() - block.previous_stopped_ns) / 1e6);
   }
+  if (pipe2(upgrade_pipe, O_CLOEXEC) != 0) {
+    Tell(fds.ready, "error " + Status::FromErrno("pipe").ToString());
+    return 1;
+  }
+  std::thread drainer(UpgradeDrainer, std::ref(fs));
+  struct sigaction upgrade_action {};
+  upgrade_action.sa_handler = OnUpgradeSignal;
+  sigaction(SIGUSR1, &upgrade_action, nullptr);
   Tell(fds.ready, "ok");
 
   fuse_loop_config* loop = fuse_loop_cfg_create();
@@ -234,6 +292,10 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     handoff_wanted = false;
     fuse_session_reset(se);
   }
+  signal(SIGUSR1, SIG_IGN);
+  close(upgrade_pipe[1]);
+  drainer.join();  // Before the signal handlers go: it may still ask for a handoff.
+  close(upgrade_pipe[0]);
   fuse_loop_cfg_destroy(loop);
   fuse_remove_signal_handlers(se);
   made->reset();

@@ -37,14 +37,22 @@ class TakeoverTest(unittest.TestCase):
             cwd = os.open(m.path("ckpt"), os.O_RDONLY | os.O_DIRECTORY)
             before = m.stats()["worker"]
 
-            r = self.upgrade(m)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            # Asked from this process: a child's exec would close (and so seal) the open files.
+            with open(m.path(".ckptfs", "upgrade"), "w") as f:
+                f.write("upgrade")
+            wait_for(lambda: m.stats()["worker"]["number"] == before["number"] + 1, 60,
+                     lambda: m.stats()["worker"])
             after = m.stats()["worker"]
             self.assertEqual(after["number"], before["number"] + 1)
             self.assertNotEqual(after["pid"], before["pid"])
             self.assertEqual(after["handoffs"], 1)
             self.assertGreater(after["takeover_ms"], 0)
             self.assertEqual(m.staging_files(), [], "handoff files are taken in")
+            stats = m.stats()
+            self.assertTrue(stats["cache_shared"])
+            self.assertEqual(stats["taken_over_in_memory"], 1000000 + len(b"scratch bytes"),
+                             "unsealed bytes stay in the cache's shared memory")
+            self.assertEqual(stats["taken_over_from_files"], 0)
 
             writing.write(b"b" * 500000)
             writing.close()

@@ -2,6 +2,7 @@
 #include "core/arena.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -281,6 +283,56 @@ TEST(ArenaTest, PressureCallbackRunsWhenReclaimIsNotEnough) {
 
 // Prefault maps the whole capacity at once and faults it in behind the blocks' users, without
 // touching what they have written.
+TEST(ArenaTest, AnArenaInSharedMemoryLeavesItsBlocksToTheNext) {
+  // Two slabs' worth, so that a block of the second slab is adopted before it was ever mapped.
+  const uint64_t capacity = 2 * (64ull << 20);
+  Result<int> memory = MakeArenaMemory(capacity);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  std::vector<uint64_t> slots;
+  std::vector<std::string> bytes;
+  {
+    Arena first(capacity, *memory);
+    EXPECT_TRUE(first.shared());
+    std::vector<BlockRef> held;
+    Reservation r = first.Reserve(first.capacity_blocks());
+    for (size_t i = 0; i < first.capacity_blocks(); ++i) held.push_back(r.Take());
+    for (size_t i : {size_t{0}, size_t{5}, first.capacity_blocks() - 1}) {
+      std::memset(held[i].data(), static_cast<int>('a' + i % 26), kBlockSize);
+      held[i].data()[17] = static_cast<char>(i);
+      slots.push_back(held[i].slot());
+      bytes.emplace_back(held[i].data(), kBlockSize);
+    }
+  }
+  Arena next(capacity, *memory);
+  Result<std::vector<BlockRef>> adopted = next.Adopt(slots);
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  ASSERT_EQ(adopted->size(), slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    EXPECT_EQ((*adopted)[i].slot(), slots[i]);
+    EXPECT_EQ(std::string((*adopted)[i].data(), kBlockSize), bytes[i]) << "block " << slots[i];
+  }
+  EXPECT_EQ(next.used_blocks(), slots.size());
+  // Every other block is handed out, none of the adopted ones.
+  Reservation rest = next.Reserve(next.capacity_blocks() - slots.size());
+  std::vector<BlockRef> others;
+  std::set<uint64_t> taken;
+  while (rest.count() > 0) taken.insert(others.emplace_back(rest.Take()).slot());
+  EXPECT_EQ(taken.size(), next.capacity_blocks() - slots.size());
+  for (uint64_t slot : slots) EXPECT_FALSE(taken.count(slot)) << slot;
+  close(*memory);
+}
+
+TEST(ArenaTest, AdoptingRefusesPrivateMemoryAndSlotsOutOfRange) {
+  EXPECT_EQ(Arena(8 * kBlockSize).Adopt({0}).status().err(), EINVAL);
+  Result<int> memory = MakeArenaMemory(8 * kBlockSize);
+  ASSERT_TRUE(memory.ok());
+  Arena arena(8 * kBlockSize, *memory);
+  EXPECT_EQ(arena.Adopt({8}).status().err(), EINVAL);
+  EXPECT_EQ(arena.Adopt({1, 1}).status().err(), EINVAL);
+  EXPECT_EQ(arena.used_blocks(), 0u) << "a refused adoption takes nothing";
+  close(*memory);
+}
+
 TEST(ArenaTest, PrefaultFaultsInTheWholeCapacityWhileBlocksAreInUse) {
   Arena arena(8 * kBlockSize + (8ull << 20));
   arena.Prefault([] { return true; });

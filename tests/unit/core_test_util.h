@@ -194,6 +194,7 @@ struct FsOptions {
   // A later worker of the mount (Config::worker), restoring `handoff` (when set) before Start.
   uint32_t worker = 0;
   const HandoffImage* handoff = nullptr;
+  int arena_fd = -1;  // The cache's shared memory (MakeArenaMemory), or -1: private.
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -211,6 +212,7 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.member_timeout = o.member_timeout;
   config.poll_interval = o.poll_interval;
   config.worker = o.worker;
+  config.arena_fd = o.arena_fd;
   Status why;
   std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
   if (!env) {

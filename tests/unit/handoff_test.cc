@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -24,7 +25,8 @@ HandoffImage SampleImage() {
                           .gid = 6, .mtime_ns = 1'700'000'000'123'456'789,
                           .ctime_ns = 1'700'000'001'000'000'000});
   image.inodes.push_back({.ino = 18, .parent = 0, .name = "", .lookups = 1,
-                          .has_content = true, .size = 3});
+                          .has_content = true, .in_memory = true, .blocks = {{0, 7}},
+                          .size = 3});
   image.handles.push_back({.fh = (1ull << 48) | 0x5000, .ino = 17, .flags = O_RDWR,
                            .direct = false, .passthrough = false, .backing_id = -1,
                            .wrote = true});
@@ -43,6 +45,9 @@ TEST(HandoffImageTest, AnImageDecodesToWhatWasEncoded) {
   EXPECT_EQ(back->inodes[1].mtime_ns, 1'700'000'000'123'456'789);
   EXPECT_EQ(back->inodes[1].uid, 5u);
   EXPECT_TRUE(back->inodes[2].name.empty());
+  EXPECT_TRUE(back->inodes[2].in_memory);
+  EXPECT_EQ(back->inodes[2].blocks, (std::vector<std::pair<uint64_t, uint64_t>>{{0, 7}}));
+  EXPECT_FALSE(back->inodes[1].in_memory);
   ASSERT_EQ(back->handles.size(), 2u);
   EXPECT_EQ(back->handles[0].fh, (1ull << 48) | 0x5000);
   EXPECT_TRUE(back->handles[0].wrote);
@@ -76,12 +81,19 @@ TEST(HandoffImageTest, MalformedImagesAreRefusedWithEinval) {
   HandoffImage twice = SampleImage();
   twice.handles[1].fh = twice.handles[0].fh;
   EXPECT_TRUE(refused(twice));
+  HandoffImage past_end = SampleImage();
+  past_end.inodes[2].blocks = {{1, 7}};
+  EXPECT_TRUE(refused(past_end)) << "a block past the file's size";
+  HandoffImage unordered = SampleImage();
+  unordered.inodes[2].size = 3 * kBlockSize;
+  unordered.inodes[2].blocks = {{1, 7}, {0, 8}};
+  EXPECT_TRUE(refused(unordered));
   HandoffImage nameless = SampleImage();
   nameless.inodes[2].has_content = false;
   EXPECT_TRUE(refused(nameless));
   EXPECT_EQ(DecodeHandoff("not json").status().err(), EINVAL);
   EXPECT_EQ(DecodeHandoff("[]").status().err(), EINVAL);
-  EXPECT_EQ(DecodeHandoff(R"({"version": 2, "inodes": [], "handles": [], "dir_handles": []})")
+  EXPECT_EQ(DecodeHandoff(R"({"version": 3, "inodes": [], "handles": [], "dir_handles": []})")
                 .status().err(), EINVAL);
   EXPECT_EQ(DecodeHandoff(std::string(kMaxHandoffImage + 1, ' ')).status().err(), EINVAL);
 }
@@ -109,8 +121,26 @@ class HandoffTest : public ::testing::Test {
   TempDir backing_;
 };
 
-TEST_F(HandoffTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPublishesUnsealedChanges) {
-  auto old_worker = StartFs(backing_.path(), {.flush_delay = 0ms});
+// With the cache in shared memory (as under a supervisor) or private to each worker.
+class HandoffOfMemoryTest : public HandoffTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    if (!GetParam()) return;
+    Result<int> fd = MakeArenaMemory(64ull << 20);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    arena_fd_ = *fd;
+  }
+  void TearDown() override {
+    if (arena_fd_ >= 0) close(arena_fd_);
+  }
+  int arena_fd_ = -1;
+};
+
+INSTANTIATE_TEST_SUITE_P(Cache, HandoffOfMemoryTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Shared" : "Private"; });
+
+TEST_P(HandoffOfMemoryTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPublishesUnsealedChanges) {
+  auto old_worker = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
   Filesystem& a = *old_worker;
   ASSERT_TRUE(a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
   ASSERT_TRUE(WriteFile(a, "ckpt/done.txt", "closed before").ok());
@@ -137,12 +167,19 @@ TEST_F(HandoffTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPublishesUns
   ASSERT_TRUE(image.ok()) << image.status().ToString();
   EXPECT_EQ(*ReadHostFile(B("ckpt/done.txt")), "closed before") << "durable before the handoff";
   EXPECT_FALSE(HostExists(B("ckpt/open.bin"))) << "a file never closed is not published";
+  // Unsealed bytes in shared memory stay there; private memory is written out.
+  EXPECT_EQ(Staging().size(), GetParam() ? 0u : 2u);
   old_worker.reset();  // The old worker exits.
 
   auto new_worker = StartFs(backing_.path(), {.flush_delay = 0ms, .worker = 1,
-                                              .handoff = &*image});
+                                              .handoff = &*image, .arena_fd = arena_fd_});
   Filesystem& b = *new_worker;
   EXPECT_TRUE(Staging().empty()) << "the handoff files are open, their names gone";
+  const std::string taken = std::to_string(first.size() + std::string("still open").size());
+  const std::string stats_text = b.StatsJson();
+  EXPECT_NE(stats_text.find(std::string(GetParam() ? "\"taken_over_in_memory\": "
+                                                   : "\"taken_over_from_files\": ") + taken),
+            std::string::npos) << stats_text;
   // The kernel goes on with the numbers it holds.
   EXPECT_EQ(b.GetAttr(open_ino)->size, first.size());
   EXPECT_TRUE(SameBytes(*ReadHandle(b, *writing, first.size()), first));
@@ -193,20 +230,20 @@ TEST_F(HandoffTest, HandlesOfAWorkerThatStoppedWithoutAHandoffAreRefused) {
   EXPECT_TRUE(next->Shutdown().ok());
 }
 
-TEST_F(HandoffTest, AHandedOverHandleCanBeHandedOverAgain) {
-  auto first = StartFs(backing_.path(), {});
+TEST_P(HandoffOfMemoryTest, AHandedOverHandleCanBeHandedOverAgain) {
+  auto first = StartFs(backing_.path(), {.arena_fd = arena_fd_});
   Result<uint64_t> h = CreatePath(*first, "f");
   ASSERT_TRUE(h.ok());
   ASSERT_TRUE(WriteHandle(*first, *h, 0, "one").ok());
   Result<HandoffImage> image1 = first->Handoff();
   ASSERT_TRUE(image1.ok());
   first.reset();
-  auto second = StartFs(backing_.path(), {.worker = 1, .handoff = &*image1});
+  auto second = StartFs(backing_.path(), {.worker = 1, .handoff = &*image1, .arena_fd = arena_fd_});
   ASSERT_TRUE(WriteHandle(*second, *h, 3, "two").ok());
   Result<HandoffImage> image2 = second->Handoff();
   ASSERT_TRUE(image2.ok());
   second.reset();
-  auto third = StartFs(backing_.path(), {.worker = 2, .handoff = &*image2});
+  auto third = StartFs(backing_.path(), {.worker = 2, .handoff = &*image2, .arena_fd = arena_fd_});
   ASSERT_TRUE(WriteHandle(*third, *h, 6, "three").ok());
   ASSERT_TRUE(Close(*third, *h).ok());
   ASSERT_TRUE(third->Sync().ok());
