@@ -105,11 +105,14 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void EnableDirectReads() { direct_reads_ = true; }
   // --- Replacing the worker without unmounting (core/handoff.h) ---
   // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
-  // waits until everything sealed is durable (in shared mode, its markers committed), saves the
-  // unsealed content of open files and of files removed while open as handoff files, and
-  // returns what the next worker restores (destroying this Filesystem then leaves the shared
-  // mount). EAGAIN while a view of a zarr array is open. A failure leaves everything running.
+  // waits until everything sealed is durable (in shared mode, its markers committed), names the
+  // blocks of a shared arena or writes handoff files that hold the unsealed content of open files
+  // and of files removed while open, and returns what the next worker restores. EAGAIN while a
+  // view of a zarr array is open. A failure leaves everything running.
   Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
+  // After a Handoff whose image went to the next worker: leaves the shared mount. The process
+  // may then exit without destroying this Filesystem (nothing of it is left to do).
+  void Retire() EXCLUDES(ns_lock);
   // Before Start: takes over the inodes and handles of the worker that made `image`, and removes
   // the handoff files it opened. EIO when files with unsealed changes could not be taken over
   // (their handoff files stay); the rest is taken over all the same.

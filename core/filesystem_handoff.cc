@@ -127,6 +127,10 @@ Result<HandoffImage> Filesystem::Handoff() {
   return image;
 }
 
+void Filesystem::Retire() {
+  if (shared_) shared_->Leave();
+}
+
 Status Filesystem::Restore(const HandoffImage& image) {
   // Opened before the namespace lock is taken: the stats file is generated at its open.
   std::unordered_map<uint64_t, ControlFiles::OpenFile> control_files;

@@ -14,6 +14,7 @@ using nlohmann::json;
 
 constexpr int kImageVersion = 2;  // 1: without in_memory (read as false).
 constexpr size_t kMaxRecords = 16u << 20;
+constexpr uint64_t kMaxBlocks = 64ull << 20;  // 1 TiB of cache.
 
 Status Bad(const std::string& what) { return Status::Error(EINVAL, "handoff image: " + what); }
 
@@ -84,7 +85,8 @@ Result<const json*> Objects(const json& image, const char* key) {
   if (!var##_result.ok()) return var##_result.status(); \
   auto var = *var##_result
 
-Result<HandoffImage::InodeRecord> DecodeInode(const json& o) {
+// `total_blocks`: the blocks of the image so far, kept under kMaxBlocks.
+Result<HandoffImage::InodeRecord> DecodeInode(const json& o, uint64_t* total_blocks) {
   HandoffImage::InodeRecord r;
   CKPTFS_TAKE(ino, U64(o, "ino"));
   CKPTFS_TAKE(parent, U64(o, "parent"));
@@ -115,20 +117,26 @@ Result<HandoffImage::InodeRecord> DecodeInode(const json& o) {
       r.in_memory = in_memory;
     }
     if (r.in_memory) {
+      // Runs [index, slot, count]: blocks index + i at slot + i.
       auto it = o.find("blocks");
       if (it == o.end() || !it->is_array()) return Bad("no list blocks");
-      if (it->size() > kMaxRecords) return Bad("too many blocks");
       const uint64_t block_count = (size + kBlockSize - 1) / kBlockSize;
       for (const json& b : *it) {
-        if (!b.is_array() || b.size() != 2 || !b[0].is_number_unsigned() ||
-            !b[1].is_number_unsigned()) {
-          return Bad("a block is not [index, slot]");
+        if (!b.is_array() || b.size() != 3 || !b[0].is_number_unsigned() ||
+            !b[1].is_number_unsigned() || !b[2].is_number_unsigned()) {
+          return Bad("a run of blocks is not [index, slot, count]");
         }
         const uint64_t index = b[0].get<uint64_t>();
-        if (index >= block_count || (!r.blocks.empty() && index <= r.blocks.back().first)) {
-          return Bad("block indices out of order or past the end");
+        const uint64_t slot = b[1].get<uint64_t>();
+        const uint64_t count = b[2].get<uint64_t>();
+        if (count == 0 || index >= block_count || count > block_count - index ||
+            slot > UINT64_MAX - count ||
+            (!r.blocks.empty() && index <= r.blocks.back().first)) {
+          return Bad("a run of blocks out of order or past the end");
         }
-        r.blocks.emplace_back(index, b[1].get<uint64_t>());
+        if (count > kMaxBlocks - *total_blocks) return Bad("too many blocks");
+        *total_blocks += count;
+        for (uint64_t i = 0; i < count; ++i) r.blocks.emplace_back(index + i, slot + i);
       }
     }
   }
@@ -196,7 +204,15 @@ std::string EncodeHandoff(const HandoffImage& image) {
                 {"mtime_ns", r.mtime_ns}, {"ctime_ns", r.ctime_ns}, {"in_memory", r.in_memory}});
       if (r.in_memory) {
         json blocks = json::array();
-        for (const auto& [index, slot] : r.blocks) blocks.push_back({index, slot});
+        for (size_t i = 0; i < r.blocks.size();) {
+          size_t n = 1;
+          while (i + n < r.blocks.size() && r.blocks[i + n].first == r.blocks[i].first + n &&
+                 r.blocks[i + n].second == r.blocks[i].second + n) {
+            ++n;
+          }
+          blocks.push_back({r.blocks[i].first, r.blocks[i].second, n});
+          i += n;
+        }
         o["blocks"] = std::move(blocks);
       }
     }
@@ -230,8 +246,9 @@ Result<HandoffImage> DecodeHandoff(std::string_view text) {
   HandoffImage image;
   std::unordered_set<uint64_t> known = {kRootIno};
   CKPTFS_TAKE(inodes, Objects(j, "inodes"));
+  uint64_t total_blocks = 0;
   for (const json& o : *inodes) {
-    CKPTFS_TAKE(r, DecodeInode(o));
+    CKPTFS_TAKE(r, DecodeInode(o, &total_blocks));
     if (r.parent != 0 && !known.count(r.parent)) {
       return Bad("inode " + std::to_string(r.ino) + " comes before its parent");
     }

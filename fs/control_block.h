@@ -4,8 +4,9 @@
 //
 // Who writes what: the supervisor writes its fields only while no worker runs (before it starts
 // one); a worker writes the INIT request (the first worker), an upgrade request or its failure,
-// and the handoff image, which the supervisor reads only after that worker has exited. No field
-// is written by both sides while the other may read it.
+// and the handoff image, whose length the supervisor reads only after that worker has exited or
+// said its image is complete (kHandedOverSignal, fs/worker.h). No field is written by both sides
+// while the other may read it.
 #pragma once
 
 #include <linux/limits.h>

@@ -18,9 +18,11 @@ namespace {
 
 volatile sig_atomic_t stop_asked = 0;
 volatile sig_atomic_t handoff_asked = 0;
+volatile sig_atomic_t handed_over = 0;
 
 void OnStop(int) { stop_asked = 1; }
 void OnHandoff(int) { handoff_asked = 1; }
+void OnHandedOver(int) { handed_over = 1; }
 
 // Handlers that interrupt waitpid and read (no SA_RESTART).
 void InstallHandlers() {
@@ -31,6 +33,8 @@ void InstallHandlers() {
   sigaction(SIGINT, &sa, nullptr);
   sa.sa_handler = OnHandoff;
   sigaction(SIGHUP, &sa, nullptr);
+  sa.sa_handler = OnHandedOver;
+  sigaction(kHandedOverSignal, &sa, nullptr);
   sa.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &sa, nullptr);
 }
@@ -59,6 +63,10 @@ class Supervisor {
     int quick_deaths = 0;
     while (true) {
       Started w = Start(binary);
+      if (exiting_ > 0) {
+        Reap(exiting_);
+        exiting_ = -1;
+      }
       if (!w.serving) {
         int status = Reap(w.pid);
         if (w.error.empty()) w.error = "the worker ended before serving (" + Describe(status) + ")";
@@ -122,6 +130,7 @@ class Supervisor {
  private:
   // Starts `binary` as the next worker and waits until it serves or fails.
   Started Start(const std::string& binary) {
+    handed_over = 0;
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) != 0) return {-1, false, std::strerror(errno)};
     const int fuse_fd = fuse_session_fd(s_.session);
@@ -173,6 +182,14 @@ class Supervisor {
       int status = 0;
       if (waitpid(pid, &status, 0) == pid) return status;
       if (errno != EINTR) return 0;
+      if (handed_over) {
+        handed_over = 0;
+        if (block_.image_length > 0) {
+          // Its image is complete: the next worker starts while this one exits.
+          exiting_ = pid;
+          return W_EXITCODE(kWorkerHandedOver, 0);
+        }
+      }
       if (stop_asked && !unmounted_) {
         spdlog::info("unmounting (signal)");
         Unmount();
@@ -218,6 +235,7 @@ class Supervisor {
 
   const SupervisorSetup& s_;
   ControlBlock& block_;
+  pid_t exiting_ = -1;  // A worker that handed over and is still exiting, reaped later.
   bool unmounted_ = false;
 };
 

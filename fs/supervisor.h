@@ -6,10 +6,11 @@
 // long as the supervisor holds it: trainers' requests wait in its queue meanwhile, never failing.
 //
 // - A worker that handed over (an upgrade, SIGHUP to the supervisor, SIGTERM to the worker) is
-//   followed by the binary it asked for, or the same one; when a new binary does not start, the
+//   followed by the binary it asked for, or the same one, started as soon as the old worker says
+//   its image is complete (it then exits meanwhile); when a new binary does not start, the
 //   old one takes over instead and the failure is shown in the stats (upgrade_error).
 // - A worker that died is followed by the same binary; what it held unflushed in memory is lost
-//   and the kernel's inodes and handles of it go stale (ENOENT, EBADF). Three workers that die
+//   and the kernel's inodes and handles of it go stale (ESTALE, EBADF). Three workers that die
 //   within kQuickDeath of their start, in a row, end the mount.
 // - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
 //   supervisor, with the worker's status.

@@ -296,6 +296,14 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
   close(upgrade_pipe[1]);
   drainer.join();  // Before the signal handlers go: it may still ask for a handoff.
   close(upgrade_pipe[0]);
+  if (status == kWorkerHandedOver) {
+    // The next worker waits for this process to end: the kernel takes down the cache's mappings
+    // and everything else faster than destructors would.
+    fs.Retire();
+    kill(getppid(), kHandedOverSignal);
+    spdlog::shutdown();
+    _exit(status);
+  }
   fuse_loop_cfg_destroy(loop);
   fuse_remove_signal_handlers(se);
   made->reset();

@@ -15,12 +15,17 @@
 // made now (a zarr view open) is tried again; one that fails leaves the worker serving.
 #pragma once
 
+#include <csignal>
+
 #include "fs/options.h"
 
 namespace ckptfs {
 
 // The exit status of a worker that handed over.
 inline constexpr int kWorkerHandedOver = 75;
+// What a worker sends its supervisor once its handoff image is complete, before it exits: the
+// next worker may start.
+inline constexpr int kHandedOverSignal = SIGUSR2;
 
 struct WorkerDescriptors {
   int fuse = -1;

@@ -25,8 +25,9 @@ HandoffImage SampleImage() {
                           .gid = 6, .mtime_ns = 1'700'000'000'123'456'789,
                           .ctime_ns = 1'700'000'001'000'000'000});
   image.inodes.push_back({.ino = 18, .parent = 0, .name = "", .lookups = 1,
-                          .has_content = true, .in_memory = true, .blocks = {{0, 7}},
-                          .size = 3});
+                          .has_content = true, .in_memory = true,
+                          .blocks = {{0, 10}, {1, 11}, {2, 12}, {4, 20}, {5, 19}},
+                          .size = 5 * kBlockSize + 3});
   image.handles.push_back({.fh = (1ull << 48) | 0x5000, .ino = 17, .flags = O_RDWR,
                            .direct = false, .passthrough = false, .backing_id = -1,
                            .wrote = true});
@@ -46,7 +47,7 @@ TEST(HandoffImageTest, AnImageDecodesToWhatWasEncoded) {
   EXPECT_EQ(back->inodes[1].uid, 5u);
   EXPECT_TRUE(back->inodes[2].name.empty());
   EXPECT_TRUE(back->inodes[2].in_memory);
-  EXPECT_EQ(back->inodes[2].blocks, (std::vector<std::pair<uint64_t, uint64_t>>{{0, 7}}));
+  EXPECT_EQ(back->inodes[2].blocks, image.inodes[2].blocks) << "runs of blocks, and blocks alone";
   EXPECT_FALSE(back->inodes[1].in_memory);
   ASSERT_EQ(back->handles.size(), 2u);
   EXPECT_EQ(back->handles[0].fh, (1ull << 48) | 0x5000);
@@ -82,10 +83,9 @@ TEST(HandoffImageTest, MalformedImagesAreRefusedWithEinval) {
   twice.handles[1].fh = twice.handles[0].fh;
   EXPECT_TRUE(refused(twice));
   HandoffImage past_end = SampleImage();
-  past_end.inodes[2].blocks = {{1, 7}};
+  past_end.inodes[2].blocks = {{6, 7}};
   EXPECT_TRUE(refused(past_end)) << "a block past the file's size";
   HandoffImage unordered = SampleImage();
-  unordered.inodes[2].size = 3 * kBlockSize;
   unordered.inodes[2].blocks = {{1, 7}, {0, 8}};
   EXPECT_TRUE(refused(unordered));
   HandoffImage nameless = SampleImage();
