@@ -39,11 +39,14 @@ bool PlentyOfMemoryAvailable() {
 }
 }  // namespace
 
+uint64_t ArenaLogOffset(uint64_t capacity_bytes) {
+  return std::max<uint64_t>(1, capacity_bytes / kBlockSize) * kBlockSize;
+}
+
 Result<int> MakeArenaMemory(uint64_t capacity_bytes) {
   int fd = memfd_create("ckptfs-arena", MFD_CLOEXEC);
   if (fd < 0) return Status::FromErrno("memfd_create");
-  const uint64_t length = std::max<uint64_t>(1, capacity_bytes / kBlockSize) * kBlockSize;
-  if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(ArenaMemoryBytes(capacity_bytes))) != 0) {
     Status st = Status::FromErrno("sizing the cache's shared memory");
     close(fd);
     return st;

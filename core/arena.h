@@ -35,8 +35,17 @@ inline constexpr size_t kBlockSize = 16 * 1024;
 
 class Arena;
 
-// A file of shared memory for an arena of `capacity_bytes` (memfd, close-on-exec; zeros until
-// written, taking memory only once touched).
+// Bytes after the blocks of a shared arena's memory file: its recovery log (core/recovery_log.h).
+inline constexpr uint64_t kArenaLogBytes = 64ull << 20;
+// Where the recovery log starts in the memory file of an arena of `capacity_bytes`, and the
+// file's whole size.
+uint64_t ArenaLogOffset(uint64_t capacity_bytes);
+inline uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
+  return ArenaLogOffset(capacity_bytes) + kArenaLogBytes;
+}
+
+// A file of shared memory for an arena of `capacity_bytes` and its recovery log (memfd,
+// close-on-exec; zeros until written, taking memory only once touched).
 Result<int> MakeArenaMemory(uint64_t capacity_bytes);
 
 // One block of file data; reference-counted. A block referenced more than once is shared

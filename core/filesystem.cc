@@ -15,7 +15,6 @@
 #include "core/policy.h"
 #include "core/rescue.h"
 
-
 namespace ckptfs {
 namespace {
 
@@ -101,6 +100,20 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
+  if (arena_.shared()) {
+    Result<std::unique_ptr<RecoveryLog>> log = RecoveryLog::Map(
+        config.arena_fd, ArenaLogOffset(config.cache_size), kArenaLogBytes);
+    if (log.ok()) {
+      log_ = std::move(*log);
+      RecoveryLog* l = log_.get();
+      journal_.SetObservers([l](uint64_t seq) { l->Durable(seq); },
+                            [l](uint64_t seq) { l->Cancelled(seq); });
+      ns_.SetRecoveryLog(l);
+    } else {
+      spdlog::warn("no recovery log ({}): what a crashed worker sealed is lost with it",
+                   log.status().ToString());
+    }
+  }
 }
 
 Filesystem::~Filesystem() {
@@ -155,7 +168,6 @@ Filesystem::Handle* Filesystem::HandleOf(uint64_t handle) const {
   auto it = restored_handles_.find(handle);
   return it == restored_handles_.end() ? nullptr : it->second;
 }
-
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
@@ -936,6 +948,8 @@ std::string Filesystem::StatsJson() {
   j["cache_shared"] = arena_.shared();
   j["taken_over_in_memory"] = stats_.taken_over_in_memory.load();
   j["taken_over_from_files"] = stats_.taken_over_from_files.load();
+  j["recovered_versions"] = stats_.recovered_versions.load();
+  j["recovered_bytes"] = stats_.recovered_bytes.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   if (shared_) {

@@ -37,6 +37,7 @@
 #include "core/journal.h"
 #include "core/namespace.h"
 #include "core/reclaim.h"
+#include "core/recovery_log.h"
 #include "core/shared_mount.h"
 #include "core/stats.h"
 #include "core/thread_annotations.h"
@@ -117,6 +118,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the handoff files it opened. EIO when files with unsealed changes could not be taken over
   // (their handoff files stay); the rest is taken over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
+  // Before Start, on a worker that took over by no handoff (after a crash): replays what the
+  // recovery log holds pending, so that everything its predecessor had sealed is in the
+  // namespace again and on its way to the backing store; says what it did. Nothing to do with
+  // a private arena. EIO when some versions could not be recovered (the rest is).
+  Status Recover() EXCLUDES(ns_lock);
 
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
@@ -254,6 +260,16 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
+  // Recovery (core/filesystem_recovery.cc): where a logged path is, and one logged entry made
+  // again through the operations a client would call.
+  struct PathParent;
+  Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
+  Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
+  Status ReplayEntry(const LoggedEntry& e, std::unordered_map<uint64_t, BlockRef>& blocks)
+      EXCLUDES(ns_lock);
+  Status ReplayPublish(const LoggedEntry& e, std::unordered_map<uint64_t, BlockRef>& blocks)
+      EXCLUDES(ns_lock);
+
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
   size_t WritersWaiting() override { return arena_.waiting_writers(); }
@@ -279,6 +295,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   const timespec start_time_;
   Stats stats_;
   Arena arena_;
+  // With a shared arena: the recovery log in its memory file (core/recovery_log.h); else null.
+  std::unique_ptr<RecoveryLog> log_;
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;

@@ -132,6 +132,7 @@ void Filesystem::Retire() {
 }
 
 Status Filesystem::Restore(const HandoffImage& image) {
+  if (log_) log_->Reset();  // Everything sealed was durable before the handoff.
   // Opened before the namespace lock is taken: the stats file is generated at its open.
   std::unordered_map<uint64_t, ControlFiles::OpenFile> control_files;
   for (const HandoffImage::HandleRecord& r : image.handles) {
@@ -188,8 +189,8 @@ Status Filesystem::Restore(const HandoffImage& image) {
       }
     }
     if (!inode || inode->ino != r.ino) {
-      spdlog::warn("handoff: inode {} ({}) is gone from the backing store; its node goes stale",
-                   r.ino, r.name);
+      spdlog::warn("handoff: the file inode {} was ({}) is not there any more; its node goes "
+                   "stale", r.ino, r.name);
       lost += r.has_content;
       continue;
     }
@@ -257,6 +258,7 @@ Status Filesystem::Restore(const HandoffImage& image) {
       }
       inode->open_handles++;
       ++open_files_;
+      last_open_or_release_ = clock_.Now();
     }
     h->number = r.fh;
     restored_handles_.emplace(r.fh, h.get());

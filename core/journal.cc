@@ -30,7 +30,7 @@ uint64_t Journal::Append(EntryRef entry) {
   return next_seq_ - 1;
 }
 
-size_t Journal::CancelUnsent(const InodeRef& inode) {
+size_t Journal::CancelUnsent(const InodeRef& inode, std::vector<EntryRef>* rewritten) {
   if (inode->on_backing) return 0;
   auto about = [&](const JournalEntry& e) {
     return e.inode == inode || ((e.kind == JournalEntry::Kind::kUnlink ||
@@ -57,6 +57,7 @@ size_t Journal::CancelUnsent(const InodeRef& inode) {
       e->name = e->new_name;
       e->new_parent.reset();
       e->new_name.clear();
+      if (rewritten) rewritten->push_back(e);
       continue;
     }
     versions += e->kind == JournalEntry::Kind::kPublish;
@@ -76,6 +77,7 @@ bool Journal::Cancel(const EntryRef& e) {
 
 // `e` is neither started, applied nor done.
 void Journal::CancelLocked(const EntryRef& e) {
+  if (on_cancelled_) on_cancelled_(e->seq);
   if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
   e->snapshot = FileContent();
   e->state.cancelled = true;
@@ -129,18 +131,21 @@ void Journal::Complete(const std::vector<EntryRef>& batch, size_t durable, size_
     if (i < durable) {
       if (e->kind == JournalEntry::Kind::kPublish) pending_bytes_ -= e->snapshot.size();
       e->state.done = true;
-      e->snapshot = FileContent();
     } else if (i < applied) {
       e->state.applied = true;
     }
     e->state.started = false;
   }
   AdvanceDurableLocked();
+  // Freed only once the observer knows them durable.
+  for (size_t i = 0; i < durable && i < batch.size(); ++i) batch[i]->snapshot = FileContent();
 }
 
 void Journal::AdvanceDurableLocked() {
   while (!pending_.empty() && pending_.front()->state.done) pending_.pop_front();
-  durable_seq_ = pending_.empty() ? next_seq_ - 1 : pending_.front()->seq - 1;
+  const uint64_t durable = pending_.empty() ? next_seq_ - 1 : pending_.front()->seq - 1;
+  if (durable != durable_seq_ && on_durable_) on_durable_(durable);
+  durable_seq_ = durable;
 }
 
 Clock::time_point Journal::HeadDeadline(Clock::duration delay) const {

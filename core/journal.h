@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -92,10 +93,20 @@ class Journal {
   // Assigns the next sequence number and appends. Returns the sequence number.
   uint64_t Append(EntryRef entry) EXCLUDES(journal_lock);
 
+  // Told, with the journal lock held, of every advance of durable_seq() and of every entry
+  // cancelled, before the snapshots concerned are freed (core/recovery_log.h). Set before use.
+  void SetObservers(std::function<void(uint64_t seq)> durable,
+                    std::function<void(uint64_t seq)> cancelled) {
+    on_durable_ = std::move(durable);
+    on_cancelled_ = std::move(cancelled);
+  }
+
   // Cancels every unsent entry about `inode` when it never reached the backing store, its last
   // name is gone and no other pending entry needs it (as a parent directory): nothing of it needs
-  // to be written. Returns how many file versions it cancelled.
-  size_t CancelUnsent(const InodeRef& inode) REQUIRES(ns_lock) EXCLUDES(journal_lock);
+  // to be written. Returns how many file versions it cancelled; `rewritten` receives the entries
+  // it changed instead (a rename over another file becomes that file's removal).
+  size_t CancelUnsent(const InodeRef& inode, std::vector<EntryRef>* rewritten = nullptr)
+      REQUIRES(ns_lock) EXCLUDES(journal_lock);
   // Cancels one unsent entry (a version superseded by a newer one at the same names). Returns
   // whether it cancelled it: false when the flusher has taken it, or it is done.
   bool Cancel(const EntryRef& entry) EXCLUDES(journal_lock);
@@ -136,6 +147,8 @@ class Journal {
   void CancelLocked(const EntryRef& entry) REQUIRES(journal_lock);
   void AdvanceDurableLocked() REQUIRES(journal_lock);
 
+  std::function<void(uint64_t)> on_durable_;
+  std::function<void(uint64_t)> on_cancelled_;
   mutable JournalMutex mu_;
   std::deque<EntryRef> pending_ GUARDED_BY(journal_lock);  // Unsent and in-flight, in seq order.
   uint64_t next_seq_ GUARDED_BY(journal_lock) = 1;

@@ -11,6 +11,7 @@
 
 #include "core/backing_store.h"
 #include "core/policy.h"
+#include "core/recovery_log.h"
 #include "core/zarr_array.h"
 
 namespace ckptfs {
@@ -104,7 +105,11 @@ InodeRef Namespace::MakeInodeLocked(FileType type, uint64_t ino) {
 }
 
 void Namespace::CancelUnsentLocked(const InodeRef& inode) {
-  stats_.versions_skipped += journal_.CancelUnsent(inode);
+  std::vector<EntryRef> rewritten;
+  stats_.versions_skipped += journal_.CancelUnsent(inode, &rewritten);
+  if (log_) {
+    for (const EntryRef& e : rewritten) LogLocked(*e);
+  }
 }
 
 InodeRef Namespace::FindLocked(uint64_t ino) const {
@@ -514,9 +519,56 @@ uint64_t Namespace::AppendLocked(EntryRef entry) {
   if (entry->kind != JournalEntry::Kind::kUnlink && entry->kind != JournalEntry::Kind::kRmdir) {
     entry->inode->last_entry = entry;
   }
+  const JournalEntry& appended = *entry;
   uint64_t seq = journal_.Append(std::move(entry));
+  if (log_) LogLocked(appended);
   appended_();
   return seq;
+}
+
+bool Namespace::ChildPathLocked(const Inode& dir, const std::string& name,
+                                std::string* path) const {
+  std::string out = name;
+  for (const Inode* cur = &dir; cur->ino != kRootIno; cur = cur->names.begin()->parent.get()) {
+    if (cur->names.empty()) return false;
+    out = cur->names.begin()->name + "/" + out;
+  }
+  *path = std::move(out);
+  return true;
+}
+
+void Namespace::LogLocked(const JournalEntry& e) {
+  LoggedEntry l;
+  l.kind = e.kind;
+  l.seq = e.seq;
+  if (e.kind == JournalEntry::Kind::kPublish) {
+    for (const Inode::Name& n : e.names) {
+      std::string path;
+      if (ChildPathLocked(*n.parent, n.name, &path)) l.names.push_back(std::move(path));
+    }
+    if (l.names.empty()) return;
+    l.size = e.snapshot.size();
+    l.in_memory = !e.snapshot.base();
+    if (l.in_memory) {
+      for (const auto& [index, block] : e.snapshot.blocks()) l.blocks.emplace_back(index, block.slot());
+    }
+  } else {
+    if (!e.parent || !ChildPathLocked(*e.parent, e.name, &l.path)) return;
+    if (e.new_parent && !ChildPathLocked(*e.new_parent, e.new_name, &l.new_path)) return;
+  }
+  l.rename_flags = e.rename_flags;
+  l.mode = e.mode;
+  l.uid = e.uid;
+  l.gid = e.gid;
+  l.atime_ns = e.atime.tv_sec * 1'000'000'000 + e.atime.tv_nsec;
+  l.mtime_ns = e.mtime.tv_sec * 1'000'000'000 + e.mtime.tv_nsec;
+  l.set_mode = e.set_mode;
+  l.set_owner = e.set_owner;
+  l.set_times = e.set_times;
+  l.symlink_target = e.symlink_target;
+  l.node_type = e.node_type;
+  l.rdev = e.rdev;
+  log_->Append(l);
 }
 
 void Namespace::JournalRemovalLocked(const InodeRef& dir, const std::string& name,

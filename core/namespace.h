@@ -27,6 +27,8 @@
 
 namespace ckptfs {
 
+class RecoveryLog;
+
 // How long the kernel may keep attributes and directory entries (the timeouts of the FUSE
 // replies). With Config::shared, also the longest this mount serves what it last read of the
 // backing store, which other mounts change.
@@ -89,6 +91,8 @@ class Namespace {
   ~Namespace();
 
   void SetDirectoryKind(DirectoryKind* kind) { directory_kind_ = kind; }
+  // Every entry appended from now on is also logged there (core/recovery_log.h). Set before use.
+  void SetRecoveryLog(RecoveryLog* log) { log_ = log; }
   NamespaceMutex& mutex() const { return mu_; }
 
   // --- The inode table ---
@@ -187,6 +191,12 @@ class Namespace {
   void CancelUnsentLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
  private:
+  // Logs `e`, just appended or changed, with the paths it names; not when it is under a removed
+  // directory (it is cancelled or never reaches the backing store).
+  void LogLocked(const JournalEntry& e) REQUIRES(ns_lock);
+  // The path from the root of entry `name` of `dir`; false when `dir` was removed.
+  bool ChildPathLocked(const Inode& dir, const std::string& name, std::string* path) const
+      REQUIRES(ns_lock);
   // Whether `dir`, listed once, is still read from the backing store again (shared mode).
   bool FollowsBackingLocked(const InodeRef& dir) const REQUIRES(ns_lock);
   // Whether `name` of `dir` is hidden by a removal through this mount; drops a whiteout whose
@@ -215,6 +225,7 @@ class Namespace {
   Clock& clock_;
   Stats& stats_;
   DirectoryKind* directory_kind_ = nullptr;
+  RecoveryLog* log_ = nullptr;
   const std::function<void()> appended_;
 
   mutable NamespaceMutex mu_;

@@ -23,6 +23,9 @@ struct Stats {
   // cache, or read from handoff files.
   std::atomic<uint64_t> taken_over_in_memory{0};
   std::atomic<uint64_t> taken_over_from_files{0};
+  // Sealed versions a crashed predecessor had not made durable, recovered from the log.
+  std::atomic<uint64_t> recovered_versions{0};
+  std::atomic<uint64_t> recovered_bytes{0};
 };
 
 }  // namespace ckptfs

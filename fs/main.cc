@@ -243,11 +243,15 @@ int Mount(int argc, char** argv) {
   }
   RaiseReadAhead(mountpoint);
   SupervisorSetup setup{se, *control, -1, {o.config.backing_dir, mountpoint}, -1};
-  if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
-    setup.arena_fd = *arena;
-  } else {
-    spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what is "
-                 "unsealed to the staging directory", arena.status().ToString());
+  const bool shared_cache = o.cache_memory == CacheMemory::kShared ||
+                            (o.cache_memory == CacheMemory::kAuto && SharedMemoryHasHugePages());
+  if (shared_cache) {
+    if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
+      setup.arena_fd = *arena;
+    } else {
+      spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what "
+                   "is unsealed to the staging directory", arena.status().ToString());
+    }
   }
   if (worker_asked_foreground) setup.worker_args.push_back("-f");
   if (o.debug) setup.worker_args.push_back("-d");

@@ -3,6 +3,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/config.h"
@@ -19,6 +20,16 @@ inline constexpr unsigned kDefaultMaxRead = 512u << 10;
 // (fs/session_hooks.h): kAuto when the daemon may (CAP_SYS_ADMIN) and the kernel offers it.
 enum class Passthrough { kAuto, kOn, kOff };
 
+// Where the cache's memory lives (core/arena.h): kAuto is shared when the kernel gives shared
+// memory huge pages (SharedMemoryHasHugePages), private otherwise.
+enum class CacheMemory { kAuto, kShared, kPrivate };
+
+// Whether the kernel backs shared memory (memfd) mapped with MADV_HUGEPAGE by transparent huge
+// pages (/sys/kernel/mm/transparent_hugepage/shmem_enabled).
+bool SharedMemoryHasHugePages();
+// The selected word of a kernel setting such as "always [advise] never", or "" when none is.
+std::string SelectedWord(std::string_view setting);
+
 struct MountOptions {
   Config config;
   std::string mountpoint;
@@ -28,6 +39,7 @@ struct MountOptions {
   std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
   Passthrough passthrough = Passthrough::kAuto;
+  CacheMemory cache_memory = CacheMemory::kAuto;
   unsigned max_read = kDefaultMaxRead;
   bool direct_read = true;  // Large files on the backing store are read past the page cache.
 };

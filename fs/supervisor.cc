@@ -39,7 +39,6 @@ void InstallHandlers() {
   sigaction(SIGPIPE, &sa, nullptr);
 }
 
-
 std::string Describe(int status) {
   if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
   return "exit status " + std::to_string(WEXITSTATUS(status));
@@ -116,8 +115,9 @@ class Supervisor {
       }
       block_.crashes++;
       block_.previous_stopped_ns = MonotonicNanos();
-      spdlog::error("worker {} died ({}); starting another: what it held unflushed is lost and "
-                    "the files it had open fail with EBADF", w.pid, Describe(status));
+      spdlog::error("worker {} died ({}); starting another: with the cache in shared memory it "
+                    "recovers what was sealed; unsealed changes are lost and the files it had "
+                    "open fail with EBADF", w.pid, Describe(status));
       if (MonotonicNanos() - started < std::chrono::nanoseconds(kQuickDeath).count()) {
         if (++quick_deaths >= 3) return GiveUp();
       } else {

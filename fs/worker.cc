@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/arena.h"
 #include "core/filesystem.h"
 #include "core/handoff.h"
 #include "fs/control_block.h"
@@ -47,7 +48,6 @@ void StoreInit(const char* request, size_t length) {
   std::memcpy(control_block->init, request, length);
   control_block->init_length = static_cast<uint32_t>(length);
 }
-
 
 // Ends the session loop so that the worker hands over (the loop's threads finish the requests
 // they are serving first).
@@ -161,7 +161,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
   config.worker = block.worker;
   struct stat arena_stat {};
   if (fds.arena >= 0 && fstat(fds.arena, &arena_stat) == 0 &&
-      static_cast<uint64_t>(arena_stat.st_size) >= config.cache_size) {
+      static_cast<uint64_t>(arena_stat.st_size) >= ArenaMemoryBytes(config.cache_size)) {
     config.arena_fd = fds.arena;
   } else if (fds.arena >= 0) {
     spdlog::warn("the cache's shared memory is smaller than cache_size: this worker's cache is "
@@ -191,6 +191,8 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     Status restored = image.ok() ? fs.Restore(*image) : image.status();
     if (!restored.ok()) spdlog::error("taking over: {}", restored.ToString());
     block.image_length = 0;
+  } else if (Status recovered = fs.Recover(); !recovered.ok()) {
+    spdlog::error("recovering what the previous worker sealed: {}", recovered.ToString());
   }
 
   std::string fuse_opts = FuseMountOptions(o);

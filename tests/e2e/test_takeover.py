@@ -1,8 +1,9 @@
 """`ckptfs upgrade` while real saves run (fs/supervisor.h, core/handoff.h): torch.save with its
-tracker, PyTorch DCP with its fsyncs, the zarr distributed-optimizer pattern (without the fine
-grid, whose open views a handoff waits for) and 2,000 small files. The mount's worker is replaced at seeded random moments during each save
-(printed; CKPTFS_UPGRADE_SEED replays them); every save completes without an error, and the whole
-e2e check holds (e2e_check.py): through the mount and, after `ckptfs sync`, on the backing store,
+tracker, PyTorch DCP with its fsyncs, Megatron-core's torch_dist, the zarr distributed-optimizer
+pattern (without the fine grid, whose open views a handoff waits for) and 2,000 small files. The
+mount's worker is replaced at seeded random moments during each save (printed;
+CKPTFS_UPGRADE_SEED replays them); every save completes without an error, and the whole e2e
+check holds (e2e_check.py): through the mount and, after `ckptfs sync`, on the backing store,
 the checkpoint is byte-identical to the same save on a plain directory."""
 
 import os
@@ -41,11 +42,18 @@ class UpgradeDuringSavesTest(unittest.TestCase):
         print(f"[{w.name}] {len(during)} upgrades during the save; the last took "
               f"{stats['worker']['takeover_ms']:.1f} ms", flush=True)
 
+    # torch.save and DCP with the cache in shared memory (unsealed bytes handed over in place),
+    # the others with the machine's default (README: cache_memory).
     def test_torch_save_with_its_tracker(self):
-        self.check(workloads.make("torch_legacy", for_test=True))
+        self.check(workloads.make("torch_legacy", for_test=True),
+                   options=("cache_size=1G", "cache_memory=shared"))
 
     def test_dcp_with_fsyncs(self):
-        self.check(workloads.make("dcp", for_test=True))
+        self.check(workloads.make("dcp", for_test=True),
+                   options=("cache_size=1G", "cache_memory=shared"))
+
+    def test_megatron_torch_dist(self):
+        self.check(workloads.make("mcore_torch_dist", for_test=True))
 
     def test_zarr_distributed_optimizer(self):
         # Without the fine grid: a handoff waits while a view of it is open (README).

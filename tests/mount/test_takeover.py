@@ -22,7 +22,12 @@ class TakeoverTest(unittest.TestCase):
         return r
 
     def test_an_upgrade_keeps_open_files_removed_files_and_unsealed_bytes(self):
-        with CkptfsMount(["flush_delay=0"]) as m:
+        for memory in ("shared", "private"):
+            with self.subTest(cache_memory=memory):
+                self.upgrade_keeps_open_files_removed_files_and_unsealed_bytes(memory)
+
+    def upgrade_keeps_open_files_removed_files_and_unsealed_bytes(self, memory):
+        with CkptfsMount(["flush_delay=0", f"cache_memory={memory}"]) as m:
             os.makedirs(m.path("ckpt"))
             with open(m.path("ckpt", "done.bin"), "wb") as f:
                 f.write(b"d" * 300000)
@@ -49,10 +54,12 @@ class TakeoverTest(unittest.TestCase):
             self.assertGreater(after["takeover_ms"], 0)
             self.assertEqual(m.staging_files(), [], "handoff files are taken in")
             stats = m.stats()
-            self.assertTrue(stats["cache_shared"])
-            self.assertEqual(stats["taken_over_in_memory"], 1000000 + len(b"scratch bytes"),
-                             "unsealed bytes stay in the cache's shared memory")
-            self.assertEqual(stats["taken_over_from_files"], 0)
+            shared = memory == "shared"
+            unsealed = 1000000 + len(b"scratch bytes")
+            self.assertEqual(stats["cache_shared"], shared)
+            # Unsealed bytes stay in the cache's shared memory, or go through handoff files.
+            self.assertEqual(stats["taken_over_in_memory"], unsealed if shared else 0)
+            self.assertEqual(stats["taken_over_from_files"], 0 if shared else unsealed)
 
             writing.write(b"b" * 500000)
             writing.close()
@@ -137,6 +144,61 @@ class TakeoverTest(unittest.TestCase):
             self.assertEqual(e.exception.errno, errno.EBADF)
             open_before.close()
             self.assertEqual(m.unmount(), 0)
+
+    def test_a_killed_worker_loses_nothing_it_sealed_with_a_shared_cache(self):
+        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
+                         expect_errors=[CRASH]) as m:
+            os.makedirs(m.path("ckpt"))
+            model = os.urandom(3 << 20)
+            with open(m.path("ckpt", "model.pt.tmp"), "wb") as f:
+                f.write(model)
+            os.rename(m.path("ckpt", "model.pt.tmp"), m.path("ckpt", "model.pt"))
+            shard = os.open(m.path("ckpt", "__0_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o640)
+            os.write(shard, b"s" * 100000)
+            os.fsync(shard)  # Acknowledged, as DCP has it; the file stays open.
+            with open(m.path("latest.txt"), "w") as f:
+                f.write("100")
+            self.assertFalse(os.path.exists(m.bpath("ckpt")), "nothing flushed yet")
+            old = m.worker_pid()
+            os.kill(old, signal.SIGKILL)
+            wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+            with open(m.path("ckpt", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), model)
+            with open(m.path("ckpt", "__0_0.distcp"), "rb") as f:
+                self.assertEqual(f.read(), b"s" * 100000)
+            with open(m.path("latest.txt")) as f:
+                self.assertEqual(f.read(), "100")
+            with self.assertRaises(OSError) as e:
+                os.write(shard, b"more")
+            self.assertEqual(e.exception.errno, errno.EBADF, "open files do not survive yet")
+            with self.assertRaises(OSError) as e:
+                os.close(shard)  # Closed all the same, with the error of its flush.
+            self.assertEqual(e.exception.errno, errno.EBADF)
+            stats = m.stats()
+            self.assertEqual((stats["recovered_versions"], stats["worker"]["crashes"]), (3, 1))
+            m.sync()
+            with open(m.bpath("ckpt", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), model)
+            self.assertEqual(sorted(os.listdir(m.bpath("ckpt"))), ["__0_0.distcp", "model.pt"])
+            self.assertEqual(os.stat(m.bpath("ckpt", "__0_0.distcp")).st_mode & 0o777, 0o640)
+            self.assertEqual(m.unmount(), 0)
+
+    def test_workers_that_keep_dying_right_after_their_start_end_the_mount(self):
+        with CkptfsMount(expect_errors=[CRASH, "workers keep dying"]) as m:
+            def replaced(old):
+                if m.proc.poll() is not None:
+                    return True
+                try:
+                    return m.worker_pid(wait=0) != old
+                except RuntimeError:  # Between two workers.
+                    return False
+
+            for _ in range(3):
+                worker = m.worker_pid()
+                os.kill(worker, signal.SIGKILL)
+                wait_for(lambda: replaced(worker), 30, lambda: "a new worker or the supervisor's end")
+            self.assertEqual(m.wait_exit(30), 1, "the third quick death in a row gives up")
+            self.assertFalse(mounted(m.mnt))
 
     def test_sigterm_to_the_supervisor_unmounts_after_flushing(self):
         with CkptfsMount(["flush_delay=3600s"]) as m:

@@ -133,6 +133,20 @@ TEST(MountOptionsTest, HelpListsEveryOptionWithItsDefault) {
   EXPECT_NE(help.find("fsync=defer|wait  (default defer)"), std::string::npos) << help;
 }
 
+TEST(MountOptionsTest, CacheMemoryTakesItsThreeValuesAndKernelSettingsAreRead) {
+  MountOptions o;
+  EXPECT_EQ(o.cache_memory, CacheMemory::kAuto);
+  ASSERT_TRUE(ApplyMountOptions("cache_memory=shared", &o).ok());
+  EXPECT_EQ(o.cache_memory, CacheMemory::kShared);
+  ASSERT_TRUE(ApplyMountOptions("cache_memory=private", &o).ok());
+  EXPECT_EQ(o.cache_memory, CacheMemory::kPrivate);
+  EXPECT_EQ(ApplyMountOptions("cache_memory=huge", &o).err(), EINVAL);
+  EXPECT_EQ(SelectedWord("always within_size advise [never] deny force"), "never");
+  EXPECT_EQ(SelectedWord("[always] madvise never"), "always");
+  EXPECT_EQ(SelectedWord("always madvise never"), "");
+  EXPECT_EQ(SelectedWord(""), "");
+}
+
 TEST(MountOptionsTest, TheReadmeShowsTheOptionTable) {
   std::ifstream f(std::string(CKPTFS_SOURCE_DIR) + "/README.md");
   ASSERT_TRUE(f) << "README.md not found";

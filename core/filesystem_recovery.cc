@@ -1,0 +1,192 @@
+// Filesystem::Recover: a worker that took over after a crash replays what the recovery log holds
+// pending (core/recovery_log.h) through the operations a client would have made, so that its
+// journal publishes them in the same order.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "core/filesystem.h"
+
+namespace ckptfs {
+namespace {
+
+timespec FromNanos(int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+// A change the backing store shows already (applied before the crash, not yet known durable).
+bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == ENOENT; }
+
+}  // namespace
+
+// The directory holding `path` and the last name of `path`.
+struct Filesystem::PathParent {
+  uint64_t dir = 0;
+  std::string name;
+};
+
+Result<Filesystem::PathParent> Filesystem::ParentOf(const std::string& path) {
+  NamespaceLock lock(ns_.mutex());
+  InodeRef dir = ns_.FindLocked(kRootIno);
+  size_t start = 0;
+  for (size_t slash; (slash = path.find('/', start)) != std::string::npos; start = slash + 1) {
+    Result<InodeRef> child = ns_.ChildLocked(dir, path.substr(start, slash - start));
+    if (!child.ok()) return child.status();
+    if ((*child)->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
+    dir = *child;
+  }
+  return PathParent{dir->ino, path.substr(start)};
+}
+
+Result<uint64_t> Filesystem::InodeAt(const std::string& path) {
+  Result<PathParent> at = ParentOf(path);
+  if (!at.ok()) return at.status();
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> child = ns_.ChildLocked(ns_.FindLocked(at->dir), at->name);
+  if (!child.ok()) return child.status();
+  return (*child)->ino;
+}
+
+Status Filesystem::ReplayPublish(const LoggedEntry& e,
+                                 std::unordered_map<uint64_t, BlockRef>& blocks) {
+  if (!e.in_memory) {
+    return Status::Error(EIO, "part of it was in a spill file, which died with the worker");
+  }
+  const Caller owner{e.uid, e.gid, 0};
+  Result<PathParent> at = ParentOf(e.names[0]);
+  if (!at.ok()) return at.status();
+  Result<uint64_t> existing = InodeAt(e.names[0]);
+  Result<OpenFile> opened = existing.ok() ? Open(*existing, O_WRONLY | O_TRUNC, owner)
+                                          : Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
+  if (!opened.ok()) return opened.status();
+  if (!existing.ok()) Forget(opened->attr.ino, 1);
+  std::vector<std::pair<uint64_t, BlockRef>> content;
+  for (const auto& [index, slot] : e.blocks) content.emplace_back(index, blocks[slot]);
+  {
+    NamespaceLock lock(ns_.mutex());
+    Handle* h = HandleOf(opened->handle);
+    MutexLock ilock(h->inode->mu);
+    Inode& inode = *h->inode;
+    inode.content = FileContent(e.size, std::move(content));
+    inode.version++;
+    h->wrote_version = inode.version;
+    inode.mode = e.mode;
+    inode.uid = e.uid;
+    inode.gid = e.gid;
+    inode.atime = FromNanos(e.atime_ns);
+    inode.mtime = FromNanos(e.mtime_ns);
+  }
+  const uint64_t ino = opened->attr.ino;
+  Status closed = Release(opened->handle);  // Seals the version.
+  for (size_t i = 1; i < e.names.size() && closed.ok(); ++i) {
+    Result<PathParent> link_at = ParentOf(e.names[i]);
+    if (!link_at.ok()) return link_at.status();
+    Result<Attr> linked = Link(ino, link_at->dir, link_at->name);
+    if (linked.ok()) Forget(ino, 1);
+  }
+  return closed;
+}
+
+Status Filesystem::ReplayEntry(const LoggedEntry& e,
+                               std::unordered_map<uint64_t, BlockRef>& blocks) {
+  using Kind = JournalEntry::Kind;
+  if (e.kind == Kind::kPublish) return ReplayPublish(e, blocks);
+  const Caller owner{e.uid, e.gid, 0};
+  Result<PathParent> at = ParentOf(e.path);
+  if (!at.ok()) return at.status();
+  // An entry made by an operation the kernel got an answer for: its node is forgotten again.
+  auto made = [&](const Result<Attr>& attr) {
+    if (attr.ok()) Forget(attr->ino, 1);
+    return attr.status();
+  };
+  switch (e.kind) {
+    case Kind::kMkdir: return made(Mkdir(at->dir, at->name, e.mode, owner));
+    case Kind::kSymlink: return made(Symlink(at->dir, at->name, e.symlink_target, owner));
+    case Kind::kMknod: return made(Mknod(at->dir, at->name, e.node_type | e.mode, e.rdev, owner));
+    case Kind::kUnlink: return Unlink(at->dir, at->name);
+    case Kind::kRmdir: return Rmdir(at->dir, at->name);
+    case Kind::kRename: {
+      Result<PathParent> to = ParentOf(e.new_path);
+      if (!to.ok()) return to.status();
+      return Rename(at->dir, at->name, to->dir, to->name, e.rename_flags);
+    }
+    case Kind::kLink: {
+      Result<uint64_t> ino = InodeAt(e.path);
+      Result<PathParent> to = ParentOf(e.new_path);
+      if (!ino.ok()) return ino.status();
+      if (!to.ok()) return to.status();
+      return made(Link(*ino, to->dir, to->name));
+    }
+    case Kind::kSetAttr: {
+      Result<uint64_t> ino = InodeAt(e.path);
+      if (!ino.ok()) return ino.status();
+      SetAttrRequest r;
+      if (e.set_mode) r.mode = e.mode;
+      if (e.set_owner) {
+        r.uid = e.uid;
+        r.gid = e.gid;
+      }
+      if (e.set_times) {
+        r.atime = FromNanos(e.atime_ns);
+        r.mtime = FromNanos(e.mtime_ns);
+      }
+      return SetAttr(*ino, r).status();
+    }
+    case Kind::kPublish: break;
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::Recover() {
+  if (!log_) return Status::Ok();
+  Result<LoggedState> state = log_->Pending();
+  if (!state.ok() || state->entries.empty()) {
+    if (!state.ok()) spdlog::error("recovery: {}", state.status().ToString());
+    log_->Reset();
+    return state.status();
+  }
+  // What is replayed is logged anew in the other half, which becomes the log once all is.
+  log_->BeginRecovery();
+  std::unordered_map<uint64_t, BlockRef> blocks;
+  std::vector<uint64_t> slots;
+  for (const LoggedEntry& e : state->entries) {
+    for (const auto& [index, slot] : e.blocks) {
+      if (blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+    }
+  }
+  Result<std::vector<BlockRef>> adopted = arena_.Adopt(slots);
+  if (!adopted.ok()) {
+    spdlog::error("recovery: the cache's blocks cannot be taken over: {}",
+                  adopted.status().ToString());
+    return adopted.status();
+  }
+  for (size_t i = 0; i < slots.size(); ++i) blocks[slots[i]] = std::move((*adopted)[i]);
+  size_t versions = 0, lost = 0;
+  uint64_t bytes = 0;
+  for (const LoggedEntry& e : state->entries) {
+    const bool publish = e.kind == JournalEntry::Kind::kPublish;
+    Status st = ReplayEntry(e, blocks);
+    if (st.ok() || (!publish && AlreadyThere(st))) {
+      versions += publish;
+      bytes += publish ? e.size : 0;
+      continue;
+    }
+    spdlog::error("recovery: {} of {}: {}", KindName(e.kind), publish ? e.names[0] : e.path,
+                  st.ToString());
+    lost += publish;
+  }
+  blocks.clear();
+  log_->Commit();
+  stats_.recovered_versions += versions;
+  stats_.recovered_bytes += bytes;
+  spdlog::info("recovered what the previous worker had not made durable: {} changes, {} file "
+               "versions ({} bytes){}", state->entries.size(), versions, bytes,
+               state->dropped ? "; its log was full, so changes after these were lost" : "");
+  if (lost > 0) {
+    return Status::Error(EIO, std::to_string(lost) + " file versions could not be recovered");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

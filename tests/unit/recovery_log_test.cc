@@ -1,0 +1,229 @@
+// Tests of the recovery log (core/recovery_log.h) and of Filesystem::Recover: a worker that dies
+// without flushing leaves its sealed versions to the next, which publishes them.
+#include "core/recovery_log.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_util;
+
+LoggedEntry Publish(uint64_t seq, const std::string& path, uint64_t size,
+                    std::vector<std::pair<uint64_t, uint64_t>> blocks) {
+  LoggedEntry e;
+  e.seq = seq;
+  e.names = {path};
+  e.size = size;
+  e.mode = 0644;
+  e.blocks = std::move(blocks);
+  return e;
+}
+
+LoggedEntry Rename(uint64_t seq, const std::string& from, const std::string& to) {
+  LoggedEntry e;
+  e.kind = JournalEntry::Kind::kRename;
+  e.seq = seq;
+  e.path = from;
+  e.new_path = to;
+  return e;
+}
+
+std::vector<uint64_t> Seqs(const LoggedState& state) {
+  std::vector<uint64_t> out;
+  for (const LoggedEntry& e : state.entries) out.push_back(e.seq);
+  return out;
+}
+
+class RecoveryLogTest : public ::testing::Test {
+ protected:
+  std::vector<char> memory_ = std::vector<char>(1 << 20);
+};
+
+TEST_F(RecoveryLogTest, EntriesAreReadBackAsLoggedUntilDurableOrCancelled) {
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Publish(1, "ckpt/a.pt", 3 * kBlockSize, {{0, 40}, {1, 41}, {2, 7}}));
+  log.Append(Rename(2, "ckpt/a.pt", "ckpt/b.pt"));
+  log.Append(Publish(3, "ckpt/c.pt", 10, {{0, 9}}));
+  log.Append(Publish(4, "latest.txt", 1, {{0, 11}}));
+  log.Cancelled(3);
+  log.Durable(1);
+  RecoveryLog next(memory_.data(), memory_.size());  // The next worker's view.
+  Result<LoggedState> state = next.Pending();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  EXPECT_EQ(Seqs(*state), (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(state->entries[0].new_path, "ckpt/b.pt");
+  EXPECT_EQ(state->entries[1].blocks, (std::vector<std::pair<uint64_t, uint64_t>>{{0, 11}}));
+  EXPECT_FALSE(state->dropped);
+  log.Durable(4);
+  EXPECT_EQ(log.used_bytes(), 0u) << "all durable: the half is emptied";
+  EXPECT_TRUE(next.Pending()->entries.empty());
+}
+
+TEST_F(RecoveryLogTest, ALaterRecordOfAnEntryReplacesTheEarlier) {
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Rename(5, "tmp", "ckpt/model.pt"));
+  LoggedEntry removal;
+  removal.kind = JournalEntry::Kind::kUnlink;
+  removal.seq = 5;
+  removal.path = "ckpt/model.pt";
+  log.Append(removal);
+  Result<LoggedState> state = log.Pending();
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->entries.size(), 1u);
+  EXPECT_EQ(state->entries[0].kind, JournalEntry::Kind::kUnlink);
+}
+
+TEST_F(RecoveryLogTest, AFullHalfKeepsTheRecordsBeforeTheFirstDroppedOne) {
+  std::vector<char> small(4096 + 2 * 600);
+  RecoveryLog log(small.data(), small.size());
+  for (uint64_t seq = 1; seq <= 20; ++seq) {
+    log.Append(Publish(seq, "f" + std::to_string(seq), 1, {{0, seq}}));
+  }
+  EXPECT_TRUE(log.dropped());
+  Result<LoggedState> state = log.Pending();
+  ASSERT_TRUE(state.ok());
+  EXPECT_TRUE(state->dropped);
+  ASSERT_FALSE(state->entries.empty());
+  for (size_t i = 0; i < state->entries.size(); ++i) EXPECT_EQ(state->entries[i].seq, i + 1);
+  EXPECT_LT(state->entries.size(), 20u);
+  log.Durable(20);
+  EXPECT_FALSE(log.dropped()) << "emptied once all is durable";
+}
+
+TEST_F(RecoveryLogTest, ARecoveryThatDiesLeavesTheSameRecordsToTheNext) {
+  RecoveryLog crashed(memory_.data(), memory_.size());
+  crashed.Append(Publish(7, "a", 1, {{0, 3}}));
+  RecoveryLog recovering(memory_.data(), memory_.size());
+  recovering.BeginRecovery();
+  recovering.Append(Publish(1, "a", 1, {{0, 3}}));  // Replayed, under its new number.
+  EXPECT_EQ(Seqs(*RecoveryLog(memory_.data(), memory_.size()).Pending()),
+            std::vector<uint64_t>{7}) << "before Commit, the old half is the log";
+  recovering.Commit();
+  EXPECT_EQ(Seqs(*RecoveryLog(memory_.data(), memory_.size()).Pending()),
+            std::vector<uint64_t>{1});
+  recovering.Reset();
+  EXPECT_TRUE(RecoveryLog(memory_.data(), memory_.size()).Pending()->entries.empty());
+}
+
+TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRefused) {
+  LoggedEntry e = Publish(3, "ckpt/x", 2 * kBlockSize + 1, {{0, 5}, {1, 6}, {2, 9}});
+  e.names.push_back("ckpt/y");
+  const std::string record = EncodeLoggedEntry(e);
+  Result<LoggedEntry> back = DecodeLoggedEntry(record);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->names, e.names);
+  EXPECT_EQ(back->blocks, e.blocks);
+  for (size_t n = 0; n < record.size(); ++n) {
+    EXPECT_EQ(DecodeLoggedEntry(record.substr(0, n)).status().err(), EINVAL) << n;
+  }
+  for (size_t i = 0; i < record.size(); ++i) {
+    std::string flipped = record;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
+    Result<LoggedEntry> r = DecodeLoggedEntry(flipped);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().err(), EINVAL) << i;
+    }
+  }
+  LoggedEntry escaping = Rename(1, "../etc", "x");
+  EXPECT_EQ(DecodeLoggedEntry(EncodeLoggedEntry(escaping)).status().err(), EINVAL);
+  LoggedEntry absolute = Rename(1, "/etc/passwd", "x");
+  EXPECT_EQ(DecodeLoggedEntry(EncodeLoggedEntry(absolute)).status().err(), EINVAL);
+  LoggedEntry past_end = Publish(1, "f", 1, {{1, 5}});
+  EXPECT_EQ(DecodeLoggedEntry(EncodeLoggedEntry(past_end)).status().err(), EINVAL);
+  // A torn or hostile half: lengths out of range are refused, not followed.
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Publish(1, "f", 1, {{0, 1}}));
+  std::memset(memory_.data() + 4096, 0xff, 16);
+  EXPECT_EQ(RecoveryLog(memory_.data(), memory_.size()).Pending().status().err(), EINVAL);
+}
+
+class RecoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<int> fd = MakeArenaMemory(64ull << 20);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    arena_fd_ = *fd;
+  }
+  void TearDown() override { close(arena_fd_); }
+  std::string B(const std::string& rel) const { return backing_ / rel; }
+
+  TempDir backing_;
+  int arena_fd_ = -1;
+};
+
+TEST_F(RecoverTest, AWorkerThatDiesUnflushedLeavesEverySealedChangeToTheNext) {
+  const std::string model = Pattern(1, 5 * kBlockSize + 123);
+  const std::string optim = Pattern(2, 70000);
+  {
+    // Nothing is flushed before the "crash": the worker is dropped without Shutdown.
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Filesystem& a = *crashed;
+    ASSERT_TRUE(a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/model.pt.tmp", model).ok());
+    const uint64_t ckpt = Resolve(a, "ckpt")->ino;
+    ASSERT_TRUE(a.Rename(ckpt, "model.pt.tmp", ckpt, "model.pt", 0).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/optim.pt", optim).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/scratch", "gone").ok());
+    ASSERT_TRUE(a.Unlink(ckpt, "scratch").ok());
+    ASSERT_TRUE(WriteFile(a, "latest.txt", "1").ok());
+    ASSERT_TRUE(WriteFile(a, "latest.txt", "2").ok()) << "a version superseded";
+    Result<uint64_t> open = CreatePath(a, "ckpt/unsealed");
+    ASSERT_TRUE(open.ok());
+    ASSERT_TRUE(WriteHandle(a, *open, 0, "never closed").ok());
+  }
+  EXPECT_FALSE(HostExists(B("ckpt"))) << "nothing was flushed before the crash";
+  auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .worker = 1, .arena_fd = arena_fd_,
+                                        .recover = true});
+  Filesystem& b = *next;
+  EXPECT_TRUE(SameBytes(*ReadFile(b, "ckpt/model.pt"), model)) << "served at once";
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_TRUE(SameTree(HostTree(backing_.path()), {{"ckpt", "<dir>"},
+                                                   {"ckpt/model.pt", model},
+                                                   {"ckpt/optim.pt", optim},
+                                                   {"latest.txt", "2"}}))
+      << "what was sealed, as it was named; the unsealed file is lost";
+  EXPECT_NE(b.StatsJson().find("\"recovered_versions\": 3"), std::string::npos) << b.StatsJson();
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
+TEST_F(RecoverTest, AWorkerThatDiesRightAfterItsRecoveryLeavesTheSameToTheNext) {
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    ASSERT_TRUE(WriteFile(*crashed, "a.bin", Pattern(3, 40000)).ok());
+  }
+  {
+    auto recovered = StartFs(backing_.path(), {.flush_delay = 3600s, .worker = 1,
+                                               .arena_fd = arena_fd_, .recover = true});
+    EXPECT_TRUE(SameBytes(*ReadFile(*recovered, "a.bin"), Pattern(3, 40000)));
+  }
+  auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .worker = 2, .arena_fd = arena_fd_,
+                                        .recover = true});
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("a.bin")), Pattern(3, 40000)));
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
+TEST_F(RecoverTest, NothingIsReplayedOnceEverythingWasDurable) {
+  {
+    auto first = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
+    ASSERT_TRUE(WriteFile(*first, "f", "flushed").ok());
+    ASSERT_TRUE(first->Sync().ok());
+  }
+  auto next = StartFs(backing_.path(), {.worker = 1, .arena_fd = arena_fd_, .recover = true});
+  EXPECT_NE(next->StatsJson().find("\"recovered_versions\": 0"), std::string::npos);
+  EXPECT_EQ(*ReadFile(*next, "f"), "flushed");
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
