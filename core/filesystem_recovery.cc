@@ -57,8 +57,9 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e,
   Result<PathParent> at = ParentOf(e.names[0]);
   if (!at.ok()) return at.status();
   Result<uint64_t> existing = InodeAt(e.names[0]);
-  Result<OpenFile> opened = existing.ok() ? Open(*existing, O_WRONLY | O_TRUNC, owner)
-                                          : Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
+  Result<OpenFile> opened =
+      existing.ok() ? Open(*existing, O_WRONLY | O_TRUNC, owner)
+                    : Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
   if (!opened.ok()) return opened.status();
   if (!existing.ok()) Forget(opened->attr.ino, 1);
   std::vector<std::pair<uint64_t, BlockRef>> content;

@@ -242,7 +242,9 @@ Result<HandoffImage> DecodeHandoff(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Bad("not a JSON object");
   CKPTFS_TAKE(version, U64(j, "version"));
-  if (version != kImageVersion && version != 1) return Bad("version " + std::to_string(version) + " unknown");
+  if (version != kImageVersion && version != 1) {
+    return Bad("version " + std::to_string(version) + " unknown");
+  }
   HandoffImage image;
   std::unordered_set<uint64_t> known = {kRootIno};
   CKPTFS_TAKE(inodes, Objects(j, "inodes"));

@@ -550,7 +550,9 @@ void Namespace::LogLocked(const JournalEntry& e) {
     l.size = e.snapshot.size();
     l.in_memory = !e.snapshot.base();
     if (l.in_memory) {
-      for (const auto& [index, block] : e.snapshot.blocks()) l.blocks.emplace_back(index, block.slot());
+      for (const auto& [index, block] : e.snapshot.blocks()) {
+        l.blocks.emplace_back(index, block.slot());
+      }
     }
   } else {
     if (!e.parent || !ChildPathLocked(*e.parent, e.name, &l.path)) return;
