@@ -180,6 +180,45 @@ inline std::vector<std::string> HostList(const std::string& dir) {
 
 inline Caller Me() { return Caller{static_cast<uint32_t>(geteuid()), static_cast<uint32_t>(getegid()), 022}; }
 
+// Untrusted input: every proper prefix of `encoded` is refused by `decode` with EINVAL, and every
+// byte flip of it is decoded or refused with EINVAL (never anything worse).
+template <typename Decode>
+void ExpectPrefixesRefusedAndFlipsHandled(const std::string& encoded, Decode decode) {
+  for (size_t n = 0; n < encoded.size(); ++n) {
+    EXPECT_EQ(decode(encoded.substr(0, n)).status().err(), EINVAL) << "prefix of " << n;
+  }
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    std::string flipped = encoded;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
+    auto r = decode(flipped);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().err(), EINVAL) << "flip at " << i;
+    }
+  }
+}
+
+// A shared memory file for a cache of `bytes` (MakeArenaMemory), closed with this.
+class ArenaMemory {
+ public:
+  explicit ArenaMemory(uint64_t bytes = 64ull << 20) {
+    Result<int> fd = MakeArenaMemory(bytes);
+    if (fd.ok()) {
+      fd_ = *fd;
+    } else {
+      ADD_FAILURE() << "MakeArenaMemory: " << fd.status().ToString();
+    }
+  }
+  ~ArenaMemory() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ArenaMemory(const ArenaMemory&) = delete;
+  ArenaMemory& operator=(const ArenaMemory&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
 struct FsOptions {
   uint64_t cache_size = 64ull << 20;
   std::chrono::milliseconds flush_delay{0};

@@ -123,17 +123,7 @@ TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRef
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->names, e.names);
   EXPECT_EQ(back->blocks, e.blocks);
-  for (size_t n = 0; n < record.size(); ++n) {
-    EXPECT_EQ(DecodeLoggedEntry(record.substr(0, n)).status().err(), EINVAL) << n;
-  }
-  for (size_t i = 0; i < record.size(); ++i) {
-    std::string flipped = record;
-    flipped[i] = static_cast<char>(flipped[i] ^ 0x5a);
-    Result<LoggedEntry> r = DecodeLoggedEntry(flipped);
-    if (!r.ok()) {
-      EXPECT_EQ(r.status().err(), EINVAL) << i;
-    }
-  }
+  ExpectPrefixesRefusedAndFlipsHandled(record, DecodeLoggedEntry);
   LoggedEntry escaping = Rename(1, "../etc", "x");
   EXPECT_EQ(DecodeLoggedEntry(EncodeLoggedEntry(escaping)).status().err(), EINVAL);
   LoggedEntry absolute = Rename(1, "/etc/passwd", "x");
@@ -149,16 +139,11 @@ TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRef
 
 class RecoverTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Result<int> fd = MakeArenaMemory(64ull << 20);
-    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
-    arena_fd_ = *fd;
-  }
-  void TearDown() override { close(arena_fd_); }
   std::string B(const std::string& rel) const { return backing_ / rel; }
 
   TempDir backing_;
-  int arena_fd_ = -1;
+  ArenaMemory memory_;
+  const int arena_fd_ = memory_.fd();
 };
 
 TEST_F(RecoverTest, AWorkerThatDiesUnflushedLeavesEverySealedChangeToTheNext) {
