@@ -67,16 +67,16 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e,
   {
     NamespaceLock lock(ns_.mutex());
     Handle* h = HandleOf(opened->handle);
-    MutexLock ilock(h->inode->mu);
-    Inode& inode = *h->inode;
-    inode.content = FileContent(e.size, std::move(content));
-    inode.version++;
-    h->wrote_version = inode.version;
-    inode.mode = e.mode;
-    inode.uid = e.uid;
-    inode.gid = e.gid;
-    inode.atime = FromNanos(e.atime_ns);
-    inode.mtime = FromNanos(e.mtime_ns);
+    const InodeRef inode = h->inode;
+    MutexLock ilock(inode->mu);
+    inode->content = FileContent(e.size, std::move(content));
+    inode->version++;
+    h->wrote_version = inode->version;
+    inode->mode = e.mode;
+    inode->uid = e.uid;
+    inode->gid = e.gid;
+    inode->atime = FromNanos(e.atime_ns);
+    inode->mtime = FromNanos(e.mtime_ns);
   }
   const uint64_t ino = opened->attr.ino;
   Status closed = Release(opened->handle);  // Seals the version.
