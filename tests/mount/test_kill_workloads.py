@@ -258,6 +258,14 @@ def prefix_matches(events, actual, min_p, max_p):
     return ok, closest
 
 
+def logged_a_close(log):
+    try:
+        with open(log) as f:
+            return "\nclose " in "\n" + f.read()
+    except FileNotFoundError:
+        return False
+
+
 class KillRuns:
     """The kill tests of the three workloads, with KILLS kill points each (a mixin of the
     unittest.TestCase classes below). With KILL_WORKER, only the mount's worker is killed, with
@@ -339,6 +347,10 @@ class KillRuns:
             try:
                 ready = writer.stdout.readline().strip()
                 self.assertEqual(ready, "ready", "the writer did not start")
+                if self.KILL_WORKER:
+                    # From its first close on (slow builds start slowly): a kill point then
+                    # always has something acknowledged to check.
+                    wait_for(lambda: logged_a_close(log), 120, lambda: "the writer's first close")
                 time.sleep(delay)
                 self.assertIsNone(writer.poll(), "the writer ended before the kill")
                 if self.KILL_WORKER:
