@@ -158,8 +158,9 @@ Status Filesystem::Recover() {
   }
   Result<std::vector<BlockRef>> adopted = arena_.Adopt(slots);
   if (!adopted.ok()) {
-    spdlog::error("recovery: the cache's blocks cannot be taken over: {}",
-                  adopted.status().ToString());
+    spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
+                  "worker had not made durable is lost", adopted.status().ToString());
+    log_->Reset();
     return adopted.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) blocks[slots[i]] = std::move((*adopted)[i]);
