@@ -211,7 +211,10 @@ def run_ranks(target, nranks, args, preload=(), node_loss=None):
             if p.is_alive():
                 p.terminate()  # Only the rank processes started here.
                 p.join()
-    bad = [p.exitcode for r, p in enumerate(procs) if p.exitcode != 0 and r in results]
+    # A rank the node loss killed after it reported its result completed all the same.
+    killed = node_loss.killed if node_loss is not None else set()
+    bad = [p.exitcode for r, p in enumerate(procs)
+           if p.exitcode != 0 and r in results and r not in killed]
     if bad:
         raise RuntimeError(f"rank processes exited with {bad}")
     global ranks_written
@@ -253,6 +256,7 @@ class NodeLoss:
         self._lock = threading.Lock()
         self._procs = []
         self._killed_at = None
+        self.killed = set()  # Ranks kill_ranks killed (possibly after they reported a result).
 
     def kill_ranks(self, ranks):
         """SIGKILLs rank processes `ranks` of the save (only those it started). Call it once
@@ -261,6 +265,7 @@ class NodeLoss:
             assert self._procs, "kill_ranks before the ranks' start line"
             for r in ranks:
                 if self._procs[r].is_alive():
+                    self.killed.add(r)
                     self._procs[r].kill()
             self._killed_at = time.monotonic()
 
