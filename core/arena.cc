@@ -16,6 +16,8 @@
 #include <sstream>
 #include <string>
 
+#include "core/kernel_state_record.h"
+
 namespace ckptfs {
 namespace {
 constexpr size_t kSlabBytes = 64ull << 20;
@@ -41,6 +43,11 @@ bool PlentyOfMemoryAvailable() {
 
 uint64_t ArenaLogOffset(uint64_t capacity_bytes) {
   return std::max<uint64_t>(1, capacity_bytes / kBlockSize) * kBlockSize;
+}
+
+uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
+  return ArenaKernelStateOffset(capacity_bytes) +
+         KernelStateRecord::Bytes(ArenaLogOffset(capacity_bytes) / kBlockSize);
 }
 
 Result<int> MakeArenaMemory(uint64_t capacity_bytes) {

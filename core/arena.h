@@ -35,14 +35,16 @@ inline constexpr size_t kBlockSize = 16 * 1024;
 
 class Arena;
 
-// Bytes after the blocks of a shared arena's memory file: its recovery log (core/recovery_log.h).
+// Bytes after the blocks of a shared arena's memory file: its recovery log (core/recovery_log.h),
+// then the record of what the kernel holds (core/kernel_state_record.h).
 inline constexpr uint64_t kArenaLogBytes = 64ull << 20;
-// Where the recovery log starts in the memory file of an arena of `capacity_bytes`, and the
-// file's whole size.
+// Where the recovery log starts in the memory file of an arena of `capacity_bytes` (the
+// blocks' bytes), where the kernel state record starts, and the file's whole size.
 uint64_t ArenaLogOffset(uint64_t capacity_bytes);
-inline uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
+inline uint64_t ArenaKernelStateOffset(uint64_t capacity_bytes) {
   return ArenaLogOffset(capacity_bytes) + kArenaLogBytes;
 }
+uint64_t ArenaMemoryBytes(uint64_t capacity_bytes);
 
 // A file of shared memory for an arena of `capacity_bytes` and its recovery log (memfd,
 // close-on-exec; zeros until written, taking memory only once touched).

@@ -99,6 +99,9 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
+  reclaimer_.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {
+    RecordContentLocked(inode);
+  });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
   if (arena_.shared()) {
     Result<std::unique_ptr<RecoveryLog>> log = RecoveryLog::Map(
@@ -109,6 +112,14 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       journal_.SetObservers([l](uint64_t seq) { l->Durable(seq); },
                             [l](uint64_t seq) { l->Cancelled(seq); });
       ns_.SetRecoveryLog(l);
+      Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
+          config.arena_fd, ArenaKernelStateOffset(config.cache_size), arena_.capacity_blocks());
+      if (record.ok()) {
+        kernel_record_ = std::move(*record);
+      } else {
+        spdlog::warn("no kernel state record ({}): a crashed worker's open files and nodes go "
+                     "stale", record.status().ToString());
+      }
     } else {
       spdlog::warn("no recovery log ({}): what a crashed worker sealed is lost with it",
                    log.status().ToString());
@@ -196,12 +207,14 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   Result<InodeRef> child = ns_.LookupLocked(*dir, name);
   if (!child.ok()) return child.status();
   (*child)->lookups++;
+  if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
   return ns_.AttrOf(**child);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (ino < kFirstIno) return;
   NamespaceLock lock(ns_.mutex());
+  if (ForgetAliasLocked(ino)) return;
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
@@ -240,6 +253,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (!st.ok()) return st;
     MutexLock ilock(inode->mu);
     inode->content.Truncate(*req.size, reservation);
+    RecordContentLocked(*inode);
     inode->version++;
     inode->mtime = inode->ctime = now;
     if (Handle* h = handle != 0 ? HandleOf(handle) : nullptr) h->wrote_version = inode->version;
@@ -263,7 +277,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   return ns_.AttrOf(*inode);
 }
 
-Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                const Caller& c) {
   NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
@@ -273,13 +287,17 @@ Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_
   inode->complete = true;
   (*e)->parent->nlink++;
   ns_.AppendLocked(std::move(*e));
+  RecordNodeLocked(inode);
   return ns_.AttrOf(*inode);
 }
 
-Status Filesystem::Unlink(uint64_t parent, const std::string& name) {
-  return Reserving([&](Reservation& reservation, size_t& more) {
+Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller& c) {
+  Status st = Reserving([&](Reservation& reservation, size_t& more) {
     return UnlinkReserved(parent, name, reservation, more);
   });
+  if (!c.resent || st.err() != ENOENT) return st;
+  NoteAppliedBefore("unlink", name);
+  return Status::Ok();
 }
 
 Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
@@ -307,11 +325,12 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     ns_.CancelUnsentLocked(inode);
     ns_.MaybeDropLocked(inode);
   }
+  RecordPathsLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
 
-Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
+Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
   if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
   NamespaceLock lock(ns_.mutex());
@@ -329,10 +348,11 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name) {
   (*dir)->nlink--;
   ns_.CancelUnsentLocked(inode);
   ns_.MaybeDropLocked(inode);
+  RecordPathsLocked(inode);
   return Status::Ok();
 }
 
-Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
+Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_.mutex());
@@ -346,7 +366,7 @@ Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
   return ns_.AttrOf(*inode);
 }
 
-Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
+Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                uint64_t rdev, const Caller& c) {
   const uint32_t type = mode & S_IFMT;
   if (type == S_IFREG || type == 0) {
@@ -384,10 +404,76 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 }
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
-                          const std::string& new_name, unsigned flags) {
-  return Reserving([&](Reservation& reservation, size_t& more) {
+                          const std::string& new_name, unsigned flags, const Caller& c) {
+  Status st = Reserving([&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
+  if (!c.resent || st.err() != ENOENT || !HasEntry(new_parent, new_name)) return st;
+  NoteAppliedBefore("rename", name);
+  return Status::Ok();
+}
+
+Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
+                               const Caller& c) {
+  Result<Attr> made = MkdirOnce(parent, name, mode, c);
+  if (!c.resent || made.status().err() != EEXIST) return made;
+  Result<Attr> there = Lookup(parent, name);
+  if (there.ok() && !S_ISDIR(there->mode)) {
+    Forget(there->ino, 1);
+    return made;
+  }
+  NoteAppliedBefore("mkdir", name);
+  return there;
+}
+
+Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller& c) {
+  Status st = RmdirOnce(parent, name);
+  if (!c.resent || st.err() != ENOENT) return st;
+  NoteAppliedBefore("rmdir", name);
+  return Status::Ok();
+}
+
+Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
+                                 const std::string& target, const Caller& c) {
+  Result<Attr> made = SymlinkOnce(parent, name, target, c);
+  if (!c.resent || made.status().err() != EEXIST) return made;
+  NoteAppliedBefore("symlink", name);
+  return Lookup(parent, name);
+}
+
+Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
+                               uint64_t rdev, const Caller& c) {
+  Result<Attr> made = MknodOnce(parent, name, mode, rdev, c);
+  if (!c.resent || made.status().err() != EEXIST) return made;
+  NoteAppliedBefore("mknod", name);
+  return Lookup(parent, name);
+}
+
+Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                              const Caller& c) {
+  Result<Attr> made = LinkOnce(ino, new_parent, new_name);
+  if (!c.resent || made.status().err() != EEXIST) return made;
+  NoteAppliedBefore("link", new_name);
+  return Lookup(new_parent, new_name);
+}
+
+Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,
+                                    int flags, const Caller& c) {
+  Result<OpenFile> made = CreateOnce(parent, name, mode, flags, c);
+  if (!c.resent || !(flags & O_EXCL) || made.status().err() != EEXIST) return made;
+  NoteAppliedBefore("create", name);
+  return CreateOnce(parent, name, mode, flags & ~O_EXCL, c);
+}
+
+void Filesystem::NoteAppliedBefore(const char* op, const std::string& name) {
+  spdlog::info("a resent {} of {} had been applied by the worker that died: answered as done",
+               op, name);
+}
+
+bool Filesystem::HasEntry(uint64_t parent, const std::string& name) {
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
+  return dir.ok() && ns_.ChildLocked(*dir, name).ok();
 }
 
 Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
@@ -468,11 +554,13 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     ns_.CancelUnsentLocked(victim);
     ns_.MaybeDropLocked(victim);
   }
+  RecordPathsLocked(child);
+  if (victim) RecordPathsLocked(victim);
   zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
 
-Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
+Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
   if (ino < kFirstIno) return Status::Error(EPERM, "hard link of a control file");
   if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
   Status bad = CheckName(new_name);
@@ -507,7 +595,7 @@ Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::stri
   return ns_.AttrOf(*inode);
 }
 
-Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,
+Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                     int flags, const Caller& c) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
   if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
@@ -668,7 +756,9 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   }
   inode->open_handles++;
   ilock.Unlock();
+  Handle* opened = h.get();
   out.handle = AdoptHandleLocked(std::move(h));
+  RecordHandleLocked(opened);
   return out;
 }
 
@@ -749,6 +839,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
       Status st = inode->content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
+      if (!view) RecordWriteLocked(*inode, target_offset, target_size);
       break;
     }
     lock.unlock();
@@ -801,6 +892,7 @@ Status Filesystem::Release(uint64_t handle) {
       MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
+    UnrecordHandleLocked(h);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     ns_.MaybeDropLocked(h->inode);
@@ -850,6 +942,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
   if (offset + length > h->inode->content.size()) {
     Reservation none;
     h->inode->content.Truncate(offset + length, none);
+    RecordWriteLocked(*h->inode, offset, length);
     h->inode->version++;
     h->wrote_version = h->inode->version;
     h->inode->mtime = h->inode->ctime = WallTime();
@@ -950,6 +1043,8 @@ std::string Filesystem::StatsJson() {
   j["taken_over_from_files"] = stats_.taken_over_from_files.load();
   j["recovered_versions"] = stats_.recovered_versions.load();
   j["recovered_bytes"] = stats_.recovered_bytes.load();
+  j["recovered_handles"] = stats_.recovered_handles.load();
+  j["recovered_open_bytes"] = stats_.recovered_open_bytes.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   if (shared_) {

@@ -35,6 +35,7 @@
 #include "core/handoff.h"
 #include "core/inode.h"
 #include "core/journal.h"
+#include "core/kernel_state_record.h"
 #include "core/namespace.h"
 #include "core/reclaim.h"
 #include "core/recovery_log.h"
@@ -121,7 +122,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // Before Start, on a worker that took over by no handoff (after a crash): replays what the
   // recovery log holds pending, so that everything its predecessor had sealed is in the
   // namespace again and on its way to the backing store; says what it did. Nothing to do with
-  // a private arena. EIO when some versions could not be recovered (the rest is).
+  // a private arena. EIO when some versions could not be recovered (the rest is). Then takes
+  // over the nodes and open handles the kernel holds of the predecessor, with what the files
+  // open for writing held (core/kernel_state_record.h).
   Status Recover() EXCLUDES(ns_lock);
 
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
@@ -134,10 +137,15 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // `handle` is the open file the change comes through (ftruncate), or 0 (truncate by path).
   Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, uint64_t handle = 0)
       EXCLUDES(ns_lock);
+  // A resent request (Caller::resent) whose change is there already is answered as done: made
+  // by the worker that died before it answered (mkdir, symlink, mknod, link and an exclusive
+  // create find the entry; unlink, rmdir and rename find the name gone, the new one there).
   Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
       EXCLUDES(ns_lock);
-  Status Unlink(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
-  Status Rmdir(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Status Unlink(uint64_t parent, const std::string& name, const Caller& c = Caller())
+      EXCLUDES(ns_lock);
+  Status Rmdir(uint64_t parent, const std::string& name, const Caller& c = Caller())
+      EXCLUDES(ns_lock);
   Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
                        const Caller& c) EXCLUDES(ns_lock);
   // A FIFO, socket or device node (mode's type bits; `rdev` for devices), shown and published
@@ -147,9 +155,10 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
                      const Caller& c) EXCLUDES(ns_lock);
   Result<std::string> Readlink(uint64_t ino) EXCLUDES(ns_lock);
   Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
-                const std::string& new_name, unsigned flags) EXCLUDES(ns_lock);
-  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+                const std::string& new_name, unsigned flags, const Caller& c = Caller())
       EXCLUDES(ns_lock);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                    const Caller& c = Caller()) EXCLUDES(ns_lock);
 
   Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
                           const Caller& c) EXCLUDES(ns_lock);
@@ -207,6 +216,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     // been asked to be read ahead.
     uint64_t next_read GUARDED_BY(inode->mu) = 0;
     uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
+    int record = -1;  // Its entry in the kernel state record, or -1. Guarded by the ns_lock.
   };
   struct DirHandle {
     std::vector<DirEntry> entries;
@@ -229,6 +239,22 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
       reservation = arena_.Reserve(std::min(more, arena_.capacity_blocks()));
     }
   }
+  // The operations as made once (the public ones answer resent requests).
+  Result<Attr> MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
+      EXCLUDES(ns_lock);
+  Status RmdirOnce(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Result<Attr> SymlinkOnce(uint64_t parent, const std::string& name, const std::string& target,
+                           const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> MknodOnce(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                         const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> LinkOnce(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+      EXCLUDES(ns_lock);
+  Result<OpenFile> CreateOnce(uint64_t parent, const std::string& name, uint32_t mode, int flags,
+                              const Caller& c) EXCLUDES(ns_lock);
+  // A resent request of `op` on `name` found its change made: logged, answered as done.
+  static void NoteAppliedBefore(const char* op, const std::string& name);
+  // Whether directory `parent` has an entry `name`.
+  bool HasEntry(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
   Status RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
                         const std::string& new_name, unsigned flags, Reservation& reservation,
                         size_t& more) EXCLUDES(ns_lock);
@@ -269,6 +295,31 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
       EXCLUDES(ns_lock);
   Status ReplayPublish(const LoggedEntry& e, std::unordered_map<uint64_t, BlockRef>& blocks)
       EXCLUDES(ns_lock);
+  // Replays the pending entries of the log (their blocks adopted into `blocks`, slot -> block).
+  Status Replay(const LoggedState& state, std::unordered_map<uint64_t, BlockRef>& blocks)
+      EXCLUDES(ns_lock);
+
+  // The kernel state record (core/filesystem_kernel_state.cc); each does nothing without one.
+  // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
+  void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // Handle `h` is released (before its inode's open count goes down).
+  void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
+  // has changed in [offset, offset + length).
+  void RecordContentLocked(Inode& inode) REQUIRES(inode.mu);
+  void RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
+  // `changed` was renamed or removed: every recorded path it may change is made current.
+  void RecordPathsLocked(const InodeRef& changed) REQUIRES(ns_lock);
+  // Empties the record and records what this worker holds (after taking over).
+  void RecordAllLocked() REQUIRES(ns_lock);
+  // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
+  bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);
+  // Recover: the nodes and handles the crashed worker had given the kernel, with the blocks the
+  // record names (slot -> block). Then records them again.
+  void RecoverKernelState(const KernelStateRecord::State& state,
+                          std::unordered_map<uint64_t, BlockRef>& blocks) EXCLUDES(ns_lock);
+  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
@@ -297,6 +348,12 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Arena arena_;
   // With a shared arena: the recovery log in its memory file (core/recovery_log.h); else null.
   std::unique_ptr<RecoveryLog> log_;
+  // With a shared arena: what the kernel holds of this worker (core/kernel_state_record.h),
+  // its entries in use (entry -> the inode whose path it keeps), and the entries of nodes an
+  // earlier worker gave (node -> entry).
+  std::unique_ptr<KernelStateRecord> kernel_record_;
+  std::unordered_map<int, InodeRef> recorded_ GUARDED_BY(ns_lock);
+  std::unordered_map<uint64_t, int> alias_records_ GUARDED_BY(ns_lock);
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;

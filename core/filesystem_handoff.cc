@@ -272,6 +272,7 @@ Status Filesystem::Restore(const HandoffImage& image) {
       dir_handles_.emplace(r.fh, std::move(dh));
     }
   }
+  RecordAllLocked();
   // Open now: their names are not needed any more.
   for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
   spdlog::info("took over {} inodes, {} open files ({} with unsealed changes, {} of them in the "

@@ -142,17 +142,23 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e,
 Status Filesystem::Recover() {
   if (!log_) return Status::Ok();
   Result<LoggedState> state = log_->Pending();
-  if (!state.ok() || state->entries.empty()) {
-    if (!state.ok()) spdlog::error("recovery: {}", state.status().ToString());
+  if (!state.ok()) {
+    spdlog::error("recovery: {}", state.status().ToString());
     log_->Reset();
-    return state.status();
+    state = LoggedState{};
   }
-  // What is replayed is logged anew in the other half, which becomes the log once all is.
-  log_->BeginRecovery();
+  const KernelStateRecord::State kernel =
+      kernel_record_ ? kernel_record_->Read() : KernelStateRecord::State{};
+  // Every block named, adopted at once (sealed versions and open files share blocks).
   std::unordered_map<uint64_t, BlockRef> blocks;
   std::vector<uint64_t> slots;
   for (const LoggedEntry& e : state->entries) {
     for (const auto& [index, slot] : e.blocks) {
+      if (blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+    }
+  }
+  for (const KernelStateRecord::Node& n : kernel.nodes) {
+    for (const auto& [index, slot] : n.blocks) {
       if (blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
     }
   }
@@ -161,12 +167,26 @@ Status Filesystem::Recover() {
     spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
                   "worker had not made durable is lost", adopted.status().ToString());
     log_->Reset();
+    if (kernel_record_) kernel_record_->Clear();
     return adopted.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) blocks[slots[i]] = std::move((*adopted)[i]);
+  Status replayed = Replay(*state, blocks);
+  if (kernel_record_) RecoverKernelState(kernel, blocks);
+  return replayed;
+}
+
+Status Filesystem::Replay(const LoggedState& state,
+                          std::unordered_map<uint64_t, BlockRef>& blocks) {
+  if (state.entries.empty()) {
+    log_->Reset();
+    return Status::Ok();
+  }
+  // What is replayed is logged anew in the other half, which becomes the log once all is.
+  log_->BeginRecovery();
   size_t versions = 0, lost = 0;
   uint64_t bytes = 0;
-  for (const LoggedEntry& e : state->entries) {
+  for (const LoggedEntry& e : state.entries) {
     const bool publish = e.kind == JournalEntry::Kind::kPublish;
     Status st = ReplayEntry(e, blocks);
     if (st.ok() || (!publish && AlreadyThere(st))) {
@@ -178,13 +198,12 @@ Status Filesystem::Recover() {
                   st.ToString());
     lost += publish;
   }
-  blocks.clear();
   log_->Commit();
   stats_.recovered_versions += versions;
   stats_.recovered_bytes += bytes;
   spdlog::info("recovered what the previous worker had not made durable: {} changes, {} file "
-               "versions ({} bytes){}", state->entries.size(), versions, bytes,
-               state->dropped ? "; its log was full, so changes after these were lost" : "");
+               "versions ({} bytes){}", state.entries.size(), versions, bytes,
+               state.dropped ? "; its log was full, so changes after these were lost" : "");
   if (lost > 0) {
     return Status::Error(EIO, std::to_string(lost) + " file versions could not be recovered");
   }

@@ -43,6 +43,19 @@ Status CheckName(const std::string& name) {
   return Status::Ok();
 }
 
+bool ValidRelativePath(const std::string& path) {
+  if (path.empty()) return false;
+  size_t start = 0;
+  while (true) {
+    size_t slash = path.find('/', start);
+    std::string name = path.substr(start, slash == std::string::npos ? std::string::npos
+                                                                     : slash - start);
+    if (!CheckName(name).ok()) return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
+}
+
 timespec WallTime() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -96,6 +109,7 @@ Namespace::~Namespace() {
     inode->view.reset();
   }
   inodes_.clear();
+  aliases_.clear();
 }
 
 InodeRef Namespace::MakeInodeLocked(FileType type, uint64_t ino) {
@@ -113,8 +127,9 @@ void Namespace::CancelUnsentLocked(const InodeRef& inode) {
 }
 
 InodeRef Namespace::FindLocked(uint64_t ino) const {
-  auto it = inodes_.find(ino);
-  return it == inodes_.end() ? nullptr : it->second;
+  if (auto it = inodes_.find(ino); it != inodes_.end()) return it->second;
+  auto alias = aliases_.find(ino);
+  return alias == aliases_.end() ? nullptr : alias->second;
 }
 
 Result<InodeRef> Namespace::DirLocked(uint64_t ino) const {

@@ -45,6 +45,9 @@ struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t umask = 022;
+  // The kernel sent the request again because the worker it went to died before answering
+  // (FUSE_NOTIFY_RESEND): that worker may have applied it already.
+  bool resent = false;
 };
 
 // An entry of a directory listing.
@@ -60,6 +63,8 @@ Status UnknownInode(uint64_t ino);
 
 // EINVAL for an empty name, "." and ".." or a name with a slash; ENAMETOOLONG past NAME_MAX.
 Status CheckName(const std::string& name);
+// A path from the mount's root: names CheckName accepts, joined by '/'.
+bool ValidRelativePath(const std::string& path);
 
 // The wall-clock time, for file times.
 timespec WallTime();
@@ -107,6 +112,17 @@ class Namespace {
   void MaybeDropLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Removes an inode that never got a name.
   void EraseLocked(uint64_t ino) REQUIRES(ns_lock) { inodes_.erase(ino); }
+  // Node `ino`, which the kernel got from a worker that crashed, is `inode` now: FindLocked
+  // finds it until ForgetAliasLocked (the kernel forgot the node).
+  void AliasLocked(uint64_t ino, InodeRef inode) REQUIRES(ns_lock) {
+    aliases_[ino] = std::move(inode);
+  }
+  // False when `ino` is no alias.
+  bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock) { return aliases_.erase(ino) > 0; }
+  template <typename F>
+  void ForEachAliasLocked(F f) REQUIRES(ns_lock) {
+    for (const auto& [ino, inode] : aliases_) f(ino, inode);
+  }
   template <typename F>
   void ForEachLocked(F f) REQUIRES(ns_lock) {
     for (const auto& [ino, inode] : inodes_) f(inode);
@@ -231,6 +247,7 @@ class Namespace {
   mutable NamespaceMutex mu_;
   Journal& journal_;  // Its own lock, taken after the namespace lock.
   std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
+  std::unordered_map<uint64_t, InodeRef> aliases_ GUARDED_BY(ns_lock);
   uint64_t next_ino_ GUARDED_BY(ns_lock);
   // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);

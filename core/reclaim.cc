@@ -91,6 +91,7 @@ size_t Reclaimer::Spill(Env& env) {
     }
   }
   size_t freed = content.AdoptSpill(std::move(file), spilled);
+  if (spilled_) spilled_(*victim);
   stats_.spilled_blocks += freed;
   return freed;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 
 #include "core/namespace.h"
@@ -31,11 +32,14 @@ class Reclaimer {
   // Moves the full blocks of the largest file still being written to its spill file, written
   // through `env`'s batched Write (the flusher's thread only). Returns the blocks freed.
   size_t Spill(Env& env) EXCLUDES(ns_lock);
+  // Told (the file's lock held) after a file's blocks moved to a spill file. Set before use.
+  void SetSpillObserver(std::function<void(Inode&)> observer) { spilled_ = std::move(observer); }
 
  private:
   Namespace& ns_;
   Stats& stats_;
   const int staging_fd_;
+  std::function<void(Inode&)> spilled_;
   std::deque<std::weak_ptr<Inode>> candidates_ GUARDED_BY(ns_lock);
 };
 

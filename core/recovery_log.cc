@@ -82,20 +82,6 @@ class Reader {
   std::string_view in_;
 };
 
-// A path relative to the root: names CheckName accepts, joined by '/'.
-bool ValidPath(const std::string& path) {
-  if (path.empty()) return false;
-  size_t start = 0;
-  while (true) {
-    size_t slash = path.find('/', start);
-    std::string name = path.substr(start, slash == std::string::npos ? std::string::npos
-                                                                     : slash - start);
-    if (!CheckName(name).ok()) return false;
-    if (slash == std::string::npos) return true;
-    start = slash + 1;
-  }
-}
-
 Status Bad(const std::string& what) { return Status::Error(EINVAL, "recovery log: " + what); }
 
 }  // namespace
@@ -149,7 +135,7 @@ Result<LoggedEntry> DecodeLoggedEntry(std::string_view record) {
   e.kind = static_cast<JournalEntry::Kind>(kind);
   for (uint64_t i = 0; i < names; ++i) {
     std::string name;
-    if (!r.Str(&name) || !ValidPath(name)) return Bad("a malformed name");
+    if (!r.Str(&name) || !ValidRelativePath(name)) return Bad("a malformed name");
     e.names.push_back(std::move(name));
   }
   if (!r.U64(&mode) || !r.U64(&uid) || !r.U64(&gid) || !r.U64(&atime) || !r.U64(&mtime) ||
@@ -184,9 +170,9 @@ Result<LoggedEntry> DecodeLoggedEntry(std::string_view record) {
   const bool two_paths = e.kind == JournalEntry::Kind::kRename ||
                          e.kind == JournalEntry::Kind::kLink;
   if (e.kind == JournalEntry::Kind::kPublish ? e.names.empty()
-                                             : !ValidPath(e.path) ||
+                                             : !ValidRelativePath(e.path) ||
                                                    two_paths != !e.new_path.empty() ||
-                                                   (two_paths && !ValidPath(e.new_path))) {
+                                                   (two_paths && !ValidRelativePath(e.new_path))) {
     return Bad("an entry without its paths");
   }
   return e;

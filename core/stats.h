@@ -26,6 +26,10 @@ struct Stats {
   // Sealed versions a crashed predecessor had not made durable, recovered from the log.
   std::atomic<uint64_t> recovered_versions{0};
   std::atomic<uint64_t> recovered_bytes{0};
+  // Open handles a crashed predecessor had given the kernel, taken over; the bytes of the files
+  // among them open for writing.
+  std::atomic<uint64_t> recovered_handles{0};
+  std::atomic<uint64_t> recovered_open_bytes{0};
 };
 
 }  // namespace ckptfs

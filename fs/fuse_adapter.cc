@@ -59,7 +59,7 @@ fuse_entry_param ToEntry(const Attr& a) {
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, ctx->umask};
+  return Caller{ctx->uid, ctx->gid, ctx->umask, RequestResent()};
 }
 
 void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.ok() ? 0 : st.err()); }
@@ -169,11 +169,11 @@ void Mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 }
 
 void Unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guard(req, "unlink", [&] { ReplyStatus(req, Fs(req).Unlink(parent, name)); });
+  Guard(req, "unlink", [&] { ReplyStatus(req, Fs(req).Unlink(parent, name, CallerOf(req))); });
 }
 
 void Rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
-  Guard(req, "rmdir", [&] { ReplyStatus(req, Fs(req).Rmdir(parent, name)); });
+  Guard(req, "rmdir", [&] { ReplyStatus(req, Fs(req).Rmdir(parent, name, CallerOf(req))); });
 }
 
 void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* name) {
@@ -184,11 +184,12 @@ void Symlink(fuse_req_t req, const char* target, fuse_ino_t parent, const char* 
 void Rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t new_parent,
             const char* new_name, unsigned flags) {
   Guard(req, "rename",
-        [&] { ReplyStatus(req, Fs(req).Rename(parent, name, new_parent, new_name, flags)); });
+        [&] { ReplyStatus(req, Fs(req).Rename(parent, name, new_parent, new_name, flags,
+                                                        CallerOf(req))); });
 }
 
 void Link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t new_parent, const char* new_name) {
-  Guard(req, "link", [&] { ReplyEntry(req, Fs(req).Link(ino, new_parent, new_name)); });
+  Guard(req, "link", [&] { ReplyEntry(req, Fs(req).Link(ino, new_parent, new_name, CallerOf(req))); });
 }
 
 void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const Result<OpenFile>& r, bool create) {

@@ -93,13 +93,17 @@ void RequestRead() {}
 void ReplyWriting() {}
 #endif
 
+// Set as a request is read; the thread that reads a request serves it (libfuse's loops).
+thread_local bool current_request_resent = false;
+
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
   RequestRead();
   if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
   const auto* in = static_cast<const fuse_in_header*>(buf);
   State& s = S();
-  if (in->unique & kResentUnique) s.resent.fetch_add(1, std::memory_order_relaxed);
+  current_request_resent = (in->unique & kResentUnique) != 0;
+  if (current_request_resent) s.resent.fetch_add(1, std::memory_order_relaxed);
   if (in->opcode == FUSE_INIT) {
     if (NoteInit(in, static_cast<size_t>(n)) && s.init_sink) {
       s.init_sink(static_cast<const char*>(buf), static_cast<size_t>(n));
@@ -203,6 +207,8 @@ int ResendUnanswered() {
   }
   return 0;
 }
+
+bool RequestResent() { return current_request_resent; }
 
 uint64_t ResentRequests() { return S().resent.load(std::memory_order_relaxed); }
 

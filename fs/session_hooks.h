@@ -33,6 +33,8 @@ void ReplayInit(fuse_session* se, const char* request, size_t length);
 int ResendUnanswered();
 // Requests received again after ResendUnanswered.
 uint64_t ResentRequests();
+// Whether the request the calling thread is serving was sent again (FUSE_NOTIFY_RESEND).
+bool RequestResent();
 // CLOCK_MONOTONIC nanoseconds when this process first answered a request (0: not yet).
 int64_t FirstReplyNanos();
 

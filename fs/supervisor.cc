@@ -115,9 +115,12 @@ class Supervisor {
       }
       block_.crashes++;
       block_.previous_stopped_ns = MonotonicNanos();
-      spdlog::error("worker {} died ({}); starting another: with the cache in shared memory it "
-                    "recovers what was sealed; unsealed changes are lost and the files it had "
-                    "open fail with EBADF", w.pid, Describe(status));
+      spdlog::error("worker {} died ({}); starting another: {}", w.pid, Describe(status),
+                    s_.arena_fd >= 0
+                        ? "it takes over what the cache in shared memory holds, the open files "
+                          "and the requests left unanswered"
+                        : "what it held unflushed is lost and the files it had open fail with "
+                          "EBADF (-o cache_memory=shared keeps them)");
       if (MonotonicNanos() - started < std::chrono::nanoseconds(kQuickDeath).count()) {
         if (++quick_deaths >= 3) return GiveUp();
       } else {

@@ -9,9 +9,12 @@
 //   followed by the binary it asked for, or the same one, started as soon as the old worker says
 //   its image is complete (it then exits meanwhile); when a new binary does not start, the
 //   old one takes over instead and the failure is shown in the stats (upgrade_error).
-// - A worker that died is followed by the same binary; what it held unflushed in memory is lost
-//   and the kernel's inodes and handles of it go stale (ESTALE, EBADF). Three workers that die
-//   within kQuickDeath of their start, in a row, end the mount.
+// - A worker that died is followed by the same binary. With the cache in shared memory the next
+//   worker takes over what the cache and its records hold (sealed versions, the files open and
+//   what they held, the kernel's nodes and handles), and the requests left unanswered are sent
+//   to it again; with a private cache what the dead one held unflushed is lost and the kernel's
+//   inodes and handles of it go stale (ESTALE, EBADF). Three workers that die within
+//   kQuickDeath of their start, in a row, end the mount.
 // - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
 //   supervisor, with the worker's status.
 //

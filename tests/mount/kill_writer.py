@@ -15,7 +15,7 @@ until it is stopped by an error (the daemon was killed) or has saved MAX_ITERATI
 
 Every completed step is appended to LOG (outside the mount) in close order: "close REL" after a
 file under its final name is complete (closed, or renamed into place), "durable N" after an
-fsync of the tracker returned. Contents derive from SEED and the path, so the checker can
+fsync of the tracker returned. SIGUSR2 stops the writer after the step it is in: it exits 0. Contents derive from SEED and the path, so the checker can
 recompute them. The writer works in DIR through its working directory, so that it stops at
 the first error once the daemon is dead, instead of writing on into the bare mount point.
 """
@@ -175,8 +175,21 @@ def save_small(root, seed, log):
 SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small}
 
 
+class Stopped(BaseException):
+    """Raised after a logged step once SIGUSR2 came (no save code catches it)."""
+
+
+stop_requested = False
+
+
+def ask_stop(signum, frame):
+    global stop_requested
+    stop_requested = True
+
+
 def main():
     faulthandler.register(signal.SIGUSR1)  # The test asks for a traceback when the writer hangs.
+    signal.signal(signal.SIGUSR2, ask_stop)
     mode, root, seed, log_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     if mode in ("torch", "zarr"):
         import torch  # noqa: F401  (import time is not part of the save)
@@ -186,7 +199,15 @@ def main():
         # detached, each operation fails, instead of writing into the bare mount point.
         os.chdir(root)
         print("ready", flush=True)
-        SAVERS[mode]("/proc/self/cwd", seed, lambda line: log_file.write(line + "\n"))
+        def log(line):
+            log_file.write(line + "\n")
+            if stop_requested:
+                raise Stopped()
+
+        try:
+            SAVERS[mode]("/proc/self/cwd", seed, log)
+        except Stopped:
+            print("writer stopped as asked", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ the mount:
 - a tracker / metadata.json / MANIFEST names a complete checkpoint, which loads.
 
 KillWorkerTest kills only the mount's worker, with the cache in shared memory: the mount stays,
-its next worker recovers what was sealed, and after `ckptfs sync` BACKING holds at least every
-step the writer logged (nothing acknowledged is lost), at most one more.
+its next worker recovers what was sealed and takes over the writer's open files, directories
+and pending requests; the writer goes on without an error until it is asked to stop after a
+step (it then exits 0), and after `ckptfs sync` BACKING holds every step the writer logged
+(nothing acknowledged is lost), at most one more.
 
 Seeded: the seed is printed; CKPTFS_KILL_SEED=N replays. KillWorkloadTest and KillWorkerTest, the
 default run: 2 kill points per workload (6 in all each). KillWorkloadLongTest and
@@ -262,6 +264,11 @@ def prefix_matches(events, actual, min_p, max_p):
     return ok, closest
 
 
+def closes_logged(log):
+    with open(log) as f:
+        return sum(1 for line in f if line.startswith("close "))
+
+
 def logged_a_close(log):
     try:
         with open(log) as f:
@@ -357,17 +364,20 @@ class KillRuns:
                 time.sleep(delay)
                 self.assertIsNone(writer.poll(), "the writer ended before the kill")
                 if self.KILL_WORKER:
-                    # Stopped first, so that it opens nothing the next worker would publish
-                    # half-written when it is killed; what it had open dies with the worker.
-                    writer.send_signal(signal.SIGSTOP)
+                    # The writer goes on through the crash, through the handles and directories
+                    # it had, and is then asked to stop after a step: it exits 0.
                     old = m.worker_pid()
+                    logged_before = closes_logged(log)
                     os.kill(old, signal.SIGKILL)
                     wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
-                    writer.kill()
+                    wait_for(lambda: closes_logged(log) >= logged_before + 2 or
+                             writer.poll() is not None, 120,
+                             lambda: "the writer going on after the crash")
+                    writer.send_signal(signal.SIGUSR2)
                 else:
                     m.kill9()
                 try:
-                    writer.wait(timeout=30)
+                    writer.wait(timeout=60 if self.KILL_WORKER else 30)
                 except subprocess.TimeoutExpired:
                     state = task_state(writer.pid)
                     writer.send_signal(signal.SIGUSR1)  # faulthandler: its Python traceback.
@@ -382,6 +392,9 @@ class KillRuns:
                 writer.stdout.close()
             err.seek(0)
             writer_err = err.read()
+        if self.KILL_WORKER:
+            self.assertEqual(writer.returncode, 0,
+                             f"the writer noticed the crash of the worker: {writer_err[-3000:]}")
         if not self.KILL_WORKER:
             self.assertEqual(os.listdir(m.mnt), [], "the writer wrote into the bare mount point")
         with open(log) as f:

@@ -145,7 +145,7 @@ class TakeoverTest(unittest.TestCase):
             open_before.close()
             self.assertEqual(m.unmount(), 0)
 
-    def test_a_killed_worker_loses_nothing_it_sealed_with_a_shared_cache(self):
+    def test_a_killed_worker_loses_nothing_and_its_open_files_go_on_with_a_shared_cache(self):
         with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
                          expect_errors=[CRASH]) as m:
             os.makedirs(m.path("ckpt"))
@@ -159,29 +159,44 @@ class TakeoverTest(unittest.TestCase):
             with open(m.path("latest.txt"), "w") as f:
                 f.write("100")
             self.assertFalse(os.path.exists(m.bpath("ckpt")), "nothing flushed yet")
-            old = m.worker_pid()
-            os.kill(old, signal.SIGKILL)
-            wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
-            with open(m.path("ckpt", "model.pt"), "rb") as f:
-                self.assertEqual(f.read(), model)
-            with open(m.path("ckpt", "__0_0.distcp"), "rb") as f:
-                self.assertEqual(f.read(), b"s" * 100000)
-            with open(m.path("latest.txt")) as f:
-                self.assertEqual(f.read(), "100")
-            with self.assertRaises(OSError) as e:
-                os.write(shard, b"more")
-            self.assertEqual(e.exception.errno, errno.EBADF, "open files do not survive yet")
-            with self.assertRaises(OSError) as e:
-                os.close(shard)  # Closed all the same, with the error of its flush.
-            self.assertEqual(e.exception.errno, errno.EBADF)
+            ckpt = os.open(m.path("ckpt"), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self.kill_worker_and_go_on(m, model, shard, ckpt)
+            finally:
+                os.close(ckpt)
             stats = m.stats()
-            self.assertEqual((stats["recovered_versions"], stats["worker"]["crashes"]), (3, 1))
+            self.assertEqual((stats["recovered_versions"], stats["recovered_handles"],
+                              stats["worker"]["crashes"]), (3, 1, 1))
             m.sync()
             with open(m.bpath("ckpt", "model.pt"), "rb") as f:
                 self.assertEqual(f.read(), model)
-            self.assertEqual(sorted(os.listdir(m.bpath("ckpt"))), ["__0_0.distcp", "model.pt"])
+            with open(m.bpath("ckpt", "__0_0.distcp"), "rb") as f:
+                self.assertEqual(f.read(), b"s" * 100000 + b"more")
+            self.assertEqual(sorted(os.listdir(m.bpath("ckpt"))),
+                             ["__0_0.distcp", "common.pt", "model.pt"])
             self.assertEqual(os.stat(m.bpath("ckpt", "__0_0.distcp")).st_mode & 0o777, 0o640)
             self.assertEqual(m.unmount(), 0)
+
+    def kill_worker_and_go_on(self, m, model, shard, ckpt):
+        """Kills m's worker: what it held reads back, and the open file `shard` and the open
+        directory `ckpt` go on."""
+        old = m.worker_pid()
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+        with open(m.path("ckpt", "model.pt"), "rb") as f:
+            self.assertEqual(f.read(), model)
+        with open(m.path("ckpt", "__0_0.distcp"), "rb") as f:
+            self.assertEqual(f.read(), b"s" * 100000)
+        with open(m.path("latest.txt")) as f:
+            self.assertEqual(f.read(), "100")
+        # The open file goes on through its descriptor, and so does a directory the kernel
+        # got from the dead worker.
+        self.assertEqual(os.write(shard, b"more"), 4)
+        os.fsync(shard)
+        os.close(shard)
+        common = os.open("common.pt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=ckpt)
+        os.write(common, b"c")
+        os.close(common)
 
     def test_workers_that_keep_dying_right_after_their_start_end_the_mount(self):
         # A worker may be killed before it serves (then it "could not start").

@@ -1,0 +1,285 @@
+#include "core/kernel_state_record.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "core/arena.h"
+#include "core/namespace.h"
+
+namespace ckptfs {
+
+struct KernelStateRecord::Header {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint64_t> next_stamp;
+};
+
+struct KernelStateRecord::NodeEntry {
+  std::atomic<uint32_t> in_use;      // Stored last when added, first when removed.
+  std::atomic<uint32_t> path_state;  // Odd while the path is being rewritten.
+  uint64_t ino;
+  uint32_t directory;
+  std::atomic<uint32_t> content;  // BeginContent was called.
+  std::atomic<uint32_t> from_file;
+  uint32_t mode, uid, gid;
+  std::atomic<uint64_t> size;
+  std::atomic<uint64_t> valid_from;  // Stamps older than this are not this content's.
+  uint32_t path_length;
+  char path[kMaxPath];
+};
+
+struct KernelStateRecord::HandleEntry {
+  std::atomic<uint64_t> fh;  // 0: free. Stored last when added.
+  uint64_t ino;
+  int64_t flags;
+  uint64_t unused;
+};
+
+struct KernelStateRecord::SlotTag {
+  std::atomic<uint64_t> stamp;  // 0: no tag. Cleared first and stored last.
+  std::atomic<uint64_t> ino;
+  std::atomic<uint64_t> index;
+};
+
+namespace {
+
+constexpr uint64_t kMagic = 0x636b70746673534b;  // "ckptfsSK"
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kHeaderBytes = 4096;
+
+uint64_t NodesOffset() { return kHeaderBytes; }
+
+}  // namespace
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+uint64_t KernelStateRecord::Bytes(uint64_t capacity_blocks) {
+  return kHeaderBytes + kNodes * sizeof(NodeEntry) + kHandles * sizeof(HandleEntry) +
+         capacity_blocks * sizeof(SlotTag);
+}
+
+KernelStateRecord::KernelStateRecord(char* memory, uint64_t capacity_blocks)
+    : header_(reinterpret_cast<Header*>(memory)),
+      nodes_(reinterpret_cast<NodeEntry*>(memory + NodesOffset())),
+      handles_(reinterpret_cast<HandleEntry*>(memory + NodesOffset() + kNodes * sizeof(NodeEntry))),
+      tags_(reinterpret_cast<SlotTag*>(memory + NodesOffset() + kNodes * sizeof(NodeEntry) +
+                                       kHandles * sizeof(HandleEntry))),
+      capacity_blocks_(capacity_blocks) {
+  static_assert(sizeof(Header) <= kHeaderBytes);
+  if (header_->magic != kMagic || header_->version != kVersion) {
+    // A new mount (zeros), or a record of another version: nothing in it is recoverable.
+    std::memset(static_cast<void*>(memory), 0, Bytes(capacity_blocks));
+    header_->magic = kMagic;
+    header_->version = kVersion;
+    header_->next_stamp.store(1);
+  }
+  MutexLock lock(mu_);
+  // What a previous worker left stays readable until Clear.
+  for (int i = kNodes - 1; i >= 0; --i) {
+    if (nodes_[i].in_use.load() == 0) free_nodes_.push_back(i);
+  }
+  for (int i = kHandles - 1; i >= 0; --i) {
+    if (handles_[i].fh.load() == 0) free_handles_.push_back(i);
+  }
+}
+
+Result<std::unique_ptr<KernelStateRecord>> KernelStateRecord::Map(int fd, uint64_t offset,
+                                                                  uint64_t capacity_blocks) {
+  const uint64_t length = Bytes(capacity_blocks);
+  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                      static_cast<off_t>(offset));
+  if (memory == MAP_FAILED) return Status::FromErrno("mapping the kernel state record");
+  auto record = std::make_unique<KernelStateRecord>(static_cast<char*>(memory), capacity_blocks);
+  record->mapping_ = memory;
+  record->mapping_length_ = length;
+  return record;
+}
+
+KernelStateRecord::~KernelStateRecord() {
+  if (mapping_) munmap(mapping_, mapping_length_);
+}
+
+int KernelStateRecord::AddNode(uint64_t ino, bool directory, const std::string& path) {
+  if (path.size() > kMaxPath) return -1;
+  int node;
+  {
+    MutexLock lock(mu_);
+    if (free_nodes_.empty()) return -1;
+    node = free_nodes_.back();
+    free_nodes_.pop_back();
+  }
+  NodeEntry& e = nodes_[node];
+  e.ino = ino;
+  e.directory = directory;
+  e.content.store(0);
+  e.from_file.store(0);
+  e.size.store(0);
+  e.valid_from.store(0);
+  e.path_state.store(0);
+  std::memcpy(e.path, path.data(), path.size());
+  e.path_length = static_cast<uint32_t>(path.size());
+  e.in_use.store(1, std::memory_order_release);
+  return node;
+}
+
+void KernelStateRecord::SetPath(int node, const std::string& path) {
+  NodeEntry& e = nodes_[node];
+  const uint32_t state = e.path_state.load(std::memory_order_relaxed);
+  e.path_state.store(state + 1, std::memory_order_release);
+  // Too long to record: no name (the node is not recovered), rather than a wrong one.
+  const size_t length = path.size() > kMaxPath ? 0 : path.size();
+  std::memcpy(e.path, path.data(), length);
+  e.path_length = static_cast<uint32_t>(length);
+  e.path_state.store(state + 2, std::memory_order_release);
+}
+
+void KernelStateRecord::RemoveNode(int node) {
+  nodes_[node].in_use.store(0, std::memory_order_release);
+  MutexLock lock(mu_);
+  free_nodes_.push_back(node);
+}
+
+uint64_t KernelStateRecord::NextStamp() {
+  return header_->next_stamp.fetch_add(1, std::memory_order_acq_rel);
+}
+
+uint64_t KernelStateRecord::BeginContent(int node, uint64_t size, bool from_file, uint32_t mode,
+                                         uint32_t uid, uint32_t gid) {
+  NodeEntry& e = nodes_[node];
+  const uint64_t stamp = NextStamp();
+  e.content.store(0, std::memory_order_release);
+  e.mode = mode;
+  e.uid = uid;
+  e.gid = gid;
+  e.size.store(size);
+  e.from_file.store(from_file);
+  e.valid_from.store(stamp, std::memory_order_release);
+  e.content.store(1, std::memory_order_release);
+  return stamp;
+}
+
+void KernelStateRecord::SetSize(int node, uint64_t size, bool from_file) {
+  NodeEntry& e = nodes_[node];
+  e.from_file.store(from_file, std::memory_order_relaxed);
+  e.size.store(size, std::memory_order_release);
+}
+
+void KernelStateRecord::Tag(uint64_t slot, uint64_t ino, uint64_t index, uint64_t stamp) {
+  if (slot >= capacity_blocks_) return;
+  SlotTag& t = tags_[slot];
+  t.stamp.store(0, std::memory_order_release);
+  t.ino.store(ino, std::memory_order_relaxed);
+  t.index.store(index, std::memory_order_relaxed);
+  t.stamp.store(stamp, std::memory_order_release);
+}
+
+int KernelStateRecord::AddHandle(uint64_t fh, uint64_t ino, int flags) {
+  if (fh == 0) return -1;
+  int handle;
+  {
+    MutexLock lock(mu_);
+    if (free_handles_.empty()) return -1;
+    handle = free_handles_.back();
+    free_handles_.pop_back();
+  }
+  HandleEntry& e = handles_[handle];
+  e.ino = ino;
+  e.flags = flags;
+  e.fh.store(fh, std::memory_order_release);
+  return handle;
+}
+
+void KernelStateRecord::RemoveHandle(int handle) {
+  handles_[handle].fh.store(0, std::memory_order_release);
+  MutexLock lock(mu_);
+  free_handles_.push_back(handle);
+}
+
+void KernelStateRecord::Clear() {
+  MutexLock lock(mu_);
+  free_nodes_.clear();
+  free_handles_.clear();
+  for (int i = kNodes - 1; i >= 0; --i) {
+    nodes_[i].in_use.store(0, std::memory_order_release);
+    free_nodes_.push_back(i);
+  }
+  for (int i = kHandles - 1; i >= 0; --i) {
+    handles_[i].fh.store(0, std::memory_order_release);
+    free_handles_.push_back(i);
+  }
+}
+
+KernelStateRecord::State KernelStateRecord::Read() const {
+  State out;
+  std::unordered_map<uint64_t, size_t> with_content;  // ino -> index in out.nodes
+  std::unordered_map<uint64_t, uint64_t> valid_from;
+  for (size_t i = 0; i < kNodes; ++i) {
+    const NodeEntry& e = nodes_[i];
+    if (e.in_use.load(std::memory_order_acquire) == 0) continue;
+    const uint32_t length = e.path_length;
+    Node n;
+    n.ino = e.ino;
+    n.directory = e.directory != 0;
+    if (e.path_state.load(std::memory_order_acquire) % 2 != 0 || length > kMaxPath ||
+        e.ino == 0 || e.directory > 1) {
+      ++out.refused;
+      continue;
+    }
+    n.path.assign(e.path, length);
+    if (!n.path.empty() && !ValidRelativePath(n.path)) {
+      ++out.refused;
+      continue;
+    }
+    n.content = !n.directory && e.content.load(std::memory_order_acquire) == 1;
+    if (n.content) {
+      n.from_file = e.from_file.load() != 0;
+      n.size = e.size.load();
+      n.mode = e.mode & 07777;
+      n.uid = e.uid;
+      n.gid = e.gid;
+      if (n.size > capacity_blocks_ * kBlockSize && !n.from_file) {
+        ++out.refused;  // More than the cache can hold: not what a worker wrote.
+        continue;
+      }
+      if (with_content.count(n.ino) > 0) {
+        ++out.refused;
+        continue;
+      }
+      with_content.emplace(n.ino, out.nodes.size());
+      valid_from.emplace(n.ino, e.valid_from.load());
+    }
+    out.nodes.push_back(std::move(n));
+  }
+  // Each file's newest block per index stamped since its content was recorded.
+  std::unordered_map<uint64_t, std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>>> best;
+  for (uint64_t slot = 0; slot < capacity_blocks_ && !with_content.empty(); ++slot) {
+    const SlotTag& t = tags_[slot];
+    const uint64_t stamp = t.stamp.load(std::memory_order_acquire);
+    if (stamp == 0) continue;
+    const uint64_t ino = t.ino.load(std::memory_order_relaxed);
+    const uint64_t index = t.index.load(std::memory_order_relaxed);
+    auto file = with_content.find(ino);
+    if (file == with_content.end() || stamp < valid_from[ino]) continue;
+    const Node& n = out.nodes[file->second];
+    if (n.from_file || index >= (n.size + kBlockSize - 1) / kBlockSize) continue;
+    auto [it, added] = best[ino].try_emplace(index, stamp, slot);
+    if (!added && it->second.first < stamp) it->second = {stamp, slot};
+  }
+  for (auto& [ino, blocks] : best) {
+    Node& n = out.nodes[with_content[ino]];
+    for (const auto& [index, stamped] : blocks) n.blocks.emplace_back(index, stamped.second);
+    std::sort(n.blocks.begin(), n.blocks.end());
+  }
+  for (size_t i = 0; i < kHandles; ++i) {
+    const HandleEntry& e = handles_[i];
+    const uint64_t fh = e.fh.load(std::memory_order_acquire);
+    if (fh == 0) continue;
+    out.handles.push_back({fh, e.ino, static_cast<int>(e.flags)});
+  }
+  return out;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,119 @@
+// KernelStateRecord: what the kernel holds of a worker, kept where the next worker of the mount
+// finds it after a crash (shared memory beside the cache's blocks and the recovery log, in the
+// arena's memory file, core/arena.h). With it the next worker answers the node ids and file
+// handles the crashed one gave, so that trainers' open files, working directories and pending
+// requests go on as if nothing happened.
+//
+// - Nodes: every directory the kernel has a node id of, and every file open through the mount,
+//   by path from the mount's root (kept current across renames).
+// - Handles: every open file handle (its number, node and open flags).
+// - Content: for files open for writing, their size and, per arena slot, which file's block it
+//   holds at which index, stamped. A file's content is its blocks stamped since its content was
+//   last recorded whole (BeginContent), the newest stamp of each index; a file whose content
+//   reads from a file (a spill file, or the backing file it was opened on) is not recoverable.
+//
+// Entries are written so that a worker killed at any instruction leaves each one either as it
+// was or complete: the field that makes an entry valid is stored last, and a path being
+// rewritten is marked until it is whole. Thread-safety: AddNode, RemoveNode, AddHandle,
+// RemoveHandle and Clear take a leaf lock of their own; the other writers change one node's
+// entry, or one slot's tag, which the caller owns (the file's lock). The memory is untrusted
+// input to a recovering worker: Read checks and bounds everything.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_annotations.h"
+
+namespace ckptfs {
+
+class KernelStateRecord {
+ public:
+  static constexpr size_t kNodes = 16384;
+  static constexpr size_t kHandles = 32768;
+  static constexpr size_t kMaxPath = 960;  // Longer paths are not recorded.
+
+  // Bytes of shared memory for an arena of `capacity_blocks`.
+  static uint64_t Bytes(uint64_t capacity_blocks);
+
+  // Over Bytes(capacity_blocks) bytes at `memory` (not owned), which a previous worker may have
+  // written; zeros for a new mount.
+  KernelStateRecord(char* memory, uint64_t capacity_blocks);
+  // The record at `offset` of the shared memory file `fd`, mapped (and unmapped with it).
+  static Result<std::unique_ptr<KernelStateRecord>> Map(int fd, uint64_t offset,
+                                                        uint64_t capacity_blocks);
+  ~KernelStateRecord();
+  KernelStateRecord(const KernelStateRecord&) = delete;
+  KernelStateRecord& operator=(const KernelStateRecord&) = delete;
+
+  // A new node entry; -1 when the table is full or the path does not fit.
+  int AddNode(uint64_t ino, bool directory, const std::string& path) EXCLUDES(mu_);
+  // The node's path now; empty when it has no name any more (it is then not recovered).
+  void SetPath(int node, const std::string& path);
+  void RemoveNode(int node) EXCLUDES(mu_);
+
+  // File `node`'s content is recorded from now on: `size` bytes, the blocks tagged with the stamp
+  // returned or later (the caller tags every block it holds now). `from_file`: it is not
+  // recoverable. Mode and owner make the file again if it has no name on the backing store.
+  uint64_t BeginContent(int node, uint64_t size, bool from_file, uint32_t mode, uint32_t uid,
+                        uint32_t gid);
+  void SetSize(int node, uint64_t size, bool from_file);
+  // A stamp newer than every earlier one.
+  uint64_t NextStamp();
+  // The block at arena `slot` is index `index` of file `ino`'s content, as of `stamp`.
+  void Tag(uint64_t slot, uint64_t ino, uint64_t index, uint64_t stamp);
+
+  // A new handle entry; -1 when the table is full.
+  int AddHandle(uint64_t fh, uint64_t ino, int flags) EXCLUDES(mu_);
+  void RemoveHandle(int handle) EXCLUDES(mu_);
+
+  // Frees every node and handle entry (a worker that took over records its own).
+  void Clear() EXCLUDES(mu_);
+
+  struct Node {
+    uint64_t ino = 0;
+    bool directory = false;
+    std::string path;
+    bool content = false;  // Content recorded (a file open for writing).
+    bool from_file = false;
+    uint64_t size = 0;
+    uint32_t mode = 0, uid = 0, gid = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (index, slot), by index.
+  };
+  struct Handle {
+    uint64_t fh = 0;
+    uint64_t ino = 0;
+    int flags = 0;
+  };
+  struct State {
+    std::vector<Node> nodes;
+    std::vector<Handle> handles;
+    size_t refused = 0;  // Entries that were malformed or torn.
+  };
+  // What the record holds (after a crash: what the crashed worker had).
+  State Read() const;
+
+ private:
+  struct Header;
+  struct NodeEntry;
+  struct HandleEntry;
+  struct SlotTag;
+
+  void* mapping_ = nullptr;  // Owned, when made by Map.
+  uint64_t mapping_length_ = 0;
+  Header* header_;
+  NodeEntry* nodes_;
+  HandleEntry* handles_;
+  SlotTag* tags_;
+  const uint64_t capacity_blocks_;
+  Mutex mu_;  // A leaf lock.
+  std::vector<int> free_nodes_ GUARDED_BY(mu_);
+  std::vector<int> free_handles_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckptfs

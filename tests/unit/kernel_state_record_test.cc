@@ -1,0 +1,302 @@
+// Tests of the kernel state record (core/kernel_state_record.h) and of what Filesystem::Recover
+// takes over from it: a worker that dies with files open for writing and directories the kernel
+// knows leaves them to the next, which answers the same handles and nodes.
+#include "core/kernel_state_record.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_util;
+using Blocks = std::vector<std::pair<uint64_t, uint64_t>>;
+
+constexpr uint64_t kCapacityBlocks = 64;
+
+class KernelStateRecordTest : public ::testing::Test {
+ protected:
+  std::vector<char> memory_ =
+      std::vector<char>(KernelStateRecord::Bytes(kCapacityBlocks) + 64);
+  // Aligned for the record's atomics.
+  char* memory() { return memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64); }
+};
+
+const KernelStateRecord::Node* NodeOf(const KernelStateRecord::State& s, uint64_t ino) {
+  for (const auto& n : s.nodes) {
+    if (n.ino == ino) return &n;
+  }
+  return nullptr;
+}
+
+TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBack) {
+  {
+    KernelStateRecord crashed(memory(), kCapacityBlocks);
+    ASSERT_EQ(crashed.AddNode(20, true, "ckpt"), 0);
+    const int file = crashed.AddNode(21, false, "ckpt/model.pt");
+    ASSERT_GE(file, 0);
+    ASSERT_GE(crashed.AddHandle(0xabc, 21, O_WRONLY), 0);
+    const uint64_t begun = crashed.BeginContent(file, 0, false, 0640, 7, 8);
+    crashed.Tag(3, 21, 0, begun);
+    crashed.Tag(4, 21, 1, crashed.NextStamp());
+    crashed.Tag(9, 21, 1, crashed.NextStamp());  // Index 1 copied on write: the newer block.
+    crashed.Tag(5, 99, 0, crashed.NextStamp());  // Another file's, not recorded.
+    crashed.SetSize(file, 2 * kBlockSize, false);
+    crashed.SetPath(0, "ckpt.renamed");
+    crashed.SetPath(file, "ckpt.renamed/model.pt");
+  }
+  KernelStateRecord next(memory(), kCapacityBlocks);
+  const KernelStateRecord::State s = next.Read();
+  EXPECT_EQ(s.refused, 0u);
+  ASSERT_EQ(s.nodes.size(), 2u);
+  const auto* dir = NodeOf(s, 20);
+  ASSERT_TRUE(dir);
+  EXPECT_TRUE(dir->directory);
+  EXPECT_EQ(dir->path, "ckpt.renamed");
+  const auto* file = NodeOf(s, 21);
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->path, "ckpt.renamed/model.pt");
+  EXPECT_TRUE(file->content);
+  EXPECT_EQ(file->size, 2 * kBlockSize);
+  EXPECT_EQ(file->mode, 0640u);
+  EXPECT_EQ(file->uid, 7u);
+  EXPECT_EQ(file->blocks, (Blocks{{0, 3}, {1, 9}}));
+  ASSERT_EQ(s.handles.size(), 1u);
+  EXPECT_EQ(s.handles[0].fh, 0xabcu);
+  EXPECT_EQ(s.handles[0].ino, 21u);
+  EXPECT_EQ(s.handles[0].flags, O_WRONLY);
+  next.Clear();
+  EXPECT_TRUE(next.Read().nodes.empty());
+  EXPECT_TRUE(next.Read().handles.empty());
+}
+
+TEST_F(KernelStateRecordTest, BlocksTaggedBeforeTheContentWasRecordedAgainAreNotItsOwn) {
+  KernelStateRecord r(memory(), kCapacityBlocks);
+  const int file = r.AddNode(21, false, "f");
+  r.BeginContent(file, 3 * kBlockSize, false, 0644, 0, 0);
+  r.Tag(1, 21, 0, r.NextStamp());
+  r.Tag(2, 21, 2, r.NextStamp());
+  // Truncated to one block: recorded whole again, its remaining block tagged anew.
+  const uint64_t again = r.BeginContent(file, kBlockSize, false, 0644, 0, 0);
+  r.Tag(1, 21, 0, again);
+  EXPECT_EQ(NodeOf(r.Read(), 21)->blocks, (Blocks{{0, 1}}));
+  r.SetSize(file, 3 * kBlockSize, false);  // Grown again: the old block 2 stays out.
+  EXPECT_EQ(NodeOf(r.Read(), 21)->blocks, (Blocks{{0, 1}}));
+  r.SetSize(file, 3 * kBlockSize, true);  // Partly in a file.
+  EXPECT_TRUE(NodeOf(r.Read(), 21)->from_file);
+  EXPECT_TRUE(NodeOf(r.Read(), 21)->blocks.empty());
+}
+
+TEST_F(KernelStateRecordTest, ATableFullOrAPathTooLongIsRefusedAndRemovedEntriesAreReused) {
+  KernelStateRecord r(memory(), kCapacityBlocks);
+  EXPECT_EQ(r.AddNode(20, true, std::string(KernelStateRecord::kMaxPath + 1, 'a')), -1);
+  std::vector<int> nodes;
+  for (size_t i = 0; i < KernelStateRecord::kNodes; ++i) {
+    nodes.push_back(r.AddNode(100 + i, true, "d" + std::to_string(i)));
+    ASSERT_GE(nodes.back(), 0);
+  }
+  EXPECT_EQ(r.AddNode(1, true, "full"), -1);
+  r.RemoveNode(nodes[5]);
+  EXPECT_EQ(r.AddNode(1, true, "again"), nodes[5]);
+  EXPECT_EQ(r.Read().nodes.size(), KernelStateRecord::kNodes);
+}
+
+TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
+  {
+    KernelStateRecord r(memory(), kCapacityBlocks);
+    const int dir = r.AddNode(20, true, "ckpt");
+    const int file = r.AddNode(21, false, "ckpt/f");
+    r.AddHandle(0x1234, 21, O_RDWR);
+    const uint64_t stamp = r.BeginContent(file, 5 * kBlockSize, false, 0644, 0, 0);
+    for (uint64_t i = 0; i < 5; ++i) r.Tag(10 + i, 21, i, stamp);
+    (void)dir;
+  }
+  const size_t bytes = KernelStateRecord::Bytes(kCapacityBlocks);
+  const std::vector<char> good(memory(), memory() + bytes);
+  // The header and first node entries, the first handle entries, and the slots' tags.
+  const size_t tags = bytes - kCapacityBlocks * 24;
+  const size_t handles = tags - KernelStateRecord::kHandles * 32;
+  const std::pair<size_t, size_t> regions[] = {{0, 8192}, {handles, 256}, {tags, 24 * 32}};
+  std::mt19937_64 rng(1234);
+  for (int round = 0; round < 300; ++round) {
+    std::copy(good.begin(), good.end(), memory());
+    for (int flips = 0; flips < 8; ++flips) {
+      const auto& [start, length] = regions[rng() % 3];
+      memory()[start + rng() % length] ^= static_cast<char>(1 << (rng() % 8));
+    }
+    // Paths, sizes, stamps and indices flipped: whatever is read is checked.
+    KernelStateRecord r(memory(), kCapacityBlocks);
+    const KernelStateRecord::State s = r.Read();
+    for (const auto& n : s.nodes) {
+      EXPECT_TRUE(n.path.empty() || ValidRelativePath(n.path)) << n.path;
+      EXPECT_LE(n.path.size(), KernelStateRecord::kMaxPath);
+      for (const auto& [index, slot] : n.blocks) {
+        EXPECT_LT(slot, kCapacityBlocks);
+        EXPECT_LT(index * kBlockSize, n.size);
+      }
+    }
+  }
+  // A torn path (a rename the worker died in) is refused, not taken.
+  std::copy(good.begin(), good.end(), memory());
+  {
+    KernelStateRecord r(memory(), kCapacityBlocks);
+    auto* path_state = reinterpret_cast<std::atomic<uint32_t>*>(memory() + 4096 + 4);
+    path_state->store(1);
+    const KernelStateRecord::State s = r.Read();
+    EXPECT_EQ(s.refused, 1u);
+    EXPECT_FALSE(NodeOf(s, 20));
+  }
+}
+
+class KernelStateRecoveryTest : public ::testing::Test {
+ protected:
+  std::string B(const std::string& rel) const { return backing_ / rel; }
+  std::unique_ptr<Filesystem> Next(uint32_t worker) {
+    return StartFs(backing_.path(), {.flush_delay = 0ms, .worker = worker, .arena_fd = arena_fd_,
+                                     .recover = true});
+  }
+
+  TempDir backing_;
+  ArenaMemory memory_;
+  const int arena_fd_ = memory_.fd();
+};
+
+TEST_F(KernelStateRecoveryTest, AFileOpenForWritingGoesOnThroughTheSameHandleAfterACrash) {
+  const std::string head = Pattern(1, 5 * kBlockSize + 100);
+  const std::string tail = Pattern(2, 3 * kBlockSize + 7);
+  uint64_t handle, dir_ino, file_ino;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    ASSERT_TRUE(crashed->Mkdir(kRootIno, "iter_1", 0755, Me()).ok());
+    dir_ino = Resolve(*crashed, "iter_1")->ino;
+    Result<uint64_t> opened = CreatePath(*crashed, "iter_1/model.pt");
+    ASSERT_TRUE(opened.ok());
+    handle = *opened;
+    file_ino = Resolve(*crashed, "iter_1/model.pt")->ino;
+    ASSERT_TRUE(WriteHandle(*crashed, handle, 0, head).ok());
+  }
+  auto next = Next(1);
+  Filesystem& b = *next;
+  EXPECT_NE(b.StatsJson().find("\"recovered_handles\": 1"), std::string::npos) << b.StatsJson();
+  // The kernel's nodes of the crashed worker are answered.
+  Result<Attr> dir = b.GetAttr(dir_ino);
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_TRUE(S_ISDIR(dir->mode));
+  Result<Attr> file = b.Lookup(dir_ino, "model.pt");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(file->size, head.size());
+  EXPECT_EQ(b.GetAttr(file_ino)->size, head.size());
+  EXPECT_EQ(*ReadHandle(b, handle, head.size()), head);
+  ASSERT_TRUE(WriteHandle(b, handle, head.size(), tail).ok());
+  ASSERT_TRUE(b.Flush(handle).ok());
+  ASSERT_TRUE(b.Release(handle).ok());
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("iter_1/model.pt")), head + tail));
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, TheNewestBytesOfAnOpenFileAreRecoveredAfterSealsTruncatesAndRenames) {
+  const std::string first = Pattern(3, 6 * kBlockSize);
+  std::string expected;
+  uint64_t handle;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Filesystem& a = *crashed;
+    Result<uint64_t> opened = CreatePath(a, "f.tmp");
+    ASSERT_TRUE(opened.ok());
+    handle = *opened;
+    ASSERT_TRUE(WriteHandle(a, handle, 0, first).ok());
+    ASSERT_TRUE(a.Fsync(handle).ok()) << "sealed: its blocks are shared with that version";
+    ASSERT_TRUE(WriteHandle(a, handle, kBlockSize + 5, "changed after the seal").ok());
+    SetAttrRequest shrink;
+    shrink.size = 3 * kBlockSize + 1;
+    const uint64_t ino = Resolve(a, "f.tmp")->ino;
+    ASSERT_TRUE(a.SetAttr(ino, shrink, handle).ok());
+    ASSERT_TRUE(WriteHandle(a, handle, 5 * kBlockSize, "past a hole").ok());
+    ASSERT_TRUE(a.Rename(kRootIno, "f.tmp", kRootIno, "f", 0).ok());
+    expected = first.substr(0, 3 * kBlockSize + 1);
+    expected.replace(kBlockSize + 5, 22, "changed after the seal");
+    expected.resize(5 * kBlockSize, '\0');
+    expected += "past a hole";
+    ASSERT_TRUE(SameBytes(*ReadHandle(a, handle, expected.size() + 10), expected));
+  }
+  auto next = Next(1);
+  EXPECT_TRUE(SameBytes(*ReadHandle(*next, handle, expected.size() + 10), expected));
+  EXPECT_TRUE(SameBytes(*ReadFile(*next, "f"), expected));
+  ASSERT_TRUE(next->Release(handle).ok());
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameTree(HostTree(backing_.path()), {{"f", expected}}));
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, TwoCrashesInARowLeaveTheSameOpenFileAndNodesToTheThird) {
+  const std::string bytes = Pattern(4, 2 * kBlockSize + 3);
+  uint64_t handle, dir_ino;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    ASSERT_TRUE(crashed->Mkdir(kRootIno, "d", 0755, Me()).ok());
+    dir_ino = Resolve(*crashed, "d")->ino;
+    Result<uint64_t> opened = CreatePath(*crashed, "d/open");
+    ASSERT_TRUE(opened.ok());
+    handle = *opened;
+    ASSERT_TRUE(WriteHandle(*crashed, handle, 0, bytes).ok());
+  }
+  { auto recovered_then_crashed = Next(1); }
+  auto third = Next(2);
+  EXPECT_TRUE(third->GetAttr(dir_ino).ok()) << "the first worker's node, through two takeovers";
+  EXPECT_TRUE(SameBytes(*ReadHandle(*third, handle, bytes.size()), bytes));
+  ASSERT_TRUE(third->Release(handle).ok());
+  ASSERT_TRUE(third->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("d/open")), bytes));
+  EXPECT_TRUE(third->Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, ClosedFilesAndForgottenNodesAreNotRecorded) {
+  {
+    auto a = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
+    ASSERT_TRUE(WriteFile(*a, "closed", "x").ok());
+    ASSERT_TRUE(a->Sync().ok());
+  }
+  auto next = Next(1);
+  EXPECT_NE(next->StatsJson().find("\"recovered_handles\": 0"), std::string::npos);
+  EXPECT_EQ(*ReadFile(*next, "closed"), "x");
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, ResentRequestsWhoseChangeIsThereAreAnsweredAsDone) {
+  auto fs = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
+  Filesystem& a = *fs;
+  Caller resent = Me();
+  resent.resent = true;
+  ASSERT_TRUE(a.Mkdir(kRootIno, "d", 0755, Me()).ok());
+  ASSERT_TRUE(WriteFile(a, "f", "x").ok());
+  ASSERT_TRUE(a.Rename(kRootIno, "f", kRootIno, "g", 0).ok());
+  // What the worker that died had applied, sent again.
+  EXPECT_TRUE(a.Mkdir(kRootIno, "d", 0755, resent).ok());
+  EXPECT_TRUE(a.Rename(kRootIno, "f", kRootIno, "g", 0, resent).ok());
+  Result<OpenFile> created = a.Create(kRootIno, "g", 0644, O_WRONLY | O_CREAT | O_EXCL, resent);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  ASSERT_TRUE(a.Release(created->handle).ok());
+  ASSERT_TRUE(a.Unlink(kRootIno, "g", Me()).ok());
+  EXPECT_TRUE(a.Unlink(kRootIno, "g", resent).ok());
+  ASSERT_TRUE(a.Rmdir(kRootIno, "d", Me()).ok());
+  EXPECT_TRUE(a.Rmdir(kRootIno, "d", resent).ok());
+  // Not sent again, or not the change asked for: the error stands.
+  EXPECT_EQ(a.Unlink(kRootIno, "g", Me()).err(), ENOENT);
+  EXPECT_EQ(a.Rename(kRootIno, "f", kRootIno, "g", 0, Me()).err(), ENOENT);
+  EXPECT_EQ(a.Rename(kRootIno, "f", kRootIno, "h", 0, resent).err(), ENOENT) << "h is not there";
+  ASSERT_TRUE(WriteFile(a, "file", "x").ok());
+  EXPECT_EQ(a.Mkdir(kRootIno, "file", 0755, resent).status().err(), EEXIST) << "not a directory";
+  EXPECT_TRUE(a.Shutdown().ok());
+}
+
+}  // namespace
+}  // namespace ckptfs
