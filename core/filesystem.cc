@@ -278,7 +278,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
 }
 
 Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
-                               const Caller& c) {
+                                   const Caller& c) {
   NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
@@ -353,7 +353,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
 }
 
 Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
-                                 const std::string& target, const Caller& c) {
+                                     const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
@@ -367,7 +367,7 @@ Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
 }
 
 Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uint32_t mode,
-                               uint64_t rdev, const Caller& c) {
+                                   uint64_t rdev, const Caller& c) {
   const uint32_t type = mode & S_IFMT;
   if (type == S_IFREG || type == 0) {
     Result<OpenFile> created = Create(parent, name, mode, O_WRONLY | O_EXCL, c);
@@ -560,7 +560,8 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   return Status::Ok();
 }
 
-Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent, const std::string& new_name) {
+Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
+                                  const std::string& new_name) {
   if (ino < kFirstIno) return Status::Error(EPERM, "hard link of a control file");
   if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
   Status bad = CheckName(new_name);
@@ -595,8 +596,8 @@ Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent, const std::
   return ns_.AttrOf(*inode);
 }
 
-Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name, uint32_t mode,
-                                    int flags, const Caller& c) {
+Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name,
+                                        uint32_t mode, int flags, const Caller& c) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
   if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
   Status bad = CheckName(name);

@@ -171,7 +171,10 @@ Status Filesystem::Recover() {
     return adopted.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) blocks[slots[i]] = std::move((*adopted)[i]);
+  // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
+  std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
   Status replayed = Replay(*state, blocks);
+  kernel_record_ = std::move(record);
   if (kernel_record_) RecoverKernelState(kernel, blocks);
   return replayed;
 }

@@ -14,7 +14,8 @@
 //   what they held, the kernel's nodes and handles), and the requests left unanswered are sent
 //   to it again; with a private cache what the dead one held unflushed is lost and the kernel's
 //   inodes and handles of it go stale (ESTALE, EBADF). Three workers that die within
-//   kQuickDeath of their start, in a row, end the mount.
+//   kQuickDeath of beginning to serve, in a row, end the mount (a crash loop: a worker that
+//   served longer than that is replaced however often it dies).
 // - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
 //   supervisor, with the worker's status.
 //
@@ -32,7 +33,7 @@
 
 namespace ckptfs {
 
-inline constexpr std::chrono::seconds kQuickDeath{10};
+inline constexpr std::chrono::seconds kQuickDeath{1};
 
 struct SupervisorSetup {
   fuse_session* session = nullptr;  // Mounted; unmounted when the supervisor ends.

@@ -27,7 +27,9 @@ class KernelStateRecordTest : public ::testing::Test {
   std::vector<char> memory_ =
       std::vector<char>(KernelStateRecord::Bytes(kCapacityBlocks) + 64);
   // Aligned for the record's atomics.
-  char* memory() { return memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64); }
+  char* memory() {
+    return memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64);
+  }
 };
 
 const KernelStateRecord::Node* NodeOf(const KernelStateRecord::State& s, uint64_t ino) {
@@ -203,7 +205,7 @@ TEST_F(KernelStateRecoveryTest, AFileOpenForWritingGoesOnThroughTheSameHandleAft
   EXPECT_TRUE(b.Shutdown().ok());
 }
 
-TEST_F(KernelStateRecoveryTest, TheNewestBytesOfAnOpenFileAreRecoveredAfterSealsTruncatesAndRenames) {
+TEST_F(KernelStateRecoveryTest, TheNewestBytesOfAnOpenFileAreRecoveredAfterSealsAndTruncates) {
   const std::string first = Pattern(3, 6 * kBlockSize);
   std::string expected;
   uint64_t handle;
