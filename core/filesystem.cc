@@ -218,6 +218,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
+  if (inode->lookups == 0 && inode->type == FileType::kDirectory) UnrecordNodeLocked(*inode);
   ns_.MaybeDropLocked(inode);
 }
 

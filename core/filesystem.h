@@ -305,6 +305,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
   // Handle `h` is released (before its inode's open count goes down).
   void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // The kernel forgot `inode` (a directory), or its last handle is released.
+  void UnrecordNodeLocked(Inode& inode) REQUIRES(ns_lock);
   // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
   // has changed in [offset, offset + length).
   void RecordContentLocked(Inode& inode) REQUIRES(inode.mu);

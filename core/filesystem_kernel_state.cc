@@ -56,14 +56,18 @@ void Filesystem::UnrecordHandleLocked(Handle* h) {
   if (!kernel_record_ || !h->inode) return;
   if (h->record >= 0) kernel_record_->RemoveHandle(h->record);
   h->record = -1;
-  if (h->inode->open_handles > 1) return;
   // Its last handle: a closed file's node id needs no record (the kernel looks it up again).
-  MutexLock ilock(h->inode->mu);
-  if (h->inode->record < 0) return;
-  kernel_record_->RemoveNode(h->inode->record);
-  recorded_.erase(h->inode->record);
-  h->inode->record = -1;
-  h->inode->content_recorded = false;
+  if (h->inode->open_handles == 1) UnrecordNodeLocked(*h->inode);
+}
+
+void Filesystem::UnrecordNodeLocked(Inode& inode) {
+  if (!kernel_record_) return;
+  MutexLock ilock(inode.mu);
+  if (inode.record < 0) return;
+  kernel_record_->RemoveNode(inode.record);
+  recorded_.erase(inode.record);
+  inode.record = -1;
+  inode.content_recorded = false;
 }
 
 void Filesystem::RecordContentLocked(Inode& inode) {
@@ -90,7 +94,7 @@ void Filesystem::RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t lengt
 
 void Filesystem::RecordPathsLocked(const InodeRef& changed) {
   if (recorded_.empty()) return;
-  if (changed->type != FileType::kDirectory) {
+  if (changed->type != FileType::kDirectory && alias_records_.empty()) {
     MutexLock ilock(changed->mu);
     if (changed->record < 0) return;  // No recorded path goes through it.
   }
