@@ -47,15 +47,27 @@ Result<int> OpenOwnDir(Env& env, int dir, const std::string& name) {
 
 }  // namespace
 
-void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_handoff_files) {
+void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_for_takeover) {
   Result<std::vector<std::string>> left = env.ListDir(staging_fd);
   if (!left.ok()) return;
   size_t removed = 0;
   for (const std::string& name : *left) {
-    if (keep_handoff_files && name.rfind(kHandoffPrefix, 0) == 0) continue;
+    if (keep_for_takeover &&
+        (name.rfind(kHandoffPrefix, 0) == 0 || name.rfind(kSpillPrefix, 0) == 0)) {
+      continue;
+    }
     removed += env.Unlink(staging_fd, name).ok();
   }
   if (removed > 0) spdlog::info("removed {} unfinished staged files of an earlier run", removed);
+}
+
+void RemoveSpillFiles(Env& env, int staging_fd,
+                      const std::function<bool(const std::string&)>& keep) {
+  Result<std::vector<std::string>> left = env.ListDir(staging_fd);
+  if (!left.ok()) return;
+  for (const std::string& name : *left) {
+    if (name.rfind(kSpillPrefix, 0) == 0 && !keep(name)) (void)env.Unlink(staging_fd, name);
+  }
 }
 
 Result<int> OpenBackingDirectory(Env& env, const std::string& path) {

@@ -3,6 +3,7 @@
 // flushed into it.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,8 @@ namespace ckptfs {
 inline constexpr const char* kReservedName = ".ckptfs";
 // Names of the staging directory's handoff files (core/handoff.h): "handoff-<ino>".
 inline constexpr std::string_view kHandoffPrefix = "handoff-";
+// Names of the staging directory's spill files (core/reclaim.h): "spill-<worker>-<n>".
+inline constexpr std::string_view kSpillPrefix = "spill-";
 
 struct BackingStore {
   int root_fd = -1;     // The backing directory.
@@ -35,13 +38,22 @@ Result<int> OpenBackingDirectory(Env& env, const std::string& path);
 // Opens the backing directory of `config` (it must exist, be a directory and be writable) and
 // prepares the staging directory: .ckptfs/staging, emptied of what a killed daemon left there;
 // in shared mode .ckptfs/staging/<config.node> (a resolved node name), emptied by the caller once
-// it has joined (RemoveStagingLeftovers). Handoff files (core/handoff.h) stay for a worker taking
-// over (Config::worker > 0). The caller owns both descriptors. Fails with a message
+// it has joined (RemoveStagingLeftovers). Handoff and spill files stay for a worker taking over
+// (Config::worker > 0), which removes the spill files it does not take (RemoveSpillFiles). The caller owns both descriptors. Fails with a message
 // naming the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
 Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
 
 // Removes the staged files of an earlier run that was killed: they never reached a final name.
-// A worker taking over from another (Config::worker > 0) keeps the handoff files it restores.
-void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_handoff_files);
+// A worker taking over from another (Config::worker > 0) keeps the handoff and spill files it
+// may take over.
+void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_for_takeover);
+// Whether `name` is a name a spill file may have (no path, no "." or "..").
+inline bool IsSpillFileName(std::string_view name) {
+  return name.size() > kSpillPrefix.size() && name.size() <= 64 &&
+         name.substr(0, kSpillPrefix.size()) == kSpillPrefix &&
+         name.find('/') == std::string_view::npos;
+}
+// Removes the spill files of the staging directory whose names `keep` does not hold.
+void RemoveSpillFiles(Env& env, int staging_fd, const std::function<bool(const std::string&)>& keep);
 
 }  // namespace ckptfs

@@ -5,8 +5,9 @@
 
 namespace ckptfs {
 
-FileContent::FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks)
-    : size_(size) {
+FileContent::FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks,
+                         std::shared_ptr<BackingFile> base, uint64_t base_len)
+    : size_(size), base_(std::move(base)), base_len_(base_ ? base_len : 0) {
   for (auto& [index, block] : blocks) blocks_.Put(index, std::move(block));
 }
 

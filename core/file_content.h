@@ -9,6 +9,7 @@
 // thread without that lock.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -32,11 +33,24 @@ namespace ckptfs {
 class BackingFile {
  public:
   BackingFile(Env& env, int fd, bool spill = false) : env_(env), fd_(fd), spill_(spill) {}
-  ~BackingFile() { env_.Close(fd_); }
+  // A spill file named `name` in the directory `dir_fd` (duplicated): the name goes with the
+  // last reference, so that a worker that dies leaves it to the next.
+  BackingFile(Env& env, int fd, int dir_fd, std::string name)
+      : env_(env), fd_(fd), spill_(true), dir_fd_(fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)),
+        name_(std::move(name)) {}
+  ~BackingFile() {
+    if (dir_fd_ >= 0) {
+      (void)env_.Unlink(dir_fd_, name_);
+      env_.Close(dir_fd_);
+    }
+    env_.Close(fd_);
+  }
   BackingFile(const BackingFile&) = delete;
   BackingFile& operator=(const BackingFile&) = delete;
   int fd() const { return fd_; }
   bool spill() const { return spill_; }
+  // A named spill file's name in the staging directory; empty for any other file.
+  const std::string& name() const { return name_; }
   // Reads `length` bytes at `offset`; bytes past the end read as zeros.
   Status Read(char* dst, size_t length, uint64_t offset) const {
     return env_.Read(fd_, dst, length, offset);
@@ -48,6 +62,8 @@ class BackingFile {
   Env& env_;
   const int fd_;
   const bool spill_;
+  const int dir_fd_ = -1;
+  const std::string name_;
 };
 
 // One piece of a read: memory (keeps its block alive), a backing file range, or zeros.
@@ -75,8 +91,9 @@ class FileContent {
       : size_(size), base_(std::move(base)), base_len_(size) {}
 
   // Content of `size` bytes held in `blocks` (block index -> block, bytes past `size` zero),
-  // zeros elsewhere.
-  FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks);
+  // and elsewhere in the first `base_len` bytes of `base` (when not null), zeros beyond.
+  FileContent(uint64_t size, std::vector<std::pair<uint64_t, BlockRef>> blocks,
+              std::shared_ptr<BackingFile> base = nullptr, uint64_t base_len = 0);
 
   uint64_t size() const { return size_; }
   const BlockMap& blocks() const { return blocks_; }

@@ -89,7 +89,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
           [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
-      reclaimer_(ns_, stats_, staging_fd_),
+      reclaimer_(ns_, stats_, staging_fd_, config.worker),
       control_(*this, start_time_),
       handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {
   {
@@ -1124,7 +1124,13 @@ Status Filesystem::Flushed(const FlushReport& report) {
       inode->flush_error = Status::Ok();
       clean = inode->durable_version == inode->version;
     }
-    if (clean) reclaimer_.AddCandidateLocked(e->inode);
+    if (!clean) continue;
+    reclaimer_.AddCandidateLocked(e->inode);
+    // A spill file is disk space in the staging directory: given back once the file is durable
+    // (and closed).
+    MutexLock ilock(e->inode->mu);
+    const std::shared_ptr<BackingFile>& base = e->inode->content.base();
+    if (base && base->spill()) reclaimer_.UnloadLocked(e->inode);
   }
   if (!report.failed) return Status::Ok();
   const EntryRef& failed = report.failed;

@@ -291,13 +291,16 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   struct PathParent;
   Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
   Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
-  Status ReplayEntry(const LoggedEntry& e, std::unordered_map<uint64_t, BlockRef>& blocks)
-      EXCLUDES(ns_lock);
-  Status ReplayPublish(const LoggedEntry& e, std::unordered_map<uint64_t, BlockRef>& blocks)
-      EXCLUDES(ns_lock);
-  // Replays the pending entries of the log (their blocks adopted into `blocks`, slot -> block).
-  Status Replay(const LoggedState& state, std::unordered_map<uint64_t, BlockRef>& blocks)
-      EXCLUDES(ns_lock);
+  // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
+  // the spill files (name -> file) its log and record name.
+  struct Adopted {
+    std::unordered_map<uint64_t, BlockRef> blocks;
+    std::unordered_map<std::string, std::shared_ptr<BackingFile>> spills;
+  };
+  Status ReplayEntry(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
+  Status ReplayPublish(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
+  // Replays the pending entries of the log (their blocks adopted).
+  Status Replay(const LoggedState& state, Adopted& adopted) EXCLUDES(ns_lock);
 
   // The kernel state record (core/filesystem_kernel_state.cc); each does nothing without one.
   // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
@@ -317,10 +320,12 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void RecordAllLocked() REQUIRES(ns_lock);
   // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
   bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);
-  // Recover: the nodes and handles the crashed worker had given the kernel, with the blocks the
-  // record names (slot -> block). Then records them again.
-  void RecoverKernelState(const KernelStateRecord::State& state,
-                          std::unordered_map<uint64_t, BlockRef>& blocks) EXCLUDES(ns_lock);
+  // The spill file `name` of the staging directory, opened once.
+  Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
+  // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
+  // Then records them again.
+  void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
+      EXCLUDES(ns_lock);
   Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/backing_store.h"
 #include "core/filesystem.h"
 #include "core/handoff.h"
 
@@ -273,6 +274,8 @@ Status Filesystem::Restore(const HandoffImage& image) {
     }
   }
   RecordAllLocked();
+  // A handoff names no spill file (what lies in one went to a handoff file).
+  RemoveSpillFiles(*env_, staging_fd_, [](const std::string&) { return false; });
   // Open now: their names are not needed any more.
   for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
   spdlog::info("took over {} inodes, {} open files ({} with unsealed changes, {} of them in the "

@@ -73,8 +73,14 @@ void Filesystem::UnrecordNodeLocked(Inode& inode) {
 void Filesystem::RecordContentLocked(Inode& inode) {
   if (inode.record < 0 || !inode.content_recorded) return;
   const FileContent& c = inode.content;
-  const uint64_t stamp = kernel_record_->BeginContent(inode.record, c.size(), c.base() != nullptr,
-                                                      inode.mode, inode.uid, inode.gid);
+  KernelStateRecord::Base base;
+  if (c.base()) {
+    base.other_file = c.base()->name().empty();
+    base.spill = c.base()->name();
+    base.length = c.base_len();
+  }
+  const uint64_t stamp = kernel_record_->BeginContent(inode.record, c.size(), base, inode.mode,
+                                                      inode.uid, inode.gid);
   for (const auto& [index, block] : c.blocks()) {
     kernel_record_->Tag(block.slot(), inode.ino, index, stamp);
   }
@@ -89,7 +95,7 @@ void Filesystem::RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t lengt
       kernel_record_->Tag(block->slot(), inode.ino, i, stamp);
     }
   }
-  kernel_record_->SetSize(inode.record, c.size(), c.base() != nullptr);
+  kernel_record_->SetSize(inode.record, c.size());
 }
 
 void Filesystem::RecordPathsLocked(const InodeRef& changed) {
@@ -162,8 +168,7 @@ Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
   }
 }
 
-void Filesystem::RecoverKernelState(const KernelStateRecord::State& state,
-                                    std::unordered_map<uint64_t, BlockRef>& blocks) {
+void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted) {
   NamespaceLock lock(ns_.mutex());
   std::unordered_map<uint64_t, InodeRef> nodes;  // The crashed worker's node -> the inode now.
   size_t files = 0, lost = 0;
@@ -191,11 +196,22 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state,
       if (found.ok() && (*found)->type == FileType::kDirectory) nodes[n.ino] = *found;
       continue;
     }
-    if (n.content && n.from_file) {
-      spdlog::error("recovery: {}: what was written to it while open was partly in a file, "
-                    "which died with the worker; its handles fail", n.path);
+    std::shared_ptr<BackingFile> spill;
+    if (n.content && n.base.other_file) {
+      spdlog::error("recovery: {}: what was written to it while open was partly in a file "
+                    "that cannot be named; its handles fail", n.path);
       ++lost;
       continue;
+    }
+    if (n.content && !n.base.spill.empty()) {
+      Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(n.base.spill, adopted);
+      if (!file.ok()) {
+        spdlog::error("recovery: {}: its spill file: {}; its handles fail", n.path,
+                      file.status().ToString());
+        ++lost;
+        continue;
+      }
+      spill = *file;
     }
     InodeRef inode = found.ok() && (*found)->type == FileType::kRegular ? *found : nullptr;
     if (!found.ok() && found.status().err() == ENOENT && n.content) {
@@ -216,11 +232,13 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state,
     }
     if (n.content) {
       std::vector<std::pair<uint64_t, BlockRef>> content;
-      for (const auto& [index, slot] : n.blocks) content.emplace_back(index, blocks[slot]);
+      for (const auto& [index, slot] : n.blocks) {
+        content.emplace_back(index, adopted.blocks[slot]);
+      }
       inode->origin_dir.reset();
       inode->origin_name.clear();
       MutexLock ilock(inode->mu);
-      inode->content = FileContent(n.size, std::move(content));
+      inode->content = FileContent(n.size, std::move(content), std::move(spill), n.base.length);
       inode->mode = n.mode;
       inode->uid = n.uid;
       inode->gid = n.gid;

@@ -6,6 +6,7 @@
 
 #include <unordered_map>
 
+#include "core/backing_store.h"
 #include "core/filesystem.h"
 
 namespace ckptfs {
@@ -48,10 +49,15 @@ Result<uint64_t> Filesystem::InodeAt(const std::string& path) {
   return (*child)->ino;
 }
 
-Status Filesystem::ReplayPublish(const LoggedEntry& e,
-                                 std::unordered_map<uint64_t, BlockRef>& blocks) {
+Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
+  std::shared_ptr<BackingFile> spill;
   if (!e.in_memory) {
-    return Status::Error(EIO, "part of it was in a spill file, which died with the worker");
+    if (e.spill_file.empty()) {
+      return Status::Error(EIO, "part of it was in a file the log cannot name");
+    }
+    Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(e.spill_file, adopted);
+    if (!file.ok()) return file.status();
+    spill = *file;
   }
   const Caller owner{e.uid, e.gid, 0};
   Result<PathParent> at = ParentOf(e.names[0]);
@@ -63,13 +69,13 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e,
   if (!opened.ok()) return opened.status();
   if (!existing.ok()) Forget(opened->attr.ino, 1);
   std::vector<std::pair<uint64_t, BlockRef>> content;
-  for (const auto& [index, slot] : e.blocks) content.emplace_back(index, blocks[slot]);
+  for (const auto& [index, slot] : e.blocks) content.emplace_back(index, adopted.blocks[slot]);
   {
     NamespaceLock lock(ns_.mutex());
     Handle* h = HandleOf(opened->handle);
     const InodeRef inode = h->inode;
     MutexLock ilock(inode->mu);
-    inode->content = FileContent(e.size, std::move(content));
+    inode->content = FileContent(e.size, std::move(content), std::move(spill), e.base_len);
     inode->version++;
     h->wrote_version = inode->version;
     inode->mode = e.mode;
@@ -89,10 +95,9 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e,
   return closed;
 }
 
-Status Filesystem::ReplayEntry(const LoggedEntry& e,
-                               std::unordered_map<uint64_t, BlockRef>& blocks) {
+Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
   using Kind = JournalEntry::Kind;
-  if (e.kind == Kind::kPublish) return ReplayPublish(e, blocks);
+  if (e.kind == Kind::kPublish) return ReplayPublish(e, adopted);
   const Caller owner{e.uid, e.gid, 0};
   Result<PathParent> at = ParentOf(e.path);
   if (!at.ok()) return at.status();
@@ -140,7 +145,11 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e,
 }
 
 Status Filesystem::Recover() {
-  if (!log_) return Status::Ok();
+  auto keep_none = [](const std::string&) { return false; };
+  if (!log_) {
+    RemoveSpillFiles(*env_, staging_fd_, keep_none);
+    return Status::Ok();
+  }
   Result<LoggedState> state = log_->Pending();
   if (!state.ok()) {
     spdlog::error("recovery: {}", state.status().ToString());
@@ -150,37 +159,50 @@ Status Filesystem::Recover() {
   const KernelStateRecord::State kernel =
       kernel_record_ ? kernel_record_->Read() : KernelStateRecord::State{};
   // Every block named, adopted at once (sealed versions and open files share blocks).
-  std::unordered_map<uint64_t, BlockRef> blocks;
+  Adopted adopted;
   std::vector<uint64_t> slots;
   for (const LoggedEntry& e : state->entries) {
     for (const auto& [index, slot] : e.blocks) {
-      if (blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+      if (adopted.blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
     }
   }
   for (const KernelStateRecord::Node& n : kernel.nodes) {
     for (const auto& [index, slot] : n.blocks) {
-      if (blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+      if (adopted.blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
     }
   }
-  Result<std::vector<BlockRef>> adopted = arena_.Adopt(slots);
-  if (!adopted.ok()) {
+  Result<std::vector<BlockRef>> blocks = arena_.Adopt(slots);
+  if (!blocks.ok()) {
     spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
-                  "worker had not made durable is lost", adopted.status().ToString());
+                  "worker had not made durable is lost", blocks.status().ToString());
     log_->Reset();
     if (kernel_record_) kernel_record_->Clear();
-    return adopted.status();
+    RemoveSpillFiles(*env_, staging_fd_, keep_none);
+    return blocks.status();
   }
-  for (size_t i = 0; i < slots.size(); ++i) blocks[slots[i]] = std::move((*adopted)[i]);
+  for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
   // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
   std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
-  Status replayed = Replay(*state, blocks);
+  Status replayed = Replay(*state, adopted);
   kernel_record_ = std::move(record);
-  if (kernel_record_) RecoverKernelState(kernel, blocks);
+  if (kernel_record_) RecoverKernelState(kernel, adopted);
+  // Spill files nothing names any more go (those taken over go with their last reference).
+  RemoveSpillFiles(*env_, staging_fd_,
+                   [&](const std::string& name) { return adopted.spills.count(name) > 0; });
   return replayed;
 }
 
-Status Filesystem::Replay(const LoggedState& state,
-                          std::unordered_map<uint64_t, BlockRef>& blocks) {
+Result<std::shared_ptr<BackingFile>> Filesystem::AdoptSpillFile(const std::string& name,
+                                                                Adopted& adopted) {
+  if (auto it = adopted.spills.find(name); it != adopted.spills.end()) return it->second;
+  Result<int> fd = env_->Open(staging_fd_, name, O_RDWR | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status();
+  auto file = std::make_shared<BackingFile>(*env_, *fd, staging_fd_, name);
+  adopted.spills.emplace(name, file);
+  return file;
+}
+
+Status Filesystem::Replay(const LoggedState& state, Adopted& adopted) {
   if (state.entries.empty()) {
     log_->Reset();
     return Status::Ok();
@@ -191,7 +213,7 @@ Status Filesystem::Replay(const LoggedState& state,
   uint64_t bytes = 0;
   for (const LoggedEntry& e : state.entries) {
     const bool publish = e.kind == JournalEntry::Kind::kPublish;
-    Status st = ReplayEntry(e, blocks);
+    Status st = ReplayEntry(e, adopted);
     if (st.ok() || (!publish && AlreadyThere(st))) {
       versions += publish;
       bytes += publish ? e.size : 0;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/arena.h"
+#include "core/backing_store.h"
 #include "core/namespace.h"
 
 namespace ckptfs {
@@ -23,10 +24,13 @@ struct KernelStateRecord::NodeEntry {
   uint64_t ino;
   uint32_t directory;
   std::atomic<uint32_t> content;  // BeginContent was called.
-  std::atomic<uint32_t> from_file;
+  uint32_t other_file;
   uint32_t mode, uid, gid;
   std::atomic<uint64_t> size;
   std::atomic<uint64_t> valid_from;  // Stamps older than this are not this content's.
+  uint64_t base_length;
+  uint32_t spill_length;
+  char spill[kMaxSpillName];
   uint32_t path_length;
   char path[kMaxPath];
 };
@@ -115,7 +119,6 @@ int KernelStateRecord::AddNode(uint64_t ino, bool directory, const std::string& 
   e.ino = ino;
   e.directory = directory;
   e.content.store(0);
-  e.from_file.store(0);
   e.size.store(0);
   e.valid_from.store(0);
   e.path_state.store(0);
@@ -146,7 +149,7 @@ uint64_t KernelStateRecord::NextStamp() {
   return header_->next_stamp.fetch_add(1, std::memory_order_acq_rel);
 }
 
-uint64_t KernelStateRecord::BeginContent(int node, uint64_t size, bool from_file, uint32_t mode,
+uint64_t KernelStateRecord::BeginContent(int node, uint64_t size, const Base& base, uint32_t mode,
                                          uint32_t uid, uint32_t gid) {
   NodeEntry& e = nodes_[node];
   const uint64_t stamp = NextStamp();
@@ -155,16 +158,19 @@ uint64_t KernelStateRecord::BeginContent(int node, uint64_t size, bool from_file
   e.uid = uid;
   e.gid = gid;
   e.size.store(size);
-  e.from_file.store(from_file);
+  // A spill file's name too long to keep: not recoverable, rather than wrong.
+  const bool spill_fits = base.spill.size() <= kMaxSpillName;
+  e.other_file = base.other_file || !spill_fits;
+  e.spill_length = spill_fits ? static_cast<uint32_t>(base.spill.size()) : 0;
+  std::memcpy(e.spill, base.spill.data(), e.spill_length);
+  e.base_length = base.length;
   e.valid_from.store(stamp, std::memory_order_release);
   e.content.store(1, std::memory_order_release);
   return stamp;
 }
 
-void KernelStateRecord::SetSize(int node, uint64_t size, bool from_file) {
-  NodeEntry& e = nodes_[node];
-  e.from_file.store(from_file, std::memory_order_relaxed);
-  e.size.store(size, std::memory_order_release);
+void KernelStateRecord::SetSize(int node, uint64_t size) {
+  nodes_[node].size.store(size, std::memory_order_release);
 }
 
 void KernelStateRecord::Tag(uint64_t slot, uint64_t ino, uint64_t index, uint64_t stamp) {
@@ -235,13 +241,22 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     }
     n.content = !n.directory && e.content.load(std::memory_order_acquire) == 1;
     if (n.content) {
-      n.from_file = e.from_file.load() != 0;
       n.size = e.size.load();
       n.mode = e.mode & 07777;
       n.uid = e.uid;
       n.gid = e.gid;
-      if (n.size > capacity_blocks_ * kBlockSize && !n.from_file) {
-        ++out.refused;  // More than the cache can hold: not what a worker wrote.
+      n.base.other_file = e.other_file != 0;
+      const uint32_t spill_length = e.spill_length;
+      if (spill_length > kMaxSpillName || e.other_file > 1) {
+        ++out.refused;
+        continue;
+      }
+      n.base.spill.assign(e.spill, spill_length);
+      n.base.length = e.base_length;
+      if ((!n.base.spill.empty() && !IsSpillFileName(n.base.spill)) ||
+          (n.base.spill.empty() && !n.base.other_file && n.size > capacity_blocks_ * kBlockSize) ||
+          n.size > (1ull << 60) || n.base.length > (1ull << 60)) {
+        ++out.refused;  // Not what a worker wrote.
         continue;
       }
       if (with_content.count(n.ino) > 0) {
@@ -264,7 +279,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     auto file = with_content.find(ino);
     if (file == with_content.end() || stamp < valid_from[ino]) continue;
     const Node& n = out.nodes[file->second];
-    if (n.from_file || index >= (n.size + kBlockSize - 1) / kBlockSize) continue;
+    if (n.base.other_file || index >= (n.size + kBlockSize - 1) / kBlockSize) continue;
     auto [it, added] = best[ino].try_emplace(index, stamp, slot);
     if (!added && it->second.first < stamp) it->second = {stamp, slot};
   }

@@ -9,8 +9,10 @@
 // - Handles: every open file handle (its number, node and open flags).
 // - Content: for files open for writing, their size and, per arena slot, which file's block it
 //   holds at which index, stamped. A file's content is its blocks stamped since its content was
-//   last recorded whole (BeginContent), the newest stamp of each index; a file whose content
-//   reads from a file (a spill file, or the backing file it was opened on) is not recoverable.
+//   last recorded whole (BeginContent), the newest stamp of each index, over the first bytes of
+//   its spill file when it has one (a file larger than the cache, spilled while it was
+//   written); a file whose content reads from another file (the backing file it was opened on)
+//   is not recoverable.
 //
 // Entries are written so that a worker killed at any instruction leaves each one either as it
 // was or complete: the field that makes an entry valid is stored last, and a path being
@@ -57,12 +59,19 @@ class KernelStateRecord {
   void SetPath(int node, const std::string& path);
   void RemoveNode(int node) EXCLUDES(mu_);
 
+  // What a recorded file's content reads from besides its blocks.
+  struct Base {
+    bool other_file = false;  // A file that is not a spill file: not recoverable.
+    std::string spill;        // A spill file's name (core/backing_store.h), or empty.
+    uint64_t length = 0;      // Bytes of the spill file that are the content's.
+  };
+  static constexpr size_t kMaxSpillName = 64;
   // File `node`'s content is recorded from now on: `size` bytes, the blocks tagged with the stamp
-  // returned or later (the caller tags every block it holds now). `from_file`: it is not
-  // recoverable. Mode and owner make the file again if it has no name on the backing store.
-  uint64_t BeginContent(int node, uint64_t size, bool from_file, uint32_t mode, uint32_t uid,
+  // returned or later (the caller tags every block it holds now), over `base`. Mode and owner
+  // make the file again if it has no name on the backing store.
+  uint64_t BeginContent(int node, uint64_t size, const Base& base, uint32_t mode, uint32_t uid,
                         uint32_t gid);
-  void SetSize(int node, uint64_t size, bool from_file);
+  void SetSize(int node, uint64_t size);
   // A stamp newer than every earlier one.
   uint64_t NextStamp();
   // The block at arena `slot` is index `index` of file `ino`'s content, as of `stamp`.
@@ -80,7 +89,7 @@ class KernelStateRecord {
     bool directory = false;
     std::string path;
     bool content = false;  // Content recorded (a file open for writing).
-    bool from_file = false;
+    Base base;
     uint64_t size = 0;
     uint32_t mode = 0, uid = 0, gid = 0;
     std::vector<std::pair<uint64_t, uint64_t>> blocks;  // (index, slot), by index.

@@ -564,7 +564,11 @@ void Namespace::LogLocked(const JournalEntry& e) {
     if (l.names.empty()) return;
     l.size = e.snapshot.size();
     l.in_memory = !e.snapshot.base();
-    if (l.in_memory) {
+    if (!l.in_memory) {
+      l.spill_file = e.snapshot.base()->name();
+      l.base_len = e.snapshot.base_len();
+    }
+    if (l.in_memory || !l.spill_file.empty()) {
       for (const auto& [index, block] : e.snapshot.blocks()) {
         l.blocks.emplace_back(index, block.slot());
       }

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
+#include <string>
 #include <vector>
+
+#include "core/backing_store.h"
 
 namespace ckptfs {
 
@@ -68,12 +71,14 @@ size_t Reclaimer::Spill(Env& env) {
   if (reuse) {
     if (!env.Truncate(file->fd(), content.base_len()).ok()) return 0;
   } else {
-    Result<int> fd = env.Open(staging_fd_, ".", O_TMPFILE | O_RDWR, 0600);
+    const std::string name = std::string(kSpillPrefix) + std::to_string(worker_) + "-" +
+                             std::to_string(++spill_files_);
+    Result<int> fd = env.Open(staging_fd_, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
     if (!fd.ok()) {
       spdlog::error("cannot create a spill file: {}", fd.status().ToString());
       return 0;
     }
-    file = std::make_shared<BackingFile>(env, *fd, /*spill=*/true);
+    file = std::make_shared<BackingFile>(env, *fd, staging_fd_, name);
     if (content.base() && content.base_len() > 0) {
       Status st = content.base()->CopyPrefixTo(*fd, content.base_len());
       if (!st.ok()) {

@@ -16,9 +16,9 @@ namespace ckptfs {
 
 class Reclaimer {
  public:
-  // Spill files are made in `staging_fd` (not owned).
-  Reclaimer(Namespace& ns, Stats& stats, int staging_fd)
-      : ns_(ns), stats_(stats), staging_fd_(staging_fd) {}
+  // Spill files are made in `staging_fd` (not owned), named after `worker` (Config::worker).
+  Reclaimer(Namespace& ns, Stats& stats, int staging_fd, uint32_t worker)
+      : ns_(ns), stats_(stats), staging_fd_(staging_fd), worker_(worker) {}
 
   // `inode`'s newest version is durable: it may be evicted once closed.
   void AddCandidateLocked(const InodeRef& inode) REQUIRES(ns_lock) { candidates_.push_back(inode); }
@@ -29,8 +29,9 @@ class Reclaimer {
   size_t UnloadLocked(const InodeRef& inode) REQUIRES(ns_lock, inode->mu);
   // Evicts candidates until `wanted` blocks are freed or none is left. Returns the blocks freed.
   size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
-  // Moves the full blocks of the largest file still being written to its spill file, written
-  // through `env`'s batched Write (the flusher's thread only). Returns the blocks freed.
+  // Moves the full blocks of the largest file still being written to its spill file (a named
+  // file of the staging directory, core/backing_store.h), written through `env`'s batched
+  // Write (the flusher's thread only). Returns the blocks freed.
   size_t Spill(Env& env) EXCLUDES(ns_lock);
   // Told (the file's lock held) after a file's blocks moved to a spill file. Set before use.
   void SetSpillObserver(std::function<void(Inode&)> observer) { spilled_ = std::move(observer); }
@@ -39,6 +40,8 @@ class Reclaimer {
   Namespace& ns_;
   Stats& stats_;
   const int staging_fd_;
+  const uint32_t worker_;
+  uint64_t spill_files_ = 0;  // Made so far; the flusher's thread only.
   std::function<void(Inode&)> spilled_;
   std::deque<std::weak_ptr<Inode>> candidates_ GUARDED_BY(ns_lock);
 };

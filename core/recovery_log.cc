@@ -9,6 +9,7 @@
 #include <map>
 
 #include "core/arena.h"
+#include "core/backing_store.h"
 
 namespace ckptfs {
 
@@ -28,7 +29,7 @@ struct RecoveryLog::Header {
 namespace {
 
 constexpr uint64_t kMagic = 0x636b70746673524c;  // "ckptfsRL"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
 
@@ -105,6 +106,8 @@ std::string EncodeLoggedEntry(const LoggedEntry& e) {
   w.U64(e.node_type);
   w.U64(e.rdev);
   w.U64(e.size);
+  w.Str(e.spill_file);
+  w.U64(e.base_len);
   // Runs [index, slot, count]: blocks index + i at slot + i.
   std::vector<std::array<uint64_t, 3>> runs;
   for (const auto& [index, slot] : e.blocks) {
@@ -140,9 +143,10 @@ Result<LoggedEntry> DecodeLoggedEntry(std::string_view record) {
   }
   if (!r.U64(&mode) || !r.U64(&uid) || !r.U64(&gid) || !r.U64(&atime) || !r.U64(&mtime) ||
       !r.U8(&flags) || !r.Str(&e.symlink_target) || !r.U64(&node_type) || !r.U64(&e.rdev) ||
-      !r.U64(&e.size) || !r.U64(&runs) || mode > 07777 || uid > UINT32_MAX ||
+      !r.U64(&e.size) || !r.Str(&e.spill_file) || !r.U64(&e.base_len) || !r.U64(&runs) ||
+      mode > 07777 || uid > UINT32_MAX ||
       gid > UINT32_MAX || rename_flags > UINT32_MAX || node_type > UINT32_MAX ||
-      e.size > (1ull << 60)) {
+      e.size > (1ull << 60) || e.base_len > (1ull << 60)) {
     return Bad("a malformed entry");
   }
   e.rename_flags = static_cast<unsigned>(rename_flags);
@@ -155,6 +159,9 @@ Result<LoggedEntry> DecodeLoggedEntry(std::string_view record) {
   e.set_owner = flags & 2;
   e.set_times = flags & 4;
   e.in_memory = flags & 8;
+  if (!e.spill_file.empty() && (e.in_memory || !IsSpillFileName(e.spill_file))) {
+    return Bad("a malformed spill file");
+  }
   e.node_type = static_cast<uint32_t>(node_type);
   const uint64_t block_count = (e.size + kBlockSize - 1) / kBlockSize;
   for (uint64_t i = 0; i < runs; ++i) {

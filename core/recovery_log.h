@@ -53,9 +53,13 @@ struct LoggedEntry {
   uint32_t node_type = 0;
   uint64_t rdev = 0;
   // kPublish: the snapshot's size and blocks (block index, arena slot). `in_memory` is false
-  // when part of it lives in a file (a spilled file larger than the cache): not recoverable.
+  // when part of it lives in a file: the first `base_len` bytes of the spill file `spill_file`
+  // of the staging directory (a file larger than the cache, spilled while it was written), or,
+  // with no spill file named, a file this log cannot name (not recoverable).
   uint64_t size = 0;
   bool in_memory = true;
+  std::string spill_file{};
+  uint64_t base_len = 0;
   std::vector<std::pair<uint64_t, uint64_t>> blocks{};
 };
 

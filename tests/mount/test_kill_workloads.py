@@ -307,10 +307,10 @@ class KillRuns:
                     f"fsync={rng.choice(['wait', 'defer'])}"] for _ in range(kills)]
         if self.KILL_WORKER:
             # One mount throughout (its workers change); most of what it holds when flushing
-            # waits an hour is recovered from the log. A cache the writers never fill: a version
-            # partly spilled to a file is not recovered yet (README).
+            # waits an hour is recovered from the log. A cache the writers fill (they wait for
+            # memory, files are spilled) or never fill.
             options = [["cache_memory=shared", f"flush_delay={rng.choice(['50ms', '3600s'])}",
-                        "cache_size=1G"]]
+                        f"cache_size={rng.choice(['16M', '1G'])}"]]
         durable_runs = 0
         with CkptfsMount(options=options[0],
                          expect_errors=[r"worker \d+ died"] if self.KILL_WORKER else ()) as m:
@@ -340,7 +340,10 @@ class KillRuns:
                     raise AssertionError(f"{e}\n(the writer's last word: {last})") from None
                 snapshots[run] = snapshot(m.bpath(run))
                 if self.KILL_WORKER:
-                    stats["recovered versions"] = m.stats()["recovered_versions"]
+                    figures = m.stats()
+                    stats["recovered versions"] = figures["recovered_versions"]
+                    stats["recovered handles"] = figures["recovered_handles"]
+                    stats["spilled MiB"] = figures["spilled_bytes"] >> 20
                 print(f"{ctx}: writer logged {len(logged)} steps, {stats}", file=sys.stderr)
                 durable_runs += stats["files"] > 0
             # What earlier kill points left is still there, unchanged.

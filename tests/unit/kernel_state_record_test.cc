@@ -5,12 +5,17 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <signal.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/backing_store.h"
 #include "core_test_util.h"
 
 namespace ckptfs {
@@ -46,12 +51,12 @@ TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBac
     const int file = crashed.AddNode(21, false, "ckpt/model.pt");
     ASSERT_GE(file, 0);
     ASSERT_GE(crashed.AddHandle(0xabc, 21, O_WRONLY), 0);
-    const uint64_t begun = crashed.BeginContent(file, 0, false, 0640, 7, 8);
+    const uint64_t begun = crashed.BeginContent(file, 0, {}, 0640, 7, 8);
     crashed.Tag(3, 21, 0, begun);
     crashed.Tag(4, 21, 1, crashed.NextStamp());
     crashed.Tag(9, 21, 1, crashed.NextStamp());  // Index 1 copied on write: the newer block.
     crashed.Tag(5, 99, 0, crashed.NextStamp());  // Another file's, not recorded.
-    crashed.SetSize(file, 2 * kBlockSize, false);
+    crashed.SetSize(file, 2 * kBlockSize);
     crashed.SetPath(0, "ckpt.renamed");
     crashed.SetPath(file, "ckpt.renamed/model.pt");
   }
@@ -83,17 +88,24 @@ TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBac
 TEST_F(KernelStateRecordTest, BlocksTaggedBeforeTheContentWasRecordedAgainAreNotItsOwn) {
   KernelStateRecord r(memory(), kCapacityBlocks);
   const int file = r.AddNode(21, false, "f");
-  r.BeginContent(file, 3 * kBlockSize, false, 0644, 0, 0);
+  r.BeginContent(file, 3 * kBlockSize, {}, 0644, 0, 0);
   r.Tag(1, 21, 0, r.NextStamp());
   r.Tag(2, 21, 2, r.NextStamp());
   // Truncated to one block: recorded whole again, its remaining block tagged anew.
-  const uint64_t again = r.BeginContent(file, kBlockSize, false, 0644, 0, 0);
+  const uint64_t again = r.BeginContent(file, kBlockSize, {}, 0644, 0, 0);
   r.Tag(1, 21, 0, again);
   EXPECT_EQ(NodeOf(r.Read(), 21)->blocks, (Blocks{{0, 1}}));
-  r.SetSize(file, 3 * kBlockSize, false);  // Grown again: the old block 2 stays out.
+  r.SetSize(file, 3 * kBlockSize);  // Grown again: the old block 2 stays out.
   EXPECT_EQ(NodeOf(r.Read(), 21)->blocks, (Blocks{{0, 1}}));
-  r.SetSize(file, 3 * kBlockSize, true);  // Partly in a file.
-  EXPECT_TRUE(NodeOf(r.Read(), 21)->from_file);
+  // Spilled: over the first bytes of a spill file.
+  r.Tag(1, 21, 0, r.BeginContent(file, 3 * kBlockSize, {false, "spill-0-1", 2 * kBlockSize},
+                                 0644, 0, 0));
+  EXPECT_EQ(NodeOf(r.Read(), 21)->base.spill, "spill-0-1");
+  EXPECT_EQ(NodeOf(r.Read(), 21)->base.length, 2 * kBlockSize);
+  EXPECT_EQ(NodeOf(r.Read(), 21)->blocks, (Blocks{{0, 1}}));
+  // Over a file that cannot be named: not recoverable.
+  r.BeginContent(file, 3 * kBlockSize, {true, "", 0}, 0644, 0, 0);
+  EXPECT_TRUE(NodeOf(r.Read(), 21)->base.other_file);
   EXPECT_TRUE(NodeOf(r.Read(), 21)->blocks.empty());
 }
 
@@ -117,7 +129,8 @@ TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
     const int dir = r.AddNode(20, true, "ckpt");
     const int file = r.AddNode(21, false, "ckpt/f");
     r.AddHandle(0x1234, 21, O_RDWR);
-    const uint64_t stamp = r.BeginContent(file, 5 * kBlockSize, false, 0644, 0, 0);
+    const uint64_t stamp =
+        r.BeginContent(file, 5 * kBlockSize, {false, "spill-0-7", 100}, 0644, 0, 0);
     for (uint64_t i = 0; i < 5; ++i) r.Tag(10 + i, 21, i, stamp);
     (void)dir;
   }
@@ -140,6 +153,7 @@ TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
     for (const auto& n : s.nodes) {
       EXPECT_TRUE(n.path.empty() || ValidRelativePath(n.path)) << n.path;
       EXPECT_LE(n.path.size(), KernelStateRecord::kMaxPath);
+      EXPECT_TRUE(n.base.spill.empty() || IsSpillFileName(n.base.spill)) << n.base.spill;
       for (const auto& [index, slot] : n.blocks) {
         EXPECT_LT(slot, kCapacityBlocks);
         EXPECT_LT(index * kBlockSize, n.size);
@@ -271,6 +285,65 @@ TEST_F(KernelStateRecoveryTest, ClosedFilesAndForgottenNodesAreNotRecorded) {
   EXPECT_NE(next->StatsJson().find("\"recovered_handles\": 0"), std::string::npos);
   EXPECT_EQ(*ReadFile(*next, "closed"), "x");
   EXPECT_TRUE(next->Shutdown().ok());
+}
+
+// Runs `work` in a child process killed with SIGKILL once it returned (a worker's crash: what
+// `work` leaves is never destroyed); returns what it returned, or 0 when it failed (`work` says
+// why on stderr).
+uint64_t RunAndKill(const std::function<uint64_t()>& work) {
+  int out[2];
+  if (pipe(out) != 0) return 0;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    const uint64_t result = work();
+    if (write(out[1], &result, sizeof result) != sizeof result) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(out[1]);
+  uint64_t result = 0;
+  if (read(out[0], &result, sizeof result) != sizeof result) result = 0;
+  close(out[0]);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return result;
+}
+
+TEST(KernelStateSpillTest, AFileLargerThanTheCacheGoesOnFromItsSpillFileAfterACrash) {
+  TempDir backing;
+  constexpr uint64_t kCache = 1 << 20;
+  ArenaMemory memory(kCache);
+  const std::string head = Pattern(5, 3 * kCache + 1000);
+  const std::string tail = Pattern(6, 100000);
+  const uint64_t handle = RunAndKill([&]() -> uint64_t {
+    // Never destroyed: the process is killed.
+    Filesystem* crashed = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 3600s,
+                                                   .arena_fd = memory.fd()}).release();
+    Result<uint64_t> opened = CreatePath(*crashed, "big.distcp");
+    if (!opened.ok()) return 0;
+    // Written in pieces: the writer waits for memory, and the flusher spills the file.
+    for (size_t at = 0; at < head.size(); at += 128 << 10) {
+      if (!WriteHandle(*crashed, *opened, at, head.substr(at, 128 << 10)).ok()) return 0;
+    }
+    if (crashed->StatsJson().find("\"spilled_bytes\": 0,") != std::string::npos) {
+      std::fprintf(stderr, "nothing was spilled: %s\n", crashed->StatsJson().c_str());
+      return 0;
+    }
+    return *opened;
+  });
+  ASSERT_NE(handle, 0u);
+  EXPECT_EQ(HostTree(backing / ".ckptfs/staging").size(), 1u) << "its spill file, kept";
+  auto next = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 0ms, .worker = 1,
+                                       .arena_fd = memory.fd(), .recover = true});
+  EXPECT_TRUE(SameBytes(*ReadHandle(*next, handle, head.size()), head));
+  ASSERT_TRUE(WriteHandle(*next, handle, head.size(), tail).ok());
+  ASSERT_TRUE(next->Release(handle).ok());
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(backing / "big.distcp"), head + tail));
+  EXPECT_TRUE(next->Shutdown().ok());
+  next.reset();
+  EXPECT_TRUE(HostTree(backing / ".ckptfs/staging").empty()) << "the spill file went with it";
 }
 
 TEST_F(KernelStateRecoveryTest, ResentRequestsWhoseChangeIsThereAreAnsweredAsDone) {
