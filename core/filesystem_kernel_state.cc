@@ -72,30 +72,28 @@ void Filesystem::UnrecordNodeLocked(Inode& inode) {
 
 void Filesystem::RecordContentLocked(Inode& inode) {
   if (inode.record < 0 || !inode.content_recorded) return;
-  const FileContent& c = inode.content;
   KernelStateRecord::Base base;
-  if (c.base()) {
-    base.other_file = c.base()->name().empty();
-    base.spill = c.base()->name();
-    base.length = c.base_len();
+  if (const std::shared_ptr<BackingFile>& file = inode.content.base()) {
+    base.other_file = file->name().empty();
+    base.spill = file->name();
+    base.length = inode.content.base_len();
   }
-  const uint64_t stamp = kernel_record_->BeginContent(inode.record, c.size(), base, inode.mode,
-                                                      inode.uid, inode.gid);
-  for (const auto& [index, block] : c.blocks()) {
+  const uint64_t stamp = kernel_record_->BeginContent(inode.record, inode.content.size(), base,
+                                                      inode.mode, inode.uid, inode.gid);
+  for (const auto& [index, block] : inode.content.blocks()) {
     kernel_record_->Tag(block.slot(), inode.ino, index, stamp);
   }
 }
 
 void Filesystem::RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) {
   if (inode.record < 0 || !inode.content_recorded || length == 0) return;
-  const FileContent& c = inode.content;
   const uint64_t stamp = kernel_record_->NextStamp();
   for (uint64_t i = offset / kBlockSize; i <= (offset + length - 1) / kBlockSize; ++i) {
-    if (const BlockRef* block = c.blocks().Find(i)) {
+    if (const BlockRef* block = inode.content.blocks().Find(i)) {
       kernel_record_->Tag(block->slot(), inode.ino, i, stamp);
     }
   }
-  kernel_record_->SetSize(inode.record, c.size());
+  kernel_record_->SetSize(inode.record, inode.content.size());
 }
 
 void Filesystem::RecordPathsLocked(const InodeRef& changed) {
