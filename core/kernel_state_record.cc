@@ -16,6 +16,10 @@ struct KernelStateRecord::Header {
   uint64_t magic;
   uint32_t version;
   std::atomic<uint64_t> next_stamp;
+  // Entries ever used since the last Clear: those beyond are free and never touched, so that
+  // the record takes memory as far as it is used.
+  std::atomic<uint32_t> nodes_used;
+  std::atomic<uint32_t> handles_used;
 };
 
 struct KernelStateRecord::NodeEntry {
@@ -74,20 +78,38 @@ KernelStateRecord::KernelStateRecord(char* memory, uint64_t capacity_blocks)
       capacity_blocks_(capacity_blocks) {
   static_assert(sizeof(Header) <= kHeaderBytes);
   if (header_->magic != kMagic || header_->version != kVersion) {
-    // A new mount (zeros), or a record of another version: nothing in it is recoverable.
-    std::memset(static_cast<void*>(memory), 0, Bytes(capacity_blocks));
+    // A new mount (zeros, left as they are), or a record of another version: nothing in it is
+    // recoverable.
+    if (header_->magic != 0) std::memset(static_cast<void*>(memory), 0, Bytes(capacity_blocks));
     header_->magic = kMagic;
     header_->version = kVersion;
     header_->next_stamp.store(1);
+    header_->nodes_used.store(0);
+    header_->handles_used.store(0);
   }
+  if (header_->nodes_used.load() > kNodes) header_->nodes_used.store(kNodes);
+  if (header_->handles_used.load() > kHandles) header_->handles_used.store(kHandles);
   MutexLock lock(mu_);
   // What a previous worker left stays readable until Clear.
-  for (int i = kNodes - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(header_->nodes_used.load()) - 1; i >= 0; --i) {
     if (nodes_[i].in_use.load() == 0) free_nodes_.push_back(i);
   }
-  for (int i = kHandles - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(header_->handles_used.load()) - 1; i >= 0; --i) {
     if (handles_[i].fh.load() == 0) free_handles_.push_back(i);
   }
+}
+
+int KernelStateRecord::TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& used,
+                                  size_t capacity) {
+  if (!free.empty()) {
+    const int entry = free.back();
+    free.pop_back();
+    return entry;
+  }
+  const uint32_t next = used.load();
+  if (next >= capacity) return -1;
+  used.store(next + 1, std::memory_order_release);
+  return static_cast<int>(next);
 }
 
 Result<std::unique_ptr<KernelStateRecord>> KernelStateRecord::Map(int fd, uint64_t offset,
@@ -111,9 +133,8 @@ int KernelStateRecord::AddNode(uint64_t ino, bool directory, const std::string& 
   int node;
   {
     MutexLock lock(mu_);
-    if (free_nodes_.empty()) return -1;
-    node = free_nodes_.back();
-    free_nodes_.pop_back();
+    node = TakeEntry(free_nodes_, header_->nodes_used, kNodes);
+    if (node < 0) return -1;
   }
   NodeEntry& e = nodes_[node];
   e.ino = ino;
@@ -187,9 +208,8 @@ int KernelStateRecord::AddHandle(uint64_t fh, uint64_t ino, int flags) {
   int handle;
   {
     MutexLock lock(mu_);
-    if (free_handles_.empty()) return -1;
-    handle = free_handles_.back();
-    free_handles_.pop_back();
+    handle = TakeEntry(free_handles_, header_->handles_used, kHandles);
+    if (handle < 0) return -1;
   }
   HandleEntry& e = handles_[handle];
   e.ino = ino;
@@ -208,21 +228,22 @@ void KernelStateRecord::Clear() {
   MutexLock lock(mu_);
   free_nodes_.clear();
   free_handles_.clear();
-  for (int i = kNodes - 1; i >= 0; --i) {
+  for (uint32_t i = 0; i < header_->nodes_used.load(); ++i) {
     nodes_[i].in_use.store(0, std::memory_order_release);
-    free_nodes_.push_back(i);
   }
-  for (int i = kHandles - 1; i >= 0; --i) {
+  for (uint32_t i = 0; i < header_->handles_used.load(); ++i) {
     handles_[i].fh.store(0, std::memory_order_release);
-    free_handles_.push_back(i);
   }
+  header_->nodes_used.store(0, std::memory_order_release);
+  header_->handles_used.store(0, std::memory_order_release);
 }
 
 KernelStateRecord::State KernelStateRecord::Read() const {
   State out;
   std::unordered_map<uint64_t, size_t> with_content;  // ino -> index in out.nodes
   std::unordered_map<uint64_t, uint64_t> valid_from;
-  for (size_t i = 0; i < kNodes; ++i) {
+  const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
+  for (size_t i = 0; i < nodes_used; ++i) {
     const NodeEntry& e = nodes_[i];
     if (e.in_use.load(std::memory_order_acquire) == 0) continue;
     const uint32_t length = e.path_length;
@@ -288,7 +309,8 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     for (const auto& [index, stamped] : blocks) n.blocks.emplace_back(index, stamped.second);
     std::sort(n.blocks.begin(), n.blocks.end());
   }
-  for (size_t i = 0; i < kHandles; ++i) {
+  const size_t handles_used = std::min<size_t>(header_->handles_used.load(), kHandles);
+  for (size_t i = 0; i < handles_used; ++i) {
     const HandleEntry& e = handles_[i];
     const uint64_t fh = e.fh.load(std::memory_order_acquire);
     if (fh == 0) continue;

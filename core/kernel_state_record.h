@@ -113,6 +113,9 @@ class KernelStateRecord {
   struct HandleEntry;
   struct SlotTag;
 
+  // A free entry of a table of `capacity` of which `used` were ever used, or -1 (mu_ held).
+  static int TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& used, size_t capacity);
+
   void* mapping_ = nullptr;  // Owned, when made by Map.
   uint64_t mapping_length_ = 0;
   Header* header_;

@@ -118,9 +118,10 @@ std::string WorkerInfo(int64_t started_ns) {
   j["handoffs"] = b.handoffs;
   j["crashes"] = b.crashes;
   j["resent_requests"] = ResentRequests();
-  const int64_t first_reply = FirstReplyNanos();
-  // From when the previous worker stopped answering to the first request this one answered.
-  j["takeover_ms"] = b.previous_stopped_ns > 0 && first_reply > 0
+  // From when the previous worker stopped answering to the first request this one answered
+  // (this one, being answered, when it is the first).
+  const int64_t first_reply = FirstReplyNanos() > 0 ? FirstReplyNanos() : MonotonicNanos();
+  j["takeover_ms"] = b.previous_stopped_ns > 0
                          ? static_cast<double>(first_reply - b.previous_stopped_ns) / 1e6
                          : 0.0;
   j["uptime_s"] = static_cast<double>(MonotonicNanos() - started_ns) / 1e9;
