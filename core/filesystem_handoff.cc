@@ -14,11 +14,6 @@
 namespace ckptfs {
 namespace {
 
-int64_t Nanos(const timespec& t) { return t.tv_sec * 1'000'000'000 + t.tv_nsec; }
-timespec FromNanos(int64_t ns) {
-  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
-
 // How many names lie between `inode` and the root.
 size_t Depth(const Inode& inode) REQUIRES(ns_lock) {
   size_t depth = 0;

@@ -279,6 +279,7 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
   RecordAllLocked();
   stats_.recovered_handles += handles;
   stats_.recovered_open_bytes += bytes;
+  if (state.nodes.empty() && state.handles.empty() && state.refused == 0) return;
   spdlog::info("recovered what the kernel held of the previous worker: {} nodes, {} open "
                "handles, {} files open for writing ({} bytes){}",
                nodes.size(), handles, files, bytes,

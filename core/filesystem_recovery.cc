@@ -12,10 +12,6 @@
 namespace ckptfs {
 namespace {
 
-timespec FromNanos(int64_t ns) {
-  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-}
-
 // A change the backing store shows already (applied before the crash, not yet known durable).
 bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == ENOENT; }
 

@@ -62,6 +62,12 @@ timespec WallTime() {
   return ts;
 }
 
+int64_t Nanos(const timespec& t) { return t.tv_sec * 1'000'000'000 + t.tv_nsec; }
+
+timespec FromNanos(int64_t ns) {
+  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
 void CopyAttributes(const Inode& inode, JournalEntry& e) {
   e.mode = inode.mode;
   e.uid = inode.uid;
@@ -581,8 +587,8 @@ void Namespace::LogLocked(const JournalEntry& e) {
   l.mode = e.mode;
   l.uid = e.uid;
   l.gid = e.gid;
-  l.atime_ns = e.atime.tv_sec * 1'000'000'000 + e.atime.tv_nsec;
-  l.mtime_ns = e.mtime.tv_sec * 1'000'000'000 + e.mtime.tv_nsec;
+  l.atime_ns = Nanos(e.atime);
+  l.mtime_ns = Nanos(e.mtime);
   l.set_mode = e.set_mode;
   l.set_owner = e.set_owner;
   l.set_times = e.set_times;
