@@ -66,7 +66,9 @@ void RemoveSpillFiles(Env& env, int staging_fd,
   Result<std::vector<std::string>> left = env.ListDir(staging_fd);
   if (!left.ok()) return;
   for (const std::string& name : *left) {
-    if (name.rfind(kSpillPrefix, 0) == 0 && !keep(name)) (void)env.Unlink(staging_fd, name);
+    if (name.rfind(kSpillPrefix, 0) == 0 && !(keep && keep(name))) {
+      (void)env.Unlink(staging_fd, name);
+    }
   }
 }
 

@@ -20,6 +20,7 @@ inline constexpr const char* kReservedName = ".ckptfs";
 inline constexpr std::string_view kHandoffPrefix = "handoff-";
 // Names of the staging directory's spill files (core/reclaim.h): "spill-<worker>-<n>".
 inline constexpr std::string_view kSpillPrefix = "spill-";
+inline constexpr size_t kMaxSpillName = 64;
 
 struct BackingStore {
   int root_fd = -1;     // The backing directory.
@@ -39,8 +40,9 @@ Result<int> OpenBackingDirectory(Env& env, const std::string& path);
 // prepares the staging directory: .ckptfs/staging, emptied of what a killed daemon left there;
 // in shared mode .ckptfs/staging/<config.node> (a resolved node name), emptied by the caller once
 // it has joined (RemoveStagingLeftovers). Handoff and spill files stay for a worker taking over
-// (Config::worker > 0), which removes the spill files it does not take (RemoveSpillFiles). The caller owns both descriptors. Fails with a message
-// naming the backing directory; flush_io=direct fails where the filesystem refuses O_DIRECT.
+// (Config::worker > 0), which removes the spill files it does not take (RemoveSpillFiles). The
+// caller owns both descriptors. Fails with a message naming the backing directory;
+// flush_io=direct fails where the filesystem refuses O_DIRECT.
 Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
 
 // Removes the staged files of an earlier run that was killed: they never reached a final name.
@@ -49,11 +51,13 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config);
 void RemoveStagingLeftovers(Env& env, int staging_fd, bool keep_for_takeover);
 // Whether `name` is a name a spill file may have (no path, no "." or "..").
 inline bool IsSpillFileName(std::string_view name) {
-  return name.size() > kSpillPrefix.size() && name.size() <= 64 &&
+  return name.size() > kSpillPrefix.size() && name.size() <= kMaxSpillName &&
          name.substr(0, kSpillPrefix.size()) == kSpillPrefix &&
          name.find('/') == std::string_view::npos;
 }
-// Removes the spill files of the staging directory whose names `keep` does not hold.
-void RemoveSpillFiles(Env& env, int staging_fd, const std::function<bool(const std::string&)>& keep);
+// Removes the spill files of the staging directory whose names `keep` does not hold (all of
+// them without `keep`).
+void RemoveSpillFiles(Env& env, int staging_fd,
+                      const std::function<bool(const std::string&)>& keep = nullptr);
 
 }  // namespace ckptfs

@@ -156,6 +156,17 @@ void Filesystem::Start() {
 // ---------------------------------------------------------------------------------------------
 // Open handles.
 
+void Filesystem::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
+  if (h->inode) {
+    h->inode->open_handles++;
+    ++open_files_;
+    last_open_or_release_ = clock_.Now();
+  }
+  h->number = number;
+  restored_handles_.emplace(number, h.get());
+  handles_.emplace(h.get(), std::move(h));
+}
+
 uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
   Handle* h = handle.get();
   const auto address = reinterpret_cast<uint64_t>(h);
@@ -416,15 +427,7 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
                                const Caller& c) {
-  Result<Attr> made = MkdirOnce(parent, name, mode, c);
-  if (!c.resent || made.status().err() != EEXIST) return made;
-  Result<Attr> there = Lookup(parent, name);
-  if (there.ok() && !S_ISDIR(there->mode)) {
-    Forget(there->ino, 1);
-    return made;
-  }
-  NoteAppliedBefore("mkdir", name);
-  return there;
+  return EntryMadeBefore(MkdirOnce(parent, name, mode, c), c, "mkdir", parent, name, S_IFDIR);
 }
 
 Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller& c) {
@@ -436,26 +439,30 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller&
 
 Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
-  Result<Attr> made = SymlinkOnce(parent, name, target, c);
-  if (!c.resent || made.status().err() != EEXIST) return made;
-  NoteAppliedBefore("symlink", name);
-  return Lookup(parent, name);
+  return EntryMadeBefore(SymlinkOnce(parent, name, target, c), c, "symlink", parent, name);
 }
 
 Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
                                uint64_t rdev, const Caller& c) {
-  Result<Attr> made = MknodOnce(parent, name, mode, rdev, c);
-  if (!c.resent || made.status().err() != EEXIST) return made;
-  NoteAppliedBefore("mknod", name);
-  return Lookup(parent, name);
+  return EntryMadeBefore(MknodOnce(parent, name, mode, rdev, c), c, "mknod", parent, name);
 }
 
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
-  Result<Attr> made = LinkOnce(ino, new_parent, new_name);
+  return EntryMadeBefore(LinkOnce(ino, new_parent, new_name), c, "link", new_parent, new_name);
+}
+
+Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
+                                         uint64_t parent, const std::string& name,
+                                         uint32_t type) {
   if (!c.resent || made.status().err() != EEXIST) return made;
-  NoteAppliedBefore("link", new_name);
-  return Lookup(new_parent, new_name);
+  Result<Attr> there = Lookup(parent, name);
+  if (there.ok() && type != 0 && (there->mode & S_IFMT) != type) {
+    Forget(there->ino, 1);
+    return made;
+  }
+  NoteAppliedBefore(op, name);
+  return there;
 }
 
 Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,

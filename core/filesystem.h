@@ -253,6 +253,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
                               const Caller& c) EXCLUDES(ns_lock);
   // A resent request of `op` on `name` found its change made: logged, answered as done.
   static void NoteAppliedBefore(const char* op, const std::string& name);
+  // What `op` answers when it `made` entry `name` of `parent`: on a resent request that found
+  // it there (EEXIST), the entry looked up, when it has the file `type` (S_IFMT bits; 0: any).
+  Result<Attr> EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
+                               uint64_t parent, const std::string& name, uint32_t type = 0)
+      EXCLUDES(ns_lock);
   // Whether directory `parent` has an entry `name`.
   bool HasEntry(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
   Status RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
@@ -265,6 +270,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
 
   // Takes ownership of an open file; returns its handle number.
   uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
+  // Takes ownership of an open file an earlier worker gave the kernel as `number` (Restore,
+  // Recover), counted as open on its file.
+  void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
@@ -288,7 +296,15 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
 
   // Recovery (core/filesystem_recovery.cc): where a logged path is, and one logged entry made
   // again through the operations a client would call.
-  struct PathParent;
+  // The directory holding a path and the path's last name.
+  struct PathParent {
+    uint64_t dir = 0;
+    std::string name;
+  };
+  // The inode at `path` (from the root), looked up as a client would; the directory holding it
+  // and its last name; and the inode's number.
+  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
+  Result<PathParent> ParentOfLocked(const std::string& path) REQUIRES(ns_lock);
   Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
   Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
   // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
@@ -326,7 +342,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // Then records them again.
   void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);
-  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);

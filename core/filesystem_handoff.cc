@@ -252,13 +252,8 @@ Status Filesystem::Restore(const HandoffImage& image) {
       } else if (!h->direct) {
         inode->cached_handles++;
       }
-      inode->open_handles++;
-      ++open_files_;
-      last_open_or_release_ = clock_.Now();
     }
-    h->number = r.fh;
-    restored_handles_.emplace(r.fh, h.get());
-    handles_.emplace(h.get(), std::move(h));
+    AdoptEarlierHandleLocked(std::move(h), r.fh);
   }
   {
     MutexLock dlock(dir_handles_mu_);
@@ -270,7 +265,7 @@ Status Filesystem::Restore(const HandoffImage& image) {
   }
   RecordAllLocked();
   // A handoff names no spill file (what lies in one went to a handoff file).
-  RemoveSpillFiles(*env_, staging_fd_, [](const std::string&) { return false; });
+  RemoveSpillFiles(*env_, staging_fd_);
   // Open now: their names are not needed any more.
   for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
   spdlog::info("took over {} inodes, {} open files ({} with unsealed changes, {} of them in the "

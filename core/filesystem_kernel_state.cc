@@ -151,21 +151,6 @@ bool Filesystem::ForgetAliasLocked(uint64_t ino) {
   return true;
 }
 
-Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
-  InodeRef at = ns_.FindLocked(kRootIno);
-  size_t start = 0;
-  while (true) {
-    if (at->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
-    const size_t slash = path.find('/', start);
-    Result<InodeRef> child = ns_.ChildLocked(
-        at, path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
-    if (!child.ok()) return child.status();
-    at = *child;
-    if (slash == std::string::npos) return at;
-    start = slash + 1;
-  }
-}
-
 void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted) {
   NamespaceLock lock(ns_.mutex());
   std::unordered_map<uint64_t, InodeRef> nodes;  // The crashed worker's node -> the inode now.
@@ -214,12 +199,9 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
     InodeRef inode = found.ok() && (*found)->type == FileType::kRegular ? *found : nullptr;
     if (!found.ok() && found.status().err() == ENOENT && n.content) {
       // Made through the mount and never sealed.
-      const size_t slash = n.path.rfind('/');
-      Result<InodeRef> dir = slash == std::string::npos ? ns_.FindLocked(kRootIno)
-                                                        : ResolveLocked(n.path.substr(0, slash));
-      if (dir.ok() && (*dir)->type == FileType::kDirectory) {
+      if (Result<PathParent> at = ParentOfLocked(n.path); at.ok()) {
         inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
-        ns_.AddNameLocked(*dir, n.path.substr(slash + 1), inode);
+        ns_.AddNameLocked(ns_.FindLocked(at->dir), at->name, inode);
       }
     }
     if (!inode) {
@@ -269,12 +251,8 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
       if (Writable(r.flags)) h->wrote_version = inode->version;
       inode->cached_handles++;
     }
-    inode->open_handles++;
-    ++open_files_;
-    last_open_or_release_ = clock_.Now();
+    AdoptEarlierHandleLocked(std::move(h), r.fh);
     ++handles;
-    restored_handles_.emplace(r.fh, h.get());
-    handles_.emplace(h.get(), std::move(h));
   }
   RecordAllLocked();
   stats_.recovered_handles += handles;

@@ -17,32 +17,40 @@ bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == E
 
 }  // namespace
 
-// The directory holding `path` and the last name of `path`.
-struct Filesystem::PathParent {
-  uint64_t dir = 0;
-  std::string name;
-};
+Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
+  InodeRef at = ns_.FindLocked(kRootIno);
+  size_t start = 0;
+  while (true) {
+    if (at->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
+    const size_t slash = path.find('/', start);
+    Result<InodeRef> child = ns_.ChildLocked(
+        at, path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (!child.ok()) return child.status();
+    at = *child;
+    if (slash == std::string::npos) return at;
+    start = slash + 1;
+  }
+}
+
+Result<Filesystem::PathParent> Filesystem::ParentOfLocked(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return PathParent{kRootIno, path};
+  Result<InodeRef> dir = ResolveLocked(path.substr(0, slash));
+  if (!dir.ok()) return dir.status();
+  if ((*dir)->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
+  return PathParent{(*dir)->ino, path.substr(slash + 1)};
+}
 
 Result<Filesystem::PathParent> Filesystem::ParentOf(const std::string& path) {
   NamespaceLock lock(ns_.mutex());
-  InodeRef dir = ns_.FindLocked(kRootIno);
-  size_t start = 0;
-  for (size_t slash; (slash = path.find('/', start)) != std::string::npos; start = slash + 1) {
-    Result<InodeRef> child = ns_.ChildLocked(dir, path.substr(start, slash - start));
-    if (!child.ok()) return child.status();
-    if ((*child)->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
-    dir = *child;
-  }
-  return PathParent{dir->ino, path.substr(start)};
+  return ParentOfLocked(path);
 }
 
 Result<uint64_t> Filesystem::InodeAt(const std::string& path) {
-  Result<PathParent> at = ParentOf(path);
-  if (!at.ok()) return at.status();
   NamespaceLock lock(ns_.mutex());
-  Result<InodeRef> child = ns_.ChildLocked(ns_.FindLocked(at->dir), at->name);
-  if (!child.ok()) return child.status();
-  return (*child)->ino;
+  Result<InodeRef> found = ResolveLocked(path);
+  if (!found.ok()) return found.status();
+  return (*found)->ino;
 }
 
 Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
@@ -141,9 +149,8 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
 }
 
 Status Filesystem::Recover() {
-  auto keep_none = [](const std::string&) { return false; };
   if (!log_) {
-    RemoveSpillFiles(*env_, staging_fd_, keep_none);
+    RemoveSpillFiles(*env_, staging_fd_);
     return Status::Ok();
   }
   Result<LoggedState> state = log_->Pending();
@@ -173,7 +180,7 @@ Status Filesystem::Recover() {
                   "worker had not made durable is lost", blocks.status().ToString());
     log_->Reset();
     if (kernel_record_) kernel_record_->Clear();
-    RemoveSpillFiles(*env_, staging_fd_, keep_none);
+    RemoveSpillFiles(*env_, staging_fd_);
     return blocks.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);

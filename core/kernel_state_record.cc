@@ -240,8 +240,11 @@ void KernelStateRecord::Clear() {
 
 KernelStateRecord::State KernelStateRecord::Read() const {
   State out;
-  std::unordered_map<uint64_t, size_t> with_content;  // ino -> index in out.nodes
-  std::unordered_map<uint64_t, uint64_t> valid_from;
+  struct Recorded {
+    size_t node;          // Its index in out.nodes.
+    uint64_t valid_from;  // Its content's oldest stamp.
+  };
+  std::unordered_map<uint64_t, Recorded> with_content;  // By ino.
   const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
   for (size_t i = 0; i < nodes_used; ++i) {
     const NodeEntry& e = nodes_[i];
@@ -284,8 +287,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
         ++out.refused;
         continue;
       }
-      with_content.emplace(n.ino, out.nodes.size());
-      valid_from.emplace(n.ino, e.valid_from.load());
+      with_content.emplace(n.ino, Recorded{out.nodes.size(), e.valid_from.load()});
     }
     out.nodes.push_back(std::move(n));
   }
@@ -298,14 +300,14 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     const uint64_t ino = t.ino.load(std::memory_order_relaxed);
     const uint64_t index = t.index.load(std::memory_order_relaxed);
     auto file = with_content.find(ino);
-    if (file == with_content.end() || stamp < valid_from[ino]) continue;
-    const Node& n = out.nodes[file->second];
+    if (file == with_content.end() || stamp < file->second.valid_from) continue;
+    const Node& n = out.nodes[file->second.node];
     if (n.base.other_file || index >= (n.size + kBlockSize - 1) / kBlockSize) continue;
     auto [it, added] = best[ino].try_emplace(index, stamp, slot);
     if (!added && it->second.first < stamp) it->second = {stamp, slot};
   }
   for (auto& [ino, blocks] : best) {
-    Node& n = out.nodes[with_content[ino]];
+    Node& n = out.nodes[with_content[ino].node];
     for (const auto& [index, stamped] : blocks) n.blocks.emplace_back(index, stamped.second);
     std::sort(n.blocks.begin(), n.blocks.end());
   }

@@ -65,7 +65,6 @@ class KernelStateRecord {
     std::string spill;        // A spill file's name (core/backing_store.h), or empty.
     uint64_t length = 0;      // Bytes of the spill file that are the content's.
   };
-  static constexpr size_t kMaxSpillName = 64;
   // File `node`'s content is recorded from now on: `size` bytes, the blocks tagged with the stamp
   // returned or later (the caller tags every block it holds now), over `base`. Mode and owner
   // make the file again if it has no name on the backing store.
