@@ -50,6 +50,17 @@ uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
          KernelStateRecord::Bytes(ArenaLogOffset(capacity_bytes) / kBlockSize);
 }
 
+Result<uint64_t> ArenaCapacityOf(uint64_t memory_bytes) {
+  const uint64_t fixed = kArenaLogBytes + KernelStateRecord::Bytes(0);
+  const uint64_t per_block = kBlockSize + KernelStateRecord::Bytes(1) - KernelStateRecord::Bytes(0);
+  const uint64_t capacity = memory_bytes > fixed ? (memory_bytes - fixed) / per_block * kBlockSize : 0;
+  if (capacity == 0 || ArenaMemoryBytes(capacity) != memory_bytes) {
+    return Status::Error(EINVAL, std::to_string(memory_bytes) +
+                                     " bytes are not the memory of a cache of any size");
+  }
+  return capacity;
+}
+
 Result<int> MakeArenaMemory(uint64_t capacity_bytes) {
   int fd = memfd_create("ckptfs-arena", MFD_CLOEXEC);
   if (fd < 0) return Status::FromErrno("memfd_create");

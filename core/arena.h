@@ -45,6 +45,9 @@ inline uint64_t ArenaKernelStateOffset(uint64_t capacity_bytes) {
   return ArenaLogOffset(capacity_bytes) + kArenaLogBytes;
 }
 uint64_t ArenaMemoryBytes(uint64_t capacity_bytes);
+// The capacity_bytes whose memory file is `memory_bytes` long (the inverse of ArenaMemoryBytes),
+// or EINVAL when no capacity gives that size.
+Result<uint64_t> ArenaCapacityOf(uint64_t memory_bytes);
 
 // A file of shared memory for an arena of `capacity_bytes` and its recovery log (memfd,
 // close-on-exec; zeros until written, taking memory only once touched).

@@ -109,7 +109,7 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
     if (!mine.ok()) return fail(mine.status(), "cannot create .ckptfs/staging/" + config.node);
     staging = mine;
   } else {
-    RemoveStagingLeftovers(env, *staging, config.worker > 0);
+    RemoveStagingLeftovers(env, *staging, TakesOverStagedFiles(config));
   }
   BackingStore store{*root, *staging, config.flush_io, TakesDeviceNodes(env, *staging)};
   if (config.flush_io != FlushIo::kBuffered && !TakesDirectIo(env, *staging)) {

@@ -49,7 +49,15 @@ struct Config {
   // The cache's memory: a shared memory file of at least cache_size bytes that outlives the
   // worker (MakeArenaMemory; not owned), or -1 for private memory.
   int arena_fd = -1;
+  // Made to recover the cache memory of an earlier mount whose daemon died (core/earlier_mount.h).
+  bool recovers_earlier_mount = false;
 };
+
+// Whether the staging directory's handoff and spill files are the state this process takes over
+// (from the worker before it, or from an earlier mount's memory), not leftovers to remove.
+inline bool TakesOverStagedFiles(const Config& config) {
+  return config.worker > 0 || config.recovers_earlier_mount;
+}
 
 // Smallest cache_size accepted: a few maximal FUSE writes must fit at once.
 inline constexpr uint64_t kMinCacheSize = 16ull << 20;

@@ -68,7 +68,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
                                shared.status().message());
     }
     fs->shared_ = std::move(*shared);
-    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_, config.worker > 0);
+    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_, TakesOverStagedFiles(config));
     SharedMount* mount = fs->shared_.get();
     fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
                               [mount] { mount->DataDurable(); });

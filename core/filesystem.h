@@ -119,13 +119,18 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the handoff files it opened. EIO when files with unsealed changes could not be taken over
   // (their handoff files stay); the rest is taken over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
+  // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
+  // connection), or that of an earlier mount of the backing store whose daemon died.
+  enum class Recovery { kTakeover, kEarlierMount };
   // Before Start, on a worker that took over by no handoff (after a crash): replays what the
   // recovery log holds pending, so that everything its predecessor had sealed is in the
   // namespace again and on its way to the backing store; says what it did. Nothing to do with
-  // a private arena. EIO when some versions could not be recovered (the rest is). Then takes
-  // over the nodes and open handles the kernel holds of the predecessor, with what the files
-  // open for writing held (core/kernel_state_record.h).
-  Status Recover() EXCLUDES(ns_lock);
+  // a private arena. EIO when some versions could not be recovered (the rest is). Then, for a
+  // takeover, takes over the nodes and open handles the kernel holds of the predecessor, with
+  // what the files open for writing held (core/kernel_state_record.h); for an earlier mount,
+  // whose files nobody closed, first saves what those files held to a rescue directory instead
+  // (an error when that fails, before anything is replayed).
+  Status Recover(Recovery kind = Recovery::kTakeover) EXCLUDES(ns_lock);
 
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
@@ -341,6 +346,10 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
   // Then records them again.
   void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
+      EXCLUDES(ns_lock);
+  // Recover of an earlier mount: the content of the files it had open for writing, saved to a
+  // rescue directory (never published: they were not closed); the record emptied.
+  Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.

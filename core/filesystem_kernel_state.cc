@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/filesystem.h"
+#include "core/rescue.h"
 
 namespace ckptfs {
 namespace {
@@ -265,6 +266,52 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
                    ? fmt::format("; lost: {} files, {} handles, {} malformed entries", lost,
                                  lost_handles, state.refused)
                    : "");
+}
+
+Status Filesystem::RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted) {
+  std::vector<UnflushedFile> files;
+  uint64_t bytes = 0;
+  size_t lost = 0;
+  for (const KernelStateRecord::Node& n : state.nodes) {
+    if (!n.content) continue;
+    if (n.path.empty() || n.base.other_file) {
+      ++lost;
+      continue;
+    }
+    std::shared_ptr<BackingFile> spill;
+    if (!n.base.spill.empty()) {
+      Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(n.base.spill, adopted);
+      if (!file.ok()) {
+        spdlog::error("recovery: {}: its spill file: {}", n.path, file.status().ToString());
+        ++lost;
+        continue;
+      }
+      spill = *file;
+    }
+    std::vector<std::pair<uint64_t, BlockRef>> content;
+    for (const auto& [index, slot] : n.blocks) content.emplace_back(index, adopted.blocks[slot]);
+    files.push_back({n.path, FileContent(n.size, std::move(content), std::move(spill),
+                                         n.base.length)});
+    bytes += n.size;
+  }
+  if (lost > 0) {
+    spdlog::error("recovery: {} files open for writing cannot be rescued: removed while open, or "
+                  "partly held by a file that cannot be named", lost);
+  }
+  if (!files.empty()) {
+    Result<std::string> where =
+        SaveToRescueDirectory(*env_, root_fd_, config_.backing_dir, files);
+    if (!where.ok()) {
+      return Status::Error(where.status().err(), "cannot save the " +
+                                                     std::to_string(files.size()) +
+                                                     " files open for writing: " +
+                                                     where.status().ToString());
+    }
+    spdlog::warn("{} files were open for writing, never closed ({} bytes): what they held is in "
+                 "{}, not published", files.size(), bytes, *where);
+  }
+  kernel_record_->Clear();
+  return Status::Ok();
 }
 
 }  // namespace ckptfs

@@ -148,7 +148,7 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
   return Status::Ok();
 }
 
-Status Filesystem::Recover() {
+Status Filesystem::Recover(Recovery kind) {
   if (!log_) {
     RemoveSpillFiles(*env_, staging_fd_);
     return Status::Ok();
@@ -184,11 +184,15 @@ Status Filesystem::Recover() {
     return blocks.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
+  if (kernel_record_ && kind == Recovery::kEarlierMount) {
+    // Before the replay, which a failure here leaves to a later try.
+    if (Status rescued = RescueOpenFiles(kernel, adopted); !rescued.ok()) return rescued;
+  }
   // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
   std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
   Status replayed = Replay(*state, adopted);
   kernel_record_ = std::move(record);
-  if (kernel_record_) RecoverKernelState(kernel, adopted);
+  if (kernel_record_ && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
   // Spill files nothing names any more go (those taken over go with their last reference).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return adopted.spills.count(name) > 0; });
@@ -229,7 +233,7 @@ Status Filesystem::Replay(const LoggedState& state, Adopted& adopted) {
   log_->Commit();
   stats_.recovered_versions += versions;
   stats_.recovered_bytes += bytes;
-  spdlog::info("recovered what the previous worker had not made durable: {} changes, {} file "
+  spdlog::info("recovered what was not durable when the daemon died: {} changes, {} file "
                "versions ({} bytes){}", state.entries.size(), versions, bytes,
                state.dropped ? "; its log was full, so changes after these were lost" : "");
   if (lost > 0) {

@@ -19,6 +19,9 @@
 
 #include "core/arena.h"
 #include "core/backing_store.h"
+#include "core/earlier_mount.h"
+#include "core/membership.h"
+#include "fs/cache_memory_file.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
 #include "fs/options.h"
@@ -45,6 +48,11 @@ std::string RealPath(const std::string& path) {
 std::string CheckMountpoint(const std::string& mountpoint, const std::string& backing) {
   struct stat st {}, parent {};
   if (stat(mountpoint.c_str(), &st) != 0) {
+    if (errno == ENOTCONN) {
+      return "mount point " + mountpoint + ": " + std::strerror(errno) +
+             " (the daemon of the mount there died: unmount it with fusermount3 -u, then mount "
+             "again; with cache_memory=shared, what it had not made durable is recovered)";
+    }
     return "mount point " + mountpoint + ": " + std::strerror(errno);
   }
   if (!S_ISDIR(st.st_mode)) return "mount point " + mountpoint + " is not a directory";
@@ -159,6 +167,67 @@ int Daemonize(int* ready_fd) {
   return -1;
 }
 
+// The cache memory file of the backing store (fs/cache_memory_file.h), after recovering what an
+// earlier mount whose daemon died left in it; fd -1 when there is none to be had (said why). An
+// error when that recovery failed: the file stays, and this mount must not go on.
+Result<CacheMemoryFile> RecoverEarlierMountOf(const MountOptions& o) {
+  std::string node;
+  if (o.config.shared) {
+    Result<std::string> resolved = NodeNameOrHostName(o.config.node);
+    if (!resolved.ok()) return resolved.status();
+    node = *resolved;
+  }
+  Result<CacheMemoryFile> file = OpenCacheMemoryFile(kCacheMemoryDir, o.config.backing_dir, node);
+  if (!file.ok()) {
+    spdlog::info("no cache memory file ({}): if this mount's daemon dies, the next mount cannot "
+                 "recover what it had not made durable", file.status().ToString());
+    return CacheMemoryFile{};
+  }
+  if (!file->left_by_earlier_mount) return file;
+  spdlog::warn("{} holds what an earlier mount of {} had not made durable when its daemon died: "
+               "recovering it", file->path, o.config.backing_dir);
+  Status fallback;
+  Status recovered = RecoverEarlierMount(o.config, file->fd, MakeBestEnv(o.config.queue_depth,
+                                                                         &fallback));
+  if (!recovered.ok()) {
+    close(file->fd);
+    return Status::Error(recovered.err(),
+                         "cannot recover what an earlier mount left in " + file->path + ": " +
+                             recovered.message() +
+                             " (the file stays: mount again to retry, or remove it to drop it)");
+  }
+  spdlog::warn("recovered what the earlier mount left: it is durable in {}", o.config.backing_dir);
+  return file;
+}
+
+// The shared memory of the workers' cache: `file`, or a memfd when it cannot be had; none for a
+// private cache (and `file` goes).
+void SetUpCacheMemory(const MountOptions& o, const CacheMemoryFile& file, SupervisorSetup* setup) {
+  const bool shared_cache = o.cache_memory == CacheMemory::kShared ||
+                            (o.cache_memory == CacheMemory::kAuto && SharedMemoryHasHugePages());
+  if (file.fd >= 0 && shared_cache) {
+    Status sized = SizeCacheMemoryFile(file, o.config.cache_size);
+    if (sized.ok()) {
+      setup->arena_fd = file.fd;
+      setup->arena_file = file;
+      return;
+    }
+    spdlog::warn("the cache's memory is not kept in a file ({}): if this mount's daemon dies, the "
+                 "next mount cannot recover what it had not made durable", sized.ToString());
+  }
+  if (file.fd >= 0) {
+    RemoveCacheMemoryFile(file);
+    close(file.fd);
+  }
+  if (!shared_cache) return;
+  if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
+    setup->arena_fd = *arena;
+  } else {
+    spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what "
+                 "is unsealed to the staging directory", arena.status().ToString());
+  }
+}
+
 int Mount(int argc, char** argv) {
   // Replies are built in large buffers; keep them in the heap rather than mapping and unmapping
   // them per request (each unmap costs a TLB shootdown across the FUSE threads).
@@ -229,6 +298,8 @@ int Mount(int argc, char** argv) {
   if (!control.ok()) return Fail(control.status().ToString());
   SetField(control->block->binary, binary);
   SetUpLogging(o, false);
+  Result<CacheMemoryFile> cache_file = RecoverEarlierMountOf(o);
+  if (!cache_file.ok()) return Fail(cache_file.status().message());
 
   std::string fuse_opts = FuseMountOptions(o);
   std::vector<const char*> fargv = {argv[0], "-o", fuse_opts.c_str()};
@@ -242,17 +313,8 @@ int Mount(int argc, char** argv) {
     return Fail("cannot mount on " + o.mountpoint);
   }
   RaiseReadAhead(mountpoint);
-  SupervisorSetup setup{se, *control, -1, {o.config.backing_dir, mountpoint}, -1};
-  const bool shared_cache = o.cache_memory == CacheMemory::kShared ||
-                            (o.cache_memory == CacheMemory::kAuto && SharedMemoryHasHugePages());
-  if (shared_cache) {
-    if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
-      setup.arena_fd = *arena;
-    } else {
-      spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what "
-                   "is unsealed to the staging directory", arena.status().ToString());
-    }
-  }
+  SupervisorSetup setup{se, *control, -1, {}, {o.config.backing_dir, mountpoint}, -1};
+  SetUpCacheMemory(o, *cache_file, &setup);
   if (worker_asked_foreground) setup.worker_args.push_back("-f");
   if (o.debug) setup.worker_args.push_back("-d");
   for (const std::string& list : option_lists) {

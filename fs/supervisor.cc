@@ -72,6 +72,7 @@ class Supervisor {
         if (first) {
           Report("error " + w.error);
           Unmount();
+          ForgetCacheMemory();
           return 1;
         }
         if (!fallback.empty()) {
@@ -111,6 +112,7 @@ class Supervisor {
       if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1)) {
         // The mount went: the worker flushed what it held (1: some of it to a rescue directory).
         Unmount();
+        ForgetCacheMemory();
         return WEXITSTATUS(status);
       }
       block_.crashes++;
@@ -230,6 +232,12 @@ class Supervisor {
     fuse_session_unmount(s_.session);
   }
 
+  // Once nothing is left in the cache's memory that the next mount would have to recover.
+  void ForgetCacheMemory() {
+    if (s_.arena_file.fd >= 0) RemoveCacheMemoryFile(s_.arena_file);
+  }
+
+  // The cache's memory file stays: the next mount of the backing store recovers what it holds.
   int GiveUp() {
     spdlog::critical("workers keep dying: unmounting");
     Unmount();

@@ -20,7 +20,8 @@
 //   supervisor, with the worker's status.
 //
 // Every worker dies with the supervisor (PR_SET_PDEATHSIG): the mount then goes as a daemon's
-// did before workers.
+// did before workers. A shared cache's memory file stays (fs/cache_memory_file.h), also after a
+// crash loop: the next mount of the backing store recovers what it held (core/earlier_mount.h).
 #pragma once
 
 #include <fuse_lowlevel.h>
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "fs/cache_memory_file.h"
 #include "fs/control_block.h"
 
 namespace ckptfs {
@@ -39,6 +41,9 @@ struct SupervisorSetup {
   fuse_session* session = nullptr;  // Mounted; unmounted when the supervisor ends.
   ControlMapping control{};         // Its binary field names the first worker's binary.
   int arena_fd = -1;                // The cache's shared memory (MakeArenaMemory), or -1.
+  // The file of that memory (fs/cache_memory_file.h), removed when the mount ends with all its
+  // data flushed or saved; empty for a memfd.
+  CacheMemoryFile arena_file{};
   // The worker's arguments after the binary; "--worker FDS" is added.
   std::vector<std::string> worker_args{};
   // Told "ok" once the first worker serves, or "error MESSAGE" when it cannot; -1: the error

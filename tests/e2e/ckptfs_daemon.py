@@ -11,6 +11,7 @@ does not exit), and never touches any other process. Temp directories belong to 
 The binary is $CKPTFS_BIN (CTest sets it), else build*/ckptfs in the source tree.
 """
 
+import fcntl
 import glob
 import hashlib
 import json
@@ -35,6 +36,32 @@ def ckptfs_bin():
         if os.access(full, os.X_OK):
             return full
     raise RuntimeError("set CKPTFS_BIN to the ckptfs binary")
+
+
+def cache_memory_files(backing):
+    """The cache memory files (fs/cache_memory_file.h) of backing directory `backing`, of every
+    node."""
+    st = os.stat(backing)
+    name = f"ckptfs-cache-{st.st_dev:x}-{st.st_ino:x}"
+    return sorted(os.path.join("/dev/shm", n) for n in os.listdir("/dev/shm")
+                  if n == name or n.startswith(name + "-"))
+
+
+def remove_unheld_cache_memory_files(backing):
+    """Removes the cache memory files of `backing` that no live mount holds (a killed daemon
+    leaves its file to the next mount: a test that made none must not leave it in /dev/shm)."""
+    for path in cache_memory_files(backing):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+        except OSError:
+            pass  # Held: a live mount's.
+        finally:
+            os.close(fd)
 
 
 def mount_entry(path):
@@ -278,6 +305,8 @@ class CkptfsDaemon:
                 problems.append("ckptfs did not exit after unmount; killed it")
             if mounted(self.mnt) and not force_unmount(self.mnt, timeout=20):
                 problems.append(f"{self.mnt} is still mounted")
+            if os.path.isdir(self.backing):
+                remove_unheld_cache_memory_files(self.backing)
         except Exception as e:
             problems.append(f"cleanup failed: {e}")
         return problems

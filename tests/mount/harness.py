@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
 
 # Shared with the e2e tests and the bench.
 from ckptfs_daemon import (CkptfsDaemon, ckptfs_bin, describe_tree_diff,  # noqa: E402,F401
-                           force_unmount, mounted, run_ckptfs, snapshot, wait_for)
+                           cache_memory_files, force_unmount, mounted, run_ckptfs, snapshot,
+                           wait_for)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.

@@ -3,12 +3,14 @@ a worker replaced (ckptfs upgrade, SIGHUP) keeps every open file, name and byte;
 leaves the mount up; the supervisor's own end ends the mount as a daemon's always did."""
 
 import errno
+import glob
 import os
 import shutil
 import signal
 import unittest
 
-from harness import CkptfsMount, mounted, require_fuse, run_ckptfs, wait_for
+from harness import (CkptfsMount, cache_memory_files, mounted, require_fuse, run_ckptfs,
+                     wait_for)
 
 CRASH = r"worker \d+ died"
 
@@ -239,6 +241,44 @@ class TakeoverTest(unittest.TestCase):
                 gone = e.errno == errno.ENOTCONN
             self.assertTrue(gone, "the mount outlived its supervisor")
             m.kill9()  # Reaps the supervisor and detaches what is left of the mount.
+
+    def test_a_killed_supervisor_leaves_what_it_held_to_the_next_mount_of_its_backing_store(self):
+        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared", "cache_size=64M"]) as m:
+            os.makedirs(m.path("ckpt"))
+            model = os.urandom(3 << 20)
+            with open(m.path("ckpt", "model.pt.tmp"), "wb") as f:
+                f.write(model)
+            os.rename(m.path("ckpt", "model.pt.tmp"), m.path("ckpt", "model.pt"))
+            shard = os.open(m.path("ckpt", "__0_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o640)
+            os.write(shard, b"s" * 100000)
+            os.fsync(shard)  # Acknowledged: published by the next mount.
+            os.write(shard, b"never closed")  # Saved to a rescue directory, not published.
+            with open(m.path("latest.txt"), "w") as f:
+                f.write("100")
+            self.assertEqual(len(cache_memory_files(m.backing)), 1)
+            m.kill9()
+            with self.assertRaises(OSError):  # The mount went with its daemon.
+                os.close(shard)
+            self.assertFalse(os.path.exists(m.bpath("ckpt", "model.pt")), "nothing flushed")
+            self.assertEqual(len(cache_memory_files(m.backing)), 1, "left to the next mount")
+            # Another cache size: the next mount recovers the earlier memory as it was.
+            with CkptfsMount(["cache_memory=shared", "cache_size=32M"], backing=m.backing) as again:
+                self.assertRegex(again.output(), "recovering it")
+                with open(m.bpath("ckpt", "model.pt"), "rb") as f:
+                    self.assertEqual(f.read(), model)
+                with open(m.bpath("latest.txt")) as f:
+                    self.assertEqual(f.read(), "100")
+                with open(m.bpath("ckpt", "__0_0.distcp"), "rb") as f:
+                    self.assertEqual(f.read(), b"s" * 100000)
+                rescued = glob.glob(m.bpath(".ckptfs", "rescue-*", "ckpt", "__0_0.distcp"))
+                self.assertEqual(len(rescued), 1, os.listdir(m.bpath(".ckptfs")))
+                with open(rescued[0], "rb") as f:
+                    self.assertEqual(f.read(), b"s" * 100000 + b"never closed")
+                with open(again.path("ckpt", "model.pt"), "rb") as f:
+                    self.assertEqual(f.read(), model)
+                self.assertEqual(len(cache_memory_files(m.backing)), 1, "this mount's own")
+                self.assertEqual(again.unmount(), 0)
+            self.assertEqual(cache_memory_files(m.backing), [], "a clean unmount removes it")
 
 
 if __name__ == "__main__":

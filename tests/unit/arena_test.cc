@@ -322,6 +322,20 @@ TEST(ArenaTest, AnArenaInSharedMemoryLeavesItsBlocksToTheNext) {
   close(*memory);
 }
 
+TEST(ArenaTest, TheCapacityOfAMemoryFileIsFoundFromItsSizeAndOtherSizesAreRefused) {
+  for (uint64_t capacity : {uint64_t{kBlockSize}, uint64_t{16} << 20, (uint64_t{64} << 20) + kBlockSize,
+                            uint64_t{6} << 30}) {
+    Result<uint64_t> found = ArenaCapacityOf(ArenaMemoryBytes(capacity));
+    ASSERT_TRUE(found.ok()) << capacity;
+    EXPECT_EQ(*found, capacity);
+    EXPECT_EQ(ArenaCapacityOf(ArenaMemoryBytes(capacity) + 1).status().err(), EINVAL);
+    EXPECT_EQ(ArenaCapacityOf(ArenaMemoryBytes(capacity) - 1).status().err(), EINVAL);
+  }
+  for (uint64_t hostile : {uint64_t{0}, uint64_t{1}, kArenaLogBytes, UINT64_MAX}) {
+    EXPECT_FALSE(ArenaCapacityOf(hostile).ok()) << hostile;
+  }
+}
+
 TEST(ArenaTest, AdoptingRefusesPrivateMemoryAndSlotsOutOfRange) {
   EXPECT_EQ(Arena(8 * kBlockSize).Adopt({0}).status().err(), EINVAL);
   Result<int> memory = MakeArenaMemory(8 * kBlockSize);

@@ -8,12 +8,15 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -219,6 +222,28 @@ class ArenaMemory {
   int fd_ = -1;
 };
 
+// Runs `work` in a child process killed with SIGKILL once it returned (a worker's crash: what
+// `work` leaves is never destroyed); returns what it returned, or 0 when it failed (`work` says
+// why on stderr).
+inline uint64_t RunAndKill(const std::function<uint64_t()>& work) {
+  int out[2];
+  if (pipe(out) != 0) return 0;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    const uint64_t result = work();
+    if (write(out[1], &result, sizeof result) != sizeof result) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(out[1]);
+  uint64_t result = 0;
+  if (read(out[0], &result, sizeof result) != sizeof result) result = 0;
+  close(out[0]);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return result;
+}
 struct FsOptions {
   uint64_t cache_size = 64ull << 20;
   std::chrono::milliseconds flush_delay{0};

@@ -287,29 +287,6 @@ TEST_F(KernelStateRecoveryTest, ClosedFilesAndForgottenNodesAreNotRecorded) {
   EXPECT_TRUE(next->Shutdown().ok());
 }
 
-// Runs `work` in a child process killed with SIGKILL once it returned (a worker's crash: what
-// `work` leaves is never destroyed); returns what it returned, or 0 when it failed (`work` says
-// why on stderr).
-uint64_t RunAndKill(const std::function<uint64_t()>& work) {
-  int out[2];
-  if (pipe(out) != 0) return 0;
-  const pid_t child = fork();
-  if (child == 0) {
-    close(out[0]);
-    const uint64_t result = work();
-    if (write(out[1], &result, sizeof result) != sizeof result) _exit(1);
-    pause();
-    _exit(0);
-  }
-  close(out[1]);
-  uint64_t result = 0;
-  if (read(out[0], &result, sizeof result) != sizeof result) result = 0;
-  close(out[0]);
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  return result;
-}
-
 TEST(KernelStateSpillTest, AFileLargerThanTheCacheGoesOnFromItsSpillFileAfterACrash) {
   TempDir backing;
   constexpr uint64_t kCache = 1 << 20;
