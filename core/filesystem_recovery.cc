@@ -233,7 +233,7 @@ Status Filesystem::Replay(const LoggedState& state, Adopted& adopted) {
   log_->Commit();
   stats_.recovered_versions += versions;
   stats_.recovered_bytes += bytes;
-  spdlog::info("recovered what was not durable when the daemon died: {} changes, {} file "
+  spdlog::info("recovered what was not yet durable at the crash: {} changes, {} file "
                "versions ({} bytes){}", state.entries.size(), versions, bytes,
                state.dropped ? "; its log was full, so changes after these were lost" : "");
   if (lost > 0) {

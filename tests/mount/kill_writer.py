@@ -12,6 +12,9 @@ until it is stopped by an error (the daemon was killed) or has saved MAX_ITERATI
            <key>.<uuid>.partial and renamed into place), then ckpt_NNNN/metadata.json.
     small  d<k>/fNNNNN.bin: small files written to fNNNNN.bin.tmp and renamed into place; every
            MANIFEST_EVERY files, MANIFEST.tmp is written and renamed over MANIFEST (the count).
+    dcp    iter_NNNNNNN/ (torch.distributed.checkpoint.save of a model and optimizer state, one
+           rank: its FileSystemWriter fsyncs every file), then the tracker written to a
+           temporary, fsynced and renamed into place.
 
 Every completed step is appended to LOG (outside the mount) in close order: "close REL" after a
 file under its final name is complete (closed, or renamed into place), "durable N" after an
@@ -172,7 +175,41 @@ def save_small(root, seed, log):
             log(f"close MANIFEST {i + 1}")
 
 
-SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small}
+# --- dcp ------------------------------------------------------------------------------------------
+
+def dcp_rel(it):
+    return f"iter_{it:07d}"
+
+
+def dcp_state(seed, it):
+    """The flat model and optimizer state DCP saves at iteration `it`."""
+    from workloads import gpt_param_shapes, tensor
+    state = {}
+    for name, shape in gpt_param_shapes(*GPT_DIMS):
+        state[f"model.{name}"] = tensor(f"kill/{seed}/{it}/model/{name}", shape, "float16")
+        state[f"optimizer.exp_avg.{name}"] = tensor(f"kill/{seed}/{it}/exp_avg/{name}", shape)
+    return state
+
+
+def save_dcp(root, seed, log):
+    import warnings
+    import torch.distributed.checkpoint as dcp
+    warnings.filterwarnings("ignore")  # One rank without a process group is DCP's no_dist mode.
+    for it in range(1, MAX_ITERATIONS):
+        dcp.save(dcp_state(seed, it), checkpoint_id=os.path.join(root, dcp_rel(it)))
+        log(f"close {dcp_rel(it)}")
+        fd = os.open(os.path.join(root, TRACKER + ".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                     0o644)
+        try:
+            os.write(fd, str(it).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(os.path.join(root, TRACKER + ".tmp"), os.path.join(root, TRACKER))
+        log(f"close {TRACKER} {it}")
+
+
+SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small, "dcp": save_dcp}
 
 
 class Stopped(BaseException):
@@ -191,7 +228,7 @@ def main():
     faulthandler.register(signal.SIGUSR1)  # The test asks for a traceback when the writer hangs.
     signal.signal(signal.SIGUSR2, ask_stop)
     mode, root, seed, log_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    if mode in ("torch", "zarr"):
+    if mode in ("torch", "zarr", "dcp"):
         import torch  # noqa: F401  (import time is not part of the save)
         import zarr  # noqa: F401
     with open(log_path, "a", buffering=1) as log_file:

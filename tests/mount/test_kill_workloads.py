@@ -23,10 +23,15 @@ and pending requests; the writer goes on without an error until it is asked to s
 step (it then exits 0), and after `ckptfs sync` BACKING holds every step the writer logged
 (nothing acknowledged is lost), at most one more.
 
+KillWorkerTest also kills the worker several times during one run of real DCP saves (each file
+fsynced, the tracker fsynced and renamed into place): the writer goes on, and every checkpoint it
+logged loads from BACKING with dcp.load into exactly the tensors it saved.
+
 Seeded: the seed is printed; CKPTFS_KILL_SEED=N replays. KillWorkloadTest and KillWorkerTest, the
-default run: 2 kill points per workload (6 in all each). KillWorkloadLongTest and
-KillWorkerLongTest, the long variants, run only with CKPTFS_LONG_TESTS=1 (17 kill points per
-workload, 51 in all); without it, they are reported as skipped.
+default run: 2 kill points per workload (6 in all each; KillWorkerTest 4 more during DCP).
+KillWorkloadLongTest and KillWorkerLongTest, the long variants, run only with
+CKPTFS_LONG_TESTS=1 (17 kill points per workload, 51 in all, and 17 during DCP); without it,
+they are reported as skipped.
 """
 
 import bisect
@@ -481,17 +486,96 @@ class KillWorkloadTest(KillRuns, unittest.TestCase):
         self.assertEqual(self.prefixes({"a": 1, "t.tmp": 1, "t": 1}), [])  # Both names.
 
 
-class KillWorkerTest(KillRuns, unittest.TestCase):
+class DcpKillRuns:
+    """kill -9 of the worker DCP_KILLS times during one run of DCP saves (a mixin)."""
+    DCP_KILLS = 0
+
+    def test_dcp_with_fsyncs(self):
+        require_fuse()
+        seed = choose_seed("CKPTFS_KILL_SEED", "kill test (dcp)")
+        rng = random.Random(seed)
+        options = ["cache_memory=shared", f"flush_delay={rng.choice(['50ms', '3600s'])}",
+                   f"cache_size={rng.choice(['32M', '1G'])}"]
+        wseed = rng.randrange(1 << 30)
+        ctx = f"dcp, seed {seed} (writer seed {wseed}, {','.join(options)})"
+        with CkptfsMount(options=options, expect_errors=[r"worker \d+ died"]) as m:
+            os.mkdir(m.path("dcp"))
+            log = os.path.join(m.workdir, "dcp.log")
+            with open(os.path.join(m.workdir, "dcp.err"), "w+") as err:
+                writer = subprocess.Popen([sys.executable, os.path.join(HERE, "kill_writer.py"),
+                                           "dcp", m.path("dcp"), str(wseed), log],
+                                          stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
+                try:
+                    self.assertEqual(writer.stdout.readline().strip(), "ready", ctx)
+                    wait_for(lambda: logged_a_close(log), 120, lambda: "the writer's first close")
+                    served_since = time.monotonic()
+                    for _ in range(self.DCP_KILLS):
+                        time.sleep(rng.uniform(0.0, MAX_DELAY))
+                        # Not a crash loop: three workers killed within kQuickDeath (1 s) of
+                        # beginning to serve end the mount.
+                        time.sleep(max(0.0, served_since + 1.5 - time.monotonic()))
+                        self.assertIsNone(writer.poll(), f"{ctx}: the writer ended")
+                        old = m.worker_pid()
+                        logged_before = closes_logged(log)
+                        os.kill(old, signal.SIGKILL)
+                        wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+                        served_since = time.monotonic()
+                        wait_for(lambda: closes_logged(log) > logged_before or
+                                 writer.poll() is not None, 120,
+                                 lambda: "the writer going on after the crash")
+                    writer.send_signal(signal.SIGUSR2)
+                    writer.wait(timeout=120)
+                finally:
+                    if writer.poll() is None:
+                        writer.kill()  # Only the writer this test started.
+                    writer.wait()
+                    writer.stdout.close()
+                err.seek(0)
+                self.assertEqual(writer.returncode, 0,
+                                 f"{ctx}: the writer noticed a crash: {err.read()[-3000:]}")
+            m.sync()
+            with open(log) as f:
+                saved = [l.split()[1] for l in f.read().splitlines()
+                         if l.startswith("close iter_")]
+            self.assertEqual(saved, [kw.dcp_rel(it) for it in range(1, len(saved) + 1)], ctx)
+            self.check_dcp(m, wseed, len(saved), ctx)
+            figures = m.stats()
+            print(f"{ctx}: {len(saved)} checkpoints, {self.DCP_KILLS} kills, recovered versions "
+                  f"{figures['recovered_versions']}, handles {figures['recovered_handles']}, "
+                  f"crashes {figures['worker']['crashes']}", file=sys.stderr)
+            self.assertEqual(figures["worker"]["crashes"], self.DCP_KILLS, ctx)
+            self.assertEqual(m.unmount(), 0)
+
+    def check_dcp(self, m, wseed, count, ctx):
+        """Every checkpoint the writer logged loads from BACKING into the tensors it saved; the
+        tracker names the last."""
+        import warnings
+        import torch
+        import torch.distributed.checkpoint as dcp
+        warnings.filterwarnings("ignore")
+        for it in range(1, count + 1):
+            expected = kw.dcp_state(wseed, it)
+            loaded = {k: torch.zeros_like(v) for k, v in expected.items()}
+            dcp.load(loaded, checkpoint_id=m.bpath("dcp", kw.dcp_rel(it)))
+            different = [k for k in expected if not torch.equal(loaded[k], expected[k])]
+            self.assertEqual(different, [], f"{ctx}: {kw.dcp_rel(it)} on BACKING")
+        with open(m.bpath("dcp", kw.TRACKER)) as f:
+            self.assertGreaterEqual(int(f.read()), count - 1, ctx)
+
+
+class KillWorkerTest(KillRuns, DcpKillRuns, unittest.TestCase):
     """kill -9 of the worker alone, the cache in shared memory: DEFAULT_KILLS kill points per
-    workload, every acknowledged close on BACKING afterwards."""
+    workload and 4 during DCP saves, every acknowledged close on BACKING afterwards."""
     KILLS = DEFAULT_KILLS
+    DCP_KILLS = 4
     KILL_WORKER = True
 
 
-class KillWorkerLongTest(KillRuns, unittest.TestCase):
+class KillWorkerLongTest(KillRuns, DcpKillRuns, unittest.TestCase):
     """The long variant of KillWorkerTest (CKPTFS_LONG_TESTS=1): LONG_KILLS kill points per
-    workload."""
+    workload and during DCP saves."""
     KILLS = LONG_KILLS
+    DCP_KILLS = LONG_KILLS
     KILL_WORKER = True
 
     def setUp(self):
