@@ -467,10 +467,32 @@ Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, con
 
 Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, uint32_t mode,
                                     int flags, const Caller& c) {
+  if (c.resent) {
+    NamespaceLock lock(ns_.mutex());
+    if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "create")) {
+      ns_.FindLocked(before->attr.ino)->lookups++;  // The kernel takes the answer as a lookup.
+      return *before;
+    }
+  }
   Result<OpenFile> made = CreateOnce(parent, name, mode, flags, c);
   if (!c.resent || !(flags & O_EXCL) || made.status().err() != EEXIST) return made;
   NoteAppliedBefore("create", name);
   return CreateOnce(parent, name, mode, flags & ~O_EXCL, c);
+}
+
+std::optional<OpenFile> Filesystem::OpenedBeforeLocked(const Caller& c, const char* op) {
+  if (c.request == 0) return std::nullopt;
+  auto it = opened_by_request_.find(c.request);
+  if (it == opened_by_request_.end()) return std::nullopt;
+  auto restored = restored_handles_.find(it->second);
+  opened_by_request_.erase(it);
+  if (restored == restored_handles_.end() || !restored->second->inode) return std::nullopt;
+  const Handle& h = *restored->second;
+  NoteAppliedBefore(op, ns_.PathLocked(h.inode));
+  OpenFile out{ns_.AttrOf(*h.inode)};
+  out.handle = h.number;
+  out.direct_io = h.direct;
+  return out;
 }
 
 void Filesystem::NoteAppliedBefore(const char* op, const std::string& name) {
@@ -634,6 +656,7 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       }
       auto h = std::make_unique<Handle>(inode, flags);
       h->wrote_version = 1;
+      h->request = c.request;
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
@@ -650,6 +673,10 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     h->control = std::move(*opened);
     NamespaceLock lock(ns_.mutex());
     return OpenFile{control_.AttrOf(ino), AdoptHandleLocked(std::move(h)), true};
+  }
+  if (c.resent) {
+    NamespaceLock lock(ns_.mutex());
+    if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
   return Reserving([&](Reservation& reservation, size_t& more) {
@@ -687,6 +714,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     if (!opened.ok() || more > 0) return opened.status();
     auto h = std::make_unique<Handle>(inode, flags);
     h->wrote_version = opened->wrote_version;
+    h->request = c.request;
     if (opened->text) {
       // Its reads bypass the page cache, which may hold the text written before the array was
       // served with a fine grid.
@@ -719,6 +747,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     if (!st.ok()) return st;
   }
   auto h = std::make_unique<Handle>(inode, flags);
+  h->request = c.request;
   if (flags & O_TRUNC) {
     MutexLock ilock(inode->mu);
     h->wrote_version = inode->version;
@@ -902,6 +931,7 @@ Status Filesystem::Release(uint64_t handle) {
       h->inode->cached_handles--;
     }
     UnrecordHandleLocked(h);
+    if (h->request != 0) opened_by_request_.erase(h->request);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     ns_.MaybeDropLocked(h->inode);

@@ -222,6 +222,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     uint64_t next_read GUARDED_BY(inode->mu) = 0;
     uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
     int record = -1;  // Its entry in the kernel state record, or -1. Guarded by the ns_lock.
+    uint64_t request = 0;  // The kernel's id of the open or create that made it (Caller).
   };
   struct DirHandle {
     std::vector<DirEntry> entries;
@@ -256,6 +257,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
       EXCLUDES(ns_lock);
   Result<OpenFile> CreateOnce(uint64_t parent, const std::string& name, uint32_t mode, int flags,
                               const Caller& c) EXCLUDES(ns_lock);
+  // A resent open or create (`op`) for which the crashed worker had made a handle, never
+  // answered: that handle (answered now), or nullopt.
+  std::optional<OpenFile> OpenedBeforeLocked(const Caller& c, const char* op) REQUIRES(ns_lock);
   // A resent request of `op` on `name` found its change made: logged, answered as done.
   static void NoteAppliedBefore(const char* op, const std::string& name);
   // What `op` answers when it `made` entry `name` of `parent`: on a resent request that found
@@ -401,6 +405,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // only read afterwards. An entry outlives its handle's release: the kernel never sends a
   // released handle again.
   std::unordered_map<uint64_t, Handle*> restored_handles_;
+  // The handles a crashed worker made, by the kernel's id of the open or create that made them:
+  // one whose answer the kernel never got is asked for again by the same request, resent.
+  std::unordered_map<uint64_t, uint64_t> opened_by_request_ GUARDED_BY(ns_lock);
   mutable Mutex dir_handles_mu_;  // A leaf lock.
   std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_ GUARDED_BY(dir_handles_mu_);
   uint64_t next_dir_handle_ GUARDED_BY(dir_handles_mu_) = 1;

@@ -49,7 +49,7 @@ void Filesystem::RecordHandleLocked(Handle* h) {
       RecordContentLocked(*h->inode);
     }
   }
-  h->record = kernel_record_->AddHandle(h->number, h->inode->ino, h->flags);
+  h->record = kernel_record_->AddHandle(h->number, h->inode->ino, h->flags, h->request);
   if (h->record < 0) WarnRecordFull();
 }
 
@@ -247,6 +247,8 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
     const InodeRef& inode = node->second;
     auto h = std::make_unique<Handle>(inode, r.flags);
     h->number = r.fh;
+    h->request = r.request;
+    if (r.request != 0) opened_by_request_[r.request] = r.fh;
     {
       MutexLock ilock(inode->mu);
       if (Writable(r.flags)) h->wrote_version = inode->version;

@@ -43,7 +43,7 @@ struct KernelStateRecord::HandleEntry {
   std::atomic<uint64_t> fh;  // 0: free. Stored last when added.
   uint64_t ino;
   int64_t flags;
-  uint64_t unused;
+  uint64_t request;
 };
 
 struct KernelStateRecord::SlotTag {
@@ -203,7 +203,7 @@ void KernelStateRecord::Tag(uint64_t slot, uint64_t ino, uint64_t index, uint64_
   t.stamp.store(stamp, std::memory_order_release);
 }
 
-int KernelStateRecord::AddHandle(uint64_t fh, uint64_t ino, int flags) {
+int KernelStateRecord::AddHandle(uint64_t fh, uint64_t ino, int flags, uint64_t request) {
   if (fh == 0) return -1;
   int handle;
   {
@@ -214,6 +214,7 @@ int KernelStateRecord::AddHandle(uint64_t fh, uint64_t ino, int flags) {
   HandleEntry& e = handles_[handle];
   e.ino = ino;
   e.flags = flags;
+  e.request = request;
   e.fh.store(fh, std::memory_order_release);
   return handle;
 }
@@ -316,7 +317,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     const HandleEntry& e = handles_[i];
     const uint64_t fh = e.fh.load(std::memory_order_acquire);
     if (fh == 0) continue;
-    out.handles.push_back({fh, e.ino, static_cast<int>(e.flags)});
+    out.handles.push_back({fh, e.ino, static_cast<int>(e.flags), e.request});
   }
   return out;
 }

@@ -77,7 +77,8 @@ class KernelStateRecord {
   void Tag(uint64_t slot, uint64_t ino, uint64_t index, uint64_t stamp);
 
   // A new handle entry; -1 when the table is full.
-  int AddHandle(uint64_t fh, uint64_t ino, int flags) EXCLUDES(mu_);
+  // `request`: the kernel's id of the open or create that made it (Caller::request).
+  int AddHandle(uint64_t fh, uint64_t ino, int flags, uint64_t request = 0) EXCLUDES(mu_);
   void RemoveHandle(int handle) EXCLUDES(mu_);
 
   // Frees every node and handle entry (a worker that took over records its own).
@@ -97,6 +98,7 @@ class KernelStateRecord {
     uint64_t fh = 0;
     uint64_t ino = 0;
     int flags = 0;
+    uint64_t request = 0;
   };
   struct State {
     std::vector<Node> nodes;

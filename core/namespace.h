@@ -48,6 +48,8 @@ struct Caller {
   // The kernel sent the request again because the worker it went to died before answering
   // (FUSE_NOTIFY_RESEND): that worker may have applied it already.
   bool resent = false;
+  // The kernel's id of the request (without the resend bit), the same when resent; 0: unknown.
+  uint64_t request = 0;
 };
 
 // An entry of a directory listing.

@@ -59,7 +59,7 @@ fuse_entry_param ToEntry(const Attr& a) {
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, ctx->umask, RequestResent()};
+  return Caller{ctx->uid, ctx->gid, ctx->umask, RequestResent(), RequestId()};
 }
 
 void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.ok() ? 0 : st.err()); }

@@ -95,6 +95,7 @@ void ReplyWriting() {}
 
 // Set as a request is read; the thread that reads a request serves it (libfuse's loops).
 thread_local bool current_request_resent = false;
+thread_local uint64_t current_request = 0;
 
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
@@ -103,6 +104,7 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   const auto* in = static_cast<const fuse_in_header*>(buf);
   State& s = S();
   current_request_resent = (in->unique & kResentUnique) != 0;
+  current_request = in->unique & ~kResentUnique;
   if (current_request_resent) s.resent.fetch_add(1, std::memory_order_relaxed);
   if (in->opcode == FUSE_INIT) {
     if (NoteInit(in, static_cast<size_t>(n)) && s.init_sink) {
@@ -209,6 +211,8 @@ int ResendUnanswered() {
 }
 
 bool RequestResent() { return current_request_resent; }
+
+uint64_t RequestId() { return current_request; }
 
 uint64_t ResentRequests() { return S().resent.load(std::memory_order_relaxed); }
 

@@ -35,6 +35,9 @@ int ResendUnanswered();
 uint64_t ResentRequests();
 // Whether the request the calling thread is serving was sent again (FUSE_NOTIFY_RESEND).
 bool RequestResent();
+// The kernel's id of that request, without the resend bit (the same when it is resent); 0 when
+// the session is not hooked.
+uint64_t RequestId();
 // CLOCK_MONOTONIC nanoseconds when this process first answered a request (0: not yet).
 int64_t FirstReplyNanos();
 

@@ -350,5 +350,49 @@ TEST_F(KernelStateRecoveryTest, ResentRequestsWhoseChangeIsThereAreAnsweredAsDon
   EXPECT_TRUE(a.Shutdown().ok());
 }
 
+TEST_F(KernelStateRecoveryTest, AResentOpenOrCreateGetsTheHandleTheCrashedWorkerMadeForIt) {
+  Caller request_7 = Me();
+  request_7.request = 7;
+  Caller request_8 = Me();
+  request_8.request = 8;
+  uint64_t opened_before, created_before;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    ASSERT_TRUE(WriteFile(*crashed, "existing", "old").ok());
+    const uint64_t ino = Resolve(*crashed, "existing")->ino;
+    Result<OpenFile> opened = crashed->Open(ino, O_RDWR, request_7);
+    ASSERT_TRUE(opened.ok());
+    opened_before = opened->handle;
+    Result<OpenFile> created =
+        crashed->Create(kRootIno, "new", 0644, O_WRONLY | O_CREAT | O_EXCL, request_8);
+    ASSERT_TRUE(created.ok());
+    created_before = created->handle;
+    ASSERT_TRUE(WriteHandle(*crashed, created_before, 0, "written").ok());
+    // The worker dies before the kernel gets either answer.
+  }
+  auto next = Next(1);
+  Filesystem& b = *next;
+  request_7.resent = request_8.resent = true;
+  const uint64_t ino = Resolve(b, "existing")->ino;
+  Result<OpenFile> opened = b.Open(ino, O_RDWR, request_7);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(opened->handle, opened_before) << "not a second handle, left open";
+  Result<OpenFile> created =
+      b.Create(kRootIno, "new", 0644, O_WRONLY | O_CREAT | O_EXCL, request_8);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->handle, created_before);
+  EXPECT_EQ(*ReadHandle(b, created->handle, 100), "written");
+  // Answered once: the same request again, or another one, opens anew.
+  Result<OpenFile> again = b.Open(ino, O_RDONLY, request_7);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->handle, opened_before);
+  ASSERT_TRUE(b.Release(again->handle).ok());
+  ASSERT_TRUE(b.Release(opened->handle).ok());
+  ASSERT_TRUE(b.Release(created->handle).ok());
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_EQ(*ReadHostFile(B("new")), "written");
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
 }  // namespace
 }  // namespace ckptfs
