@@ -351,6 +351,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // Then records them again.
   void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);
+  // The content a node of the record held (its blocks adopted, its spill file taken), or why not.
+  Result<FileContent> RecordedContent(const KernelStateRecord::Node& n, Adopted& adopted);
   // Recover of an earlier mount: the content of the files it had open for writing, saved to a
   // rescue directory (never published: they were not closed); the record emptied.
   Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)

@@ -180,22 +180,11 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
       if (found.ok() && (*found)->type == FileType::kDirectory) nodes[n.ino] = *found;
       continue;
     }
-    std::shared_ptr<BackingFile> spill;
-    if (n.content && n.base.other_file) {
-      spdlog::error("recovery: {}: what was written to it while open was partly in a file "
-                    "that cannot be named; its handles fail", n.path);
+    Result<FileContent> content = n.content ? RecordedContent(n, adopted) : FileContent();
+    if (!content.ok()) {
+      spdlog::error("recovery: {}: {}; its handles fail", n.path, content.status().ToString());
       ++lost;
       continue;
-    }
-    if (n.content && !n.base.spill.empty()) {
-      Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(n.base.spill, adopted);
-      if (!file.ok()) {
-        spdlog::error("recovery: {}: its spill file: {}; its handles fail", n.path,
-                      file.status().ToString());
-        ++lost;
-        continue;
-      }
-      spill = *file;
     }
     InodeRef inode = found.ok() && (*found)->type == FileType::kRegular ? *found : nullptr;
     if (!found.ok() && found.status().err() == ENOENT && n.content) {
@@ -212,14 +201,10 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
       continue;
     }
     if (n.content) {
-      std::vector<std::pair<uint64_t, BlockRef>> content;
-      for (const auto& [index, slot] : n.blocks) {
-        content.emplace_back(index, adopted.blocks[slot]);
-      }
       inode->origin_dir.reset();
       inode->origin_name.clear();
       MutexLock ilock(inode->mu);
-      inode->content = FileContent(n.size, std::move(content), std::move(spill), n.base.length);
+      inode->content = std::move(*content);
       inode->mode = n.mode;
       inode->uid = n.uid;
       inode->gid = n.gid;
@@ -270,35 +255,39 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
                    : "");
 }
 
+Result<FileContent> Filesystem::RecordedContent(const KernelStateRecord::Node& n,
+                                                Adopted& adopted) {
+  if (n.base.other_file) {
+    return Status::Error(EIO, "what was written to it while open was partly in a file that "
+                              "cannot be named");
+  }
+  std::shared_ptr<BackingFile> spill;
+  if (!n.base.spill.empty()) {
+    Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(n.base.spill, adopted);
+    if (!file.ok()) {
+      return Status::Error(file.status().err(), "its spill file: " + file.status().ToString());
+    }
+    spill = *file;
+  }
+  std::vector<std::pair<uint64_t, BlockRef>> blocks;
+  for (const auto& [index, slot] : n.blocks) blocks.emplace_back(index, adopted.blocks[slot]);
+  return FileContent(n.size, std::move(blocks), std::move(spill), n.base.length);
+}
+
 Status Filesystem::RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted) {
   std::vector<UnflushedFile> files;
   uint64_t bytes = 0;
-  size_t lost = 0;
   for (const KernelStateRecord::Node& n : state.nodes) {
     if (!n.content) continue;
-    if (n.path.empty() || n.base.other_file) {
-      ++lost;
+    Result<FileContent> content =
+        n.path.empty() ? Status::Error(ENOENT, "removed while open") : RecordedContent(n, adopted);
+    if (!content.ok()) {
+      spdlog::error("recovery: a file open for writing{}{} cannot be rescued: {}",
+                    n.path.empty() ? "" : ", ", n.path, content.status().ToString());
       continue;
     }
-    std::shared_ptr<BackingFile> spill;
-    if (!n.base.spill.empty()) {
-      Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(n.base.spill, adopted);
-      if (!file.ok()) {
-        spdlog::error("recovery: {}: its spill file: {}", n.path, file.status().ToString());
-        ++lost;
-        continue;
-      }
-      spill = *file;
-    }
-    std::vector<std::pair<uint64_t, BlockRef>> content;
-    for (const auto& [index, slot] : n.blocks) content.emplace_back(index, adopted.blocks[slot]);
-    files.push_back({n.path, FileContent(n.size, std::move(content), std::move(spill),
-                                         n.base.length)});
+    files.push_back({n.path, std::move(*content)});
     bytes += n.size;
-  }
-  if (lost > 0) {
-    spdlog::error("recovery: {} files open for writing cannot be rescued: removed while open, or "
-                  "partly held by a file that cannot be named", lost);
   }
   if (!files.empty()) {
     Result<std::string> where =

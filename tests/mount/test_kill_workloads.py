@@ -282,6 +282,21 @@ def logged_a_close(log):
         return False
 
 
+def start_writer(mode, root, wseed, log, err):
+    """kill_writer.py MODE ROOT WSEED LOG, its stderr to the file `err`."""
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "kill_writer.py"), mode, root,
+                             str(wseed), log],
+                            stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
+
+
+def end_writer(writer):
+    """Kills the writer if it still runs (only the one the test started) and reaps it."""
+    if writer.poll() is None:
+        writer.kill()
+    writer.wait()
+    writer.stdout.close()
+
+
 class KillRuns:
     """The kill tests of the three workloads, with KILLS kill points each (a mixin of the
     unittest.TestCase classes below). With KILL_WORKER, only the mount's worker is killed, with
@@ -360,9 +375,7 @@ class KillRuns:
     def kill_during_writer(self, m, mode, run, wseed, delay, log):
         os.mkdir(m.path(run))
         with open(os.path.join(m.workdir, f"{run}.err"), "w+") as err:
-            writer = subprocess.Popen([sys.executable, os.path.join(HERE, "kill_writer.py"), mode,
-                                       m.path(run), str(wseed), log],
-                                      stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
+            writer = start_writer(mode, m.path(run), wseed, log, err)
             try:
                 ready = writer.stdout.readline().strip()
                 self.assertEqual(ready, "ready", "the writer did not start")
@@ -394,10 +407,7 @@ class KillRuns:
                     self.fail(f"the writer hung after the daemon was killed: {state}\n"
                               f"writer stderr: {err.read()[-3000:]}")
             finally:
-                if writer.poll() is None:
-                    writer.kill()  # Only the writer this test started.
-                writer.wait()
-                writer.stdout.close()
+                end_writer(writer)
             err.seek(0)
             writer_err = err.read()
         if self.KILL_WORKER:
@@ -502,9 +512,7 @@ class DcpKillRuns:
             os.mkdir(m.path("dcp"))
             log = os.path.join(m.workdir, "dcp.log")
             with open(os.path.join(m.workdir, "dcp.err"), "w+") as err:
-                writer = subprocess.Popen([sys.executable, os.path.join(HERE, "kill_writer.py"),
-                                           "dcp", m.path("dcp"), str(wseed), log],
-                                          stdout=subprocess.PIPE, stderr=err, text=True, cwd="/")
+                writer = start_writer("dcp", m.path("dcp"), wseed, log, err)
                 try:
                     self.assertEqual(writer.stdout.readline().strip(), "ready", ctx)
                     wait_for(lambda: logged_a_close(log), 120, lambda: "the writer's first close")
@@ -526,10 +534,7 @@ class DcpKillRuns:
                     writer.send_signal(signal.SIGUSR2)
                     writer.wait(timeout=120)
                 finally:
-                    if writer.poll() is None:
-                        writer.kill()  # Only the writer this test started.
-                    writer.wait()
-                    writer.stdout.close()
+                    end_writer(writer)
                 err.seek(0)
                 self.assertEqual(writer.returncode, 0,
                                  f"{ctx}: the writer noticed a crash: {err.read()[-3000:]}")

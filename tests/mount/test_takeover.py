@@ -150,14 +150,7 @@ class TakeoverTest(unittest.TestCase):
     def test_a_killed_worker_loses_nothing_and_its_open_files_go_on_with_a_shared_cache(self):
         with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
                          expect_errors=[CRASH]) as m:
-            os.makedirs(m.path("ckpt"))
-            model = os.urandom(3 << 20)
-            with open(m.path("ckpt", "model.pt.tmp"), "wb") as f:
-                f.write(model)
-            os.rename(m.path("ckpt", "model.pt.tmp"), m.path("ckpt", "model.pt"))
-            shard = os.open(m.path("ckpt", "__0_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o640)
-            os.write(shard, b"s" * 100000)
-            os.fsync(shard)  # Acknowledged, as DCP has it; the file stays open.
+            model, shard = self.save_model_and_fsync_an_open_shard(m)
             with open(m.path("latest.txt"), "w") as f:
                 f.write("100")
             self.assertFalse(os.path.exists(m.bpath("ckpt")), "nothing flushed yet")
@@ -178,6 +171,20 @@ class TakeoverTest(unittest.TestCase):
                              ["__0_0.distcp", "common.pt", "model.pt"])
             self.assertEqual(os.stat(m.bpath("ckpt", "__0_0.distcp")).st_mode & 0o777, 0o640)
             self.assertEqual(m.unmount(), 0)
+
+    def save_model_and_fsync_an_open_shard(self, m):
+        """Saves ckpt/model.pt (a temporary renamed into place) and writes 100,000 bytes to
+        ckpt/__0_0.distcp, fsynced (acknowledged, as DCP has it) and left open; returns the model's
+        bytes and the shard's descriptor."""
+        os.makedirs(m.path("ckpt"))
+        model = os.urandom(3 << 20)
+        with open(m.path("ckpt", "model.pt.tmp"), "wb") as f:
+            f.write(model)
+        os.rename(m.path("ckpt", "model.pt.tmp"), m.path("ckpt", "model.pt"))
+        shard = os.open(m.path("ckpt", "__0_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o640)
+        os.write(shard, b"s" * 100000)
+        os.fsync(shard)
+        return model, shard
 
     def kill_worker_and_go_on(self, m, model, shard, ckpt):
         """Kills m's worker: what it held reads back, and the open file `shard` and the open
@@ -244,14 +251,7 @@ class TakeoverTest(unittest.TestCase):
 
     def test_a_killed_supervisor_leaves_what_it_held_to_the_next_mount_of_its_backing_store(self):
         with CkptfsMount(["flush_delay=3600s", "cache_memory=shared", "cache_size=64M"]) as m:
-            os.makedirs(m.path("ckpt"))
-            model = os.urandom(3 << 20)
-            with open(m.path("ckpt", "model.pt.tmp"), "wb") as f:
-                f.write(model)
-            os.rename(m.path("ckpt", "model.pt.tmp"), m.path("ckpt", "model.pt"))
-            shard = os.open(m.path("ckpt", "__0_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o640)
-            os.write(shard, b"s" * 100000)
-            os.fsync(shard)  # Acknowledged: published by the next mount.
+            model, shard = self.save_model_and_fsync_an_open_shard(m)
             os.write(shard, b"never closed")  # Saved to a rescue directory, not published.
             with open(m.path("latest.txt"), "w") as f:
                 f.write("100")
