@@ -341,7 +341,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
   // `changed` was renamed or removed: every recorded path it may change is made current.
   void RecordPathsLocked(const InodeRef& changed) REQUIRES(ns_lock);
-  // Empties the record and records what this worker holds (after taking over).
+  // Records what this worker holds (after taking over), then removes the entries found there.
   void RecordAllLocked() REQUIRES(ns_lock);
   // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
   bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);

@@ -128,7 +128,8 @@ void Filesystem::RecordAllLocked() {
   }
   recorded_.clear();
   alias_records_.clear();
-  kernel_record_->Clear();
+  // Recorded anew before the entries there now go (a crash in between leaves both).
+  const KernelStateRecord::Entries before = kernel_record_->InUse();
   ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
     if (inode->type == FileType::kDirectory && inode->lookups > 0) RecordNodeLocked(inode);
   });
@@ -140,6 +141,7 @@ void Filesystem::RecordAllLocked() {
     alias_records_[ino] = entry;
   });
   for (auto& [address, h] : handles_) RecordHandleLocked(h.get());
+  kernel_record_->Remove(before);
 }
 
 bool Filesystem::ForgetAliasLocked(uint64_t ino) {

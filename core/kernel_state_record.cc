@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/arena.h"
 #include "core/backing_store.h"
@@ -239,6 +240,24 @@ void KernelStateRecord::Clear() {
   header_->handles_used.store(0, std::memory_order_release);
 }
 
+KernelStateRecord::Entries KernelStateRecord::InUse() const {
+  Entries in_use;
+  const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
+  for (size_t i = 0; i < nodes_used; ++i) {
+    if (nodes_[i].in_use.load(std::memory_order_acquire) != 0) in_use.nodes.push_back(i);
+  }
+  const size_t handles_used = std::min<size_t>(header_->handles_used.load(), kHandles);
+  for (size_t i = 0; i < handles_used; ++i) {
+    if (handles_[i].fh.load(std::memory_order_acquire) != 0) in_use.handles.push_back(i);
+  }
+  return in_use;
+}
+
+void KernelStateRecord::Remove(const Entries& entries) {
+  for (int node : entries.nodes) RemoveNode(node);
+  for (int handle : entries.handles) RemoveHandle(handle);
+}
+
 KernelStateRecord::State KernelStateRecord::Read() const {
   State out;
   struct Recorded {
@@ -246,6 +265,17 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     uint64_t valid_from;  // Its content's oldest stamp.
   };
   std::unordered_map<uint64_t, Recorded> with_content;  // By ino.
+  std::unordered_map<std::string, uint64_t> content_paths;  // Path -> ino.
+  // Keeps the content of the file whose record began later; the other becomes a plain node.
+  auto keep_newer = [&](uint64_t earlier_ino, Node& n, uint64_t valid_from) {
+    Recorded& earlier = with_content[earlier_ino];
+    if (earlier.valid_from >= valid_from) {
+      n.content = false;
+      return;
+    }
+    out.nodes[earlier.node].content = false;
+    with_content.erase(earlier_ino);
+  };
   const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
   for (size_t i = 0; i < nodes_used; ++i) {
     const NodeEntry& e = nodes_[i];
@@ -284,11 +314,17 @@ KernelStateRecord::State KernelStateRecord::Read() const {
         ++out.refused;  // Not what a worker wrote.
         continue;
       }
-      if (with_content.count(n.ino) > 0) {
-        ++out.refused;
-        continue;
+      const uint64_t valid_from = e.valid_from.load();
+      if (with_content.count(n.ino) > 0) keep_newer(n.ino, n, valid_from);
+      if (auto same = content_paths.find(n.path);
+          n.content && !n.path.empty() && same != content_paths.end() &&
+          with_content.count(same->second) > 0) {
+        keep_newer(same->second, n, valid_from);
       }
-      with_content.emplace(n.ino, Recorded{out.nodes.size(), e.valid_from.load()});
+      if (n.content) {
+        with_content.emplace(n.ino, Recorded{out.nodes.size(), valid_from});
+        if (!n.path.empty()) content_paths[n.path] = n.ino;
+      }
     }
     out.nodes.push_back(std::move(n));
   }
@@ -313,10 +349,11 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     std::sort(n.blocks.begin(), n.blocks.end());
   }
   const size_t handles_used = std::min<size_t>(header_->handles_used.load(), kHandles);
+  std::unordered_set<uint64_t> handles_seen;
   for (size_t i = 0; i < handles_used; ++i) {
     const HandleEntry& e = handles_[i];
     const uint64_t fh = e.fh.load(std::memory_order_acquire);
-    if (fh == 0) continue;
+    if (fh == 0 || !handles_seen.insert(fh).second) continue;
     out.handles.push_back({fh, e.ino, static_cast<int>(e.flags), e.request});
   }
   return out;

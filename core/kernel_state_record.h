@@ -83,6 +83,13 @@ class KernelStateRecord {
 
   // Frees every node and handle entry (a worker that took over records its own).
   void Clear() EXCLUDES(mu_);
+  // The entries in use, to be removed once all they hold is recorded again: a worker that dies
+  // in between leaves both, and Read takes the newer record of each file.
+  struct Entries {
+    std::vector<int> nodes, handles;
+  };
+  Entries InUse() const;
+  void Remove(const Entries& entries) EXCLUDES(mu_);
 
   struct Node {
     uint64_t ino = 0;
@@ -105,7 +112,9 @@ class KernelStateRecord {
     std::vector<Handle> handles;
     size_t refused = 0;  // Entries that were malformed or torn.
   };
-  // What the record holds (after a crash: what the crashed worker had).
+  // What the record holds (after a crash: what the crashed worker had). Of two records of a
+  // file's content (the same node id or path), the one begun later holds it; the other stays a
+  // plain node. Of two records of a handle, the first.
   State Read() const;
 
  private:

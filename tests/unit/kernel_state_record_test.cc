@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -107,6 +108,55 @@ TEST_F(KernelStateRecordTest, BlocksTaggedBeforeTheContentWasRecordedAgainAreNot
   r.BeginContent(file, 3 * kBlockSize, {true, "", 0}, 0644, 0, 0);
   EXPECT_TRUE(NodeOf(r.Read(), 21)->base.other_file);
   EXPECT_TRUE(NodeOf(r.Read(), 21)->blocks.empty());
+}
+
+TEST_F(KernelStateRecordTest, AWorkerThatDiesWhileRecordingAllAgainLeavesTheNewerRecordOfEachFile) {
+  {
+    KernelStateRecord crashed(memory(), kCapacityBlocks);
+    const int file = crashed.AddNode(21, false, "f");
+    ASSERT_GE(crashed.AddHandle(0xabc, 21, O_WRONLY), 0);
+    crashed.Tag(3, 21, 0, crashed.BeginContent(file, kBlockSize, {}, 0644, 0, 0));
+  }
+  {
+    // The next worker records everything again, under its own node id (and once under the
+    // same one), and dies before it removes the entries it found.
+    KernelStateRecord next(memory(), kCapacityBlocks);
+    const KernelStateRecord::Entries before = next.InUse();
+    EXPECT_EQ(before.nodes.size(), 1u);
+    EXPECT_EQ(before.handles.size(), 1u);
+    const int file = next.AddNode(121, false, "f");
+    ASSERT_GE(next.AddHandle(0xabc, 121, O_WRONLY), 0);
+    const uint64_t begun = next.BeginContent(file, 2 * kBlockSize, {}, 0600, 0, 0);
+    next.Tag(3, 121, 0, begun);
+    next.Tag(7, 121, 1, begun);
+  }
+  KernelStateRecord third(memory(), kCapacityBlocks);
+  const KernelStateRecord::State s = third.Read();
+  EXPECT_EQ(s.refused, 0u);
+  ASSERT_TRUE(NodeOf(s, 121) && NodeOf(s, 21));
+  EXPECT_TRUE(NodeOf(s, 121)->content);
+  EXPECT_EQ(NodeOf(s, 121)->blocks, (Blocks{{0, 3}, {1, 7}}));
+  EXPECT_EQ(NodeOf(s, 121)->mode, 0600u);
+  EXPECT_FALSE(NodeOf(s, 21)->content) << "the older record is a plain node of the same path";
+  EXPECT_EQ(NodeOf(s, 21)->path, "f");
+  ASSERT_EQ(s.handles.size(), 1u) << "one handle, recorded twice";
+  // A third worker records again under the same node id, then removes what it found.
+  const KernelStateRecord::Entries found = third.InUse();
+  const int again = third.AddNode(121, false, "f");
+  third.Tag(9, 121, 0, third.BeginContent(again, kBlockSize, {}, 0640, 0, 0));
+  const KernelStateRecord::State both = third.Read();
+  const auto newest = std::find_if(both.nodes.begin(), both.nodes.end(),
+                                   [](const auto& n) { return n.ino == 121 && n.content; });
+  ASSERT_NE(newest, both.nodes.end());
+  EXPECT_EQ(newest->blocks, (Blocks{{0, 9}}));
+  EXPECT_EQ(newest->mode, 0640u);
+  EXPECT_EQ(std::count_if(both.nodes.begin(), both.nodes.end(),
+                          [](const auto& n) { return n.content; }),
+            1);
+  third.Remove(found);
+  ASSERT_EQ(third.Read().nodes.size(), 1u);
+  EXPECT_TRUE(third.Read().nodes[0].content);
+  EXPECT_TRUE(third.Read().handles.empty());
 }
 
 TEST_F(KernelStateRecordTest, ATableFullOrAPathTooLongIsRefusedAndRemovedEntriesAreReused) {
