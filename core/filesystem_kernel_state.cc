@@ -170,14 +170,9 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
   }
   for (const KernelStateRecord::Node* node : order) {
     const KernelStateRecord::Node& n = *node;
-    if (n.path.empty()) {
-      if (n.content) {
-        spdlog::error("recovery: a file open for writing had been removed; what it held is lost");
-        ++lost;
-      }
-      continue;
-    }
-    Result<InodeRef> found = ResolveLocked(n.path);
+    if (n.path.empty() && !n.content) continue;  // Removed, open for reading: its handles fail.
+    Result<InodeRef> found =
+        n.path.empty() ? Status::Error(ENOENT, "removed") : ResolveLocked(n.path);
     if (n.directory) {
       if (found.ok() && (*found)->type == FileType::kDirectory) nodes[n.ino] = *found;
       continue;
@@ -189,7 +184,11 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
       continue;
     }
     InodeRef inode = found.ok() && (*found)->type == FileType::kRegular ? *found : nullptr;
-    if (!found.ok() && found.status().err() == ENOENT && n.content) {
+    if (n.path.empty()) {
+      // Removed while open for writing: nameless as long as its handles are open, as it was.
+      inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
+      inode->nlink = 0;
+    } else if (!found.ok() && found.status().err() == ENOENT && n.content) {
       // Made through the mount and never sealed.
       if (Result<PathParent> at = ParentOfLocked(n.path); at.ok()) {
         inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
@@ -280,12 +279,11 @@ Status Filesystem::RescueOpenFiles(const KernelStateRecord::State& state, Adopte
   std::vector<UnflushedFile> files;
   uint64_t bytes = 0;
   for (const KernelStateRecord::Node& n : state.nodes) {
-    if (!n.content) continue;
-    Result<FileContent> content =
-        n.path.empty() ? Status::Error(ENOENT, "removed while open") : RecordedContent(n, adopted);
+    if (!n.content || n.path.empty()) continue;  // Removed while open: nobody can reach it.
+    Result<FileContent> content = RecordedContent(n, adopted);
     if (!content.ok()) {
-      spdlog::error("recovery: a file open for writing{}{} cannot be rescued: {}",
-                    n.path.empty() ? "" : ", ", n.path, content.status().ToString());
+      spdlog::error("recovery: {}, open for writing, cannot be rescued: {}", n.path,
+                    content.status().ToString());
       continue;
     }
     files.push_back({n.path, std::move(*content)});

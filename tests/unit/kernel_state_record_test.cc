@@ -325,6 +325,33 @@ TEST_F(KernelStateRecoveryTest, TwoCrashesInARowLeaveTheSameOpenFileAndNodesToTh
   EXPECT_TRUE(third->Shutdown().ok());
 }
 
+TEST_F(KernelStateRecoveryTest, AFileRemovedWhileOpenGoesOnNamelessAfterACrash) {
+  const std::string bytes = Pattern(7, 2 * kBlockSize + 9);
+  uint64_t handle, ino;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Result<uint64_t> opened = CreatePath(*crashed, "scratch");
+    ASSERT_TRUE(opened.ok());
+    handle = *opened;
+    ino = Resolve(*crashed, "scratch")->ino;
+    ASSERT_TRUE(WriteHandle(*crashed, handle, 0, bytes).ok());
+    ASSERT_TRUE(crashed->Unlink(kRootIno, "scratch").ok());
+  }
+  auto next = Next(1);
+  Filesystem& b = *next;
+  EXPECT_TRUE(SameBytes(*ReadHandle(b, handle, bytes.size() + 10), bytes));
+  Result<Attr> attr = b.GetAttr(ino);
+  ASSERT_TRUE(attr.ok()) << "the kernel's node of it: " << attr.status().ToString();
+  EXPECT_EQ(attr->nlink, 0u);
+  ASSERT_TRUE(WriteHandle(b, handle, bytes.size(), "more").ok());
+  EXPECT_TRUE(SameBytes(*ReadHandle(b, handle, bytes.size() + 10), bytes + "more"));
+  EXPECT_EQ(b.Lookup(kRootIno, "scratch").status().err(), ENOENT);
+  ASSERT_TRUE(b.Release(handle).ok());
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_FALSE(HostExists(B("scratch"))) << "removed: never published";
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
 TEST_F(KernelStateRecoveryTest, ClosedFilesAndForgottenNodesAreNotRecorded) {
   {
     auto a = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
