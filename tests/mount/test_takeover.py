@@ -192,6 +192,11 @@ class TakeoverTest(unittest.TestCase):
         old = m.worker_pid()
         os.kill(old, signal.SIGKILL)
         wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+        self.read_back_and_go_on(m, model, shard, ckpt)
+
+    def read_back_and_go_on(self, m, model, shard, ckpt):
+        """What save_model_and_fsync_an_open_shard and a tracker left reads back through the
+        worker that took over; the open file `shard` and the open directory `ckpt` go on."""
         with open(m.path("ckpt", "model.pt"), "rb") as f:
             self.assertEqual(f.read(), model)
         with open(m.path("ckpt", "__0_0.distcp"), "rb") as f:
@@ -206,6 +211,37 @@ class TakeoverTest(unittest.TestCase):
         common = os.open("common.pt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=ckpt)
         os.write(common, b"c")
         os.close(common)
+
+    def test_two_workers_killed_in_a_row_the_second_before_its_recovery_lose_nothing(self):
+        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
+                         expect_errors=[CRASH, "could not start"]) as m:
+            model, shard = self.save_model_and_fsync_an_open_shard(m)
+            with open(m.path("latest.txt"), "w") as f:
+                f.write("100")
+            ckpt = os.open(m.path("ckpt"), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                first = m.worker_pid()
+                os.kill(first, signal.SIGKILL)
+                # The next one is killed as soon as it runs: before it has taken anything over.
+                second = m.worker_pid()
+                while second == first:
+                    second = m.worker_pid()
+                os.kill(second, signal.SIGKILL)
+                wait_for(lambda: m.worker_pid() not in (first, second), 30,
+                         lambda: "a third worker")
+                self.read_back_and_go_on(m, model, shard, ckpt)
+            finally:
+                os.close(ckpt)
+            stats = m.stats()
+            # The second never served: it "could not start", which is no crash of a server.
+            self.assertEqual((stats["recovered_handles"], stats["worker"]["crashes"]), (1, 1))
+            self.assertRegex(m.output(), "a new worker could not start")
+            m.sync()
+            with open(m.bpath("ckpt", "model.pt"), "rb") as f:
+                self.assertEqual(f.read(), model)
+            with open(m.bpath("ckpt", "__0_0.distcp"), "rb") as f:
+                self.assertEqual(f.read(), b"s" * 100000 + b"more")
+            self.assertEqual(m.unmount(), 0)
 
     def test_workers_that_keep_dying_right_after_their_start_end_the_mount(self):
         # A worker may be killed before it serves (then it "could not start").
