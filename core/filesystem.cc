@@ -931,7 +931,7 @@ Status Filesystem::Release(uint64_t handle) {
       h->inode->cached_handles--;
     }
     UnrecordHandleLocked(h);
-    if (h->request != 0) opened_by_request_.erase(h->request);
+    if (!opened_by_request_.empty()) opened_by_request_.erase(h->request);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     ns_.MaybeDropLocked(h->inode);

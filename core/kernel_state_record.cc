@@ -88,16 +88,24 @@ KernelStateRecord::KernelStateRecord(char* memory, uint64_t capacity_blocks)
     header_->nodes_used.store(0);
     header_->handles_used.store(0);
   }
-  if (header_->nodes_used.load() > kNodes) header_->nodes_used.store(kNodes);
-  if (header_->handles_used.load() > kHandles) header_->handles_used.store(kHandles);
+  header_->nodes_used.store(static_cast<uint32_t>(NodesUsed()));
+  header_->handles_used.store(static_cast<uint32_t>(HandlesUsed()));
   MutexLock lock(mu_);
   // What a previous worker left stays readable until Clear.
-  for (int i = static_cast<int>(header_->nodes_used.load()) - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(NodesUsed()) - 1; i >= 0; --i) {
     if (nodes_[i].in_use.load() == 0) free_nodes_.push_back(i);
   }
-  for (int i = static_cast<int>(header_->handles_used.load()) - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(HandlesUsed()) - 1; i >= 0; --i) {
     if (handles_[i].fh.load() == 0) free_handles_.push_back(i);
   }
+}
+
+size_t KernelStateRecord::NodesUsed() const {
+  return std::min<size_t>(header_->nodes_used.load(), kNodes);
+}
+
+size_t KernelStateRecord::HandlesUsed() const {
+  return std::min<size_t>(header_->handles_used.load(), kHandles);
 }
 
 int KernelStateRecord::TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& used,
@@ -230,10 +238,10 @@ void KernelStateRecord::Clear() {
   MutexLock lock(mu_);
   free_nodes_.clear();
   free_handles_.clear();
-  for (uint32_t i = 0; i < header_->nodes_used.load(); ++i) {
+  for (size_t i = 0; i < NodesUsed(); ++i) {
     nodes_[i].in_use.store(0, std::memory_order_release);
   }
-  for (uint32_t i = 0; i < header_->handles_used.load(); ++i) {
+  for (size_t i = 0; i < HandlesUsed(); ++i) {
     handles_[i].fh.store(0, std::memory_order_release);
   }
   header_->nodes_used.store(0, std::memory_order_release);
@@ -242,11 +250,11 @@ void KernelStateRecord::Clear() {
 
 KernelStateRecord::Entries KernelStateRecord::InUse() const {
   Entries in_use;
-  const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
+  const size_t nodes_used = NodesUsed();
   for (size_t i = 0; i < nodes_used; ++i) {
     if (nodes_[i].in_use.load(std::memory_order_acquire) != 0) in_use.nodes.push_back(i);
   }
-  const size_t handles_used = std::min<size_t>(header_->handles_used.load(), kHandles);
+  const size_t handles_used = HandlesUsed();
   for (size_t i = 0; i < handles_used; ++i) {
     if (handles_[i].fh.load(std::memory_order_acquire) != 0) in_use.handles.push_back(i);
   }
@@ -276,7 +284,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     out.nodes[earlier.node].content = false;
     with_content.erase(earlier_ino);
   };
-  const size_t nodes_used = std::min<size_t>(header_->nodes_used.load(), kNodes);
+  const size_t nodes_used = NodesUsed();
   for (size_t i = 0; i < nodes_used; ++i) {
     const NodeEntry& e = nodes_[i];
     if (e.in_use.load(std::memory_order_acquire) == 0) continue;
@@ -348,7 +356,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     for (const auto& [index, stamped] : blocks) n.blocks.emplace_back(index, stamped.second);
     std::sort(n.blocks.begin(), n.blocks.end());
   }
-  const size_t handles_used = std::min<size_t>(header_->handles_used.load(), kHandles);
+  const size_t handles_used = HandlesUsed();
   std::unordered_set<uint64_t> handles_seen;
   for (size_t i = 0; i < handles_used; ++i) {
     const HandleEntry& e = handles_[i];

@@ -123,6 +123,9 @@ class KernelStateRecord {
   struct HandleEntry;
   struct SlotTag;
 
+  // Entries of each table ever used since the last Clear (as far as the table goes).
+  size_t NodesUsed() const;
+  size_t HandlesUsed() const;
   // A free entry of a table of `capacity` of which `used` were ever used, or -1 (mu_ held).
   static int TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& used, size_t capacity);
 

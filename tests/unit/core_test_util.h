@@ -449,4 +449,28 @@ inline uint64_t StatOf(Filesystem& fs, const std::string& key) {
   return StatsOf(fs).at(key).get<uint64_t>();
 }
 
+// In a child process killed once done (RunAndKill, as a worker or daemon dies): a Filesystem over
+// `backing` with a cache of `cache` bytes in the shared memory `arena_fd` writes `bytes` to a new
+// file `path` in 128 KiB pieces (the writer waits for memory, the flusher spills the file) and
+// leaves it open. Returns its handle, or 0 when that failed or nothing was spilled (on stderr).
+inline uint64_t WriteASpilledFileAndDie(const std::string& backing, uint64_t cache, int arena_fd,
+                                        const std::string& path, const std::string& bytes) {
+  using namespace std::chrono_literals;
+  return RunAndKill([&]() -> uint64_t {
+    // Never destroyed: the process is killed.
+    Filesystem* dying = StartFs(backing, {.cache_size = cache, .flush_delay = 3600s,
+                                          .arena_fd = arena_fd}).release();
+    Result<uint64_t> opened = CreatePath(*dying, path);
+    if (!opened.ok()) return 0;
+    for (size_t at = 0; at < bytes.size(); at += 128 << 10) {
+      if (!WriteHandle(*dying, *opened, at, bytes.substr(at, 128 << 10)).ok()) return 0;
+    }
+    if (StatOf(*dying, "spilled_bytes") == 0) {
+      std::fprintf(stderr, "nothing was spilled: %s\n", dying->StatsJson().c_str());
+      return 0;
+    }
+    return *opened;
+  });
+}
+
 }  // namespace ckptfs::testing_util

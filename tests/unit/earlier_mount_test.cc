@@ -109,21 +109,8 @@ TEST(EarlierMountSpillTest, AFileSpilledToTheStagingDirectoryIsRescuedAndItsSpil
   constexpr uint64_t kCache = 1 << 20;
   ArenaMemory memory(kCache);
   const std::string big = Pattern(3, 3 * kCache + 1000);
-  const uint64_t handle = RunAndKill([&]() -> uint64_t {
-    // Never destroyed: the process is killed, as a daemon's is.
-    Filesystem* died = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 3600s,
-                                                .arena_fd = memory.fd()}).release();
-    Result<uint64_t> opened = CreatePath(*died, "big.distcp");
-    if (!opened.ok()) return 0;
-    for (size_t at = 0; at < big.size(); at += 128 << 10) {
-      if (!WriteHandle(*died, *opened, at, big.substr(at, 128 << 10)).ok()) return 0;
-    }
-    if (StatOf(*died, "spilled_bytes") == 0) {
-      std::fprintf(stderr, "nothing was spilled: %s\n", died->StatsJson().c_str());
-      return 0;
-    }
-    return *opened;
-  });
+  const uint64_t handle =
+      WriteASpilledFileAndDie(backing.path(), kCache, memory.fd(), "big.distcp", big);
   ASSERT_NE(handle, 0u);
   ASSERT_EQ(HostTree(backing / ".ckptfs/staging").size(), 1u) << "its spill file, kept";
   Config config;

@@ -370,22 +370,8 @@ TEST(KernelStateSpillTest, AFileLargerThanTheCacheGoesOnFromItsSpillFileAfterACr
   ArenaMemory memory(kCache);
   const std::string head = Pattern(5, 3 * kCache + 1000);
   const std::string tail = Pattern(6, 100000);
-  const uint64_t handle = RunAndKill([&]() -> uint64_t {
-    // Never destroyed: the process is killed.
-    Filesystem* crashed = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 3600s,
-                                                   .arena_fd = memory.fd()}).release();
-    Result<uint64_t> opened = CreatePath(*crashed, "big.distcp");
-    if (!opened.ok()) return 0;
-    // Written in pieces: the writer waits for memory, and the flusher spills the file.
-    for (size_t at = 0; at < head.size(); at += 128 << 10) {
-      if (!WriteHandle(*crashed, *opened, at, head.substr(at, 128 << 10)).ok()) return 0;
-    }
-    if (crashed->StatsJson().find("\"spilled_bytes\": 0,") != std::string::npos) {
-      std::fprintf(stderr, "nothing was spilled: %s\n", crashed->StatsJson().c_str());
-      return 0;
-    }
-    return *opened;
-  });
+  const uint64_t handle =
+      WriteASpilledFileAndDie(backing.path(), kCache, memory.fd(), "big.distcp", head);
   ASSERT_NE(handle, 0u);
   EXPECT_EQ(HostTree(backing / ".ckptfs/staging").size(), 1u) << "its spill file, kept";
   auto next = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 0ms, .worker = 1,
