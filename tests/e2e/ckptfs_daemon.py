@@ -169,8 +169,8 @@ class CkptfsDaemon:
                     with open(f"/proc/{child}/cmdline", "rb") as f:
                         if b"\0--worker\0" in f.read():
                             return int(child)
-                except FileNotFoundError:
-                    pass
+                except (FileNotFoundError, ProcessLookupError):
+                    pass  # It ended meanwhile (a killed worker): not the one serving.
             if time.monotonic() > deadline:
                 raise RuntimeError("the ckptfs supervisor has no worker")
             time.sleep(0.01)
