@@ -89,6 +89,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
           [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
+      tensors_(ns_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
       control_(*this, start_time_),
       handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {
@@ -212,10 +213,19 @@ void Filesystem::SealHandleLocked(Handle* h) {
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
   if (parent == kControlDirIno) return control_.Lookup(name);
+  if (IsTensorViewIno(parent)) return tensors_.Lookup(parent, name);
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
   Result<InodeRef> child = ns_.LookupLocked(*dir, name);
+  if (!child.ok() && child.status().err() == ENOENT && name == kTensorViewName) {
+    // A checkpoint's tensor view, unless a real entry has its name.
+    Result<TensorViews::Found> found = tensors_.FindLocked(*dir);
+    if (!found.ok()) return child.status();
+    if (found->root) return *found->root;
+    lock.Unlock();
+    return tensors_.Build(std::move(found->checkpoint));
+  }
   if (!child.ok()) return child.status();
   (*child)->lookups++;
   if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
@@ -223,7 +233,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
-  if (ino < kFirstIno) return;
+  if (ino < kFirstIno || IsTensorViewIno(ino)) return;
   NamespaceLock lock(ns_.mutex());
   if (ForgetAliasLocked(ino)) return;
   InodeRef inode = ns_.FindLocked(ino);
@@ -235,6 +245,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
 
 Result<Attr> Filesystem::GetAttr(uint64_t ino) {
   if (IsControl(ino)) return control_.AttrOf(ino);
+  if (IsTensorViewIno(ino)) return tensors_.GetAttr(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
@@ -674,6 +685,18 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     NamespaceLock lock(ns_.mutex());
     return OpenFile{control_.AttrOf(ino), AdoptHandleLocked(std::move(h)), true};
   }
+  if (IsTensorViewIno(ino)) {
+    Result<std::shared_ptr<const TensorViews::OpenView>> opened = tensors_.Open(ino, flags);
+    if (!opened.ok()) return opened.status();
+    auto h = std::make_unique<Handle>();
+    h->tensor = std::move(*opened);
+    const Attr attr = TensorViews::AttrOf(*h->tensor);
+    // A view's file never changes (a changed checkpoint gets new nodes): cached pages stay
+    // right; info.json is made at each open.
+    const bool generated = TensorViews::Generated(*h->tensor);
+    NamespaceLock lock(ns_.mutex());
+    return OpenFile{attr, AdoptHandleLocked(std::move(h)), generated, !generated};
+  }
   if (c.resent) {
     NamespaceLock lock(ns_.mutex());
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
@@ -819,6 +842,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   Handle* h = HandleOf(handle);
   if (!h) return UnknownHandle(handle);
   ReadData out;
+  if (h->tensor) return tensors_.Read(*h->tensor, offset, size);
   if (!h->inode) return control_.Read(h->control, offset, size);
   // One lock for a plain file's read: the hot path of loads.
   bool viewed;
@@ -847,6 +871,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
                                  size_t size, const Caller& c) {
   Handle* h = HandleOf(handle);
   if (!h) return UnknownHandle(handle);
+  if (h->tensor) return Status::Error(EBADF, "a view of a checkpoint is read-only");
   if (!h->inode) return control_.Write(h->control, std::string_view(data, size));
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
@@ -993,6 +1018,12 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
   auto dh = std::make_unique<DirHandle>();
   if (ino == kControlDirIno) {
     dh->entries = control_.List();
+    return AdoptDirHandle(std::move(dh));
+  }
+  if (IsTensorViewIno(ino)) {
+    Result<std::vector<DirEntry>> entries = tensors_.List(ino);
+    if (!entries.ok()) return entries.status();
+    dh->entries = std::move(*entries);
     return AdoptDirHandle(std::move(dh));
   }
   NamespaceLock lock(ns_.mutex());

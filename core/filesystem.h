@@ -41,6 +41,7 @@
 #include "core/recovery_log.h"
 #include "core/shared_mount.h"
 #include "core/stats.h"
+#include "core/tensor_view/tensor_views.h"
 #include "core/thread_annotations.h"
 #include "core/zarr_views.h"
 #include "iouring/env.h"
@@ -205,8 +206,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   struct Handle {
     Handle() = default;
     Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
-    InodeRef inode;  // Null for control files.
+    InodeRef inode;  // Null for control files and tensor views.
     ControlFiles::OpenFile control;
+    std::shared_ptr<const TensorViews::OpenView> tensor;  // A file of a tensor view.
     uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
     int flags = 0;
     bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
@@ -394,6 +396,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;
+  TensorViews tensors_;
   Reclaimer reclaimer_;
   ControlFiles control_;
   // Open files, owned here until released. The handle numbers given to the kernel are their

@@ -101,6 +101,7 @@ Result<HandoffImage> Filesystem::Handoff() {
     image.inodes.push_back(std::move(r));
   }
   for (const auto& [address, h] : handles_) {
+    if (h->tensor) continue;  // Its reads fail after the handoff (EBADF): it is opened again.
     HandoffImage::HandleRecord r;
     r.fh = h->number;
     r.flags = h->flags;

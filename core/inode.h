@@ -41,6 +41,7 @@ struct Attr {
   uint64_t size = 0;
   uint64_t rdev = 0;  // Device nodes: the device.
   timespec atime{}, mtime{}, ctime{};
+  bool no_blocks = false;  // Nothing stored: a view's file (du counts what is stored).
 };
 
 struct Inode {

@@ -77,6 +77,7 @@ void CopyAttributes(const Inode& inode, JournalEntry& e) {
 }
 
 Status UnknownInode(uint64_t ino) {
+  if (IsTensorViewIno(ino)) return Status::Error(EROFS, "a view of a checkpoint is read-only");
   return Status::Error(ESTALE, "inode " + std::to_string(ino) + " is not known here");
 }
 

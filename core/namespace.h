@@ -38,6 +38,9 @@ inline constexpr uint64_t kRootIno = 1;
 inline constexpr uint64_t kFirstIno = 16;  // Below: the root and the control files.
 // Worker w of a mount (Config::worker) numbers its inodes from kFirstIno + (w << this).
 inline constexpr unsigned kWorkerInoShift = 40;
+// Nodes of the read-only tensor views (core/tensor_view/tensor_views.h) have this bit set.
+inline constexpr uint64_t kTensorViewInoBit = uint64_t{1} << 62;
+inline bool IsTensorViewIno(uint64_t ino) { return (ino & kTensorViewInoBit) != 0; }
 
 // Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
 // other user none.
@@ -60,7 +63,8 @@ struct DirEntry {
 };
 
 // ESTALE for an inode number the kernel sent that this worker does not know (one an earlier
-// worker gave, or forgotten): the kernel then looks the path up again, once.
+// worker gave, or forgotten): the kernel then looks the path up again, once. EROFS for a node of
+// a tensor view: only changes reach the namespace with one.
 Status UnknownInode(uint64_t ino);
 
 // EINVAL for an empty name, "." and ".." or a name with a slash; ENAMETOOLONG past NAME_MAX.

@@ -40,7 +40,7 @@ struct stat ToStat(const Attr& a) {
   st.st_size = static_cast<off_t>(a.size);
   st.st_rdev = static_cast<dev_t>(a.rdev);
   st.st_blksize = kPreferredIoSize;
-  st.st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st.st_blocks = a.no_blocks ? 0 : static_cast<blkcnt_t>((a.size + 511) / 512);
   st.st_atim = a.atime;
   st.st_mtim = a.mtime;
   st.st_ctim = a.ctime;

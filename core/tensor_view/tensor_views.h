@@ -1,0 +1,99 @@
+// TensorViews: the read-only directory `.tensors` of a DCP / torch_dist checkpoint directory
+// (one holding `.metadata`): one zarr v2 array per tensor, named by its fully qualified name
+// (EncodeViewName), with `.zarray`, `.zattrs` and one chunk file per chunk of its grid
+// (core/tensor_view/tensor_grid.h) whose bytes are ranges of the checkpoint's own files, read
+// where they are (memory or backing store), never copied; each byte item as a file of its raw
+// bytes; `info.json` and `.zgroup` at the top.
+//
+// `.tensors` is found by name only (listings of the checkpoint never show it, so copies and
+// loaders never see it). It appears once `.metadata` is sealed (closed or fsynced) and is built
+// again, with new node numbers, when `.metadata` or a file the view reads has changed since;
+// nodes of a replaced view are unknown (ESTALE: the kernel looks the path up again). A view's
+// files have no blocks, so `du` of a checkpoint counts what is stored.
+//
+// Thread-safe. Lock order: the namespace lock, then Inode::mu, then this class's lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/file_content.h"
+#include "core/inode.h"
+#include "core/namespace.h"
+#include "core/status.h"
+#include "core/thread_annotations.h"
+
+namespace ckptfs {
+
+inline constexpr const char* kTensorViewName = ".tensors";
+// Node numbers of views: kTensorViewInoBit (core/namespace.h), the view's serial above bit 32,
+// the node's index below.
+
+// A fully qualified name as a file name: '%', '/' and NUL, a leading '.', and the names of the
+// view's own files percent-encoded (so DecodeViewName gives it back); names longer than NAME_MAX
+// are cut and given a hash (info.json keeps the name).
+std::string EncodeViewName(const std::string& fqn);
+std::string DecodeViewName(const std::string& name);
+
+class TensorViews {
+ public:
+  // A file of the checkpoint directory as a build reads it: taken under the namespace lock.
+  struct SourceFile {
+    InodeRef inode;
+    std::string name;
+    uint64_t version = 0;
+    FileContent content;  // Its bytes when taken.
+  };
+  struct Checkpoint {
+    InodeRef dir;
+    std::string path;  // For logs and info.json.
+    SourceFile metadata;
+    std::vector<SourceFile> files;  // The .distcp files.
+  };
+  class View;
+  struct OpenView;
+
+  explicit TensorViews(Namespace& ns) : ns_(ns) {}
+
+  // The view of `dir`: its root's attributes when a view is built and still current; else what
+  // a build needs (taken with the namespace lock held), or ENOENT when `dir` holds no sealed
+  // `.metadata`.
+  struct Found {
+    std::optional<Attr> root;
+    Checkpoint checkpoint;
+  };
+  Result<Found> FindLocked(const InodeRef& dir) REQUIRES(ns_lock);
+  // Builds the view of `checkpoint` (without the namespace lock: reads its files) and returns
+  // its root's attributes.
+  Result<Attr> Build(Checkpoint checkpoint);
+
+  Result<Attr> Lookup(uint64_t parent, const std::string& name);
+  Result<Attr> GetAttr(uint64_t ino);
+  // The entries of view directory `ino`, "." and ".." included.
+  Result<std::vector<DirEntry>> List(uint64_t ino);
+  // EROFS for writing; EISDIR for a directory.
+  Result<std::shared_ptr<const OpenView>> Open(uint64_t ino, int flags);
+  Result<ReadData> Read(const OpenView& file, uint64_t offset, size_t size);
+  static Attr AttrOf(const OpenView& file);
+  // Whether its content is made at open (info.json) rather than fixed.
+  static bool Generated(const OpenView& file);
+
+  // Number of views held (for the stats).
+  size_t size() const;
+
+ private:
+  // The view and node index of `ino`, or ESTALE.
+  Result<std::pair<std::shared_ptr<const View>, uint32_t>> Node(uint64_t ino) const;
+
+  Namespace& ns_;
+  mutable Mutex mu_;
+  uint64_t next_serial_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<const View>> by_serial_ GUARDED_BY(mu_);
+  std::map<const Inode*, uint64_t> by_dir_ GUARDED_BY(mu_);
+};
+
+}  // namespace ckptfs

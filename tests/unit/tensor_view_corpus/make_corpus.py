@@ -1,0 +1,46 @@
+"""Makes the seed files of the tensor view's reader tests and fuzz test (run from this directory
+with the project's .venv; the outputs are kept in the repository):
+
+  dcp.metadata      .metadata of a DCP save by one rank: 2-D, 1-D and 0-d tensors, bfloat16,
+                    nested keys, byte items
+  shard.distcp      the .distcp file of that save (its shards are torch.save archives)
+  state_dict.pt     torch.save of a nested state dict: OrderedDict, a Parameter, a view with a
+                    storage offset, an optimizer-like state, ints, floats, strings, None
+  protocol0.pkl     the same kind of nested dict as protocol 0 (text opcodes)
+"""
+
+import collections
+import io
+import os
+import pickle
+import shutil
+import tempfile
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata  # noqa: F401  (format)
+
+torch.manual_seed(0)
+here = os.path.dirname(os.path.abspath(__file__))
+
+with tempfile.TemporaryDirectory() as d:
+    state = {
+        "model": {"layer.weight": torch.randn(6, 4), "layer.bias": torch.randn(4).to(torch.bfloat16)},
+        "optim": {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.randn(6, 4)}}, "lr": 0.1},
+        "iteration": 7,
+        "name": "run/1",
+    }
+    dcp.save(state, checkpoint_id=d)
+    shutil.copy(os.path.join(d, ".metadata"), os.path.join(here, "dcp.metadata"))
+    shutil.copy(os.path.join(d, "__0_0.distcp"), os.path.join(here, "shard.distcp"))
+
+base = torch.arange(20, dtype=torch.float32)
+nested = collections.OrderedDict(
+    model=collections.OrderedDict(w=torch.nn.Parameter(torch.ones(2, 3)), tail=base[5:9]),
+    optimizer={"state": {0: {"exp_avg": torch.zeros(3, dtype=torch.bfloat16)}}, "param_groups": [{"lr": 1e-3, "params": [0]}]},
+    args={"iteration": 12, "note": None, "ratio": 0.5, "name": "gpt"},
+)
+torch.save(nested, os.path.join(here, "state_dict.pt"))
+
+with open(os.path.join(here, "protocol0.pkl"), "wb") as f:
+    f.write(pickle.dumps({"a": [1, 2.5, "x", None, True], "b": (3, -4, 2**70), "c": {"d": b"\x00\x01"}}, protocol=0))
