@@ -41,6 +41,9 @@ inline constexpr unsigned kWorkerInoShift = 40;
 // Nodes of the read-only tensor views (core/tensor_view/tensor_views.h) have this bit set.
 inline constexpr uint64_t kTensorViewInoBit = uint64_t{1} << 62;
 inline bool IsTensorViewIno(uint64_t ino) { return (ino & kTensorViewInoBit) != 0; }
+// The root of a tensor view: looked up again at every path walk, so that a changed checkpoint is
+// seen at once (the view is checked against it at each lookup).
+inline bool IsTensorViewRoot(uint64_t ino) { return IsTensorViewIno(ino) && (ino & 0xFFFFFFFF) == 0; }
 
 // Who asks (from the FUSE request). Root is taken to hold every capability (CAP_FSETID), any
 // other user none.

@@ -53,7 +53,7 @@ fuse_entry_param ToEntry(const Attr& a) {
   e.generation = 0;
   e.attr = ToStat(a);
   e.attr_timeout = kAttrSeconds;
-  e.entry_timeout = kAttrSeconds;
+  e.entry_timeout = IsTensorViewRoot(a.ino) ? 0 : kAttrSeconds;
   return e;
 }
 

@@ -1,0 +1,121 @@
+"""The tensor view of real checkpoints (core/tensor_view/): DCP saved by 2 ranks with every kind of
+sharding (tensor_view_workload) and Megatron-core torch_dist, read tensor by tensor with zarr
+through `.tensors` and compared with what DCP's own loader reads; shell tools on the view; a view
+that follows its checkpoint rewritten and removed; a hostile .metadata."""
+
+import os
+import subprocess
+import unittest
+
+import numpy as np
+
+import tensor_view_workload as tv
+import workloads
+from ckptfs_daemon import CkptfsDaemon
+from e2e_check import fresh_mount
+
+
+def run(*cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+class TensorViewTest(unittest.TestCase):
+    def check_view(self, ckpt):
+        """Every tensor of .metadata is in the view, with its shape and dtype, and reads as DCP
+        loads it."""
+        shapes = tv.metadata_shapes(ckpt)
+        ref = tv.reference(ckpt)
+        info, arrays = tv.read_view(ckpt)
+        self.assertEqual(info["skipped"], [])
+        self.assertEqual(set(arrays), set(shapes))
+        for t in info["tensors"]:
+            fqn = t["fqn"]
+            shape, dtype = shapes[fqn]
+            self.assertEqual(tuple(t["shape"]), shape, fqn)
+            self.assertEqual(t["torch_dtype"], dtype, fqn)
+            expected = tv.as_served(ref[fqn])
+            got = arrays[fqn]
+            self.assertEqual(got.dtype, expected.dtype, fqn)
+            self.assertEqual(got.shape, expected.shape, fqn)
+            self.assertTrue(np.array_equal(got, expected), f"{fqn}: the view reads other values")
+        return info
+
+    def test_a_dcp_save_by_two_ranks_reads_through_zarr_as_dcp_loads_it_tensor_by_tensor(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-dcp-")
+        ckpt = os.path.join(mnt, "ck")
+        tv.save(ckpt)
+        info = self.check_view(ckpt)
+        grids = {t["fqn"]: t["grid"] for t in info["tensors"]}
+        self.assertEqual(grids["dt.even"], "shards")
+        self.assertEqual(grids["dt.edge"], "shards")
+        self.assertEqual(grids["st.uneven"], "finest")
+        self.assertEqual(grids["st.blocks"], "finest")
+        self.assertEqual({i["fqn"] for i in info["items"]}, {"step", "meta.name"})
+        # The byte items are the pickled objects DCP wrote.
+        import torch
+        with open(os.path.join(ckpt, tv.VIEW, "step"), "rb") as f:
+            self.assertEqual(torch.load(f, weights_only=False), 12)
+        d.sync()
+        self.assertTrue(all(t["durable"] for t in tv.read_view(ckpt)[0]["tensors"]))
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+        self.assertEqual(d.error_lines(), [], "the daemon logged errors")
+        # Mounted again: the view reads the backing store alone.
+        d2 = CkptfsDaemon(backing, mnt, ("cache_size=1G",))
+        self.addCleanup(d2.cleanup)
+        d2.start()
+        self.check_view(ckpt)
+        self.assertEqual(d2.unmount(), 0, d2.output()[-3000:])
+
+    def test_shell_tools_list_size_and_find_the_view_and_du_counts_only_what_is_stored(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-shell-")
+        ckpt = os.path.join(mnt, "ck")
+        tv.save(ckpt)
+        view = os.path.join(ckpt, tv.VIEW)
+        info, _ = tv.read_view(ckpt)
+        # Found by name, never listed: copies and loaders of the checkpoint do not see it.
+        self.assertNotIn(tv.VIEW, run("ls", "-a", ckpt).split())
+        self.assertEqual(sorted(run("ls", view).split()),
+                         sorted([t["path"] for t in info["tensors"]] + [i["path"] for i in info["items"]]
+                                + ["info.json"]))
+        self.assertEqual(int(run("sh", "-c", f"find {view} -name .zarray | wc -l")), len(info["tensors"]))
+        self.assertEqual(run("du", "-s", view).split()[0], "0")
+        for t in info["tensors"]:
+            tensor_dir = os.path.join(view, t["path"])
+            files = [os.path.join(tensor_dir, f) for f in os.listdir(tensor_dir)]
+            chunks = sum(os.path.getsize(f) for f in files if not os.path.basename(f).startswith("."))
+            apparent = int(run("du", "-s", "-b", "--apparent-size", tensor_dir).split()[0])
+            self.assertEqual(apparent, sum(os.path.getsize(f) for f in files), t["fqn"])
+            # The chunks hold the tensor's bytes, and zarr's padding of edge chunks.
+            self.assertGreaterEqual(chunks, t["bytes"], t["fqn"])
+            if t["grid"] == "shards" and t["fqn"] == "dt.even":
+                self.assertEqual(chunks, t["bytes"])
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+
+    def test_the_view_follows_its_checkpoint_rewritten_then_removed(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-rewrite-")
+        ckpt = os.path.join(mnt, "ck")
+        os.makedirs(ckpt)
+        with open(os.path.join(ckpt, ".metadata"), "wb") as f:
+            f.write(b"\x80\x04not a pickle at all" * 100)
+        info, arrays = tv.read_view(ckpt)
+        self.assertEqual(arrays, {})
+        self.assertIn("error", info)
+        tv.save(ckpt)
+        self.check_view(ckpt)
+        run("rm", "-rf", ckpt)
+        self.assertFalse(os.path.exists(os.path.join(ckpt, tv.VIEW)))
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+
+    def test_a_megatron_torch_dist_checkpoint_reads_through_zarr_as_dcp_loads_it(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-mcore-")
+        w = workloads.make("mcore_torch_dist", for_test=True)
+        ckpt = os.path.join(mnt, "m")
+        w.save(ckpt)
+        info = self.check_view(ckpt)
+        self.assertGreater(len(info["tensors"]), 10)
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+        self.assertEqual(d.error_lines(), [], "the daemon logged errors")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
