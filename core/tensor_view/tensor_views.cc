@@ -13,88 +13,42 @@
 #include <utility>
 
 #include "core/tensor_view/dcp_metadata.h"
-#include "core/tensor_view/pickle_reader.h"
-#include "core/tensor_view/tensor_grid.h"
-#include "core/tensor_view/torch_save.h"
+#include "core/tensor_view/dcp_view.h"
+#include "core/tensor_view/torch_save_view.h"
+#include "core/tensor_view/view_tree.h"
 
 namespace ckptfs {
 namespace {
 
-constexpr const char* kInfoName = "info.json";
-constexpr const char* kZgroupName = ".zgroup";
 constexpr size_t kMaxViews = 64;
-constexpr size_t kMaxViewNodes = size_t{1} << 22;
-constexpr const char* kDistcpSuffix = ".distcp";
-
-// A run of a view file's bytes: [start, start + length) of the file is bytes [offset, ...) of
-// source `source`, or zeros when source < 0.
-struct Range {
-  uint64_t start = 0;
-  int32_t source = -1;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-struct ViewNode {
-  std::string name;
-  uint32_t parent = 0;
-  bool dir = false;
-  std::map<std::string, uint32_t> children;
-  bool info = false;  // info.json: made at each getattr and open (durability changes).
-  std::string text;
-  std::vector<Range> ranges;
-  uint64_t size = 0;
-};
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-Status ReadSource(const FileContent& content, uint64_t offset, size_t length, char* out) {
-  Result<size_t> n = content.ReadInto(offset, length, out);
-  if (!n.ok()) return n.status();
-  if (*n != length) return Status::Error(EBADMSG, "a stored range runs past its file");
-  return Status::Ok();
+// The files a view reads: DCP's, and torch.save files by their usual names.
+bool IsDcpData(const std::string& name) { return EndsWith(name, ".distcp"); }
+bool IsTorchSave(const std::string& name) {
+  return EndsWith(name, ".pt") || EndsWith(name, ".pth") || EndsWith(name, ".bin");
+}
+
+// Replaces each "_sources" of `j` by "durable": whether all those sources are.
+void ShowDurability(nlohmann::json& j, const std::vector<bool>& durable) {
+  if (j.is_array()) {
+    for (nlohmann::json& item : j) ShowDurability(item, durable);
+    return;
+  }
+  if (!j.is_object()) return;
+  if (auto it = j.find("_sources"); it != j.end()) {
+    bool all = true;
+    for (const nlohmann::json& s : *it) all = all && durable.at(s.get<size_t>());
+    j.erase(it);
+    j["durable"] = all;
+  }
+  for (auto& [key, value] : j.items()) ShowDurability(value, durable);
 }
 
 }  // namespace
-
-std::string EncodeViewName(const std::string& fqn) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (size_t i = 0; i < fqn.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(fqn[i]);
-    if (c == '%' || c == '/' || c == '\0' || (i == 0 && c == '.')) {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (out == kInfoName) out = "info%2Ejson";
-  if (out.size() > NAME_MAX) {
-    char hash[20];
-    std::snprintf(hash, sizeof hash, "~%016zx", std::hash<std::string>{}(fqn));
-    out = out.substr(0, 200) + hash;
-  }
-  return out;
-}
-
-std::string DecodeViewName(const std::string& name) {
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    unsigned value = 0;
-    if (name[i] == '%' && i + 2 < name.size() &&
-        std::from_chars(name.data() + i + 1, name.data() + i + 3, value, 16).ptr == name.data() + i + 3) {
-      out += static_cast<char>(value);
-      i += 2;
-    } else {
-      out += name[i];
-    }
-  }
-  return out;
-}
 
 class TensorViews::View {
  public:
@@ -102,56 +56,31 @@ class TensorViews::View {
   uint64_t dir_ino = 0;
   InodeRef dir;
   std::string path;
-  // The files it reads (the .metadata first) and their versions when it was built.
+  size_t dir_entries = 0;  // The directory's entries when built: a new file makes a new view.
+  // The files it reads and their versions when it was built (ViewRange::source indexes them).
   std::vector<InodeRef> sources;
   std::vector<std::string> source_names;
   std::vector<uint64_t> versions;
-  std::vector<ViewNode> nodes;
+  ViewTree tree;
   uint32_t uid = 0, gid = 0;
   timespec time{};
-  // info.json without the durability of each entry, and the sources each entry reads.
-  nlohmann::json info;
-  std::vector<std::vector<int32_t>> info_sources;
 
   uint64_t Ino(uint32_t node) const { return kTensorViewInoBit | serial << 32 | node; }
 
-  uint32_t Add(uint32_t parent, std::string name, ViewNode node) {
-    node.name = name;
-    node.parent = parent;
-    nodes.push_back(std::move(node));
-    const auto index = static_cast<uint32_t>(nodes.size() - 1);
-    nodes[parent].children[std::move(name)] = index;
-    return index;
-  }
-  uint32_t AddText(uint32_t parent, std::string name, std::string text) {
-    ViewNode n;
-    n.size = text.size();
-    n.text = std::move(text);
-    return Add(parent, std::move(name), std::move(n));
-  }
-
   // info.json with each entry's durability now.
   std::string InfoText() const {
-    nlohmann::json out = info;
     std::vector<bool> durable(sources.size());
     for (size_t i = 0; i < sources.size(); ++i) {
       MutexLock lock(sources[i]->mu);
       durable[i] = sources[i]->durable_version == sources[i]->version;
     }
-    size_t k = 0;
-    for (const char* list : {"tensors", "items"}) {
-      for (nlohmann::json& entry : out[list]) {
-        bool all = true;
-        for (int32_t s : info_sources[k]) all = all && durable[static_cast<size_t>(s)];
-        entry["durable"] = all;
-        ++k;
-      }
-    }
+    nlohmann::json out = tree.info;
+    ShowDurability(out, durable);
     return out.dump(1) + "\n";
   }
 
   Attr AttrOf(uint32_t index) const {
-    const ViewNode& n = nodes[index];
+    const ViewNode& n = tree.nodes[index];
     Attr a;
     a.ino = Ino(index);
     a.mode = n.dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
@@ -171,213 +100,27 @@ struct TensorViews::OpenView {
   std::string text;  // info.json as opened.
 };
 
-namespace {
-
-// Builds a view's nodes from a DCP checkpoint.
-class DcpBuilder {
- public:
-  DcpBuilder(TensorViews::View& view, const std::vector<TensorViews::SourceFile>& files)
-      : view_(view), files_(files) {}
-
-  void Build(const DcpCheckpoint& ck) {
-    view_.info = {{"format", "dcp"}, {"checkpoint", view_.path}, {"tensors", nlohmann::json::array()},
-                  {"items", nlohmann::json::array()}, {"skipped", nlohmann::json::array()}};
-    view_.info_sources.clear();
-    for (const auto& [fqn, why] : ck.skipped) Skip(fqn, why);
-    for (const DcpTensor& t : ck.tensors) {
-      std::string why = AddTensor(t);
-      if (!why.empty()) Skip(t.fqn, why);
-    }
-    for (const DcpItem& item : ck.items) {
-      std::string why = AddItem(item);
-      if (!why.empty()) Skip(item.fqn, why);
-    }
-    view_.AddText(0, kZgroupName, "{\n \"zarr_format\": 2\n}\n");
-    ViewNode info;
-    info.info = true;
-    view_.Add(0, kInfoName, std::move(info));
-  }
-
- private:
-  void Skip(const std::string& fqn, const std::string& why) {
-    spdlog::info("{}/{}: {} not shown: {}", view_.path, kTensorViewName, fqn, why);
-    view_.info["skipped"].push_back({{"fqn", fqn}, {"reason", why}});
-  }
-
-  int32_t SourceNamed(const std::string& name) const {
-    for (size_t i = 0; i < files_.size(); ++i) {
-      if (files_[i].name == name) return static_cast<int32_t>(i + 1);  // 0 is the .metadata.
-    }
-    return -1;
-  }
-
-  // Where shard `shard` of `t`, stored as a torch.save of one tensor (or as its raw bytes),
-  // has its elements in its file; or why it cannot be served.
-  Result<uint64_t> ShardData(const DcpTensor& t, const DcpShard& shard, const DtypeInfo& dtype,
-                             const FileContent& content) {
-    const StoredRange& r = shard.stored;
-    if (r.offset > content.size() || r.length > content.size() - r.offset) {
-      return Status::Error(EBADMSG, r.file + " is shorter than .metadata says");
-    }
-    uint64_t numel = 1;
-    for (uint64_t s : shard.sizes) numel *= s;
-    char magic[4] = {};
-    if (r.length >= 4) {
-      Status st = ReadSource(content, r.offset, 4, magic);
-      if (!st.ok()) return st;
-    }
-    if (std::string_view(magic, 4) != std::string_view("PK\x03\x04", 4)) {
-      if (r.length == numel * dtype.itemsize) return r.offset;
-      return Status::Error(EBADMSG, "a shard is neither a torch.save archive nor raw bytes");
-    }
-    zip::ReadAt read = [&](uint64_t offset, size_t length, char* out) {
-      return ReadSource(content, r.offset + offset, length, out);
-    };
-    Result<TorchArchive> archive = ReadTorchArchive(read, r.length);
-    if (!archive.ok()) return archive.status();
-    Result<std::string> data_pkl = ReadDataPickle(*archive, read, r.length);
-    if (!data_pkl.ok()) return data_pkl.status();
-    Result<pickle::Pickle> p = pickle::Pickle::Read(*data_pkl);
-    if (!p.ok()) return p.status();
-    Result<PickledTensor> pt = TensorAt(*p, p->root());
-    if (!pt.ok()) return pt.status();
-    if (pt->dtype.torch != dtype.torch || pt->shape != shard.sizes || !pt->Contiguous()) {
-      return Status::Error(EBADMSG, "a shard's tensor differs from .metadata (or is not dense)");
-    }
-    const zip::Entry* storage = archive->Storage(pt->storage_key);
-    if (!storage) return Status::Error(EBADMSG, "a shard's storage is missing or compressed");
-    Result<uint64_t> at = zip::DataOffset(read, r.length, *storage);
-    if (!at.ok()) return at.status();
-    if ((pt->storage_offset + numel) * dtype.itemsize > storage->size) {
-      return Status::Error(EBADMSG, "a shard's tensor runs past its storage");
-    }
-    return r.offset + *at + pt->storage_offset * dtype.itemsize;
-  }
-
-  std::string AddTensor(const DcpTensor& t) {
-    std::optional<DtypeInfo> dtype = DtypeNamed(t.dtype);
-    if (!dtype) return "dtype " + t.dtype + " not served";
-    std::vector<Box> boxes;
-    std::vector<int32_t> shard_source;
-    std::vector<uint64_t> shard_base;
-    std::vector<int32_t> used;
-    std::vector<std::string> files;
-    for (const DcpShard& shard : t.shards) {
-      if (shard.stored.transformed) return "stored through a transform (compressed or encrypted)";
-      const int32_t source = SourceNamed(shard.stored.file);
-      if (source < 0) return shard.stored.file + " is missing";
-      Result<uint64_t> base = ShardData(t, shard, *dtype, files_[static_cast<size_t>(source - 1)].content);
-      if (!base.ok()) return base.status().message();
-      boxes.push_back({shard.offsets, shard.sizes});
-      shard_source.push_back(source);
-      shard_base.push_back(*base);
-      if (std::find(used.begin(), used.end(), source) == used.end()) {
-        used.push_back(source);
-        files.push_back(shard.stored.file);
-      }
-    }
-    const TensorGrid grid = ChooseGrid(t.shape, boxes);
-    if (view_.nodes.size() + grid.total_chunks() + 3 > kMaxViewNodes) return "the view has too many files";
-    uint64_t chunk_bytes = dtype->itemsize;
-    for (uint64_t c : grid.chunks) chunk_bytes *= c;
-    // Every chunk's pieces first: a tensor is shown whole or not at all.
-    std::vector<std::pair<std::string, std::vector<Range>>> chunks;
-    std::vector<uint64_t> index(t.shape.size(), 0);
-    for (uint64_t k = 0; k < grid.total_chunks(); ++k) {
-      std::optional<std::vector<Piece>> pieces = ChunkPieces(t.shape, dtype->itemsize, grid, index, boxes);
-      if (!pieces) return "its shards make chunks of too many pieces";
-      std::vector<Range> ranges;
-      uint64_t at = 0;
-      for (const Piece& p : *pieces) {
-        Range r{at, -1, 0, p.length};
-        if (p.shard != Piece::kZeros) {
-          r.source = shard_source[static_cast<size_t>(p.shard)];
-          r.offset = shard_base[static_cast<size_t>(p.shard)] + p.offset;
-        }
-        ranges.push_back(r);
-        at += p.length;
-      }
-      chunks.push_back({ChunkKey(index), std::move(ranges)});
-      for (size_t a = index.size(); a-- > 0;) {
-        if (++index[a] < grid.counts[a]) break;
-        index[a] = 0;
-      }
-    }
-    const std::string name = EncodeViewName(t.fqn);
-    ViewNode dir;
-    dir.dir = true;
-    const uint32_t d = view_.Add(0, name, std::move(dir));
-    nlohmann::json zarray = {{"zarr_format", 2}, {"shape", t.shape}, {"chunks", grid.chunks},
-                             {"dtype", dtype->zarr}, {"compressor", nullptr}, {"fill_value", 0},
-                             {"order", "C"}, {"filters", nullptr}, {"dimension_separator", "."}};
-    view_.AddText(d, ".zarray", zarray.dump(4) + "\n");
-    nlohmann::json attrs = {{"fqn", t.fqn}, {"torch_dtype", t.dtype}, {"grid", grid.name()},
-                            {"shards", t.shards.size()}, {"files", files}};
-    if (dtype->raw) attrs["stored_as"] = "the raw bits of " + t.dtype + " as " + dtype->zarr;
-    if (grid.kind == TensorGrid::Kind::kFinest) {
-      attrs["note"] = "the shards form no regular grid: each chunk is a cell of the finest grid of their boundaries";
-    } else if (grid.kind == TensorGrid::Kind::kWhole) {
-      attrs["note"] = "the shards' finest grid has too many cells: one chunk of the whole tensor";
-    }
-    view_.AddText(d, ".zattrs", attrs.dump(4) + "\n");
-    for (auto& [key, ranges] : chunks) {
-      ViewNode chunk;
-      chunk.size = chunk_bytes;
-      chunk.ranges = std::move(ranges);
-      view_.Add(d, key, std::move(chunk));
-    }
-    uint64_t bytes = dtype->itemsize;
-    for (uint64_t s : t.shape) bytes *= s;
-    view_.info["tensors"].push_back({{"fqn", t.fqn}, {"path", name}, {"shape", t.shape},
-                                     {"dtype", dtype->zarr}, {"torch_dtype", t.dtype},
-                                     {"bytes", bytes}, {"shards", t.shards.size()},
-                                     {"grid", grid.name()}});
-    view_.info_sources.push_back(used);
-    return "";
-  }
-
-  std::string AddItem(const DcpItem& item) {
-    if (item.stored.transformed) return "stored through a transform (compressed or encrypted)";
-    const int32_t source = SourceNamed(item.stored.file);
-    if (source < 0) return item.stored.file + " is missing";
-    const FileContent& content = files_[static_cast<size_t>(source - 1)].content;
-    if (item.stored.offset > content.size() || item.stored.length > content.size() - item.stored.offset) {
-      return item.stored.file + " is shorter than .metadata says";
-    }
-    if (view_.nodes.size() + 1 > kMaxViewNodes) return "the view has too many files";
-    const std::string name = EncodeViewName(item.fqn);
-    ViewNode file;
-    file.size = item.stored.length;
-    file.ranges.push_back({0, source, item.stored.offset, item.stored.length});
-    view_.Add(0, name, std::move(file));
-    view_.info["items"].push_back({{"fqn", item.fqn}, {"path", name}, {"bytes", item.stored.length}});
-    view_.info_sources.push_back({source});
-    return "";
-  }
-
-  TensorViews::View& view_;
-  const std::vector<TensorViews::SourceFile>& files_;
-};
-
-}  // namespace
-
 Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
-  Result<InodeRef> metadata = ns_.ChildLocked(dir, kDcpMetadataName);
-  if (!metadata.ok() || (*metadata)->type != FileType::kRegular) {
-    return Status::Error(ENOENT, "no checkpoint here");
+  ns_.LoadDirLocked(dir);
+  auto sealed = [](const InodeRef& inode) {
+    MutexLock lock(inode->mu);
+    return inode->sealed_version == inode->version;
+  };
+  // What the view reads: a sealed .metadata, or sealed torch.save files.
+  auto metadata = dir->children.find(kDcpMetadataName);
+  const bool dcp = metadata != dir->children.end() && metadata->second->type == FileType::kRegular &&
+                   sealed(metadata->second);
+  bool torch_save = false;
+  for (const auto& [name, child] : dir->children) {
+    if (IsTorchSave(name) && child->type == FileType::kRegular && sealed(child)) torch_save = true;
   }
-  {
-    MutexLock lock((*metadata)->mu);
-    if ((*metadata)->sealed_version != (*metadata)->version) {
-      return Status::Error(ENOENT, "its .metadata is being written");
-    }
-  }
+  if (!dcp && !torch_save) return Status::Error(ENOENT, "no checkpoint here");
   std::shared_ptr<const View> current;
   {
     MutexLock lock(mu_);
     if (auto it = by_dir_.find(dir.get()); it != by_dir_.end()) current = by_serial_.at(it->second);
   }
-  if (current) {
+  if (current && current->dir_entries == dir->children.size()) {
     bool same = true;
     for (size_t i = 0; i < current->sources.size() && same; ++i) {
       auto child = dir->children.find(current->source_names[i]);
@@ -393,61 +136,64 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
   Checkpoint& ck = found.checkpoint;
   ck.dir = dir;
   ck.path = ns_.PathLocked(dir);
-  ns_.LoadDirLocked(dir);
-  auto take = [&](const InodeRef& inode, const std::string& name) -> std::optional<SourceFile> {
-    if (!ns_.LoadOriginLocked(inode).ok()) return std::nullopt;
-    MutexLock lock(inode->mu);
-    return SourceFile{inode, name, inode->version, inode->content};
-  };
-  std::optional<SourceFile> meta = take(*metadata, kDcpMetadataName);
-  if (!meta) return Status::Error(EIO, ck.path + "/.metadata cannot be read");
-  ck.metadata = std::move(*meta);
+  ck.dir_entries = dir->children.size();
+  ck.metadata = -1;
   for (const auto& [name, child] : dir->children) {
-    if (child->type != FileType::kRegular || !EndsWith(name, kDistcpSuffix)) continue;
-    if (std::optional<SourceFile> file = take(child, name)) ck.files.push_back(std::move(*file));
+    const bool wanted = (dcp && (name == kDcpMetadataName || IsDcpData(name))) || IsTorchSave(name);
+    if (!wanted || child->type != FileType::kRegular || !sealed(child)) continue;
+    if (!ns_.LoadOriginLocked(child).ok()) continue;  // Its view says it is missing.
+    if (name == kDcpMetadataName) ck.metadata = static_cast<int32_t>(ck.files.size());
+    MutexLock lock(child->mu);
+    ck.files.push_back(SourceFile{child, name, child->version, child->content});
   }
+  if (dcp && ck.metadata < 0) return Status::Error(EIO, ck.path + "/.metadata cannot be read");
   return found;
 }
 
 Result<Attr> TensorViews::Build(Checkpoint ck) {
-  const uint64_t meta_size = ck.metadata.content.size();
-  if (meta_size > kMaxDcpMetadataBytes) return Status::Error(EFBIG, ck.path + "/.metadata is too large");
-  std::string bytes(static_cast<size_t>(meta_size), '\0');
-  Status st = ReadSource(ck.metadata.content, 0, bytes.size(), bytes.data());
-  if (!st.ok()) return st;
   auto view = std::make_shared<View>();
   view->dir = ck.dir;
   view->dir_ino = ck.dir->ino;
   view->path = ck.path;
-  {
-    MutexLock lock(ck.metadata.inode->mu);
-    view->uid = ck.metadata.inode->uid;
-    view->gid = ck.metadata.inode->gid;
-    view->time = ck.metadata.inode->mtime;
-  }
-  view->sources.push_back(ck.metadata.inode);
-  view->source_names.push_back(ck.metadata.name);
-  view->versions.push_back(ck.metadata.version);
+  view->dir_entries = ck.dir_entries;
+  std::vector<ViewSource> sources;
   for (const SourceFile& f : ck.files) {
     view->sources.push_back(f.inode);
     view->source_names.push_back(f.name);
     view->versions.push_back(f.version);
+    sources.push_back(ViewSource{f.name, f.content});
   }
-  ViewNode root;
-  root.dir = true;
-  view->nodes.push_back(std::move(root));
-  Result<DcpCheckpoint> dcp = ReadDcpMetadata(bytes);
-  if (!dcp.ok()) {
-    // A .metadata that is not DCP's: an empty view that says why.
-    spdlog::warn("{}/.metadata: {}: its {} is empty", ck.path, dcp.status().ToString(), kTensorViewName);
-    view->info = {{"format", "dcp"}, {"checkpoint", ck.path}, {"tensors", nlohmann::json::array()},
-                  {"items", nlohmann::json::array()}, {"error", dcp.status().message()}};
-    ViewNode info;
-    info.info = true;
-    view->Add(0, kInfoName, std::move(info));
-  } else {
-    DcpBuilder(*view, ck.files).Build(*dcp);
+  const InodeRef& newest = ck.metadata >= 0 ? ck.files[static_cast<size_t>(ck.metadata)].inode : ck.dir;
+  {
+    MutexLock lock(newest->mu);
+    view->uid = newest->uid;
+    view->gid = newest->gid;
+    view->time = newest->mtime;
   }
+  ViewTree& tree = view->tree;
+  tree.info = {{"checkpoint", ck.path}, {"format", ck.metadata >= 0 ? "dcp" : "torch.save"}};
+  if (ck.metadata >= 0) {
+    for (const char* list : {"tensors", "items", "skipped"}) tree.info[list] = nlohmann::json::array();
+    const FileContent& content = sources[static_cast<size_t>(ck.metadata)].content;
+    Result<DcpCheckpoint> dcp = Status::Error(EFBIG, ".metadata is too large");
+    if (content.size() <= kMaxDcpMetadataBytes) {
+      std::string bytes(static_cast<size_t>(content.size()), '\0');
+      Status st = ReadSourceRange(content, 0, bytes.size(), bytes.data());
+      dcp = st.ok() ? ReadDcpMetadata(bytes) : Result<DcpCheckpoint>(st);
+    }
+    if (dcp.ok()) {
+      AddDcpView(ck.path, *dcp, sources, tree);
+    } else {
+      spdlog::warn("{}/.metadata: {}: its {} shows no DCP tensors", ck.path, dcp.status().ToString(),
+                   kTensorViewName);
+      tree.info["error"] = ".metadata: " + dcp.status().message();
+    }
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (IsTorchSave(sources[i].name)) AddTorchSaveView(ck.path, sources, static_cast<int32_t>(i), tree);
+  }
+  if (!tree.Has(0, kZgroupName)) tree.AddText(0, kZgroupName, "{\n \"zarr_format\": 2\n}\n");
+  if (!tree.Has(0, kViewInfoName)) tree.AddInfo(0);
   MutexLock lock(mu_);
   view->serial = next_serial_++;
   if (auto it = by_dir_.find(ck.dir.get()); it != by_dir_.end()) by_serial_.erase(it->second);
@@ -467,7 +213,7 @@ Result<std::pair<std::shared_ptr<const TensorViews::View>, uint32_t>> TensorView
   const auto index = static_cast<uint32_t>(ino & 0xFFFFFFFF);
   MutexLock lock(mu_);
   auto it = by_serial_.find(serial);
-  if (it == by_serial_.end() || index >= it->second->nodes.size()) {
+  if (it == by_serial_.end() || index >= it->second->tree.nodes.size()) {
     return Status::Error(ESTALE, "a replaced view of a checkpoint");
   }
   return std::pair{it->second, index};
@@ -477,7 +223,7 @@ Result<Attr> TensorViews::Lookup(uint64_t parent, const std::string& name) {
   auto node = Node(parent);
   if (!node.ok()) return node.status();
   const auto& [view, index] = *node;
-  const ViewNode& dir = view->nodes[index];
+  const ViewNode& dir = view->tree.nodes[index];
   if (!dir.dir) return Status::Error(ENOTDIR, name);
   auto child = dir.children.find(name);
   if (child == dir.children.end()) return Status::Error(ENOENT, name);
@@ -494,13 +240,13 @@ Result<std::vector<DirEntry>> TensorViews::List(uint64_t ino) {
   auto node = Node(ino);
   if (!node.ok()) return node.status();
   const auto& [view, index] = *node;
-  const ViewNode& dir = view->nodes[index];
+  const ViewNode& dir = view->tree.nodes[index];
   if (!dir.dir) return Status::Error(ENOTDIR, "not a directory");
   std::vector<DirEntry> out;
   out.push_back({".", ino, S_IFDIR});
   out.push_back({"..", index == 0 ? view->dir_ino : view->Ino(dir.parent), S_IFDIR});
   for (const auto& [name, child] : dir.children) {
-    out.push_back({name, view->Ino(child), view->nodes[child].dir ? uint32_t{S_IFDIR} : uint32_t{S_IFREG}});
+    out.push_back({name, view->Ino(child), view->tree.nodes[child].dir ? uint32_t{S_IFDIR} : uint32_t{S_IFREG}});
   }
   return out;
 }
@@ -512,25 +258,25 @@ Result<std::shared_ptr<const TensorViews::OpenView>> TensorViews::Open(uint64_t 
   if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC)) {
     return Status::Error(EROFS, "a view of a checkpoint is read-only");
   }
-  if (view->nodes[index].dir) return Status::Error(EISDIR, "a directory");
+  if (view->tree.nodes[index].dir) return Status::Error(EISDIR, "a directory");
   auto open = std::make_shared<OpenView>();
   open->view = view;
   open->node = index;
-  if (view->nodes[index].info) open->text = view->InfoText();
+  if (view->tree.nodes[index].info) open->text = view->InfoText();
   return std::shared_ptr<const OpenView>(std::move(open));
 }
 
-bool TensorViews::Generated(const OpenView& file) { return file.view->nodes[file.node].info; }
+bool TensorViews::Generated(const OpenView& file) { return file.view->tree.nodes[file.node].info; }
 
 Attr TensorViews::AttrOf(const OpenView& file) {
   Attr a = file.view->AttrOf(file.node);
-  if (file.view->nodes[file.node].info) a.size = file.text.size();
+  if (file.view->tree.nodes[file.node].info) a.size = file.text.size();
   return a;
 }
 
 Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t size) {
   const View& view = *file.view;
-  const ViewNode& node = view.nodes[file.node];
+  const ViewNode& node = view.tree.nodes[file.node];
   ReadData out;
   if (node.info || node.ranges.empty()) {
     const std::string& text = node.info ? file.text : node.text;
@@ -540,11 +286,11 @@ Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t
   if (offset >= node.size) return out;
   const uint64_t end = std::min<uint64_t>(offset + size, node.size);
   auto it = std::upper_bound(node.ranges.begin(), node.ranges.end(), offset,
-                             [](uint64_t at, const Range& r) { return at < r.start; });
+                             [](uint64_t at, const ViewRange& r) { return at < r.start; });
   --it;
   NamespaceLock lock(ns_.mutex());
   for (uint64_t at = offset; at < end; ++it) {
-    const Range& r = *it;
+    const ViewRange& r = *it;
     const uint64_t skip = at - r.start;
     const uint64_t length = std::min(r.length - skip, end - at);
     if (r.source < 0) {

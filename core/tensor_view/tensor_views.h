@@ -1,13 +1,13 @@
-// TensorViews: the read-only directory `.tensors` of a DCP / torch_dist checkpoint directory
-// (one holding `.metadata`): one zarr v2 array per tensor, named by its fully qualified name
-// (EncodeViewName), with `.zarray`, `.zattrs` and one chunk file per chunk of its grid
-// (core/tensor_view/tensor_grid.h) whose bytes are ranges of the checkpoint's own files, read
-// where they are (memory or backing store), never copied; each byte item as a file of its raw
-// bytes; `info.json` and `.zgroup` at the top.
+// TensorViews: the read-only directory `.tensors` of a checkpoint directory, computed from the
+// checkpoint's own files: for a DCP / torch_dist checkpoint (a sealed `.metadata`), one zarr v2
+// array per tensor and one file per byte item (core/tensor_view/dcp_view.h); for each torch.save
+// file (*.pt, *.pth, *.bin), a directory of its nested keys and tensors
+// (core/tensor_view/torch_save_view.h); `info.json` and `.zgroup` at the top. Tensor bytes are
+// ranges of the checkpoint's files, read where they are (memory or backing store), never copied.
 //
 // `.tensors` is found by name only (listings of the checkpoint never show it, so copies and
-// loaders never see it). It appears once `.metadata` is sealed (closed or fsynced) and is built
-// again, with new node numbers, when `.metadata` or a file the view reads has changed since;
+// loaders never see it). Its files are sealed ones (closed or fsynced). It is built again, with
+// new node numbers, when a file it reads has changed since or the directory has other entries;
 // nodes of a replaced view are unknown (ESTALE: the kernel looks the path up again). A view's
 // files have no blocks, so `du` of a checkpoint counts what is stored.
 //
@@ -33,12 +33,6 @@ inline constexpr const char* kTensorViewName = ".tensors";
 // Node numbers of views: kTensorViewInoBit (core/namespace.h), the view's serial above bit 32,
 // the node's index below.
 
-// A fully qualified name as a file name: '%', '/' and NUL, a leading '.', and the names of the
-// view's own files percent-encoded (so DecodeViewName gives it back); names longer than NAME_MAX
-// are cut and given a hash (info.json keeps the name).
-std::string EncodeViewName(const std::string& fqn);
-std::string DecodeViewName(const std::string& name);
-
 class TensorViews {
  public:
   // A file of the checkpoint directory as a build reads it: taken under the namespace lock.
@@ -51,8 +45,9 @@ class TensorViews {
   struct Checkpoint {
     InodeRef dir;
     std::string path;  // For logs and info.json.
-    SourceFile metadata;
-    std::vector<SourceFile> files;  // The .distcp files.
+    size_t dir_entries = 0;
+    std::vector<SourceFile> files;  // .metadata, the .distcp files, the torch.save files.
+    int32_t metadata = -1;          // Which of them is .metadata.
   };
   class View;
   struct OpenView;

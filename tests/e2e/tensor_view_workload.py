@@ -131,3 +131,49 @@ def read_view(ckpt):
         info = json.load(f)
     arrays = {t["fqn"]: zarr.open(os.path.join(view, t["path"]), mode="r")[...] for t in info["tensors"]}
     return info, arrays
+
+
+def _flatten_keys(obj, prefix, out):
+    """torch.load's result by the key paths the view uses ("a/b/0")."""
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        items = enumerate(obj)
+    else:
+        out[prefix] = obj
+        return out
+    for k, v in items:
+        _flatten_keys(v, f"{prefix}/{k}" if prefix else str(k), out)
+    return out
+
+
+def torch_reference(path):
+    """{key path: tensor} of every tensor of the torch.save file at path, as torch.load reads it."""
+    state = torch.load(path, weights_only=False)
+    return {k: v for k, v in _flatten_keys(state, "", {}).items() if isinstance(v, torch.Tensor)}
+
+
+def read_torch_view(path):
+    """(info.json's entry of the torch.save file at path, {key path: numpy array read with zarr})."""
+    import zarr
+    view = os.path.join(os.path.dirname(path), VIEW)
+    with open(os.path.join(view, "info.json")) as f:
+        info = json.load(f)
+    entry = next(e for e in info["files"] if e["file"] == os.path.basename(path))
+    arrays = {t["key"]: zarr.open(os.path.join(view, t["path"]), mode="r")[...] for t in entry["tensors"]}
+    return entry, arrays
+
+
+def save_optimizer_state(path):
+    """torch.save of a model's and an Adam optimizer's state dicts after one step (bfloat16
+    parameters, fp32 state, a step counter per parameter), with a transposed (not row-major)
+    tensor and a slice of a larger storage beside them."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.LayerNorm(4)).to(torch.bfloat16)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(3, 6, dtype=torch.bfloat16)).float().sum().backward()
+    optim.step()
+    base = torch.arange(30, dtype=torch.float32)
+    torch.save({"model": model.state_dict(), "optimizer": optim.state_dict(),
+                "extra": {"transposed": torch.arange(6.0).reshape(2, 3).t(), "slice": base[7:19].view(3, 4)},
+                "iteration": 3}, path)

@@ -106,6 +106,19 @@ class TensorViewTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(ckpt, tv.VIEW)))
         self.assertEqual(d.unmount(), 0, d.output()[-3000:])
 
+    def check_torch_view(self, path, skipped=()):
+        """Every tensor torch.load finds in the file at path is in the view (but `skipped`), and
+        reads as torch.load reads it."""
+        ref = tv.torch_reference(path)
+        entry, arrays = tv.read_torch_view(path)
+        self.assertEqual({s["key"] for s in entry["skipped"]}, set(skipped))
+        self.assertEqual(set(arrays), set(ref) - set(skipped))
+        for key, got in arrays.items():
+            expected = tv.as_served(ref[key].contiguous())
+            self.assertEqual((got.dtype, got.shape), (expected.dtype, expected.shape), key)
+            self.assertTrue(np.array_equal(got, expected), f"{key}: the view reads other values")
+        return entry
+
     def test_a_megatron_torch_dist_checkpoint_reads_through_zarr_as_dcp_loads_it(self):
         d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-mcore-")
         w = workloads.make("mcore_torch_dist", for_test=True)
@@ -113,8 +126,33 @@ class TensorViewTest(unittest.TestCase):
         w.save(ckpt)
         info = self.check_view(ckpt)
         self.assertGreater(len(info["tensors"]), 10)
+        # Its common.pt is shown beside the tensors, as a torch.save file.
+        self.check_torch_view(os.path.join(ckpt, "common.pt"))
         self.assertEqual(d.unmount(), 0, d.output()[-3000:])
         self.assertEqual(d.error_lines(), [], "the daemon logged errors")
+
+    def test_a_megatron_legacy_torch_save_reads_through_zarr_as_torch_loads_it(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-legacy-")
+        w = workloads.make("torch_legacy", for_test=True)
+        w.save(mnt)
+        path = os.path.join(mnt, f"iter_{workloads.ITERATION:07d}", "mp_rank_00", "model_optim_rng.pt")
+        entry = self.check_torch_view(path)
+        self.assertGreater(len(entry["tensors"]), 10)
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+        self.assertEqual(d.error_lines(), [], "the daemon logged errors")
+
+    def test_an_optimizer_state_dict_reads_through_zarr_and_its_other_objects_are_listed_by_type(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-optim-")
+        os.makedirs(os.path.join(mnt, "o"))
+        path = os.path.join(mnt, "o", "state.pt")
+        tv.save_optimizer_state(path)
+        # A transposed tensor is not row-major: listed as skipped, not shown.
+        entry = self.check_torch_view(path, skipped=("extra/transposed",))
+        objects = {o["key"]: o for o in entry["objects"]}
+        self.assertEqual(objects["iteration"]["value"], 3)
+        self.assertEqual(objects["optimizer/param_groups/0/lr"]["value"], 1e-3)
+        self.assertEqual(objects["optimizer/param_groups/0/amsgrad"]["type"], "bool")
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
 
 
 if __name__ == "__main__":

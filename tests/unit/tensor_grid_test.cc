@@ -1,9 +1,12 @@
 #include "core/tensor_view/tensor_grid.h"
+#include "core/tensor_view/view_tree.h"
 
 #include <gtest/gtest.h>
 
 namespace ckptfs {
 namespace {
+
+using namespace std::string_literals;
 
 using V = std::vector<uint64_t>;
 
@@ -135,6 +138,19 @@ TEST(TensorGrid, TooManyFineCellsMakeOneChunkOfTheWholeTensor) {
   EXPECT_EQ(g.chunks, shape);
   auto pieces = ChunkPieces(shape, 2, g, {0}, shards);
   ASSERT_TRUE(pieces && pieces->size() == 2);
+}
+
+TEST(ViewNames, NamesThatAPathCannotHoldAreEncodedReversibly) {
+  for (const std::string& fqn : {"decoder.layers.0.weight"s, "a/b"s, "100%"s, ".hidden"s, "info.json"s, "x\0y"s}) {
+    const std::string name = EncodeViewName(fqn);
+    EXPECT_EQ(name.find('/'), std::string::npos) << name;
+    EXPECT_NE(name.front(), '.') << name;
+    EXPECT_NE(name, "info.json");
+    EXPECT_EQ(DecodeViewName(name), fqn) << name;
+  }
+  EXPECT_EQ(EncodeViewName("a/b"), "a%2Fb");
+  EXPECT_LE(EncodeViewName(std::string(1000, 'x')).size(), 255u);
+  EXPECT_NE(EncodeViewName(std::string(1000, 'x')), EncodeViewName(std::string(1001, 'x')));
 }
 
 }  // namespace
