@@ -89,7 +89,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
           [this] { flusher_->Notify(); }),
       zarr_(config_, *env_, ns_),
-      tensors_(ns_),
+      tensors_(ns_, *env_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
       control_(*this, start_time_),
       handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdio>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "core/policy.h"
 #include "core/tensor_view/dcp_metadata.h"
 #include "core/tensor_view/dcp_view.h"
 #include "core/tensor_view/torch_save_view.h"
@@ -98,6 +100,7 @@ struct TensorViews::OpenView {
   std::shared_ptr<const View> view;
   uint32_t node = 0;
   std::string text;  // info.json as opened.
+  mutable std::atomic<uint64_t> read_ahead_until{0};  // Of the view file.
 };
 
 Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
@@ -274,6 +277,36 @@ Attr TensorViews::AttrOf(const OpenView& file) {
   return a;
 }
 
+Status TensorViews::SegmentsLocked(const View& view, const ViewNode& node, uint64_t from, uint64_t to,
+                                   std::vector<ReadSegment>& out) {
+  auto it = std::upper_bound(node.ranges.begin(), node.ranges.end(), from,
+                             [](uint64_t at, const ViewRange& r) { return at < r.start; });
+  --it;
+  for (uint64_t at = from; at < to; ++it) {
+    const ViewRange& r = *it;
+    const uint64_t skip = at - r.start;
+    const uint64_t length = std::min(r.length - skip, to - at);
+    if (r.source < 0) {
+      ReadSegment zeros;
+      zeros.length = static_cast<size_t>(length);
+      out.push_back(std::move(zeros));
+    } else {
+      const InodeRef& src = view.sources[static_cast<size_t>(r.source)];
+      Status st = ns_.LoadOriginLocked(src);
+      if (!st.ok()) return st;
+      MutexLock ilock(src->mu);
+      if (src->version != view.versions[static_cast<size_t>(r.source)] || src->names.empty()) {
+        return Status::Error(ESTALE, view.path + ": the checkpoint changed since its view was made");
+      }
+      for (ReadSegment& s : src->content.Read(r.offset + skip, static_cast<size_t>(length))) {
+        out.push_back(std::move(s));
+      }
+    }
+    at += length;
+  }
+  return Status::Ok();
+}
+
 Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t size) {
   const View& view = *file.view;
   const ViewNode& node = view.tree.nodes[file.node];
@@ -285,31 +318,24 @@ Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t
   }
   if (offset >= node.size) return out;
   const uint64_t end = std::min<uint64_t>(offset + size, node.size);
-  auto it = std::upper_bound(node.ranges.begin(), node.ranges.end(), offset,
-                             [](uint64_t at, const ViewRange& r) { return at < r.start; });
-  --it;
-  NamespaceLock lock(ns_.mutex());
-  for (uint64_t at = offset; at < end; ++it) {
-    const ViewRange& r = *it;
-    const uint64_t skip = at - r.start;
-    const uint64_t length = std::min(r.length - skip, end - at);
-    if (r.source < 0) {
-      ReadSegment zeros;
-      zeros.length = static_cast<size_t>(length);
-      out.segments.push_back(std::move(zeros));
-    } else {
-      const InodeRef& src = view.sources[static_cast<size_t>(r.source)];
-      Status st = ns_.LoadOriginLocked(src);
-      if (!st.ok()) return st;
-      MutexLock ilock(src->mu);
-      if (src->version != view.versions[static_cast<size_t>(r.source)] || src->names.empty()) {
-        return Status::Error(ESTALE, view.path + ": the checkpoint changed since its view was made");
-      }
-      for (ReadSegment& s : src->content.Read(r.offset + skip, static_cast<size_t>(length))) {
-        out.segments.push_back(std::move(s));
-      }
+  // A reader going on past `end` has the backing files read ahead of it, a window at a time
+  // (asked again once half of it is read), as plain files' direct reads do.
+  uint64_t ahead_from = std::max(file.read_ahead_until.load(std::memory_order_relaxed), end);
+  const uint64_t ahead_to = std::min(node.size, end + policy::kBackingReadAheadBytes);
+  const bool ahead = ahead_to > ahead_from &&
+                     (ahead_to - ahead_from >= policy::kBackingReadAheadBytes / 2 || ahead_to == node.size);
+  std::vector<ReadSegment> to_advise;
+  {
+    NamespaceLock lock(ns_.mutex());
+    Status st = SegmentsLocked(view, node, offset, end, out.segments);
+    if (!st.ok()) return st;
+    if (ahead) {
+      file.read_ahead_until.store(ahead_to, std::memory_order_relaxed);
+      (void)SegmentsLocked(view, node, ahead_from, ahead_to, to_advise);
     }
-    at += length;
+  }
+  for (const ReadSegment& s : to_advise) {
+    if (s.kind == ReadSegment::Kind::kBacking) env_.Advise(s.file->fd(), s.file_offset, s.length);
   }
   return out;
 }

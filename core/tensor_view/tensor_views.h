@@ -26,6 +26,8 @@
 #include "core/namespace.h"
 #include "core/status.h"
 #include "core/thread_annotations.h"
+#include "core/tensor_view/view_tree.h"
+#include "iouring/env.h"
 
 namespace ckptfs {
 
@@ -52,7 +54,8 @@ class TensorViews {
   class View;
   struct OpenView;
 
-  explicit TensorViews(Namespace& ns) : ns_(ns) {}
+  // Reads of backing files are advised through `env` (read ahead of sequential readers).
+  TensorViews(Namespace& ns, Env& env) : ns_(ns), env_(env) {}
 
   // The view of `dir`: its root's attributes when a view is built and still current; else what
   // a build needs (taken with the namespace lock held), or ENOENT when `dir` holds no sealed
@@ -84,7 +87,13 @@ class TensorViews {
   // The view and node index of `ino`, or ESTALE.
   Result<std::pair<std::shared_ptr<const View>, uint32_t>> Node(uint64_t ino) const;
 
+  // The segments of [from, to) of view file `node`, appended to `out`; ESTALE when a source
+  // changed since the view was built.
+  Status SegmentsLocked(const View& view, const ViewNode& node, uint64_t from, uint64_t to,
+                        std::vector<ReadSegment>& out) REQUIRES(ns_lock);
+
   Namespace& ns_;
+  Env& env_;
   mutable Mutex mu_;
   uint64_t next_serial_ GUARDED_BY(mu_) = 1;
   std::unordered_map<uint64_t, std::shared_ptr<const View>> by_serial_ GUARDED_BY(mu_);
