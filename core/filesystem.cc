@@ -1117,6 +1117,7 @@ std::string Filesystem::StatsJson() {
   j["recovered_open_bytes"] = stats_.recovered_open_bytes.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
+  j["tensor_views"] = tensors_.size();
   if (shared_) {
     nlohmann::json shared = shared_->StatusJson();
     shared["held_markers"] = flusher_->held_markers();

@@ -154,6 +154,19 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
 }
 
 Result<Attr> TensorViews::Build(Checkpoint ck) {
+  // One build at a time: lookups that found no current view at once build it once.
+  MutexLock building(build_mu_);
+  {
+    MutexLock lock(mu_);
+    if (auto it = by_dir_.find(ck.dir.get()); it != by_dir_.end()) {
+      const View& built = *by_serial_.at(it->second);
+      bool same = built.dir_entries == ck.dir_entries && built.sources.size() == ck.files.size();
+      for (size_t i = 0; i < ck.files.size() && same; ++i) {
+        same = built.sources[i] == ck.files[i].inode && built.versions[i] == ck.files[i].version;
+      }
+      if (same) return built.AttrOf(0);
+    }
+  }
   auto view = std::make_shared<View>();
   view->dir = ck.dir;
   view->dir_ino = ck.dir->ino;

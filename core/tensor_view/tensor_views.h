@@ -11,7 +11,8 @@
 // nodes of a replaced view are unknown (ESTALE: the kernel looks the path up again). A view's
 // files have no blocks, so `du` of a checkpoint counts what is stored.
 //
-// Thread-safe. Lock order: the namespace lock, then Inode::mu, then this class's lock.
+// Thread-safe. Lock order: the namespace lock, then Inode::mu, then this class's lock; a build
+// holds its own lock (never with the namespace lock) before Inode::mu and this class's lock.
 #pragma once
 
 #include <cstdint>
@@ -94,6 +95,7 @@ class TensorViews {
 
   Namespace& ns_;
   Env& env_;
+  Mutex build_mu_;  // Held by a build (without the namespace lock), before mu_.
   mutable Mutex mu_;
   uint64_t next_serial_ GUARDED_BY(mu_) = 1;
   std::unordered_map<uint64_t, std::shared_ptr<const View>> by_serial_ GUARDED_BY(mu_);

@@ -3,6 +3,7 @@ sharding (tensor_view_workload) and Megatron-core torch_dist, read tensor by ten
 through `.tensors` and compared with what DCP's own loader reads; shell tools on the view; a view
 that follows its checkpoint rewritten and removed; a hostile .metadata."""
 
+import errno
 import os
 import subprocess
 import unittest
@@ -79,6 +80,17 @@ class TensorViewTest(unittest.TestCase):
                                 + ["info.json"]))
         self.assertEqual(int(run("sh", "-c", f"find {view} -name .zarray | wc -l")), len(info["tensors"]))
         self.assertEqual(run("du", "-s", view).split()[0], "0")
+        # Read-only: nothing is made, changed or removed in it.
+        chunk = os.path.join(view, info["tensors"][0]["path"], ".zarray")
+        for change in (lambda: open(os.path.join(view, "info.json"), "w"),
+                       lambda: open(os.path.join(view, "new"), "w"),
+                       lambda: os.mkdir(os.path.join(view, "d")),
+                       lambda: os.unlink(chunk),
+                       lambda: os.rename(chunk, os.path.join(ckpt, "moved")),
+                       lambda: os.truncate(chunk, 0)):
+            with self.assertRaises(OSError) as e:
+                change()
+            self.assertEqual(e.exception.errno, errno.EROFS)
         for t in info["tensors"]:
             tensor_dir = os.path.join(view, t["path"])
             files = [os.path.join(tensor_dir, f) for f in os.listdir(tensor_dir)]
@@ -146,6 +158,11 @@ class TensorViewTest(unittest.TestCase):
         os.makedirs(os.path.join(mnt, "o"))
         path = os.path.join(mnt, "o", "state.pt")
         tv.save_optimizer_state(path)
+        # A real entry of the view's name wins over the view.
+        real = os.path.join(mnt, "r")
+        os.makedirs(os.path.join(real, tv.VIEW))
+        tv.save_optimizer_state(os.path.join(real, "state.pt"))
+        self.assertEqual(os.listdir(os.path.join(real, tv.VIEW)), [])
         # A transposed tensor is not row-major: listed as skipped, not shown.
         entry = self.check_torch_view(path, skipped=("extra/transposed",))
         objects = {o["key"]: o for o in entry["objects"]}
