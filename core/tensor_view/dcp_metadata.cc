@@ -24,15 +24,7 @@ bool SizeOf(const Pickle& p, Ref r, std::vector<uint64_t>* out) {
     if (!args || args->size() != 1) return false;
     r = (*args)[0];
   }
-  const std::vector<Ref>* items = p.Sequence(r);
-  if (!items) return false;
-  out->clear();
-  for (Ref item : *items) {
-    int64_t v;
-    if (!p.Int(item, &v) || v < 0) return false;
-    out->push_back(static_cast<uint64_t>(v));
-  }
-  return true;
+  return p.Sizes(r, out);
 }
 
 bool IsClass(const Pickle& p, Ref r, std::string_view module, std::string_view name) {

@@ -493,6 +493,18 @@ const std::vector<Ref>* Pickle::Sequence(Ref r) const {
   return v.kind == Kind::kTuple || v.kind == Kind::kList ? &v.items : nullptr;
 }
 
+bool Pickle::Sizes(Ref r, std::vector<uint64_t>* out) const {
+  const std::vector<Ref>* items = Sequence(r);
+  if (!items) return false;
+  out->clear();
+  for (Ref item : *items) {
+    int64_t v;
+    if (!Int(item, &v) || v < 0) return false;
+    out->push_back(static_cast<uint64_t>(v));
+  }
+  return true;
+}
+
 Ref Pickle::Get(Ref dict, std::string_view key) const {
   if (dict >= values_.size()) return kNoRef;
   const Value& d = values_[dict];

@@ -64,6 +64,8 @@ class Pickle {
   bool Int(Ref r, int64_t* out) const;
   // kTuple or kList items (a torch.Size is an object whose argument is one such tuple).
   const std::vector<Ref>* Sequence(Ref r) const;
+  // A tuple or list of non-negative ints (a shape, offsets).
+  bool Sizes(Ref r, std::vector<uint64_t>* out) const;
   // The value of string key `key` in dict `r`.
   Ref Get(Ref dict, std::string_view key) const;
   // The attributes an object was given: its BUILD state dict (the first of a (dict, slots) pair

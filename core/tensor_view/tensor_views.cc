@@ -59,10 +59,10 @@ class TensorViews::View {
   InodeRef dir;
   std::string path;
   size_t dir_entries = 0;  // The directory's entries when built: a new file makes a new view.
-  // The files it reads and their versions when it was built (ViewRange::source indexes them).
+  // The files it reads and what they were when it was built (ViewRange::source indexes them).
   std::vector<InodeRef> sources;
   std::vector<std::string> source_names;
-  std::vector<uint64_t> versions;
+  std::vector<Stamp> stamps;
   ViewTree tree;
   uint32_t uid = 0, gid = 0;
   timespec time{};
@@ -103,6 +103,10 @@ struct TensorViews::OpenView {
   mutable std::atomic<uint64_t> read_ahead_until{0};  // Of the view file.
 };
 
+TensorViews::Stamp TensorViews::StampOf(const Inode& inode) {
+  return Stamp{inode.version, inode.content.size(), Nanos(inode.mtime)};
+}
+
 Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
   ns_.LoadDirLocked(dir);
   auto sealed = [](const InodeRef& inode) {
@@ -130,7 +134,7 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
       same = child != dir->children.end() && child->second == current->sources[i];
       if (same) {
         MutexLock lock(current->sources[i]->mu);
-        same = current->sources[i]->version == current->versions[i];
+        same = StampOf(*current->sources[i]) == current->stamps[i];
       }
     }
     if (same) return Found{current->AttrOf(0), {}};
@@ -147,7 +151,7 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
     if (!ns_.LoadOriginLocked(child).ok()) continue;  // Its view says it is missing.
     if (name == kDcpMetadataName) ck.metadata = static_cast<int32_t>(ck.files.size());
     MutexLock lock(child->mu);
-    ck.files.push_back(SourceFile{child, name, child->version, child->content});
+    ck.files.push_back(SourceFile{child, name, StampOf(*child), child->content});
   }
   if (dcp && ck.metadata < 0) return Status::Error(EIO, ck.path + "/.metadata cannot be read");
   return found;
@@ -162,7 +166,7 @@ Result<Attr> TensorViews::Build(Checkpoint ck) {
       const View& built = *by_serial_.at(it->second);
       bool same = built.dir_entries == ck.dir_entries && built.sources.size() == ck.files.size();
       for (size_t i = 0; i < ck.files.size() && same; ++i) {
-        same = built.sources[i] == ck.files[i].inode && built.versions[i] == ck.files[i].version;
+        same = built.sources[i] == ck.files[i].inode && built.stamps[i] == ck.files[i].stamp;
       }
       if (same) return built.AttrOf(0);
     }
@@ -176,7 +180,7 @@ Result<Attr> TensorViews::Build(Checkpoint ck) {
   for (const SourceFile& f : ck.files) {
     view->sources.push_back(f.inode);
     view->source_names.push_back(f.name);
-    view->versions.push_back(f.version);
+    view->stamps.push_back(f.stamp);
     sources.push_back(ViewSource{f.name, f.content});
   }
   const InodeRef& newest = ck.metadata >= 0 ? ck.files[static_cast<size_t>(ck.metadata)].inode : ck.dir;
@@ -308,7 +312,7 @@ Status TensorViews::SegmentsLocked(const View& view, const ViewNode& node, uint6
       Status st = ns_.LoadOriginLocked(src);
       if (!st.ok()) return st;
       MutexLock ilock(src->mu);
-      if (src->version != view.versions[static_cast<size_t>(r.source)] || src->names.empty()) {
+      if (StampOf(*src) != view.stamps[static_cast<size_t>(r.source)] || src->names.empty()) {
         return Status::Error(ESTALE, view.path + ": the checkpoint changed since its view was made");
       }
       for (ReadSegment& s : src->content.Read(r.offset + skip, static_cast<size_t>(length))) {

@@ -38,11 +38,20 @@ inline constexpr const char* kTensorViewName = ".tensors";
 
 class TensorViews {
  public:
+  // What a view's file was when the view was built: a change of any (another mount's rewrite
+  // in shared mode changes size or time only) makes the view out of date.
+  struct Stamp {
+    uint64_t version = 0;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  static Stamp StampOf(const Inode& inode) REQUIRES(inode.mu);
   // A file of the checkpoint directory as a build reads it: taken under the namespace lock.
   struct SourceFile {
     InodeRef inode;
     std::string name;
-    uint64_t version = 0;
+    Stamp stamp;
     FileContent content;  // Its bytes when taken.
   };
   struct Checkpoint {

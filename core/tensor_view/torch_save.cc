@@ -20,18 +20,6 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kStorage
     {"ComplexDoubleStorage", "complex128"},
 }};
 
-bool Sizes(const Pickle& p, Ref r, std::vector<uint64_t>* out) {
-  const std::vector<Ref>* items = p.Sequence(r);
-  if (!items) return false;
-  out->clear();
-  for (Ref item : *items) {
-    int64_t v;
-    if (!p.Int(item, &v) || v < 0) return false;
-    out->push_back(static_cast<uint64_t>(v));
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<DtypeInfo> DtypeNamed(std::string_view name) {
@@ -109,7 +97,7 @@ Result<PickledTensor> TensorAt(const Pickle& p, Ref r) {
   int64_t offset;
   if (!p.Int((*args)[1], &offset) || offset < 0) return NotATensor("storage offset");
   t.storage_offset = static_cast<uint64_t>(offset);
-  if (!Sizes(p, (*args)[2], &t.shape)) return NotATensor("size");
+  if (!p.Sizes((*args)[2], &t.shape)) return NotATensor("size");
   const std::vector<Ref>* stride = p.Sequence((*args)[3]);
   if (!stride) return NotATensor("stride");
   for (Ref s : *stride) {

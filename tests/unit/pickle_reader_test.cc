@@ -2,23 +2,16 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "core/tensor_view/dcp_metadata.h"
+#include "tensor_view_corpus.h"
 
 namespace ckptfs::pickle {
 namespace {
 
 using namespace std::string_literals;
 
-std::string Corpus(const std::string& name) {
-  std::ifstream in(std::string(CKPTFS_TENSOR_VIEW_CORPUS) + "/" + name, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 TEST(PickleReader, ReadsAProtocol0PickleIntoInertValues) {
   const std::string bytes = Corpus("protocol0.pkl");

@@ -8,24 +8,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "core/tensor_view/dcp_metadata.h"
 #include "core/tensor_view/pickle_reader.h"
 #include "core/tensor_view/torch_save.h"
 #include "core/tensor_view/zip_reader.h"
+#include "tensor_view_corpus.h"
 
 namespace ckptfs {
 namespace {
 
-std::string Corpus(const std::string& name) {
-  std::ifstream in(std::string(CKPTFS_TENSOR_VIEW_CORPUS) + "/" + name, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string Mutate(std::string s, std::mt19937_64& rng) {
   const int edits = 1 + static_cast<int>(rng() % 4);
@@ -55,11 +48,7 @@ void ReadAsTheViewWould(const std::string& bytes) {
     for (pickle::Ref r = 0; r < p->size(); ++r) (void)TensorAt(*p, r);
   }
   (void)ReadDcpMetadata(bytes);
-  zip::ReadAt read = [&bytes](uint64_t offset, size_t length, char* out) {
-    if (offset > bytes.size() || length > bytes.size() - offset) return Status::Error(EIO, "past the end");
-    std::memcpy(out, bytes.data() + offset, length);
-    return Status::Ok();
-  };
+  zip::ReadAt read = MemoryReader(bytes);
   Result<TorchArchive> archive = ReadTorchArchive(read, bytes.size());
   if (!archive.ok()) return;
   for (const zip::Entry& e : archive->entries) (void)zip::DataOffset(read, bytes.size(), e);
