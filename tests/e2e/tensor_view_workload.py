@@ -9,7 +9,8 @@ save(root): dcp.save by 2 gloo ranks of
   st.blocks  ShardedTensor, bfloat16 [6, 6]: columns 0-1 on rank 0; rows 0-2 and 3-5 of columns
              2-5 on rank 1 (two local shards)
   plain.bias a replicated float64 [5]; scalar, a 0-d tensor; step and meta.name, byte items.
-Values are deterministic (each tensor an arange scaled by its index), the same for every rank.
+Values are deterministic (each tensor an arange scaled by its index and the save's version), the
+same for every rank.
 
 reference(ckpt): every tensor of a DCP checkpoint, loaded whole by DCP's own loader
 (format_utils.dcp_to_torch_save), by fully qualified name.
@@ -42,18 +43,18 @@ SHAPES = {
 }
 
 
-def full(name):
+def full(name, version=1):
     shape, dtype = SHAPES[name]
-    k = list(SHAPES).index(name) + 1
+    k = list(SHAPES).index(name) + version
     n = int(torch.Size(shape).numel())
     return (torch.arange(n, dtype=torch.float64) * 0.25 * k - 3).reshape(shape).to(dtype)
 
 
-def _sharded(name, rank, boxes):
+def _sharded(name, rank, boxes, version):
     from torch.distributed._shard.metadata import ShardMetadata
     from torch.distributed._shard.sharded_tensor import Shard as LocalShard
     from torch.distributed._shard.sharded_tensor import init_from_local_shards
-    t = full(name)
+    t = full(name, version)
     local = []
     for owner, offsets, sizes in boxes:
         if owner != rank:
@@ -64,17 +65,18 @@ def _sharded(name, rank, boxes):
 
 
 @wl.distributed_rank
-def _save_rank(rank, barrier, root):
+def _save_rank(rank, barrier, root, version):
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    v = version
     state = {
-        "dt": {"even": distribute_tensor(full("dt.even"), mesh, [Shard(0)]),
-               "edge": distribute_tensor(full("dt.edge"), mesh, [Shard(0)]),
-               "cols": distribute_tensor(full("dt.cols"), mesh, [Shard(1)])},
-        "st": {"uneven": _sharded("st.uneven", rank, [(0, (0, 0), (3, 6)), (1, (3, 0), (7, 6))]),
+        "dt": {"even": distribute_tensor(full("dt.even", v), mesh, [Shard(0)]),
+               "edge": distribute_tensor(full("dt.edge", v), mesh, [Shard(0)]),
+               "cols": distribute_tensor(full("dt.cols", v), mesh, [Shard(1)])},
+        "st": {"uneven": _sharded("st.uneven", rank, [(0, (0, 0), (3, 6)), (1, (3, 0), (7, 6))], v),
                "blocks": _sharded("st.blocks", rank, [(0, (0, 0), (6, 2)), (1, (0, 2), (3, 4)),
-                                                      (1, (3, 2), (3, 4))])},
-        "plain": {"bias": full("plain.bias")},
-        "scalar": full("scalar"),
+                                                      (1, (3, 2), (3, 4))], v)},
+        "plain": {"bias": full("plain.bias", v)},
+        "scalar": full("scalar", v),
         "step": 12,
         "meta": {"name": "run-1"},
     }
@@ -82,8 +84,9 @@ def _save_rank(rank, barrier, root):
     dcp.save(state, storage_writer=dcp.FileSystemWriter(root, thread_count=2, sync_files=True))
 
 
-def save(root):
-    return wl.run_distributed(_save_rank, 2, (root,))[0]
+def save(root, version=1):
+    """The save above; `version` changes every value (the same shapes)."""
+    return wl.run_distributed(_save_rank, 2, (root, version))[0]
 
 
 def _flatten(obj, prefix, out):
@@ -121,6 +124,19 @@ def as_served(t):
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
     return t.numpy()
+
+
+def view_chunks(ckpt):
+    """{path in the view: bytes} of every chunk file of the view of ckpt."""
+    view = os.path.join(ckpt, VIEW)
+    out = {}
+    for root, _, files in os.walk(view):
+        for name in files:
+            if name[0].isdigit():
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, view)] = f.read()
+    return out
 
 
 def read_view(ckpt):

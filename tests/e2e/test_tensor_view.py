@@ -3,9 +3,12 @@ sharding (tensor_view_workload) and Megatron-core torch_dist, read tensor by ten
 through `.tensors` and compared with what DCP's own loader reads; shell tools on the view; a view
 that follows its checkpoint rewritten and removed; a hostile .metadata."""
 
+import collections
 import errno
 import os
 import subprocess
+import threading
+import time
 import unittest
 
 import numpy as np
@@ -130,6 +133,45 @@ class TensorViewTest(unittest.TestCase):
             self.assertEqual((got.dtype, got.shape), (expected.dtype, expected.shape), key)
             self.assertTrue(np.array_equal(got, expected), f"{key}: the view reads other values")
         return entry
+
+    def test_reads_while_the_checkpoint_is_rewritten_give_the_old_or_the_new_bytes_or_an_error(self):
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-race-")
+        ckpt = os.path.join(mnt, "ck")
+        tv.save(ckpt, version=1)
+        old = tv.view_chunks(ckpt)
+        stop, seen, reads = threading.Event(), collections.Counter(), []
+
+        def reader():
+            view = os.path.join(ckpt, tv.VIEW)
+            while not stop.is_set():
+                for path in old:
+                    try:
+                        with open(os.path.join(view, path), "rb") as f:
+                            data = f.read()
+                    except OSError as e:  # The view replaced, or not shown while files are written.
+                        seen[errno.errorcode[e.errno]] += 1
+                        continue
+                    reads.append((path, data))
+        readers = [threading.Thread(target=reader) for _ in range(3)]
+        for r in readers:
+            r.start()
+        try:
+            tv.save(ckpt, version=2)
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for r in readers:
+                r.join()
+        new = tv.view_chunks(ckpt)
+        self.assertEqual(set(new), set(old))
+        self.assertNotEqual(new, old)
+        for path, data in reads:
+            seen["old" if data == old[path] else "new" if data == new[path] else "neither"] += 1
+        self.assertEqual(seen["neither"], 0, f"reads gave bytes of neither save: {seen}")
+        self.assertGreater(seen["new"], 0, seen)
+        self.check_view(ckpt)
+        self.assertEqual(d.unmount(), 0, d.output()[-3000:])
+        self.assertEqual(d.error_lines(), [], "the daemon logged errors")
 
     def test_a_megatron_torch_dist_checkpoint_reads_through_zarr_as_dcp_loads_it(self):
         d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-mcore-")
