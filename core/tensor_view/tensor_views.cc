@@ -1,16 +1,11 @@
 #include "core/tensor_view/tensor_views.h"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
-#include <cstdio>
-#include <functional>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <utility>
 
 #include "core/policy.h"
@@ -23,6 +18,7 @@ namespace ckptfs {
 namespace {
 
 constexpr size_t kMaxViews = 64;
+constexpr size_t kMaxViewSources = 65536;  // Each holds a backing descriptor while shown.
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -148,6 +144,7 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
   for (const auto& [name, child] : dir->children) {
     const bool wanted = (dcp && (name == kDcpMetadataName || IsDcpData(name))) || IsTorchSave(name);
     if (!wanted || child->type != FileType::kRegular || !sealed(child)) continue;
+    if (ck.files.size() == kMaxViewSources) break;  // The rest are missing from the view.
     if (!ns_.LoadOriginLocked(child).ok()) continue;  // Its view says it is missing.
     if (name == kDcpMetadataName) ck.metadata = static_cast<int32_t>(ck.files.size());
     MutexLock lock(child->mu);

@@ -4,6 +4,8 @@ with the project's .venv; the outputs are kept in the repository):
   dcp.metadata      .metadata of a DCP save by one rank: 2-D, 1-D and 0-d tensors, bfloat16,
                     nested keys, byte items
   shard.distcp      the .distcp file of that save (its shards are torch.save archives)
+  weight.raw        the bytes of that save's model.layer.weight (float32 [6, 4]), and
+  bias.raw          of its model.layer.bias (bfloat16 [4]), as the view must serve them
   state_dict.pt     torch.save of a nested state dict: OrderedDict, a Parameter, a view with a
                     storage offset, an optimizer-like state, ints, floats, strings, None
   protocol0.pkl     the same kind of nested dict as protocol 0 (text opcodes)
@@ -33,6 +35,9 @@ with tempfile.TemporaryDirectory() as d:
     dcp.save(state, checkpoint_id=d)
     shutil.copy(os.path.join(d, ".metadata"), os.path.join(here, "dcp.metadata"))
     shutil.copy(os.path.join(d, "__0_0.distcp"), os.path.join(here, "shard.distcp"))
+    for name, key in (("weight.raw", "layer.weight"), ("bias.raw", "layer.bias")):
+        with open(os.path.join(here, name), "wb") as f:
+            f.write(state["model"][key].view(torch.uint8).numpy().tobytes())
 
 base = torch.arange(20, dtype=torch.float32)
 nested = collections.OrderedDict(

@@ -1,0 +1,157 @@
+// Tests of the tensor view in the Filesystem (core, no FUSE) over a real temporary backing
+// directory: a real DCP checkpoint (tensor_view_corpus/: the .metadata and .distcp of one save,
+// and the bytes its tensors must read as) written through the Filesystem, read through
+// CKPT/.tensors while staged and once durable, rewritten, removed, and refused changes.
+#include "core/tensor_view/tensor_views.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/filesystem.h"
+#include "core_test_util.h"
+#include "tensor_view_corpus.h"
+
+namespace ckptfs {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing_util;
+
+class TensorViewsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FsOptions o;
+    o.flush_delay = 3600s;  // Staged until Sync.
+    fs_ = StartFs(backing_.path(), o);
+    ASSERT_NE(fs_, nullptr);
+    ASSERT_TRUE(Mkdir("ck").ok());
+  }
+  void TearDown() override {
+    if (fs_) (void)fs_->Shutdown();
+  }
+  Result<Attr> Mkdir(const std::string& path) {
+    auto p = ParentOf(*fs_, path);
+    if (!p.ok()) return p.status();
+    return fs_->Mkdir(p->first, p->second, 0755, Me());
+  }
+  void SaveCheckpoint() {
+    ASSERT_TRUE(WriteFile(*fs_, "ck/__0_0.distcp", Corpus("shard.distcp")).ok());
+    ASSERT_TRUE(WriteFile(*fs_, "ck/.metadata", Corpus("dcp.metadata")).ok());
+  }
+  nlohmann::json Info() {
+    Result<std::string> text = ReadFile(*fs_, "ck/.tensors/info.json");
+    EXPECT_TRUE(text.ok()) << text.status().ToString();
+    return nlohmann::json::parse(text.ok() ? *text : "{}");
+  }
+  // The entry of `fqn` among info.json's tensors.
+  nlohmann::json Tensor(const nlohmann::json& info, const std::string& fqn) {
+    for (const nlohmann::json& t : info["tensors"]) {
+      if (t["fqn"] == fqn) return t;
+    }
+    return nullptr;
+  }
+
+  TempDir backing_;
+  std::unique_ptr<Filesystem> fs_;
+};
+
+TEST_F(TensorViewsTest, AStagedCheckpointsTensorsReadAsSavedAndBecomeDurableWithSync) {
+  SaveCheckpoint();
+  nlohmann::json info = Info();
+  nlohmann::json weight = Tensor(info, "model.layer.weight");
+  ASSERT_FALSE(weight.is_null()) << info.dump();
+  EXPECT_EQ(weight["shape"], nlohmann::json::parse("[6, 4]"));
+  EXPECT_EQ(weight["dtype"], "<f4");
+  EXPECT_EQ(weight["durable"], false);
+  EXPECT_EQ(Tensor(info, "model.layer.bias")["dtype"], "<u2");
+  EXPECT_EQ(Tensor(info, "model.layer.bias")["torch_dtype"], "bfloat16");
+  Result<std::string> chunk = ReadFile(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  EXPECT_TRUE(SameBytes(*chunk, Corpus("weight.raw")));
+  chunk = ReadFile(*fs_, "ck/.tensors/model.layer.bias/0");
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  EXPECT_TRUE(SameBytes(*chunk, Corpus("bias.raw")));
+  Result<std::string> zarray = ReadFile(*fs_, "ck/.tensors/model.layer.weight/.zarray");
+  ASSERT_TRUE(zarray.ok());
+  EXPECT_EQ(nlohmann::json::parse(*zarray)["chunks"], nlohmann::json::parse("[6, 4]"));
+  // Found by name, never listed; its files have no blocks.
+  Result<Attr> ck = Resolve(*fs_, "ck");
+  Result<std::vector<DirEntry>> listed = ListDir(*fs_, ck->ino);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 2u);  // .metadata and __0_0.distcp.
+  for (const DirEntry& e : *listed) EXPECT_NE(e.name, kTensorViewName);
+  Result<Attr> file = Resolve(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE(file->no_blocks);
+  EXPECT_EQ(file->size, 96u);
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(Tensor(Info(), "model.layer.weight")["durable"], true);
+}
+
+TEST_F(TensorViewsTest, NothingIsMadeChangedOrRemovedInTheView) {
+  SaveCheckpoint();
+  Result<Attr> view = Resolve(*fs_, "ck/.tensors");
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  Result<Attr> chunk = Resolve(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(chunk.ok());
+  Result<Attr> ck = Resolve(*fs_, "ck");
+  EXPECT_EQ(fs_->Mkdir(view->ino, "d", 0755, Me()).status().err(), EROFS);
+  EXPECT_EQ(fs_->Create(view->ino, "f", 0644, O_CREAT | O_WRONLY, Me()).status().err(), EROFS);
+  EXPECT_EQ(fs_->Open(chunk->ino, O_RDWR).status().err(), EROFS);
+  EXPECT_EQ(fs_->Unlink(view->ino, "info.json").err(), EROFS);
+  EXPECT_EQ(fs_->Rmdir(view->ino, "model.layer.weight").err(), EROFS);
+  EXPECT_EQ(fs_->Rename(view->ino, "info.json", ck->ino, "x", 0).err(), EROFS);
+  EXPECT_EQ(fs_->Link(chunk->ino, ck->ino, "x").status().err(), EROFS);
+  SetAttrRequest truncate;
+  truncate.size = 0;
+  EXPECT_EQ(fs_->SetAttr(chunk->ino, truncate).status().err(), EROFS);
+}
+
+TEST_F(TensorViewsTest, AFileRewrittenMakesTheOldViewStaleAndTheNextLookupShowsTheNewOne) {
+  SaveCheckpoint();
+  Result<Attr> before = Resolve(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(before.ok());
+  Result<OpenFile> open = fs_->Open(before->ino, O_RDONLY);
+  ASSERT_TRUE(open.ok());
+  ASSERT_TRUE(WriteFile(*fs_, "ck/__0_0.distcp", Corpus("shard.distcp")).ok());
+  EXPECT_EQ(fs_->Read(open->handle, 0, 96).status().err(), ESTALE);
+  EXPECT_TRUE(fs_->Release(open->handle).ok());
+  Result<Attr> after = Resolve(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->ino, before->ino);
+  EXPECT_EQ(fs_->GetAttr(before->ino).status().err(), ESTALE);
+  Result<std::string> chunk = ReadFile(*fs_, "ck/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(chunk.ok());
+  EXPECT_TRUE(SameBytes(*chunk, Corpus("weight.raw")));
+}
+
+TEST_F(TensorViewsTest, TheViewAppearsWhenMetadataIsClosedAndGoesWithTheCheckpoint) {
+  ASSERT_TRUE(WriteFile(*fs_, "ck/__0_0.distcp", Corpus("shard.distcp")).ok());
+  Result<uint64_t> metadata = CreatePath(*fs_, "ck/.metadata");
+  ASSERT_TRUE(metadata.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, *metadata, 0, Corpus("dcp.metadata")).ok());
+  EXPECT_EQ(Resolve(*fs_, "ck/.tensors").status().err(), ENOENT);
+  ASSERT_TRUE(Close(*fs_, *metadata).ok());
+  EXPECT_TRUE(Resolve(*fs_, "ck/.tensors").ok());
+  Result<Attr> ck = Resolve(*fs_, "ck");
+  ASSERT_TRUE(fs_->Unlink(ck->ino, ".metadata").ok());
+  EXPECT_EQ(Resolve(*fs_, "ck/.tensors").status().err(), ENOENT);
+  // Plain directories have none.
+  EXPECT_EQ(Resolve(*fs_, ".tensors").status().err(), ENOENT);
+}
+
+TEST_F(TensorViewsTest, AHostileMetadataGivesAViewWithoutTensorsThatSaysWhy) {
+  std::string hostile = Corpus("dcp.metadata");
+  hostile.resize(hostile.size() / 2);
+  ASSERT_TRUE(WriteFile(*fs_, "ck/.metadata", hostile).ok());
+  nlohmann::json info = Info();
+  EXPECT_TRUE(info["tensors"].empty());
+  EXPECT_NE(info["error"].get<std::string>().find("pickle"), std::string::npos) << info.dump();
+}
+
+}  // namespace
+}  // namespace ckptfs
