@@ -145,7 +145,7 @@ class DcpBuilder {
     } else if (grid.kind == TensorGrid::Kind::kWhole) {
       attrs["note"] = "the shards' finest grid has too many cells: one chunk of the whole tensor";
     }
-    tree_.AddText(d, ".zattrs", attrs.dump(4) + "\n");
+    tree_.AddText(d, ".zattrs", JsonText(attrs));
     for (auto& [key, ranges] : chunks) tree_.AddRanges(d, key, chunk_bytes, std::move(ranges));
     uint64_t bytes = dtype->itemsize;
     for (uint64_t s : t.shape) bytes *= s;

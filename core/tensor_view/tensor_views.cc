@@ -74,7 +74,7 @@ class TensorViews::View {
     }
     nlohmann::json out = tree.info;
     ShowDurability(out, durable);
-    return out.dump(1) + "\n";
+    return JsonText(out, 1);
   }
 
   Attr AttrOf(uint32_t index) const {

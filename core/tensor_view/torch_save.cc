@@ -62,6 +62,10 @@ Result<PickledTensor> TensorAt(const Pickle& p, Ref r) {
   if (p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter") ||
       p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter_with_state")) {
     if (args->empty()) return NotATensor("a parameter of nothing");
+    const pickle::Value& data = p.at((*args)[0]);
+    if (data.kind == Kind::kObject && p.IsGlobal(data.callable, "torch._utils", "_rebuild_parameter")) {
+      return NotATensor("a parameter of a parameter");
+    }
     return TensorAt(p, (*args)[0]);
   }
   const bool v3 = p.IsGlobal(call.callable, "torch._utils", "_rebuild_tensor_v3");

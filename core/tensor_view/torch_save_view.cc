@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "core/tensor_view/pickle_reader.h"
 #include "core/tensor_view/tensor_grid.h"
@@ -17,6 +18,11 @@ using pickle::Pickle;
 using pickle::Ref;
 
 constexpr size_t kMaxDepth = 64;
+// What one file may add to the view, and to its list of skipped keys (a hostile pickle can
+// refer to one container from many places).
+constexpr size_t kMaxNodesPerFile = size_t{1} << 18;
+constexpr size_t kMaxSkippedListed = 1000;
+constexpr size_t kMaxObjectsListed = 10000;
 constexpr size_t kMaxShownText = 256;
 constexpr const char* kZgroupText = "{\n \"zarr_format\": 2\n}\n";
 
@@ -47,11 +53,18 @@ class TorchSaveBuilder {
               {"objects", nlohmann::json::array()}, {"skipped", nlohmann::json::array()},
               {"_sources", {source_}}};
     if (tree_.Full(2)) return Skip("the view has too many files");
+    nodes_limit_ = tree_.nodes.size() + kMaxNodesPerFile;
     Walk(p_->root(), 0, name, "", 0);
     tree_.info["files"].push_back(std::move(entry_));
   }
 
  private:
+  void SkipKey(const std::string& key, const std::string& why) {
+    if (skipped_ == kMaxSkippedListed) entry_["more_skipped"] = true;
+    if (skipped_++ < kMaxSkippedListed) entry_["skipped"].push_back({{"key", key}, {"reason", why}});
+  }
+  bool Full(size_t more) const { return tree_.Full(more) || tree_.nodes.size() + more > nodes_limit_; }
+
   void Skip(const std::string& why) {
     spdlog::info("{}/{}: not shown in its tensor view: {}", path_, file_.name, why);
     tree_.info["skipped"].push_back({{"file", file_.name}, {"reason", why}});
@@ -103,6 +116,8 @@ class TorchSaveBuilder {
   }
 
   void Object(const std::string& key, const pickle::Value& v) {
+    if (objects_ == kMaxObjectsListed) entry_["more_objects"] = true;
+    if (objects_++ >= kMaxObjectsListed) return;
     nlohmann::json o = {{"key", key}, {"type", TypeOf(v)}};
     switch (v.kind) {
       case Kind::kBool: o["value"] = v.number != 0; break;
@@ -110,9 +125,7 @@ class TorchSaveBuilder {
       case Kind::kFloat: o["value"] = v.real; break;
       case Kind::kNone: o["value"] = nullptr; break;
       case Kind::kString:
-        if (v.text.size() <= kMaxShownText && nlohmann::json::accept("\"" + std::string(v.text) + "\"")) {
-          o["value"] = std::string(v.text);
-        }
+        if (v.text.size() <= kMaxShownText) o["value"] = std::string(v.text);
         break;
       default: break;
     }
@@ -121,10 +134,7 @@ class TorchSaveBuilder {
 
   // Shows value `r` as entry `name` of view directory `dir`, its key path being `key`.
   void Walk(Ref r, uint32_t dir, const std::string& name, const std::string& key, size_t depth) {
-    if (depth > kMaxDepth) {
-      entry_["skipped"].push_back({{"key", key}, {"reason", "nested too deep"}});
-      return;
-    }
+    if (depth > kMaxDepth) return SkipKey(key, "nested too deep");
     const pickle::Value& v = p_->at(r);
     if (v.kind == Kind::kObject) {
       Result<PickledTensor> t = TensorAt(*p_, r);
@@ -132,24 +142,23 @@ class TorchSaveBuilder {
     }
     std::optional<std::vector<std::pair<std::string, Ref>>> entries = Entries(r);
     if (!entries) return Object(key, v);
-    if (tree_.Has(dir, name) || tree_.Full(2)) {
-      entry_["skipped"].push_back({{"key", key}, {"reason", "its name is taken or the view is full"}});
-      return;
-    }
+    if (tree_.Has(dir, name) || Full(2)) return SkipKey(key, "its name is taken or the view is full");
+    if (!on_path_.insert(r).second) return SkipKey(key, "it contains itself");
     const uint32_t d = tree_.AddDir(dir, name);
     tree_.AddText(d, kZgroupName, kZgroupText);
     for (const auto& [k, value] : *entries) {
       const std::string child_key = key.empty() ? k : key + "/" + k;
       if (k == "?") {
-        entry_["skipped"].push_back({{"key", child_key}, {"reason", "a key that is no string or int"}});
+        SkipKey(child_key, "a key that is no string or int");
         continue;
       }
       Walk(value, d, EncodeViewName(k), child_key, depth + 1);
     }
+    on_path_.erase(r);
   }
 
   void AddTensor(const PickledTensor& t, uint32_t dir, const std::string& name, const std::string& key) {
-    auto skip = [&](const std::string& why) { entry_["skipped"].push_back({{"key", key}, {"reason", why}}); };
+    auto skip = [&](const std::string& why) { SkipKey(key, why); };
     if (!t.Contiguous()) return skip("not dense in row-major order");
     const zip::Entry* storage = archive_.Storage(t.storage_key);
     if (!storage) return skip("its storage is missing or compressed");
@@ -157,14 +166,14 @@ class TorchSaveBuilder {
     if ((t.storage_offset + t.numel()) * t.dtype.itemsize > storage->size) return skip("runs past its storage");
     Result<uint64_t> at = zip::DataOffset(read_, file_.content.size(), *storage);
     if (!at.ok()) return skip(at.status().message());
-    if (tree_.Has(dir, name) || tree_.Full(4)) return skip("its name is taken or the view is full");
+    if (tree_.Has(dir, name) || Full(4)) return skip("its name is taken or the view is full");
     std::vector<uint64_t> chunks;
     for (uint64_t s : t.shape) chunks.push_back(std::max<uint64_t>(s, 1));
     const uint32_t d = tree_.AddDir(dir, name);
     tree_.AddText(d, ".zarray", ZarrayText(t.shape, chunks, t.dtype.zarr));
     nlohmann::json attrs = {{"key", key}, {"torch_dtype", t.dtype.torch}, {"file", file_.name}};
     if (t.dtype.raw) attrs["stored_as"] = "the raw bits of " + t.dtype.torch + " as " + t.dtype.zarr;
-    tree_.AddText(d, ".zattrs", attrs.dump(4) + "\n");
+    tree_.AddText(d, ".zattrs", JsonText(attrs));
     if (bytes > 0) {
       tree_.AddRanges(d, ChunkKey(std::vector<uint64_t>(t.shape.size(), 0)), bytes,
                       {{0, source_, *at + t.storage_offset * t.dtype.itemsize, bytes}});
@@ -183,6 +192,10 @@ class TorchSaveBuilder {
   TorchArchive archive_;
   const Pickle* p_ = nullptr;
   nlohmann::json entry_;
+  size_t nodes_limit_ = 0;
+  size_t skipped_ = 0;
+  size_t objects_ = 0;
+  std::set<Ref> on_path_;  // The containers being walked: one met again is a cycle.
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // dict keys and list indexes of what it pickled as directories (each with a .zgroup), and each
 // tensor as a zarr array of one chunk whose bytes are its range of the storage inside the zip.
 // Anything else is listed in info.json ("files") by type, and with its value when it is a
-// number, a string, a bool or None; nothing is run.
+// number, a string, a bool or None; nothing is run. Bounded: 2^18 nodes, 10,000 objects and
+// 1,000 skipped keys listed per file; a container met again inside itself is skipped.
 #pragma once
 
 #include <string>

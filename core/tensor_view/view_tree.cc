@@ -96,12 +96,16 @@ Status ReadSourceRange(const FileContent& content, uint64_t offset, size_t lengt
   return Status::Ok();
 }
 
+std::string JsonText(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 std::string ZarrayText(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& chunks,
                        const std::string& dtype) {
   nlohmann::json zarray = {{"zarr_format", 2}, {"shape", shape}, {"chunks", chunks},
                            {"dtype", dtype}, {"compressor", nullptr}, {"fill_value", 0},
                            {"order", "C"}, {"filters", nullptr}, {"dimension_separator", "."}};
-  return zarray.dump(4) + "\n";
+  return JsonText(zarray);
 }
 
 }  // namespace ckptfs

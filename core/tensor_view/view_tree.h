@@ -71,6 +71,10 @@ std::string DecodeViewName(const std::string& name);
 // Reads exactly [offset, offset + length) of `content`; EBADMSG when it is shorter.
 Status ReadSourceRange(const FileContent& content, uint64_t offset, size_t length, char* out);
 
+// `j` as the text of a view's file: indented, and bytes of its strings that are no UTF-8 (names
+// from a pickle are any bytes) replaced by U+FFFD.
+std::string JsonText(const nlohmann::json& j, int indent = 4);
+
 // A zarr v2 .zarray of an uncompressed C-order array.
 std::string ZarrayText(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& chunks,
                        const std::string& dtype);
