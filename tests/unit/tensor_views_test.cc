@@ -90,6 +90,7 @@ TEST_F(TensorViewsTest, AStagedCheckpointsTensorsReadAsSavedAndBecomeDurableWith
   EXPECT_EQ(file->size, 96u);
   ASSERT_TRUE(fs_->Sync().ok());
   EXPECT_EQ(Tensor(Info(), "model.layer.weight")["durable"], true);
+  EXPECT_EQ(StatOf(*fs_, "tensor_views"), 1u);
 }
 
 TEST_F(TensorViewsTest, NothingIsMadeChangedOrRemovedInTheView) {
