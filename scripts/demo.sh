@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up ckptfs, mounts it over a local backing directory and shows it at work: a checkpoint
-# saved with torch.save through the mount, a tracker file written last, the live figures, a sync,
-# and the backing directory after unmount.
+# saved with torch.save through the mount, a tracker file written last, the checkpoint's tensors
+# read with zarr through its .tensors view, the live figures, a sync, and the backing directory
+# after unmount.
 #   scripts/demo.sh [BACKING_DIR] [MOUNTPOINT]   (default: /tmp/ckptfs-demo/{store,mnt})
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,14 @@ print(f"saved {os.path.getsize(os.path.join(d, 'model_optim_rng.pt')) >> 20} MiB
 PY
 echo "== the tree as the mount shows it"
 find "$mnt" | sort
+echo "== the checkpoint as tensors: its read-only .tensors view, read with zarr"
+view="$mnt/iter_0000100/mp_rank_00/.tensors"
+ls "$view/model_optim_rng.pt/model" | head -3
+.venv/bin/python - "$view" <<'PY'
+import sys, zarr
+a = zarr.open(f"{sys.argv[1]}/model_optim_rng.pt/model/layer0.weight", mode="r")
+print(f"model/layer0.weight: shape {a.shape}, dtype {a.dtype}, first values {a[0, :3]}")
+PY
 echo "== live figures (ckptfs status)"
 "$bin" status "$mnt"
 echo "== ckptfs sync: returns once everything closed so far is durable"
