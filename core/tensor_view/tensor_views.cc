@@ -20,14 +20,10 @@ namespace {
 constexpr size_t kMaxViews = 64;
 constexpr size_t kMaxViewSources = 65536;  // Each holds a backing descriptor while shown.
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The files a view reads: DCP's, and torch.save files by their usual names.
-bool IsDcpData(const std::string& name) { return EndsWith(name, ".distcp"); }
+bool IsDcpData(const std::string& name) { return name.ends_with(".distcp"); }
 bool IsTorchSave(const std::string& name) {
-  return EndsWith(name, ".pt") || EndsWith(name, ".pth") || EndsWith(name, ".bin");
+  return name.ends_with(".pt") || name.ends_with(".pth") || name.ends_with(".bin");
 }
 
 // Replaces each "_sources" of `j` by "durable": whether all those sources are.
@@ -105,19 +101,8 @@ TensorViews::Stamp TensorViews::StampOf(const Inode& inode) {
 
 Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
   ns_.LoadDirLocked(dir);
-  auto sealed = [](const InodeRef& inode) {
-    MutexLock lock(inode->mu);
-    return inode->sealed_version == inode->version;
-  };
-  // What the view reads: a sealed .metadata, or sealed torch.save files.
-  auto metadata = dir->children.find(kDcpMetadataName);
-  const bool dcp = metadata != dir->children.end() && metadata->second->type == FileType::kRegular &&
-                   sealed(metadata->second);
-  bool torch_save = false;
-  for (const auto& [name, child] : dir->children) {
-    if (IsTorchSave(name) && child->type == FileType::kRegular && sealed(child)) torch_save = true;
-  }
-  if (!dcp && !torch_save) return Status::Error(ENOENT, "no checkpoint here");
+  // A view still current (every file it reads there and unchanged) needs no look at the rest:
+  // this runs at every path walk through the view.
   std::shared_ptr<const View> current;
   {
     MutexLock lock(mu_);
@@ -135,6 +120,19 @@ Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
     }
     if (same) return Found{current->AttrOf(0), {}};
   }
+  auto sealed = [](const InodeRef& inode) {
+    MutexLock lock(inode->mu);
+    return inode->sealed_version == inode->version;
+  };
+  // What the view reads: a sealed .metadata, or sealed torch.save files.
+  auto metadata = dir->children.find(kDcpMetadataName);
+  const bool dcp = metadata != dir->children.end() && metadata->second->type == FileType::kRegular &&
+                   sealed(metadata->second);
+  bool torch_save = false;
+  for (const auto& [name, child] : dir->children) {
+    if (IsTorchSave(name) && child->type == FileType::kRegular && sealed(child)) torch_save = true;
+  }
+  if (!dcp && !torch_save) return Status::Error(ENOENT, "no checkpoint here");
   Found found;
   Checkpoint& ck = found.checkpoint;
   ck.dir = dir;
@@ -180,12 +178,13 @@ Result<Attr> TensorViews::Build(Checkpoint ck) {
     view->stamps.push_back(f.stamp);
     sources.push_back(ViewSource{f.name, f.content});
   }
-  const InodeRef& newest = ck.metadata >= 0 ? ck.files[static_cast<size_t>(ck.metadata)].inode : ck.dir;
+  // The view's owner and times: its .metadata's, else its directory's.
+  const InodeRef& owner = ck.metadata >= 0 ? ck.files[static_cast<size_t>(ck.metadata)].inode : ck.dir;
   {
-    MutexLock lock(newest->mu);
-    view->uid = newest->uid;
-    view->gid = newest->gid;
-    view->time = newest->mtime;
+    MutexLock lock(owner->mu);
+    view->uid = owner->uid;
+    view->gid = owner->gid;
+    view->time = owner->mtime;
   }
   ViewTree& tree = view->tree;
   tree.info = {{"checkpoint", ck.path}, {"format", ck.metadata >= 0 ? "dcp" : "torch.save"}};
@@ -209,7 +208,7 @@ Result<Attr> TensorViews::Build(Checkpoint ck) {
   for (size_t i = 0; i < sources.size(); ++i) {
     if (IsTorchSave(sources[i].name)) AddTorchSaveView(ck.path, sources, static_cast<int32_t>(i), tree);
   }
-  if (!tree.Has(0, kZgroupName)) tree.AddText(0, kZgroupName, "{\n \"zarr_format\": 2\n}\n");
+  if (!tree.Has(0, kZgroupName)) tree.AddText(0, kZgroupName, kZgroupText);
   if (!tree.Has(0, kViewInfoName)) tree.AddInfo(0);
   MutexLock lock(mu_);
   view->serial = next_serial_++;

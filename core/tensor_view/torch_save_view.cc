@@ -24,7 +24,6 @@ constexpr size_t kMaxNodesPerFile = size_t{1} << 18;
 constexpr size_t kMaxSkippedListed = 1000;
 constexpr size_t kMaxObjectsListed = 10000;
 constexpr size_t kMaxShownText = 256;
-constexpr const char* kZgroupText = "{\n \"zarr_format\": 2\n}\n";
 
 class TorchSaveBuilder {
  public:

@@ -43,6 +43,7 @@ struct ViewSource {
 inline constexpr size_t kMaxViewNodes = size_t{1} << 22;
 inline constexpr const char* kViewInfoName = "info.json";
 inline constexpr const char* kZgroupName = ".zgroup";
+inline constexpr const char* kZgroupText = "{\n \"zarr_format\": 2\n}\n";  // A zarr v2 group.
 
 class ViewTree {
  public:
