@@ -1118,6 +1118,9 @@ std::string Filesystem::StatsJson() {
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   j["tensor_views"] = tensors_.size();
+  j["flush_seconds"] = stats_.flush_seconds.ToJson();
+  j["save_to_durable_seconds"] = stats_.save_to_durable_seconds.ToJson();
+  if (request_stats_) j["fuse_request_seconds"] = request_stats_();
   if (shared_) {
     nlohmann::json shared = shared_->StatusJson();
     shared["held_markers"] = flusher_->held_markers();

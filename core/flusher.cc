@@ -167,10 +167,11 @@ void Flusher::Run() {
     lock.Unlock();
     auto started = std::chrono::steady_clock::now();
     BatchResult result = ApplyBatch(batch);
-    stats_.flush_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now() - started).count();
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - started);
+    stats_.flush_busy_ns += took.count();
     stats_.flush_batches++;
-    CompleteBatch(batch, result);
+    CompleteBatch(batch, result, took);
   }
 }
 
@@ -423,7 +424,14 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
   return Status::Ok();
 }
 
-void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) {
+void Flusher::CountPublished(const JournalEntry& e, std::optional<std::chrono::nanoseconds> took) {
+  stats_.files_flushed++;
+  if (took) stats_.flush_seconds.Observe(*took);
+  stats_.save_to_durable_seconds.Observe(clock_.Now() - e.sealed_at);
+}
+
+void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result,
+                            std::chrono::nanoseconds took) {
   const std::span<const EntryRef> entries(batch);
   FlushReport report;
   report.durable = entries.first(result.durable);
@@ -438,7 +446,7 @@ void Flusher::CompleteBatch(const std::vector<EntryRef>& batch, const BatchResul
   for (const EntryRef& e : report.durable) {
     // Held markers count when they are published (ServeHeldMarkers).
     const bool held = post_commit_ && journal_.StateOf(e).held;
-    if (e->kind == JournalEntry::Kind::kPublish && !held) stats_.files_flushed++;
+    if (e->kind == JournalEntry::Kind::kPublish && !held) CountPublished(*e, took);
   }
   // The client first, then the journal, then the waiters (see the header).
   Status error = client_.Flushed(report);
@@ -535,7 +543,7 @@ void Flusher::ServeHeldMarkers() {
     journal_.Release(m.entry);
     if (outcome.ok()) {
       stats_.commits_published++;
-      if (e.kind == JournalEntry::Kind::kPublish) stats_.files_flushed++;
+      if (e.kind == JournalEntry::Kind::kPublish) CountPublished(e, std::nullopt);
       spdlog::info("published {}: every member acknowledged commit {}", m.path, m.commit_id);
       const std::vector<EntryRef> subject{m.entry};
       FlushReport report;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -141,7 +142,12 @@ class Flusher {
   // Reports the batch to the client, then completes it in the journal, then tells waiters: so a
   // waiter never returns before the inodes show its batch, and the Filesystem never sees an entry
   // done whose inode does not show it yet.
-  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result) EXCLUDES(mu_);
+  // Counts a file durable under its name: its batch took `took` (none: a held marker, whose
+  // batch was counted before its commit).
+  void CountPublished(const JournalEntry& e, std::optional<std::chrono::nanoseconds> took);
+  // `took`: how long the batch was applied.
+  void CompleteBatch(const std::vector<EntryRef>& batch, const BatchResult& result,
+                     std::chrono::nanoseconds took) EXCLUDES(mu_);
   // The backing directory of `dir` (-1 when it has none yet).
   static int DirFd(const InodeRef& dir);
 

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "core/histogram.h"
+
 namespace ckptfs {
 
 struct Stats {
@@ -30,6 +32,10 @@ struct Stats {
   // among them open for writing.
   std::atomic<uint64_t> recovered_handles{0};
   std::atomic<uint64_t> recovered_open_bytes{0};
+  // Per published file: from the flusher taking it to durable (the time of its batch), and from
+  // its sealing (close, fsync) to durable.
+  Histogram flush_seconds{kFlushBuckets};
+  Histogram save_to_durable_seconds{kFlushBuckets};
 };
 
 }  // namespace ckptfs

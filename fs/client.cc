@@ -2,23 +2,32 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
+#include "fs/status_view.h"
+
 namespace ckptfs {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // Reads a whole control file; false with errno set when it cannot be read.
 bool ReadControl(const std::string& path, std::string* out) {
@@ -34,43 +43,241 @@ bool ReadControl(const std::string& path, std::string* out) {
   return n == 0;
 }
 
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
+// Reads and parses MOUNTPOINT/.ckptfs/stats; false with *error saying why when it cannot.
+bool ReadStats(const std::string& mountpoint, nlohmann::json* stats, std::string* error) {
+  std::string text;
+  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
+    *error = std::strerror(errno);
+    return false;
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  *stats = nlohmann::json::parse(text, nullptr, false);
+  if (stats->is_discarded() || !stats->is_object()) {
+    *error = "its .ckptfs/stats is no JSON object";
+    return false;
+  }
+  return true;
+}
+
+// The local time now, formatted by strftime's `format`.
+std::string LocalTime(const char* format) {
+  const time_t now = time(nullptr);
+  struct tm tm;
+  char buf[64];
+  if (!localtime_r(&now, &tm) || strftime(buf, sizeof buf, format, &tm) == 0) return "?";
   return buf;
 }
 
-int Sync(const std::string& mountpoint, bool progress) {
-  std::atomic<bool> done{false};
-  std::thread reporter;
-  if (progress) {
-    reporter = std::thread([&] {
-      while (!done) {
-        std::string text;
-        if (ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
-          auto j = nlohmann::json::parse(text, nullptr, false);
-          if (!j.is_discarded()) {
-            std::fprintf(stderr, "\r%s left in %llu pending entries   ",
-                         HumanBytes(j.value("dirty_bytes", 0.0)).c_str(),
-                         static_cast<unsigned long long>(j.value("pending_entries", 0ull)));
-          }
-        }
-        for (int i = 0; i < 5 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      std::fprintf(stderr, "\n");
-    });
+struct TerminalSize {
+  int columns = 80;
+  int rows = 24;
+};
+
+// The size of the terminal on `fd`; 80x24 when it tells none.
+TerminalSize SizeOf(int fd) {
+  struct winsize ws = {};
+  if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) {
+    return {ws.ws_col, ws.ws_row};
   }
+  return {};
+}
+
+void WriteOut(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+// The terminal on stdout while `status --watch` draws: the alternate screen with the cursor
+// hidden, from construction until destruction, which shows the cursor and leaves it.
+class AlternateScreen {
+ public:
+  AlternateScreen() { WriteOut("\x1b[?1049h\x1b[?25l"); }
+  ~AlternateScreen() { WriteOut("\x1b[?25h\x1b[?1049l"); }
+  AlternateScreen(const AlternateScreen&) = delete;
+  AlternateScreen& operator=(const AlternateScreen&) = delete;
+
+  // Replaces what the screen shows by `frame` (lines ending in '\n', no more than it has rows).
+  void Draw(const std::string& frame) {
+    std::string out = "\x1b[H";
+    for (size_t start = 0; start < frame.size();) {
+      size_t end = frame.find('\n', start);
+      if (end == std::string::npos) end = frame.size();
+      out.append(frame, start, end - start).append("\x1b[K");
+      start = end + 1;
+      if (start < frame.size()) out += "\n";  // No newline after the last row: no scrolling.
+    }
+    WriteOut(out + "\x1b[J");
+  }
+};
+
+// Blocks SIGINT, SIGTERM and SIGWINCH for the rest of the process, to be taken by
+// WaitForSignal: a frame is never cut in half, and a second Ctrl-C while the watch ends does
+// not kill it. Returns the set.
+sigset_t BlockWatchSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGWINCH);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// Waits until `deadline` for a signal of `set` (blocked); returns it, or 0 at the deadline.
+int WaitForSignal(const sigset_t& set, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return 0;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const struct timespec timeout = {static_cast<time_t>(ns / 1000000000),
+                                     static_cast<long>(ns % 1000000000)};
+    const int sig = sigtimedwait(&set, nullptr, &timeout);
+    if (sig > 0) return sig;
+    if (errno == EAGAIN) return 0;  // Otherwise EINTR: another signal (SIGCONT) came first.
+  }
+}
+
+// Reads and draws the stats every interval_s seconds, on `screen` or, when it is null, as plain
+// lines on stdout. Returns "" at SIGINT or SIGTERM, or why the stats could no longer be read.
+std::string WatchLoop(const std::string& mountpoint, double interval_s, const sigset_t& signals,
+                      AlternateScreen* screen) {
+  const auto interval = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(interval_s));
+  FlushTrend trend;
+  nlohmann::json stats;
+  FrameContext context{mountpoint, "", interval_s};
+  auto draw = [&] {
+    const TerminalSize size = SizeOf(STDOUT_FILENO);
+    context.columns = size.columns;
+    context.rows = size.rows;
+    screen->Draw(RenderFrame(stats, trend, context));
+  };
+  for (auto next = Clock::now();;) {
+    std::string error;
+    const auto at = Clock::now();
+    if (!ReadStats(mountpoint, &stats, &error)) {
+      return mountpoint +
+             (trend.started() ? " can no longer be read (unmounted, or its daemon is gone): "
+                              : " is not a ckptfs mount or cannot be read: ") +
+             error;
+    }
+    trend.Add(at, stats);
+    if (screen) {
+      context.clock = LocalTime("%H:%M:%S");
+      draw();
+    } else {
+      WriteOut(RenderPlainLine(stats, trend, LocalTime("%Y-%m-%d %H:%M:%S")));
+    }
+    next += interval;
+    if (next < Clock::now()) next = Clock::now() + interval;  // A slow read: no catching up.
+    for (int sig; (sig = WaitForSignal(signals, next)) != 0;) {
+      if (sig != SIGWINCH) return "";
+      if (screen) draw();
+    }
+  }
+}
+
+// `status --watch`; returns the exit code.
+int Watch(const std::string& mountpoint, double interval_s) {
+  const sigset_t signals = BlockWatchSignals();
+  std::string error;
+  {
+    std::optional<AlternateScreen> screen;
+    if (isatty(STDOUT_FILENO)) screen.emplace();
+    error = WatchLoop(mountpoint, interval_s, signals, screen ? &*screen : nullptr);
+  }
+  if (error.empty()) return 0;
+  std::fprintf(stderr, "ckptfs status: %s\n", Printable(error).c_str());
+  return 1;
+}
+
+// The progress of a sync on stderr, drawn by a thread of its own from construction until
+// Finish(): a bar redrawn in place on a terminal, else a plain line every second at most.
+class SyncProgress {
+ public:
+  // Reads the stats at once: what is dirty now is part of the total.
+  explicit SyncProgress(std::string mountpoint)
+      : mountpoint_(std::move(mountpoint)), tty_(isatty(STDERR_FILENO)), start_(Clock::now()) {
+    Sample();
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~SyncProgress() {
+    if (thread_.joinable()) Stop();
+  }
+  SyncProgress(const SyncProgress&) = delete;
+  SyncProgress& operator=(const SyncProgress&) = delete;
+
+  // Stops the drawing and ends with a line of the figures now and whether the sync `succeeded`
+  // (none when the stats could never be read). Call once.
+  void Finish(bool succeeded) {
+    Stop();
+    if (!trend_.started()) return;
+    Sample();
+    char outcome[64];
+    std::snprintf(outcome, sizeof outcome, "%s %.1f s", succeeded ? "done in" : "stopped after",
+                  std::chrono::duration<double>(Clock::now() - start_).count());
+    Draw(outcome);
+  }
+
+ private:
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+
+  void Run() {
+    const auto period = tty_ ? std::chrono::milliseconds(200) : std::chrono::milliseconds(1000);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!finished_) {
+      lock.unlock();
+      if (Sample()) Draw("");
+      lock.lock();
+      wake_.wait_for(lock, period, [this] { return finished_; });
+    }
+  }
+
+  // Adds a sample of the stats to trend_; false when they cannot be read.
+  bool Sample() {
+    nlohmann::json stats;
+    std::string error;
+    const auto at = Clock::now();
+    if (!ReadStats(mountpoint_, &stats, &error)) return false;
+    trend_.Add(at, stats);
+    return true;
+  }
+
+  // Draws the progress: in place on a terminal (a final line when `outcome` is set), else a line.
+  void Draw(const std::string& outcome) {
+    std::string out;
+    if (tty_) {
+      out = "\r" + RenderSyncProgress(trend_, SizeOf(STDERR_FILENO).columns - 1, outcome) +
+            "\x1b[K" + (outcome.empty() ? "" : "\n");
+    } else {
+      out = RenderSyncProgress(trend_, 0, outcome) + "\n";
+    }
+    std::fputs(out.c_str(), stderr);
+  }
+
+  const std::string mountpoint_;
+  const bool tty_;
+  const Clock::time_point start_;
+  FlushTrend trend_;  // The drawing thread's until Finish() joined it.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool finished_ = false;  // Guarded by mu_.
+  std::thread thread_;
+};
+
+int Sync(const std::string& mountpoint, bool progress) {
+  std::optional<SyncProgress> bar;
+  if (progress) bar.emplace(mountpoint);
   std::string answer;
   bool ok = ReadControl(mountpoint + "/.ckptfs/sync", &answer);
   int err = errno;
-  done = true;
-  if (reporter.joinable()) reporter.join();
+  if (bar) bar->Finish(ok && answer.rfind("ok", 0) == 0);
   if (!ok) {
     std::fprintf(stderr, "ckptfs sync: %s is not a ckptfs mount or cannot be read: %s\n",
                  mountpoint.c_str(), std::strerror(err));
@@ -132,7 +339,7 @@ int PrintStatus(const std::string& mountpoint, bool json) {
   std::printf("versions skipped %llu\n", static_cast<unsigned long long>(j.value("versions_skipped", 0ull)));
   std::printf("flush errors     %llu%s%s\n", static_cast<unsigned long long>(j.value("flush_errors", 0ull)),
               j.value("last_error", "").empty() ? "" : ", now failing: ",
-              j.value("last_error", "").c_str());
+              Printable(j.value("last_error", "")).c_str());
   const nlohmann::json& arrays = j.contains("zarr_fine_grid") ? j["zarr_fine_grid"] : nlohmann::json::array();
   std::printf("zarr fine grid   %zu arrays\n", arrays.size());
   for (const nlohmann::json& a : arrays) {
@@ -232,13 +439,21 @@ int RunClient(int argc, char** argv) {
   CLI::App app{"ckptfs client commands"};
   app.require_subcommand(1);
   std::string mountpoint;
-  bool progress = false, json = false;
+  bool progress = false, json = false, watch = false;
+  double interval_s = 1;
   CLI::App* sync = app.add_subcommand("sync", "Wait until everything closed so far is durable");
   sync->add_option("MOUNTPOINT", mountpoint)->required();
-  sync->add_flag("--progress", progress, "Show the bytes left while waiting");
+  sync->add_flag("--progress", progress,
+                 "Show on stderr a bar of the bytes made durable, the rate and the time left");
   CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
   status->add_option("MOUNTPOINT", mountpoint)->required();
-  status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
+  CLI::Option* json_flag = status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
+  CLI::Option* watch_flag =
+      status->add_flag("--watch", watch, "Redraw the figures every interval until Ctrl-C");
+  status->add_option("--interval", interval_s, "Seconds between two draws of --watch (default 1)")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->needs(watch_flag);
+  json_flag->excludes(watch_flag);
   std::string binary;
   double timeout_s = 600;
   CLI::App* upgrade = app.add_subcommand(
@@ -254,6 +469,7 @@ int RunClient(int argc, char** argv) {
   }
   if (sync->parsed()) return Sync(mountpoint, progress);
   if (upgrade->parsed()) return Upgrade(mountpoint, binary, timeout_s);
+  if (watch) return Watch(mountpoint, interval_s);
   return PrintStatus(mountpoint, json);
 }
 

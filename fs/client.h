@@ -3,7 +3,8 @@
 
 namespace ckptfs {
 
-// `ckptfs sync MOUNTPOINT [--progress]`, `ckptfs status MOUNTPOINT [--json]` and
+// `ckptfs sync MOUNTPOINT [--progress]`,
+// `ckptfs status MOUNTPOINT [--json | --watch [--interval S]]` and
 // `ckptfs upgrade MOUNTPOINT [--binary PATH] [--timeout SECONDS]`.
 // Returns the process exit code.
 int RunClient(int argc, char** argv);

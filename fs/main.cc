@@ -24,6 +24,7 @@
 #include "fs/cache_memory_file.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
+#include "fs/metrics_server.h"
 #include "fs/options.h"
 #include "fs/session_hooks.h"
 #include "fs/supervisor.h"
@@ -301,6 +302,12 @@ int Mount(int argc, char** argv) {
   Result<CacheMemoryFile> cache_file = RecoverEarlierMountOf(o);
   if (!cache_file.ok()) return Fail(cache_file.status().message());
 
+  for (const std::string& ignored : o.ignored_options) {
+    spdlog::debug("ignored the generic mount option {}", ignored);
+  }
+  Result<std::unique_ptr<MetricsServer>> metrics = MetricsServer::Bind(o, mountpoint);
+  if (!metrics.ok()) return Fail(metrics.status().ToString());
+
   std::string fuse_opts = FuseMountOptions(o);
   std::vector<const char*> fargv = {argv[0], "-o", fuse_opts.c_str()};
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(fargv.size()), const_cast<char**>(fargv.data()));
@@ -313,7 +320,7 @@ int Mount(int argc, char** argv) {
     return Fail("cannot mount on " + o.mountpoint);
   }
   RaiseReadAhead(mountpoint);
-  SupervisorSetup setup{se, *control, -1, {}, {o.config.backing_dir, mountpoint}, -1};
+  SupervisorSetup setup{se, *control, -1, {}, {o.config.backing_dir, mountpoint}, -1, mountpoint};
   SetUpCacheMemory(o, *cache_file, &setup);
   if (worker_asked_foreground) setup.worker_args.push_back("-f");
   if (o.debug) setup.worker_args.push_back("-d");
@@ -332,7 +339,9 @@ int Mount(int argc, char** argv) {
   }
   spdlog::info("mounted {} on {} (cache {} MiB); workers start from {}", backing, o.mountpoint,
                o.config.cache_size >> 20, binary);
+  if (*metrics) (*metrics)->Start();
   int status = RunSupervisor(setup);
+  metrics->reset();
   fuse_session_destroy(se);
   return status;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <climits>
 #include <fstream>
 #include <sstream>
@@ -83,6 +84,34 @@ Status MarkerNames(const std::string& value, std::vector<std::string>* field) {
 }
 
 constexpr uint64_t kNoLimit = UINT64_MAX;
+
+// Parses the metrics endpoint "PORT", "HOST:PORT" or "[IPV6]:PORT" (HOST default loopback).
+Status MetricsAddress(const std::string& value, MountOptions* o) {
+  std::string host = "127.0.0.1", port = value;
+  if (size_t colon = value.rfind(':'); colon != std::string::npos) {
+    host = value.substr(0, colon);
+    port = value.substr(colon + 1);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+      if (host.empty() || host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
+        return Status::Error(EINVAL, "not an IPv6 address");
+      }
+    } else if (host.empty() || host.size() > 253 ||
+               host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789.-") != std::string::npos) {
+      return Status::Error(EINVAL, "not a host name or address");
+    }
+  }
+  unsigned number = 0;
+  const char* end = port.data() + port.size();
+  auto [parsed_to, error] = std::from_chars(port.data(), end, number);
+  if (error != std::errc() || parsed_to != end || number < 1 || number > 65535) {
+    return Status::Error(EINVAL, "expected a port number 1-65535");
+  }
+  o->metrics_host = host;
+  o->metrics_port = static_cast<uint16_t>(number);
+  return Status::Ok();
+}
 
 // The selected word of the transparent huge page setting in file `path`, or "".
 std::string SelectedSetting(const std::string& path) {
@@ -266,13 +295,36 @@ const MountOption kMountOptions[] = {
        return DurationIn(v, std::chrono::milliseconds(10), std::chrono::seconds(10),
                          &o->config.poll_interval);
      }},
+    {"metrics", "[HOST:]PORT", "",
+     "serve Prometheus metrics at `http://HOST:PORT/metrics` (see \"Metrics\"); HOST is "
+     "`127.0.0.1` unless given (`0.0.0.0`: every interface, `[::1]`: IPv6)",
+     MetricsAddress},
+    {"metrics_file", "PATH", "",
+     "write the same metrics to PATH every `metrics_interval`, replacing it atomically (for "
+     "node_exporter's textfile collector: a `.prom` file in its directory)",
+     [](const std::string& v, MountOptions* o) {
+       if (v.front() != '/') return Status::Error(EINVAL, "expected an absolute path");
+       o->metrics_file = v;
+       return Status::Ok();
+     }},
+    {"metrics_interval", "MS", "5s", "how often `metrics_file` is written (100ms–10min)",
+     [](const std::string& v, MountOptions* o) {
+       return DurationIn(v, std::chrono::milliseconds(100), std::chrono::minutes(10),
+                         &o->metrics_interval);
+     }},
 };
 
 // libfuse mount options that ckptfs passes through unchanged.
-const char* const kFuseFlags[] = {"allow_other", "allow_root", "auto_unmount",
-                                  "default_permissions", "ro", "rw", "dev", "nodev", "suid",
-                                  "nosuid", "exec", "noexec", "atime", "noatime", "relatime"};
+const char* const kFuseFlags[] = {
+    "allow_other", "allow_root", "auto_unmount", "default_permissions", "ro", "rw", "dev",
+    "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime", "norelatime",
+    "diratime", "nodiratime", "strictatime", "nostrictatime", "lazytime", "nolazytime", "sync",
+    "async", "dirsync"};
 const char* const kFuseValued[] = {"fsname", "subtype"};
+// Generic mount(8) options that mean nothing to a FUSE mount: accepted and ignored.
+const char* const kIgnoredFlags[] = {"defaults", "auto", "noauto", "user", "users", "nouser",
+                                     "owner", "group", "_netdev", "nofail", "silent", "loud"};
+const char* const kIgnoredPrefixes[] = {"x-", "X-", "comment="};
 
 template <typename List>
 bool Contains(const List& list, const std::string& name) {
@@ -352,6 +404,10 @@ Status ApplyMountOptions(const std::string& list, MountOptions* out) {
     } else if ((Contains(kFuseFlags, key) && !has_value) ||
                (Contains(kFuseValued, key) && has_value)) {
       out->fuse_options.push_back(option);
+    } else if ((Contains(kIgnoredFlags, key) && !has_value) ||
+               std::any_of(std::begin(kIgnoredPrefixes), std::end(kIgnoredPrefixes),
+                           [&](const char* prefix) { return option.starts_with(prefix); })) {
+      out->ignored_options.push_back(option);
     } else {
       return Bad(option, "unknown option");
     }
@@ -367,7 +423,8 @@ std::string MountOptionsHelp() {
     out += "\n";
   }
   out += "  and the FUSE options allow_other, allow_root, auto_unmount, default_permissions, "
-         "fsname=, subtype=, ro, noatime, ...\nREADME.md explains each.";
+         "fsname=, subtype=, ro, noatime, ...;\n  the generic options of mount(8) and fstab "
+         "(_netdev, nofail, x-systemd.*, ...) are ignored.\nREADME.md explains each.";
   return out;
 }
 
@@ -384,7 +441,10 @@ std::string MountOptionsMarkdown() {
   }
   out += "| `allow_other`, `allow_root`, `auto_unmount`, `default_permissions`, `fsname=`, "
          "`subtype=`, `ro`, `noatime`, ... | passed to FUSE; `default_permissions` is always on "
-         "| |\n";
+         "| |\n"
+         "| `defaults`, `auto`, `noauto`, `user`, `users`, `nouser`, `owner`, `group`, "
+         "`_netdev`, `nofail`, `x-*`, `comment=` | generic options of mount(8) and fstab: "
+         "ignored | |\n";
   return out;
 }
 

@@ -42,6 +42,13 @@ struct MountOptions {
   CacheMemory cache_memory = CacheMemory::kAuto;
   unsigned max_read = kDefaultMaxRead;
   bool direct_read = true;  // Large files on the backing store are read past the page cache.
+  // The Prometheus endpoint (fs/metrics_server.h): served on metrics_host:metrics_port when the
+  // port is not 0; written to metrics_file every metrics_interval when it is not empty.
+  std::string metrics_host = "127.0.0.1";
+  uint16_t metrics_port = 0;
+  std::string metrics_file;
+  std::chrono::milliseconds metrics_interval{5000};
+  std::vector<std::string> ignored_options;  // Generic mount(8) options FUSE has no use for.
 };
 
 // One mount option of ckptfs: its name, the form of its value, its default and meaning as the
@@ -58,7 +65,10 @@ struct MountOption {
 std::span<const MountOption> MountOptionTable();
 
 // Applies one `-o` list ("cache_size=8G,fsync=defer,allow_other") to `out`. Unknown or
-// malformed options give EINVAL with a message naming the option.
+// malformed options give EINVAL with a message naming the option. The generic options mount(8)
+// and fstab pass to every filesystem are passed on to FUSE where it knows them (rw, dev, suid,
+// exec, sync, ...) and ignored otherwise (defaults, auto, noauto, user, users, nouser, owner,
+// group, _netdev, nofail, x-*, X-*, comment=*), as FUSE filesystems do.
 Status ApplyMountOptions(const std::string& list, MountOptions* out);
 
 // The -o list the FUSE session is made with: ckptfs' own FUSE settings and the options passed

@@ -12,14 +12,18 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
+#include "core/histogram.h"
 #include "core/thread_annotations.h"
 #include "fs/control_block.h"
 
@@ -43,8 +47,34 @@ constexpr unsigned long kIocBackingClose = _IOW(229, 2, uint32_t);
 // fuse_init_out: max_stack_depth took the first unused word; fuse_open_out: backing_id took
 // the padding.
 constexpr size_t kMaxStackDepthOffset = offsetof(fuse_init_out, unused);
+constexpr uint32_t kStatx = 52;  // FUSE_STATX.
+
+// The operations named in the request latency histograms, by opcode.
+constexpr std::pair<uint32_t, const char*> kOperationNames[] = {
+    {FUSE_LOOKUP, "lookup"}, {FUSE_GETATTR, "getattr"}, {FUSE_SETATTR, "setattr"},
+    {FUSE_READLINK, "readlink"}, {FUSE_SYMLINK, "symlink"}, {FUSE_MKNOD, "mknod"},
+    {FUSE_MKDIR, "mkdir"}, {FUSE_UNLINK, "unlink"}, {FUSE_RMDIR, "rmdir"}, {FUSE_RENAME, "rename"},
+    {FUSE_LINK, "link"}, {FUSE_OPEN, "open"}, {FUSE_READ, "read"}, {FUSE_WRITE, "write"},
+    {FUSE_STATFS, "statfs"}, {FUSE_RELEASE, "release"}, {FUSE_FSYNC, "fsync"},
+    {FUSE_SETXATTR, "setxattr"}, {FUSE_GETXATTR, "getxattr"}, {FUSE_LISTXATTR, "listxattr"},
+    {FUSE_REMOVEXATTR, "removexattr"}, {FUSE_FLUSH, "flush"}, {FUSE_INIT, "init"},
+    {FUSE_OPENDIR, "opendir"}, {FUSE_READDIR, "readdir"}, {FUSE_RELEASEDIR, "releasedir"},
+    {FUSE_FSYNCDIR, "fsyncdir"}, {FUSE_GETLK, "getlk"}, {FUSE_SETLK, "setlk"},
+    {FUSE_SETLKW, "setlkw"}, {FUSE_ACCESS, "access"}, {FUSE_CREATE, "create"},
+    {FUSE_INTERRUPT, "interrupt"}, {FUSE_BMAP, "bmap"}, {FUSE_DESTROY, "destroy"},
+    {FUSE_IOCTL, "ioctl"}, {FUSE_POLL, "poll"}, {FUSE_FALLOCATE, "fallocate"},
+    {FUSE_READDIRPLUS, "readdirplus"}, {FUSE_RENAME2, "rename2"}, {FUSE_LSEEK, "lseek"},
+    {FUSE_COPY_FILE_RANGE, "copy_file_range"}, {FUSE_SYNCFS, "syncfs"}, {FUSE_TMPFILE, "tmpfile"},
+    {kStatx, "statx"}};
+// Opcodes past this share the last histogram, "other".
+constexpr uint32_t kOtherOperation = 53;
 
 struct State {
+  State() {
+    for (uint32_t op = 0; op <= kOtherOperation; ++op) {
+      latency.push_back(std::make_unique<Histogram>(kRequestBuckets));
+    }
+  }
   int dev_fd = -1;
   bool passthrough_wanted = false;
   std::atomic<bool> direct_io_mmap{false};  // The kernel's INIT has FUSE_DIRECT_IO_ALLOW_MMAP.
@@ -56,6 +86,7 @@ struct State {
   std::atomic<bool> replaying_init{false};
   std::atomic<uint64_t> resent{0};
   std::atomic<int64_t> first_reply_ns{0};
+  std::vector<std::unique_ptr<Histogram>> latency;  // By opcode, up to kOtherOperation.
   Mutex mu;
   std::unordered_set<uint64_t> open_requests GUARDED_BY(mu);     // Unanswered OPEN requests.
   std::unordered_map<uint64_t, int> backing_ids GUARDED_BY(mu);  // File handle -> backing id.
@@ -96,6 +127,20 @@ void ReplyWriting() {}
 // Set as a request is read; the thread that reads a request serves it (libfuse's loops).
 thread_local bool current_request_resent = false;
 thread_local uint64_t current_request = 0;
+// The request the calling thread is serving, as read (unique with the resend bit), its opcode
+// and when it was read; started 0 once it is answered.
+thread_local uint64_t serving_unique = 0;
+thread_local uint32_t serving_opcode = 0;
+thread_local int64_t serving_started_ns = 0;
+
+// Counts the latency of the request the calling thread serves, once, when `unique` is its reply
+// (0: a spliced reply, whose header the hook does not see; only replies are spliced).
+void Answered(uint64_t unique) {
+  if (serving_started_ns == 0 || (unique != 0 && unique != serving_unique)) return;
+  S().latency[std::min(serving_opcode, kOtherOperation)]->Observe(
+      std::chrono::nanoseconds(MonotonicNanos() - serving_started_ns));
+  serving_started_ns = 0;
+}
 
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
@@ -105,6 +150,9 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   State& s = S();
   current_request_resent = (in->unique & kResentUnique) != 0;
   current_request = in->unique & ~kResentUnique;
+  serving_unique = in->unique;
+  serving_opcode = in->opcode;
+  serving_started_ns = MonotonicNanos();
   if (current_request_resent) s.resent.fetch_add(1, std::memory_order_relaxed);
   if (in->opcode == FUSE_INIT) {
     if (NoteInit(in, static_cast<size_t>(n)) && s.init_sink) {
@@ -122,6 +170,7 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
   State& s = S();
   if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
+    if (out->unique != 0) Answered(out->unique);
     if (out->unique == s.init_unique && out->error == 0 && count >= 2 &&
         iov[1].iov_len >= sizeof(fuse_init_out)) {
       auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
@@ -168,6 +217,7 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
 ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t len,
                     unsigned flags, void*) {
   ReplyWriting();
+  Answered(0);
   return ::splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
@@ -208,6 +258,17 @@ int ResendUnanswered() {
     return errno;
   }
   return 0;
+}
+
+nlohmann::json RequestLatencyJson() {
+  const State& s = S();
+  nlohmann::json out = nlohmann::json::object();
+  auto add = [&](const char* name, uint32_t opcode) {
+    if (s.latency[opcode]->count() > 0) out[name] = s.latency[opcode]->ToJson();
+  };
+  for (const auto& [opcode, name] : kOperationNames) add(name, opcode);
+  add("other", kOtherOperation);
+  return out;
 }
 
 bool RequestResent() { return current_request_resent; }

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 namespace ckptfs {
 
@@ -40,6 +41,11 @@ bool RequestResent();
 uint64_t RequestId();
 // CLOCK_MONOTONIC nanoseconds when this process first answered a request (0: not yet).
 int64_t FirstReplyNanos();
+
+// The latency of the requests this process answered, from reading each to writing its reply, by
+// operation: {"write": histogram (core/histogram.h), ...} for the operations seen. FORGET and
+// BATCH_FORGET have no reply and are not counted.
+nlohmann::json RequestLatencyJson();
 
 // Whether the INIT reply allows shared mmap of direct_io files (known once the INIT request has
 // been read, i.e. from the init callback on).

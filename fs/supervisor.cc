@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -89,7 +90,12 @@ class Supervisor {
         sleep(1);
         continue;
       }
-      if (first) Report("ok");
+      if (first) {
+        Report("ok");
+        sd_notifyf(0, "READY=1\nSTATUS=serving %s", s_.mountpoint.c_str());
+      } else {
+        sd_notifyf(0, "STATUS=serving %s (worker %u)", s_.mountpoint.c_str(), block_.worker);
+      }
       first = false;
       fallback.clear();
       const int64_t started = MonotonicNanos();
@@ -197,6 +203,7 @@ class Supervisor {
       }
       if (stop_asked && !unmounted_) {
         spdlog::info("unmounting (signal)");
+        sd_notify(0, "STOPPING=1\nSTATUS=unmounted; making what the mount holds durable");
         Unmount();
       }
       if (handoff_asked) {

@@ -49,6 +49,9 @@ struct SupervisorSetup {
   // Told "ok" once the first worker serves, or "error MESSAGE" when it cannot; -1: the error
   // goes to stderr.
   int ready_fd = -1;
+  // The mount point, as systemd is told (sd_notify: READY=1 once the first worker serves,
+  // STOPPING=1 when asked to unmount, STATUS= as workers are replaced; nothing outside systemd).
+  std::string mountpoint{};
 };
 
 // Runs until the mount is gone; returns the exit status of the daemon.

@@ -107,8 +107,9 @@ Status CheckBinary(const std::string& path) {
   return Status::Ok();
 }
 
-std::string WorkerInfo(int64_t started_ns) {
-  const ControlBlock& b = *control_block;
+}  // namespace
+
+std::string WorkerInfo(const ControlBlock& b, int64_t started_ns) {
   nlohmann::json j;
   j["pid"] = getpid();
   j["supervisor_pid"] = getppid();
@@ -128,8 +129,6 @@ std::string WorkerInfo(int64_t started_ns) {
   j["upgrade_error"] = FieldText(b.upgrade_error);
   return j.dump();
 }
-
-}  // namespace
 
 bool ParseWorkerDescriptors(const std::string& text, WorkerDescriptors* out) {
   int fuse, control, ready, arena = -1, used = 0;
@@ -186,7 +185,8 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     OnUpgradeSignal(SIGUSR1);
     return Status::Ok();
   });
-  fs.SetWorkerInfo([started_ns] { return WorkerInfo(started_ns); });
+  fs.SetWorkerInfo([started_ns] { return WorkerInfo(*control_block, started_ns); });
+  fs.SetRequestStats(RequestLatencyJson);
   if (block.image_length > 0) {
     Result<HandoffImage> image = DecodeHandoff(control->image_text());
     Status restored = image.ok() ? fs.Restore(*image) : image.status();

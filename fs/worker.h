@@ -17,6 +17,7 @@
 
 #include <csignal>
 
+#include "fs/control_block.h"
 #include "fs/options.h"
 
 namespace ckptfs {
@@ -36,6 +37,10 @@ struct WorkerDescriptors {
 
 // Parses "FUSE_FD,CONTROL_FD,READY_FD[,ARENA_FD]"; false when malformed.
 bool ParseWorkerDescriptors(const std::string& text, WorkerDescriptors* out);
+
+// The stats' "worker" object (JSON) of the calling process, a worker started at `started_ns`
+// (MonotonicNanos) under the supervisor whose control block is `block`.
+std::string WorkerInfo(const ControlBlock& block, int64_t started_ns);
 
 // Runs the worker (logging set up); returns its exit status.
 int RunWorker(const MountOptions& o, const WorkerDescriptors& fds);

@@ -105,6 +105,31 @@ TEST(MountOptionsTest, FuseOptionsArePassedOnUnchanged) {
   EXPECT_EQ(o.fuse_options, (std::vector<std::string>{"allow_other", "fsname=store", "noatime"}));
 }
 
+TEST(MountOptionsTest, TheGenericOptionsOfMountAndFstabAreAcceptedNeverAFailure) {
+  MountOptions o = Parsed("rw,dev,suid,exec,async,nofail,_netdev,defaults,auto,noauto,user,"
+                          "x-systemd.automount,x-systemd.mount-timeout=30,X-mount.mkdir,"
+                          "comment=ckptfs");
+  EXPECT_EQ(o.fuse_options,
+            (std::vector<std::string>{"rw", "dev", "suid", "exec", "async"}));
+  EXPECT_EQ(o.ignored_options.size(), 10u);
+}
+
+TEST(MountOptionsTest, TheMetricsEndpointIsLoopbackUnlessAHostIsGiven) {
+  MountOptions o = Parsed("metrics=9400");
+  EXPECT_EQ(o.metrics_host, "127.0.0.1");
+  EXPECT_EQ(o.metrics_port, 9400);
+  o = Parsed("metrics=0.0.0.0:9401,metrics_file=/var/lib/node_exporter/ckptfs.prom");
+  EXPECT_EQ(o.metrics_host, "0.0.0.0");
+  EXPECT_EQ(o.metrics_port, 9401);
+  EXPECT_EQ(o.metrics_file, "/var/lib/node_exporter/ckptfs.prom");
+  EXPECT_EQ(Parsed("metrics=[::1]:9402").metrics_host, "::1");
+  for (const char* bad : {"metrics=0", "metrics=65536", "metrics=port", "metrics=:9400",
+                          "metrics=a b:9400", "metrics=[]:9400", "metrics=9400x",
+                          "metrics_file=relative.prom", "metrics_interval=10ms"}) {
+    EXPECT_EQ(Refused(bad).err(), EINVAL) << bad;
+  }
+}
+
 TEST(MountOptionsTest, MalformedOrUnknownOptionsAreRefusedNamingTheOption) {
   for (const char* bad :
        {"cache_size=banana", "cache_size=1M", "cache_size=", "cache_size", "nosuchopt",
@@ -131,6 +156,16 @@ TEST(MountOptionsTest, HelpListsEveryOptionWithItsDefault) {
     EXPECT_NE(help.find("  " + form), std::string::npos) << o.name;
   }
   EXPECT_NE(help.find("fsync=defer|wait  (default defer)"), std::string::npos) << help;
+}
+
+TEST(MountOptionsTest, TheManPageShowsEveryOptionWithItsValues) {
+  std::ifstream page(std::string(CKPTFS_SOURCE_DIR) + "/fs/deploy/ckptfs.8");
+  std::stringstream text;
+  text << page.rdbuf();
+  for (const MountOption& o : MountOptionTable()) {
+    std::string form = *o.values ? std::string(o.name) + "=" + o.values : std::string(o.name);
+    EXPECT_NE(text.str().find(".TP\n\\fB" + form + "\\fR\n"), std::string::npos) << form;
+  }
 }
 
 TEST(MountOptionsTest, CacheMemoryTakesItsThreeValuesAndKernelSettingsAreRead) {
