@@ -100,8 +100,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
   // before the first request.
   void SetWorkerInfo(std::function<std::string()> info) { worker_info_ = std::move(info); }
-  // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation.
-  void SetRequestStats(std::function<nlohmann::json()> stats) { request_stats_ = std::move(stats); }
+  // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation. Set
+  // before the first request.
+  void SetRequestStats(std::function<nlohmann::json()> stats) {
+    request_stats_ = std::move(stats);
+  }
   // Read-only opens of large files held whole by a backing file bypass the page cache too:
   // the daemon splices their reads from the backing file straight into the reader's buffer,
   // rather than the kernel copying them into pages of its own (a second cached copy of the

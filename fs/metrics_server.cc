@@ -57,6 +57,11 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Bind(const MountOptions& o
   http->set_write_timeout(kReplyTimeout);
   http->set_keep_alive_max_count(16);
   http->set_payload_max_length(kMaxRequestBody);
+  // The listening socket stays out of the workers the supervisor starts.
+  http->set_socket_options([](int sock) {
+    httplib::default_socket_options(sock);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);
+  });
   MetricsServer* self = server.get();
   http->Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
     res.set_content(self->Text(), kMetricsContentType);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up ckptfs, mounts it over a local backing directory and shows it at work: a checkpoint
 # saved with torch.save through the mount, a tracker file written last, the checkpoint's tensors
-# read with zarr through its .tensors view, the live figures, a sync, and the backing directory
-# after unmount.
+# read with zarr through its .tensors view, the live figures and a few of its Prometheus metrics,
+# a sync, and the backing directory after unmount.
 #   scripts/demo.sh [BACKING_DIR] [MOUNTPOINT]   (default: /tmp/ckptfs-demo/{store,mnt})
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +10,10 @@ scripts/setup.sh
 bin="$PWD/${CKPTFS_BUILD_DIR:-build}/ckptfs"
 store="${1:-/tmp/ckptfs-demo/store}"
 mnt="${2:-/tmp/ckptfs-demo/mnt}"
+metrics="$(dirname "$mnt")/ckptfs.prom"
 mkdir -p "$store" "$mnt"
 
-"$bin" "$store" "$mnt" -o cache_size=1G
+"$bin" "$store" "$mnt" -o cache_size=1G,metrics_file="$metrics",metrics_interval=500ms
 trap 'mountpoint -q "$mnt" && fusermount3 -u "$mnt"' EXIT
 echo "== mounted: $(grep " $mnt " /proc/self/mounts)"
 
@@ -44,6 +45,9 @@ echo "== live figures (ckptfs status)"
 "$bin" status "$mnt"
 echo "== ckptfs sync: returns once everything closed so far is durable"
 time "$bin" sync "$mnt"
+sleep 1
+echo "== some of its Prometheus metrics ($metrics; -o metrics=PORT serves them over HTTP)"
+grep -E '^ckptfs_(flushed_bytes_total|dirty_bytes|save_to_durable_seconds_(count|sum))' "$metrics"
 echo "== unmount (flushes anything left), then the backing directory"
 fusermount3 -u "$mnt"
 trap - EXIT

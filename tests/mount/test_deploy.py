@@ -158,18 +158,26 @@ class MetricsTest(unittest.TestCase):
                 for s in slow:
                     s.close()
 
-    def test_the_endpoint_binds_to_loopback_unless_told_otherwise(self):
+    def test_the_endpoint_binds_to_loopback_unless_told_otherwise_in_the_supervisor_alone(self):
         def listening(port):
+            """(address, socket inode) of the sockets listening on `port`."""
             with open("/proc/net/tcp") as f:
                 rows = [line.split() for line in f.readlines()[1:]]
-            return [r[1].split(":")[0] for r in rows
+            return [(r[1].split(":")[0], r[9]) for r in rows
                     if r[3] == "0A" and int(r[1].split(":")[1], 16) == port]
 
-        with CkptfsMount(options=[f"metrics={self.port}"]):
-            self.assertEqual(listening(self.port), ["0100007F"])
+        def sockets_of(pid):
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            return {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+
+        with CkptfsMount(options=[f"metrics={self.port}"]) as m:
+            [(address, inode)] = listening(self.port)
+            self.assertEqual(address, "0100007F")
+            self.assertIn(inode, sockets_of(m.pid))
+            self.assertNotIn(inode, sockets_of(m.worker_pid()))
         other = free_port()
         with CkptfsMount(options=[f"metrics=0.0.0.0:{other}"]):
-            self.assertEqual(listening(other), ["00000000"])
+            self.assertEqual([address for address, _ in listening(other)], ["00000000"])
 
     def test_the_metrics_file_is_replaced_whole_every_interval_and_removed_at_unmount(self):
         workdir = tempfile.mkdtemp(prefix="ckptfs-prom-")
