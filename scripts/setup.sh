@@ -2,7 +2,7 @@
 # Installs what ckptfs needs and builds it into build/ (or $CKPTFS_BUILD_DIR):
 #   - Debian packages for the C++ side (and fuse3's fusermount3 and mount.fuse3; clang for the
 #     thread-safety build of scripts/test.sh; for the tests of packaging: promtool from
-#     prometheus, dpkg-dev and fakeroot for the .deb, systemd-analyze from systemd);
+#     prometheus, dpkg-dev and fakeroot for the .deb, systemd-analyze from systemd, man-db);
 #   - a Python virtual environment in .venv/ with the pinned packages of scripts/requirements.txt
 #     (torch first, alone, so that nothing pulls a newer torch);
 #   - the build, with extra arguments passed to cmake, e.g. -DCKPTFS_SANITIZE=address.
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ clang pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-dev libgtest-dev
           libgmock-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsystemd-dev
           python3 python3-venv
-          prometheus dpkg-dev fakeroot systemd)
+          prometheus dpkg-dev fakeroot systemd man-db)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

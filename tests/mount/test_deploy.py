@@ -190,7 +190,9 @@ class MetricsTest(unittest.TestCase):
             writer = threading.Thread(target=write_files, args=(m.mnt, 4, 32 << 20))
             writer.start()
             inodes = set()
-            while writer.is_alive():
+            # Read while the save runs, and for at least 10 intervals.
+            until = time.monotonic() + 1.0
+            while writer.is_alive() or time.monotonic() < until:
                 with open(path) as f:
                     inodes.add(os.fstat(f.fileno()).st_ino)
                     text = f.read()
