@@ -29,24 +29,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Reads a whole control file; false with errno set when it cannot be read.
-bool ReadControl(const std::string& path, std::string* out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  out->clear();
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
-  int err = errno;
-  close(fd);
-  errno = err;
-  return n == 0;
-}
-
 // Reads and parses MOUNTPOINT/.ckptfs/stats; false with *error saying why when it cannot.
 bool ReadStats(const std::string& mountpoint, nlohmann::json* stats, std::string* error) {
   std::string text;
-  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
+  if (!ReadControlFile(mountpoint + "/.ckptfs/stats", &text)) {
     *error = std::strerror(errno);
     return false;
   }
@@ -275,7 +261,7 @@ int Sync(const std::string& mountpoint, bool progress) {
   std::optional<SyncProgress> bar;
   if (progress) bar.emplace(mountpoint);
   std::string answer;
-  bool ok = ReadControl(mountpoint + "/.ckptfs/sync", &answer);
+  bool ok = ReadControlFile(mountpoint + "/.ckptfs/sync", &answer);
   int err = errno;
   if (bar) bar->Finish(ok && answer.rfind("ok", 0) == 0);
   if (!ok) {
@@ -312,7 +298,7 @@ void PrintShared(const nlohmann::json& shared) {
 
 int PrintStatus(const std::string& mountpoint, bool json) {
   std::string text;
-  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) {
+  if (!ReadControlFile(mountpoint + "/.ckptfs/stats", &text)) {
     std::fprintf(stderr, "ckptfs status: %s is not a ckptfs mount or cannot be read: %s\n",
                  mountpoint.c_str(), std::strerror(errno));
     return 1;
@@ -371,11 +357,13 @@ int PrintStatus(const std::string& mountpoint, bool json) {
 
 // The "worker" object of the mount's stats; null when unreadable.
 nlohmann::json WorkerStats(const std::string& mountpoint) {
-  std::string text;
-  if (!ReadControl(mountpoint + "/.ckptfs/stats", &text)) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.contains("worker") || !j["worker"].is_object()) return nullptr;
-  return j["worker"];
+  nlohmann::json stats;
+  std::string error;
+  if (!ReadStats(mountpoint, &stats, &error) || !stats.contains("worker") ||
+      !stats["worker"].is_object()) {
+    return nullptr;
+  }
+  return stats["worker"];
 }
 
 int Upgrade(const std::string& mountpoint, const std::string& binary_arg, double timeout_s) {
@@ -434,6 +422,19 @@ int Upgrade(const std::string& mountpoint, const std::string& binary_arg, double
 }
 
 }  // namespace
+
+bool ReadControlFile(const std::string& path, std::string* out) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out->clear();
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
+  int err = errno;
+  close(fd);
+  errno = err;
+  return n == 0;
+}
 
 int RunClient(int argc, char** argv) {
   CLI::App app{"ckptfs client commands"};

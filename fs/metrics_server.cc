@@ -10,24 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/metrics_text.h"
+#include "fs/client.h"
 
 namespace ckptfs {
 namespace {
 
 constexpr size_t kMaxRequestBody = 4096;
-
-// The whole of a file; false with errno set when it cannot be read.
-bool ReadWhole(const std::string& path, std::string* out) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
-  const int err = errno;
-  close(fd);
-  errno = err;
-  return n == 0;
-}
 
 void Answer(httplib::Response& res, int status, const std::string& body) {
   res.status = status;
@@ -115,7 +103,7 @@ void MetricsServer::Start() {
 
 std::string MetricsServer::Text() const {
   std::string text;
-  if (!ReadWhole(stats_path_, &text)) return MetricsDownText(mountpoint_);
+  if (!ReadControlFile(stats_path_, &text)) return MetricsDownText(mountpoint_);
   nlohmann::json stats = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (stats.is_discarded()) return MetricsDownText(mountpoint_);
   return MetricsText(stats, mountpoint_);
