@@ -105,6 +105,8 @@ const Field kFields[] = {
      "Workers that died without handing over."},
     {"worker.resent_requests", "ckptfs_worker_resent_requests", Kind::kGauge,
      "Requests the kernel sent this worker again after its predecessor died."},
+    {"worker.io_uring_requests", "ckptfs_worker_io_uring_requests", Kind::kGauge,
+     "Requests this worker served over FUSE over io_uring (-o io_uring=on)."},
     {"worker.takeover_ms", "ckptfs_worker_takeover_seconds", Kind::kMilliseconds,
      "How long the requests waited while this worker took over."},
     {"worker.uptime_s", "ckptfs_worker_uptime_seconds", Kind::kGauge,

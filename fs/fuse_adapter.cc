@@ -19,7 +19,6 @@ namespace {
 
 // How long the kernel keeps attributes and entries (kAttrTimeout, core/namespace.h).
 constexpr double kAttrSeconds = std::chrono::duration<double>(kAttrTimeout).count();
-constexpr unsigned kMaxWrite = 1u << 20;
 // st_blksize. Python sizes each open file's buffer by it: at 1 MiB, glibc maps that buffer
 // afresh per open, and a reader of 1 MiB zarr chunks faulted 256 pages per chunk (25x slower
 // than at 128 KiB on a VM with costly faults). 128 KiB still coalesces small buffered writes.
@@ -99,7 +98,7 @@ void Init(void* userdata, fuse_conn_info* conn) {
   if (adapter_options.direct_reads && DirectIoMmapAllowed()) {
     static_cast<Filesystem*>(userdata)->EnableDirectReads();
   }
-  conn->max_write = kMaxWrite;
+  conn->max_write = kMaxWriteBytes;
   conn->max_readahead = std::max(conn->max_readahead, kReadAheadBytes);
   conn->max_read = adapter_options.max_read;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;

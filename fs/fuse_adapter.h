@@ -14,6 +14,9 @@ const fuse_lowlevel_ops& FuseOperations();
 // (through sysfs, as root), which keeps several read requests in flight.
 inline constexpr unsigned kReadAheadBytes = 4u << 20;
 
+// The largest write request the kernel sends (INIT's max_write).
+inline constexpr unsigned kMaxWriteBytes = 1u << 20;
+
 struct AdapterOptions {
   unsigned max_read = 0;     // The session's max_read mount option; INIT must state the same.
   bool direct_reads = true;  // Filesystem::EnableDirectReads where the kernel allows it.

@@ -24,6 +24,7 @@
 #include "fs/cache_memory_file.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
+#include "fs/fuse_ring.h"
 #include "fs/metrics_server.h"
 #include "fs/options.h"
 #include "fs/session_hooks.h"
@@ -290,6 +291,10 @@ int Mount(int argc, char** argv) {
   }
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     return Fail(std::string("cannot use /dev/fuse: ") + std::strerror(errno));
+  }
+  if (o.io_uring == IoUring::kOn && !KernelOffersFuseRing()) {
+    return Fail("io_uring=on: the kernel does not offer FUSE over io_uring (Linux 6.14+ with "
+                "/sys/module/fuse/parameters/enable_uring set to Y)");
   }
   const std::string binary = SelfBinary();
   if (binary.empty()) return Fail(std::string("cannot find this binary: ") + std::strerror(errno));

@@ -214,6 +214,15 @@ const MountOption kMountOptions[] = {
                                    {"off", Passthrough::kOff}},
                                   &o->passthrough);
      }},
+    {"io_uring", "on|off", "off",
+     "experimental, for measurements (scripts/bench/run --fuse-ring): `on` serves requests over "
+     "FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring` on, else the mount is "
+     "refused), one daemon thread pinned to each CPU. Measured here it is slower than /dev/fuse "
+     "(the kernel wakes the caller on another CPU), and a worker that is replaced or dies may "
+     "leave a request it had taken unanswered. `off`: /dev/fuse only",
+     [](const std::string& v, MountOptions* o) {
+       return Choose<IoUring>(v, {{"on", IoUring::kOn}, {"off", IoUring::kOff}}, &o->io_uring);
+     }},
     {"max_read", "SIZE", "512K",
      "largest read request the kernel sends (4K–1M). Up to 512K, data read from the backing "
      "store is spliced from its files into the kernel (no copy through the daemon); a larger "

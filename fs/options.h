@@ -20,6 +20,10 @@ inline constexpr unsigned kDefaultMaxRead = 512u << 10;
 // (fs/session_hooks.h): kAuto when the daemon may (CAP_SYS_ADMIN) and the kernel offers it.
 enum class Passthrough { kAuto, kOn, kOff };
 
+// Whether requests come over FUSE over io_uring (fs/fuse_ring.h); kOn refuses to mount when the
+// kernel does not offer it (the fuse module's enable_uring is off).
+enum class IoUring { kOn, kOff };
+
 // Where the cache's memory lives (core/arena.h): kAuto is shared when the kernel gives shared
 // memory huge pages (SharedMemoryHasHugePages), private otherwise.
 enum class CacheMemory { kAuto, kShared, kPrivate };
@@ -39,6 +43,7 @@ struct MountOptions {
   std::string log_file;  // Empty: stderr in the foreground, syslog as a daemon.
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
   Passthrough passthrough = Passthrough::kAuto;
+  IoUring io_uring = IoUring::kOff;
   CacheMemory cache_memory = CacheMemory::kAuto;
   unsigned max_read = kDefaultMaxRead;
   bool direct_read = true;  // Large files on the backing store are read past the page cache.

@@ -48,6 +48,8 @@ constexpr unsigned long kIocBackingClose = _IOW(229, 2, uint32_t);
 // the padding.
 constexpr size_t kMaxStackDepthOffset = offsetof(fuse_init_out, unused);
 constexpr uint32_t kStatx = 52;  // FUSE_STATX.
+constexpr uint32_t kOverIoUringFlags2 = 1u << (41 - 32);  // FUSE_OVER_IO_URING (7.42).
+constexpr uint32_t kMinReadBuffer = 8192;                 // FUSE_MIN_READ_BUFFER.
 
 // The operations named in the request latency histograms, by opcode.
 constexpr std::pair<uint32_t, const char*> kOperationNames[] = {
@@ -83,6 +85,9 @@ struct State {
   std::atomic<bool> active{false};
   std::atomic<bool> has_resend{false};  // The kernel's INIT has FUSE_HAS_RESEND.
   void (*init_sink)(const char*, size_t) = nullptr;
+  void (*ring_started)() = nullptr;  // Set when io_uring is wanted.
+  size_t ring_payload = 0;           // What its entries hold.
+  std::atomic<bool> ring_offered{false};    // The kernel's INIT has FUSE_OVER_IO_URING.
   std::atomic<bool> replaying_init{false};
   std::atomic<uint64_t> resent{0};
   std::atomic<int64_t> first_reply_ns{0};
@@ -106,6 +111,7 @@ bool NoteInit(const fuse_in_header* in, size_t n) {
   s.direct_io_mmap = ext && (init->flags2 & kDirectIoAllowMmapFlags2);
   s.offered = s.passthrough_wanted && ext && (init->flags2 & kPassthroughFlags2);
   s.has_resend = ext && (init->flags2 & kHasResendFlags2);
+  s.ring_offered = ext && (init->flags2 & kOverIoUringFlags2);
   s.init_unique = in->unique;
   return true;
 }
@@ -142,10 +148,13 @@ void Answered(uint64_t unique) {
   serving_started_ns = 0;
 }
 
-ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
-  ssize_t n = ::read(fd, buf, len);
-  RequestRead();
-  if (n < static_cast<ssize_t>(sizeof(fuse_in_header))) return n;
+// The reply to the request the calling thread serves from the ring goes to ring_reply; its
+// unique is ring_unique.
+thread_local RingReply* ring_reply = nullptr;
+thread_local uint64_t ring_unique = 0;
+
+// Takes note of a request of `n` bytes read (or taken from the ring) by the calling thread.
+void NoteRequest(const void* buf, size_t n) {
   const auto* in = static_cast<const fuse_in_header*>(buf);
   State& s = S();
   current_request_resent = (in->unique & kResentUnique) != 0;
@@ -155,25 +164,48 @@ ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
   serving_started_ns = MonotonicNanos();
   if (current_request_resent) s.resent.fetch_add(1, std::memory_order_relaxed);
   if (in->opcode == FUSE_INIT) {
-    if (NoteInit(in, static_cast<size_t>(n)) && s.init_sink) {
-      s.init_sink(static_cast<const char*>(buf), static_cast<size_t>(n));
-    }
+    if (NoteInit(in, n) && s.init_sink) s.init_sink(static_cast<const char*>(buf), n);
   } else if (in->opcode == FUSE_OPEN && s.active) {
     MutexLock lock(s.mu);
     s.open_requests.insert(in->unique);
   }
+}
+
+ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
+  ssize_t n = ::read(fd, buf, len);
+  RequestRead();
+  if (n >= static_cast<ssize_t>(sizeof(fuse_in_header))) NoteRequest(buf, static_cast<size_t>(n));
   return n;
+}
+
+// The payload buffer a ring entry needs for the connection an INIT reply `init` sets up.
+size_t RingPayloadBytes(const fuse_init_out& init) {
+  const size_t pages = static_cast<size_t>(init.max_pages) * static_cast<size_t>(getpagesize());
+  return std::max<size_t>({kMinReadBuffer, init.max_write, pages});
 }
 
 ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
   ReplyWriting();
   State& s = S();
+  bool asks_ring = false;  // This is the INIT reply, asking for io_uring.
+  bool to_ring = false;
   if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     const auto* out = static_cast<const fuse_out_header*>(iov[0].iov_base);
     if (out->unique != 0) Answered(out->unique);
+    to_ring = ring_reply != nullptr && out->unique == ring_unique;
     if (out->unique == s.init_unique && out->error == 0 && count >= 2 &&
         iov[1].iov_len >= sizeof(fuse_init_out)) {
       auto* init = static_cast<fuse_init_out*>(iov[1].iov_base);
+      if (s.ring_started && s.ring_offered) {
+        if (RingPayloadBytes(*init) <= s.ring_payload) {
+          init->flags |= FUSE_INIT_EXT;
+          init->flags2 |= kOverIoUringFlags2;
+          asks_ring = true;
+        } else {
+          spdlog::warn("FUSE over io_uring not used: requests of up to {} bytes do not fit its "
+                       "{}-byte buffers", RingPayloadBytes(*init), s.ring_payload);
+        }
+      }
       if (s.direct_io_mmap) {
         init->flags |= FUSE_INIT_EXT;
         init->flags2 |= kDirectIoAllowMmapFlags2;
@@ -204,13 +236,20 @@ ssize_t WriteReply(int fd, iovec* iov, int count, void*) {
     // The replayed INIT's reply: the kernel had its answer from the first worker.
     ssize_t total = 0;
     for (int i = 0; i < count; ++i) total += static_cast<ssize_t>(iov[i].iov_len);
+    if (asks_ring) s.ring_started();
     return total;
   }
   if (s.first_reply_ns.load(std::memory_order_relaxed) == 0) {
     int64_t expected = 0;
     s.first_reply_ns.compare_exchange_strong(expected, MonotonicNanos());
   }
-  return ::writev(fd, iov, count);
+  if (to_ring) {
+    ring_unique = 0;
+    return ring_reply->Write(iov, count);
+  }
+  const ssize_t written = ::writev(fd, iov, count);
+  if (asks_ring && written >= 0) s.ring_started();
+  return written;
 }
 
 // Replies spliced from a pipe (read data from backing files) carry nothing to mark.
@@ -218,6 +257,10 @@ ssize_t SpliceReply(int fd_in, off_t* off_in, int fd_out, off_t* off_out, size_t
                     unsigned flags, void*) {
   ReplyWriting();
   Answered(0);
+  if (ring_reply != nullptr && ring_unique != 0) {
+    ring_unique = 0;
+    return ring_reply->Splice(fd_in, len);
+  }
   return ::splice(fd_in, off_in, fd_out, off_out, len, flags);
 }
 
@@ -237,6 +280,24 @@ bool InstallSessionHooks(fuse_session* se, bool passthrough_wanted) {
 }
 
 void RecordInit(void (*sink)(const char*, size_t)) { S().init_sink = sink; }
+
+void WantRing(size_t payload_bytes, void (*started)()) {
+  S().ring_payload = payload_bytes;
+  S().ring_started = started;
+}
+
+void ServeRingRequest(fuse_session* se, char* request, size_t length, RingReply* reply) {
+  RequestRead();
+  NoteRequest(request, length);
+  ring_reply = reply;
+  ring_unique = reinterpret_cast<const fuse_in_header*>(request)->unique;
+  fuse_buf buf{};
+  buf.mem = request;
+  buf.size = length;
+  fuse_session_process_buf(se, &buf);
+  ring_reply = nullptr;
+  ring_unique = 0;
+}
 
 void ReplayInit(fuse_session* se, const char* request, size_t length) {
   State& s = S();

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <fuse_lowlevel.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +48,31 @@ int64_t FirstReplyNanos();
 // operation: {"write": histogram (core/histogram.h), ...} for the operations seen. FORGET and
 // BATCH_FORGET have no reply and are not counted.
 nlohmann::json RequestLatencyJson();
+
+// --- FUSE over io_uring (fs/fuse_ring.h) ---
+//
+// Asks for io_uring in the INIT reply when the kernel offers it and no request or reply of the
+// connection carries more than `payload_bytes`; `started` is then called once, right after the
+// kernel has that reply (from then on ring entries may be registered). A worker that replays
+// INIT is told the same. Set before the loop runs.
+void WantRing(size_t payload_bytes, void (*started)());
+
+// Where the reply to a request served from the ring goes instead of /dev/fuse.
+class RingReply {
+ public:
+  // The reply as libfuse writes it: a fuse_out_header, then its arguments.
+  virtual ssize_t Write(const iovec* iov, int count) = 0;
+  // The reply as libfuse splices it: `length` bytes in `pipe_fd`, header first.
+  virtual ssize_t Splice(int pipe_fd, size_t length) = 0;
+
+ protected:
+  ~RingReply() = default;
+};
+
+// Serves one request taken from the ring (`length` bytes from its fuse_in_header on, in memory
+// the handlers may keep using until they reply): counted as if read from /dev/fuse, processed by
+// libfuse, and the reply written on this thread handed to `reply`.
+void ServeRingRequest(fuse_session* se, char* request, size_t length, RingReply* reply);
 
 // Whether the INIT reply allows shared mmap of direct_io files (known once the INIT request has
 // been read, i.e. from the init callback on).

@@ -19,6 +19,7 @@
 #include "core/handoff.h"
 #include "fs/control_block.h"
 #include "fs/fuse_adapter.h"
+#include "fs/fuse_ring.h"
 #include "fs/session_hooks.h"
 #include "iouring/env.h"
 
@@ -33,7 +34,11 @@ constexpr int kHandoffTries = 300;
 constexpr uint64_t kHandoffUnflushedBytes = 256ull << 20;
 constexpr int kDrainRounds = 8;
 
+// Ring entries per CPU when requests come over io_uring.
+constexpr unsigned kRingDepth = 4;
+
 ControlBlock* control_block = nullptr;  // Mapped before the session starts.
+std::unique_ptr<FuseRing> fuse_ring;    // When requests may come over io_uring.
 std::atomic<bool> handoff_wanted{false};
 // A byte written here asks the drainer for an upgrade (UpgradeDrainer); closing it ends the
 // drainer. Written from a signal handler.
@@ -119,6 +124,7 @@ std::string WorkerInfo(const ControlBlock& b, int64_t started_ns) {
   j["handoffs"] = b.handoffs;
   j["crashes"] = b.crashes;
   j["resent_requests"] = ResentRequests();
+  j["io_uring_requests"] = fuse_ring ? fuse_ring->Served() : 0;
   // From when the previous worker stopped answering to the first request this one answered
   // (this one, being answered, when it is the first).
   const int64_t first_reply = FirstReplyNanos() > 0 ? FirstReplyNanos() : MonotonicNanos();
@@ -216,6 +222,16 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     return 1;
   }
   if (passthrough) fs.SetPassthrough(OpenBacking, CloseBacking);
+  if (o.io_uring == IoUring::kOn) {
+    Result<std::unique_ptr<FuseRing>> ring =
+        FuseRing::Make(se, fuse_session_fd(se), kMaxWriteBytes, kRingDepth);
+    if (!ring.ok()) {
+      Tell(fds.ready, "error " + ring.status().ToString());
+      return 1;
+    }
+    fuse_ring = std::move(*ring);
+    WantRing(fuse_ring->PayloadBytes(), [] { fuse_ring->Register(); });
+  }
   if (takeover) {
     ReplayInit(se, block.init, block.init_length);
   } else {
@@ -267,6 +283,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
       break;
     }
     const int64_t stopped_ns = MonotonicNanos();
+    if (fuse_ring) fuse_ring->Stop();
     Result<HandoffImage> image = fs.Handoff();
     if (image.ok()) {
       std::string text = EncodeHandoff(*image);
@@ -308,6 +325,10 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     _exit(status);
   }
   fuse_loop_cfg_destroy(loop);
+  if (fuse_ring) {
+    spdlog::info("{} requests served over io_uring", fuse_ring->Served());
+    fuse_ring.reset();
+  }
   fuse_remove_signal_handlers(se);
   made->reset();
   fuse_session_destroy(se);  // Closes this process' descriptor of the connection only.
