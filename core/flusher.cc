@@ -198,8 +198,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     const bool direct = !c.base() && (config_.flush_io == FlushIo::kDirect ||
                                       (config_.flush_io == FlushIo::kAuto &&
                                        size >= policy::kDirectFlushMinBytes));
-    int flags = O_CREAT | O_RDWR | O_TRUNC | O_NOFOLLOW | (direct ? O_DIRECT : 0);
-    Result<int> fd = env_.Open(staging_fd_, s.name, flags, 0600);
+    Result<int> fd = CreateStagingFile(e, s.name, O_RDWR | (direct ? O_DIRECT : 0));
     if (!fd.ok()) {
       s.status = Status::Error(fd.status().err(), "create staging file");
       continue;
@@ -303,6 +302,27 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
   return result;
+}
+
+Result<int> Flusher::CreateStagingFile(const JournalEntry& e, const std::string& name, int flags) {
+  const int dir = e.names.empty() ? -1 : DirFd(e.names[0].parent);
+  if (dir >= 0 && tmpfile_in_place_) {
+    Result<int> fd = env_.Open(dir, ".", flags | O_TMPFILE, 0600);
+    if (fd.ok()) {
+      Status linked = env_.Link(*fd, "", staging_fd_, name);
+      if (!linked.ok() && linked.err() == EEXIST && env_.Unlink(staging_fd_, name).ok()) {
+        linked = env_.Link(*fd, "", staging_fd_, name);  // A leftover of the same sequence.
+      }
+      if (linked.ok()) return fd;
+      env_.Close(*fd);
+    } else if (const int err = fd.status().err(); err == EOPNOTSUPP || err == EISDIR ||
+                                                    err == EINVAL) {
+      spdlog::info("the backing filesystem has no O_TMPFILE: staging files are made in the "
+                   "staging directory");
+      tmpfile_in_place_ = false;
+    }
+  }
+  return env_.Open(staging_fd_, name, flags | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
 }
 
 Status Flusher::PublishStaged(const JournalEntry& e, const std::string& staged_name,

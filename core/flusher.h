@@ -120,6 +120,15 @@ class Flusher {
   };
   BatchResult ApplyBatch(const std::vector<EntryRef>& batch) EXCLUDES(mu_);
   Status ApplyNamespaceOp(const JournalEntry& e, std::vector<int>* touched_dirs) EXCLUDES(mu_);
+  // Opens the new staging file `name` of publish `e` with `flags`. Its inode is made in the
+  // backing directory of the file's first name (O_TMPFILE there, then linked into the staging
+  // directory), so that the backing filesystem places it as it places a file created in that
+  // directory: ext4 allocates a file's inode in its directory's block group, and without a
+  // journal it steps over every inode freed in the last 30 s, one lookup each, so that a single
+  // staging directory cost 0.3 ms per file after the previous checkpoint's files were deleted.
+  // Made in the staging directory when the parent has no backing directory yet, or that fails
+  // (the backing filesystem has no O_TMPFILE: never tried again).
+  Result<int> CreateStagingFile(const JournalEntry& e, const std::string& name, int flags);
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);
@@ -156,6 +165,7 @@ class Flusher {
   Clock& clock_;
   const std::string backend_name_;
   const int staging_fd_;
+  bool tmpfile_in_place_ = true;  // Flusher thread only: O_TMPFILE works on the backing store.
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   Journal& journal_;  // Its own lock, taken after mu_.
   Stats& stats_;

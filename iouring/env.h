@@ -116,6 +116,7 @@ class Env {
   // mknodat: a FIFO, socket or device node (`mode` holds the type).
   virtual Status Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) = 0;
   virtual Status Symlink(const std::string& target, int dir, const std::string& name) = 0;
+  // linkat; an empty `name` gives the open file `dir` (an O_TMPFILE one too) the new name.
   virtual Status Link(int dir, const std::string& name, int new_dir,
                       const std::string& new_name) = 0;
   // renameat2 with `flags` (RENAME_NOREPLACE, RENAME_EXCHANGE).

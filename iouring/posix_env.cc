@@ -253,8 +253,15 @@ Status PosixEnv::Symlink(const std::string& target, int dir, const std::string& 
 }
 
 Status PosixEnv::Link(int dir, const std::string& name, int new_dir, const std::string& new_name) {
-  return Checked(linkat(dir, name.c_str(), new_dir, new_name.c_str(), 0),
-                 "link " + name + " to " + new_name);
+  if (!name.empty()) {
+    return Checked(linkat(dir, name.c_str(), new_dir, new_name.c_str(), 0),
+                   "link " + name + " to " + new_name);
+  }
+  // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the descriptor's /proc link does not.
+  if (linkat(dir, "", new_dir, new_name.c_str(), AT_EMPTY_PATH) == 0) return Status::Ok();
+  const std::string self = "/proc/self/fd/" + std::to_string(dir);
+  return Checked(linkat(AT_FDCWD, self.c_str(), new_dir, new_name.c_str(), AT_SYMLINK_FOLLOW),
+                 "link " + new_name);
 }
 
 Status PosixEnv::Rename(int dir, const std::string& name, int new_dir, const std::string& new_name,

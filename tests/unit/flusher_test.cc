@@ -193,6 +193,32 @@ TEST_F(FlusherTest, ABatchIsReportedDurableOnlyOnceItsDirectoriesAreSynced) {
   EXPECT_TRUE(flusher_->last_error().ok());
 }
 
+TEST_F(FlusherTest, AStagingFileIsMadeInItsOwnDirectoryAndLinkedIntoTheStagingDirectory) {
+  StartFlusher();
+  InodeRef d = Mkdir(root_, "d");
+  ASSERT_TRUE(flusher_->WaitDurable(journal_.last_seq()).ok());
+  uint64_t seq = Publish(d, "f", Pattern(4, 3000));
+  ASSERT_TRUE(flusher_->WaitDurable(seq).ok());
+  EXPECT_EQ(HostFile("d/f"), Pattern(4, 3000));
+  // Made unnamed in d (O_TMPFILE), then named in the staging directory, then renamed into d.
+  EXPECT_EQ(fault_->calls(Env::Op::kLink), 1u);
+  EXPECT_EQ(fault_->calls(Env::Op::kRename), 1u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
+}
+
+TEST_F(FlusherTest, WithoutOTmpfileOnTheBackingStoreStagingFilesAreMadeInTheStagingDirectory) {
+  fault_->Inject(Fault(Env::Op::kOpen, EOPNOTSUPP).Named(".").Times(1));
+  StartFlusher();
+  uint64_t a = Publish(root_, "a", Pattern(5, 100));
+  ASSERT_TRUE(flusher_->WaitDurable(a).ok());
+  uint64_t b = Publish(root_, "b", Pattern(6, 200));
+  ASSERT_TRUE(flusher_->WaitDurable(b).ok());
+  EXPECT_EQ(HostFile("a"), Pattern(5, 100));
+  EXPECT_EQ(HostFile("b"), Pattern(6, 200));
+  EXPECT_EQ(fault_->calls(Env::Op::kLink), 0u);  // Not tried again after the refusal.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
+}
+
 TEST_F(FlusherTest, AFailedRenameIsReportedWithTheFailedEntryAndRetried) {
   fault_->Inject(Fault(Env::Op::kRename, EIO).Named("b").Times(1));
   RecordingClient& client = StartFlusher();
