@@ -218,8 +218,9 @@ const MountOption kMountOptions[] = {
      "experimental, for measurements (scripts/bench/run --fuse-ring): `on` serves requests over "
      "FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring` on, else the mount is "
      "refused), one daemon thread pinned to each CPU. Measured here it is slower than /dev/fuse "
-     "(the kernel wakes the caller on another CPU), and a worker that is replaced or dies may "
-     "leave a request it had taken unanswered. `off`: /dev/fuse only",
+     "(the kernel wakes the caller on another CPU); upgrades and SIGHUP restarts are refused (a "
+     "worker cannot hand its ring over), and a worker that dies may leave a request it had taken "
+     "unanswered. `off`: /dev/fuse only",
      [](const std::string& v, MountOptions* o) {
        return Choose<IoUring>(v, {{"on", IoUring::kOn}, {"off", IoUring::kOff}}, &o->io_uring);
      }},

@@ -61,6 +61,14 @@ void AskHandoff() {
   kill(getpid(), SIGTERM);
 }
 
+// A worker serving FUSE over io_uring cannot hand over: the kernel keeps putting requests into
+// its ring's entries until the process ends, and those are never answered.
+Status HandoffAllowed() {
+  if (!fuse_ring) return Status::Ok();
+  return Status::Error(ENOTSUP, "a mount with io_uring=on cannot hand over to another worker "
+                                "(requests in its ring would be lost): unmount and mount again");
+}
+
 void OnUpgradeSignal(int) {
   const char c = 1;
   if (write(upgrade_pipe[1], &c, 1) < 0) return;
@@ -185,6 +193,10 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
   fs.SetUpgradeHandler([](const std::string& binary) {
     std::string path = binary.empty() ? FieldText(control_block->binary) : binary;
     if (Status bad = CheckBinary(path); !bad.ok()) return bad;
+    if (Status refused = HandoffAllowed(); !refused.ok()) {
+      SetField(control_block->upgrade_error, refused.ToString());
+      return refused;
+    }
     SetField(control_block->requested_binary, path);
     SetField(control_block->upgrade_error, "");
     spdlog::info("upgrade to {} asked for: handing over", path);
@@ -283,8 +295,8 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
       break;
     }
     const int64_t stopped_ns = MonotonicNanos();
-    if (fuse_ring) fuse_ring->Stop();
-    Result<HandoffImage> image = fs.Handoff();
+    Status allowed = HandoffAllowed();
+    Result<HandoffImage> image = allowed.ok() ? fs.Handoff() : Result<HandoffImage>(allowed);
     if (image.ok()) {
       std::string text = EncodeHandoff(*image);
       if (text.size() <= kMaxHandoffImage) {

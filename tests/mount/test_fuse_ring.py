@@ -1,6 +1,6 @@
 """-o io_uring=on (fs/fuse_ring.h): the requests of a mount are served over FUSE over io_uring,
-with the same results as over /dev/fuse, and the mount is refused with a clear line when the
-kernel does not offer it. The fuse module's enable_uring is set for each test and put back
+with the same results as over /dev/fuse; the mount is refused with a clear line when the kernel
+does not offer it, and an upgrade (a worker cannot hand its ring over) while the worker serves on. The fuse module's enable_uring is set for each test and put back
 after (root only)."""
 
 import hashlib
@@ -80,6 +80,25 @@ class FuseRingTest(unittest.TestCase):
             with open(m2.path("d", "renamed.bin"), "rb") as f:
                 self.assertEqual(f.read(), small["f0.bin"])
             self.assertGreater(self.ring_requests(m2) - served, len(big) >> 20)
+
+
+    def test_an_upgrade_is_refused_and_the_worker_serves_on_over_the_ring(self):
+        self.set_enable_uring("Y")
+        with CkptfsMount(options=["io_uring=on", "passthrough=off"]) as m:
+            writing = open(m.path("open.bin"), "wb", buffering=0)
+            writing.write(b"o" * 100000)
+            before = m.stats()["worker"]
+            r = run_ckptfs(["upgrade", m.mnt, "--timeout", "30"], timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("io_uring=on", r.stdout + r.stderr)
+            served = self.ring_requests(m)
+            writing.write(b"p" * 100000)
+            writing.close()
+            with open(m.path("open.bin"), "rb") as f:
+                self.assertEqual(f.read(), b"o" * 100000 + b"p" * 100000)
+            after = m.stats()["worker"]
+            self.assertEqual((after["number"], after["pid"]), (before["number"], before["pid"]))
+            self.assertGreater(self.ring_requests(m) - served, 3)
 
 
 if __name__ == "__main__":
