@@ -217,13 +217,14 @@ def run_ranks(target, nranks, args, preload=(), node_loss=None):
            if p.exitcode != 0 and r in results and r not in killed]
     if bad:
         raise RuntimeError(f"rank processes exited with {bad}")
-    global ranks_written
+    global ranks_written, ranks_cpu
     ranks_written += sum(results[r][1] for r in results)
+    ranks_cpu += sum(results[r][3] for r in results)
     return elapsed, [results[r][0] if r in results else None for r in range(nranks)]
 
 
 def _collect(procs, queue):
-    """{rank: (result, bytes written, end time)} of every rank; raises when one fails."""
+    """{rank: (result, bytes written, end time, CPU)} of every rank; raises when one fails."""
     results = {}
     while len(results) < len(procs):
         try:
@@ -270,7 +271,7 @@ class NodeLoss:
             self._killed_at = time.monotonic()
 
     def _collect(self, procs, queue):
-        """run_ranks' collection: {rank: (result, bytes written, end time)} of the ranks that
+        """run_ranks' collection: {rank: (result, bytes written, end time, CPU)} of the ranks that
         completed; the others land in `errors`."""
         with self._lock:
             self._procs = procs
@@ -336,6 +337,26 @@ last_start_line = None
 # cancelled_write_bytes of /proc/self/io). The forkserver, not this process, reaps the ranks, so
 # their I/O does not show in this process's /proc/self/io; the bench reads this instead.
 ranks_written = 0
+# CPU seconds (user + system) the rank processes of all saves so far used from their start line
+# to the end of their body, for the same reason.
+ranks_cpu = 0.0
+
+
+class _StartLine:
+    """A rank's view of the start line: notes the rank's CPU time when the line opens."""
+
+    def __init__(self, barrier, group):
+        self._barrier = barrier
+        self.group = group
+        self.cpu_at_start = time.process_time()
+
+    def wait(self, *args, **kwargs):
+        opened = self._barrier.wait(*args, **kwargs)
+        self.cpu_at_start = time.process_time()
+        return opened
+
+    def abort(self):
+        self._barrier.abort()
 
 
 def _written_by_self():
@@ -352,12 +373,13 @@ def rank_main(fn):
 
     @functools.wraps(fn)  # Picklable by name (forkserver start method).
     def wrapper(rank, barrier, group, queue, *args):
+        start_line = _StartLine(barrier, group)
         try:
-            barrier.group = group
             io0 = _written_by_self()
-            res = fn(rank, barrier, *args)
+            res = fn(rank, start_line, *args)
             done = time.monotonic()
-            queue.put((rank, (res, _written_by_self() - io0, done)))
+            cpu = time.process_time() - start_line.cpu_at_start
+            queue.put((rank, (res, _written_by_self() - io0, done, cpu)))
         except BaseException:  # Report to the parent, then fail.
             for b in (barrier, group):
                 try:
