@@ -385,12 +385,8 @@ int Upgrade(const std::string& mountpoint, const std::string& binary_arg, double
   std::string command = binary.empty() ? "upgrade\n" : "upgrade " + binary + "\n";
   int fd = open((mountpoint + "/.ckptfs/upgrade").c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0 || write(fd, command.data(), command.size()) < 0) {
-    const int err = errno;
+    std::fprintf(stderr, "ckptfs upgrade: %s\n", std::strerror(errno));
     if (fd >= 0) close(fd);
-    // A refusal the worker explains in its stats.
-    nlohmann::json now = WorkerStats(mountpoint);
-    const std::string why = now.is_null() ? "" : now.value("upgrade_error", "");
-    std::fprintf(stderr, "ckptfs upgrade: %s\n", why.empty() ? std::strerror(err) : why.c_str());
     return 1;
   }
   close(fd);

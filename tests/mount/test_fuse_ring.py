@@ -84,7 +84,8 @@ class FuseRingTest(unittest.TestCase):
 
     def test_an_upgrade_is_refused_and_the_worker_serves_on_over_the_ring(self):
         self.set_enable_uring("Y")
-        with CkptfsMount(options=["io_uring=on", "passthrough=off"]) as m:
+        with CkptfsMount(options=["io_uring=on", "passthrough=off"],
+                         expect_errors=[r"handoff failed, serving on: .*io_uring=on"]) as m:
             writing = open(m.path("open.bin"), "wb", buffering=0)
             writing.write(b"o" * 100000)
             before = m.stats()["worker"]
