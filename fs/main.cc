@@ -25,7 +25,9 @@
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"
 #include "fs/fuse_ring.h"
+#include "fs/huge_pages.h"
 #include "fs/metrics_server.h"
+#include "fs/mount_info.h"
 #include "fs/options.h"
 #include "fs/session_hooks.h"
 #include "fs/supervisor.h"
@@ -53,7 +55,7 @@ std::string CheckMountpoint(const std::string& mountpoint, const std::string& ba
     if (errno == ENOTCONN) {
       return "mount point " + mountpoint + ": " + std::strerror(errno) +
              " (the daemon of the mount there died: unmount it with fusermount3 -u, then mount "
-             "again; with cache_memory=shared, what it had not made durable is recovered)";
+             "again: what it had not made durable is recovered)";
     }
     return "mount point " + mountpoint + ": " + std::strerror(errno);
   }
@@ -70,29 +72,12 @@ std::string CheckMountpoint(const std::string& mountpoint, const std::string& ba
 }
 
 // The "major:minor" of the filesystem mounted on `mountpoint` (an absolute path without
-// symlinks), from /proc/self/mountinfo; the last entry wins, as in the kernel. Empty if none.
+// symlinks); the last entry wins, as in the kernel. Empty if none.
 std::string MountDevice(const std::string& mountpoint) {
-  std::FILE* f = std::fopen("/proc/self/mountinfo", "re");
-  if (!f) return "";
   std::string device;
-  char* line = nullptr;
-  size_t cap = 0;
-  while (getline(&line, &cap, f) > 0) {
-    char dev[64], point[PATH_MAX];
-    if (std::sscanf(line, "%*d %*d %63s %*s %4095s", dev, point) != 2) continue;
-    std::string unescaped;
-    for (const char* p = point; *p; ++p) {
-      if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] && p[3]) {
-        unescaped += static_cast<char>(std::strtol(std::string(p + 1, 3).c_str(), nullptr, 8));
-        p += 3;
-      } else {
-        unescaped += *p;
-      }
-    }
-    if (unescaped == mountpoint) device = dev;
+  for (const MountEntry& m : ReadMountInfo()) {
+    if (m.mount_point == mountpoint) device = m.device;
   }
-  std::free(line);
-  std::fclose(f);
   return device;
 }
 
@@ -202,16 +187,27 @@ Result<CacheMemoryFile> RecoverEarlierMountOf(const MountOptions& o) {
   return file;
 }
 
+// Says at mount whether the cache's shared memory gets huge pages (fs/huge_pages.h).
+void LogHugePages(const HugePages& huge) {
+  if (huge.given) {
+    spdlog::info("the cache's memory gets huge pages: {}", huge.how);
+  } else {
+    spdlog::warn("the cache's memory gets small pages ({}): saves cost the daemon more CPU",
+                 huge.how);
+  }
+}
+
 // The shared memory of the workers' cache: `file`, or a memfd when it cannot be had; none for a
-// private cache (and `file` goes).
+// private cache (and `file` goes), or when no shared memory can be had (said loudly: a worker's
+// death then ends the mount).
 void SetUpCacheMemory(const MountOptions& o, const CacheMemoryFile& file, SupervisorSetup* setup) {
-  const bool shared_cache = o.cache_memory == CacheMemory::kShared ||
-                            (o.cache_memory == CacheMemory::kAuto && SharedMemoryHasHugePages());
+  const bool shared_cache = o.cache_memory == CacheMemory::kShared;
   if (file.fd >= 0 && shared_cache) {
     Status sized = SizeCacheMemoryFile(file, o.config.cache_size);
     if (sized.ok()) {
       setup->arena_fd = file.fd;
       setup->arena_file = file;
+      LogHugePages(HugePagesForFile(file.path, o.set_huge_pages));
       return;
     }
     spdlog::warn("the cache's memory is not kept in a file ({}): if this mount's daemon dies, the "
@@ -221,12 +217,18 @@ void SetUpCacheMemory(const MountOptions& o, const CacheMemoryFile& file, Superv
     RemoveCacheMemoryFile(file);
     close(file.fd);
   }
-  if (!shared_cache) return;
+  if (!shared_cache) {
+    spdlog::warn("the cache is in each worker's private memory (cache_memory=private): a "
+                 "worker's death ends the mount, and what it had not made durable is lost");
+    return;
+  }
   if (Result<int> arena = MakeArenaMemory(o.config.cache_size); arena.ok()) {
     setup->arena_fd = *arena;
+    LogHugePages(HugePagesForMemfd(o.set_huge_pages));
   } else {
-    spdlog::warn("the cache's memory is private to each worker ({}): an upgrade writes what "
-                 "is unsealed to the staging directory", arena.status().ToString());
+    spdlog::error("no shared memory for the cache ({}): it is in each worker's private memory, "
+                  "so a worker's death ends the mount, and what it had not made durable is lost",
+                  arena.status().ToString());
   }
 }
 

@@ -113,34 +113,6 @@ Status MetricsAddress(const std::string& value, MountOptions* o) {
   return Status::Ok();
 }
 
-// The selected word of the transparent huge page setting in file `path`, or "".
-std::string SelectedSetting(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  std::getline(in, text);
-  return SelectedWord(text);
-}
-
-}  // namespace
-
-std::string SelectedWord(std::string_view setting) {
-  const size_t open = setting.find('['), close = setting.find(']');
-  if (open == std::string::npos || close == std::string::npos || close < open) return "";
-  return std::string(setting.substr(open + 1, close - open - 1));
-}
-
-bool SharedMemoryHasHugePages() {
-  constexpr const char* kThp = "/sys/kernel/mm/transparent_hugepage/";
-  const std::string pmd = SelectedSetting(std::string(kThp) + "hugepages-2048kB/shmem_enabled");
-  const std::string global = pmd.empty() || pmd == "inherit"
-                                 ? SelectedSetting(std::string(kThp) + "shmem_enabled")
-                                 : pmd;
-  return global == "always" || global == "within_size" || global == "advise" ||
-         global == "force";
-}
-
-namespace {
-
 // The mount options of ckptfs itself: what the parser accepts, what --help prints and what
 // README.md's option table shows (tests/unit/options_test.cc keeps the README in step).
 const MountOption kMountOptions[] = {
@@ -149,19 +121,27 @@ const MountOption kMountOptions[] = {
      [](const std::string& v, MountOptions* o) {
        return SizeIn(v, kMinCacheSize, kNoLimit, &o->config.cache_size);
      }},
-    {"cache_memory", "auto|shared|private", "auto",
-     "`shared`: the cache lives in memory the supervisor holds, so an upgrade hands the unsealed "
-     "bytes of open files to the next worker in place; `private`: in each worker's own memory, "
-     "so an upgrade first writes them to the staging directory (6 GiB open: trainers wait "
-     "0.28 s against 15.2 s). Shared memory has huge pages only where the kernel gives them to "
-     "shared memory (`shmem_enabled` of transparent huge pages not `never`); with small pages "
-     "saves cost more CPU (torch_legacy: 0.50-0.59 s of the daemon's against 0.37-0.41 s) and "
-     "unmounting takes 0.3 s longer. `auto`: shared where it gets huge pages, private elsewhere",
+    {"cache_memory", "shared|private", "shared",
+     "`shared`: the cache lives in memory the supervisor holds (a file in /dev/shm, or a memfd "
+     "where /dev/shm has no room for it), so a worker that dies or is upgraded hands everything "
+     "to the next one, and a mount whose whole daemon died leaves it to the next mount. "
+     "`private`: in each worker's own memory: an upgrade first writes the unsealed bytes of open "
+     "files to the staging directory (6 GiB open: trainers wait 15.2 s against 0.28 s), and a "
+     "worker's death ends the mount (what was not durable is lost; nothing after it is "
+     "published)",
      [](const std::string& v, MountOptions* o) {
-       return Choose<CacheMemory>(v,
-                                  {{"auto", CacheMemory::kAuto}, {"shared", CacheMemory::kShared},
-                                   {"private", CacheMemory::kPrivate}},
-                                  &o->cache_memory);
+       return Choose<CacheMemory>(
+           v, {{"shared", CacheMemory::kShared}, {"private", CacheMemory::kPrivate}},
+           &o->cache_memory);
+     }},
+    {"huge_pages", "set|leave", "set",
+     "`set`: when the kernel would give the cache's shared memory small pages (the tmpfs of "
+     "/dev/shm without `huge=`, or `shmem_enabled` of transparent huge pages `never`), a mount "
+     "run as root sets that to `advise`, which gives huge pages only to mappings that ask for "
+     "them (logged); small pages cost the daemon more CPU per byte saved. `leave`: never touch "
+     "the kernel's settings",
+     [](const std::string& v, MountOptions* o) {
+       return Choose<bool>(v, {{"set", true}, {"leave", false}}, &o->set_huge_pages);
      }},
     {"prefault", "on|off", "off",
      "`on`: take the whole `cache_size` from the system at mount, and fault it in on a "

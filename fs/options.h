@@ -24,15 +24,9 @@ enum class Passthrough { kAuto, kOn, kOff };
 // kernel does not offer it (the fuse module's enable_uring is off).
 enum class IoUring { kOn, kOff };
 
-// Where the cache's memory lives (core/arena.h): kAuto is shared when the kernel gives shared
-// memory huge pages (SharedMemoryHasHugePages), private otherwise.
-enum class CacheMemory { kAuto, kShared, kPrivate };
+// Where the cache's memory lives (core/arena.h): memory the supervisor holds, or each worker's.
+enum class CacheMemory { kShared, kPrivate };
 
-// Whether the kernel backs shared memory (memfd) mapped with MADV_HUGEPAGE by transparent huge
-// pages (/sys/kernel/mm/transparent_hugepage/shmem_enabled).
-bool SharedMemoryHasHugePages();
-// The selected word of a kernel setting such as "always [advise] never", or "" when none is.
-std::string SelectedWord(std::string_view setting);
 
 struct MountOptions {
   Config config;
@@ -44,7 +38,8 @@ struct MountOptions {
   std::vector<std::string> fuse_options;  // Passed to libfuse as one -o list.
   Passthrough passthrough = Passthrough::kAuto;
   IoUring io_uring = IoUring::kOff;
-  CacheMemory cache_memory = CacheMemory::kAuto;
+  CacheMemory cache_memory = CacheMemory::kShared;
+  bool set_huge_pages = true;  // Turn the kernel's setting to advise (fs/huge_pages.h).
   unsigned max_read = kDefaultMaxRead;
   bool direct_read = true;  // Large files on the backing store are read past the page cache.
   // The Prometheus endpoint (fs/metrics_server.h): served on metrics_host:metrics_port when the

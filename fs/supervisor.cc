@@ -123,12 +123,19 @@ class Supervisor {
       }
       block_.crashes++;
       block_.previous_stopped_ns = MonotonicNanos();
-      spdlog::error("worker {} died ({}); starting another: {}", w.pid, Describe(status),
-                    s_.arena_fd >= 0
-                        ? "it takes over what the cache in shared memory holds, the open files "
-                          "and the requests left unanswered"
-                        : "what it held unflushed is lost and the files it had open fail with "
-                          "EBADF (-o cache_memory=shared keeps them)");
+      if (s_.arena_fd < 0) {
+        // What the dead worker held is gone with its private memory: a new worker would publish
+        // what is closed after it, over the hole. The mount ends instead, loudly.
+        spdlog::critical("worker {} died ({}) with the cache in its private memory: what it had "
+                         "not made durable is lost; the mount ends so that nothing closed after "
+                         "it is published (cache_memory=shared keeps everything)",
+                         w.pid, Describe(status));
+        Unmount();
+        return 1;
+      }
+      spdlog::error("worker {} died ({}); starting another: it takes over what the cache in "
+                    "shared memory holds, the open files and the requests left unanswered",
+                    w.pid, Describe(status));
       if (MonotonicNanos() - started < std::chrono::nanoseconds(kQuickDeath).count()) {
         if (++quick_deaths >= 3) return GiveUp();
       } else {

@@ -9,13 +9,13 @@
 //   followed by the binary it asked for, or the same one, started as soon as the old worker says
 //   its image is complete (it then exits meanwhile); when a new binary does not start, the
 //   old one takes over instead and the failure is shown in the stats (upgrade_error).
-// - A worker that died is followed by the same binary. With the cache in shared memory the next
-//   worker takes over what the cache and its records hold (sealed versions, the files open and
-//   what they held, the kernel's nodes and handles), and the requests left unanswered are sent
-//   to it again; with a private cache what the dead one held unflushed is lost and the kernel's
-//   inodes and handles of it go stale (ESTALE, EBADF). Three workers that die within
-//   kQuickDeath of beginning to serve, in a row, end the mount (a crash loop: a worker that
-//   served longer than that is replaced however often it dies).
+// - A worker that died is followed by the same binary, which takes over what the cache in
+//   shared memory and its records hold (sealed versions, the files open and what they held, the
+//   kernel's nodes and handles); the requests left unanswered are sent to it again. Three
+//   workers that die within kQuickDeath of beginning to serve, in a row, end the mount (a crash
+//   loop: a worker that served longer than that is replaced however often it dies). With a
+//   private cache (no arena_fd) a worker's death ends the mount: what it held unflushed is lost,
+//   and nothing closed after it may be published.
 // - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
 //   supervisor, with the worker's status.
 //

@@ -14,6 +14,8 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   member_timeout, through their mounts only) and that save commits. Seeded: the seed is printed
   and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points, the long
   variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise skipped).
+- A node's worker killed (kill -9) after it closed its shard, under the default options: another
+  node's marker closed after that is published only with the shard complete beside it.
 - A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
   closed, before rank 0's marker: the marker stays off the backing store while the member is
   stopped (checked for a while shorter than member_timeout), writes through the other mounts
@@ -51,9 +53,9 @@ SAVES = 3  # Saves in a kill point's sequence; the kill lands in one of them.
 PUBLISH_TIMEOUT = 60.0
 
 
-def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag=""):
-    """Mounts a daemon per node over `backing` on tmp/<node>; each is cleaned up when the test
-    ends. Returns the daemons, in NODES order."""
+def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
+    """Mounts a daemon per node over `backing` on tmp/<node>, with `options` beside the shared
+    mode's; each is cleaned up when the test ends. Returns the daemons, in NODES order."""
     daemons = []
     for node in NODES:
         mnt = os.path.join(tmp, node)
@@ -61,7 +63,7 @@ def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag=""):
         if mounted(mnt):  # The daemon would take an earlier mount there for its own.
             raise RuntimeError(f"{mnt} is still mounted")
         d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
-                                        f"member_timeout={member_timeout_ms}"],
+                                        f"member_timeout={member_timeout_ms}", *options],
                          log_file=os.path.join(tmp, f"{node}{tag}.log"))
         tc.addCleanup(d.cleanup)
         d.start()
@@ -359,6 +361,42 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         self.assertEqual(sorted(os.listdir(os.path.join(backing, checkpoint))),
                          [".metadata", "__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "after_0",
                           "after_2"])
+        self.assert_no_shared_leftovers(backing)
+
+
+    def test_a_worker_killed_on_one_node_never_lets_anothers_marker_out_before_its_data(self):
+        # Under the default options: the killed worker's successor takes over what it had closed
+        # and not flushed (a flush_delay of seconds keeps it in memory until the kill), and the
+        # marker closed on another node after it waits for it.
+        tmp = make_tmp(self, "ckptfs-e2e-multinode-worker-")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = start_nodes(self, tmp, backing, options=("flush_delay=5s",))
+        checkpoint = "iter_0000001"
+        os.mkdir(daemons[0].path(checkpoint))
+        data = workloads.pool_bytes("victim's shard", 64 << 20)
+        victim = daemons[1]
+        write_file(victim.path(checkpoint, "__1_0.distcp"), data)
+        old = victim.worker_pid()
+        os.kill(old, signal.SIGKILL)
+        shard = os.path.join(backing, checkpoint, "__1_0.distcp")
+        self.assertFalse(os.path.exists(shard), "the kill came after the shard was flushed")
+        wait_for(lambda: victim.worker_pid() != old, 30, lambda: f"a new worker on {NODES[1]}")
+        write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
+        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
+                         .returncode, 0)
+        marker = os.path.join(backing, checkpoint, ".metadata")
+        deadline = time.monotonic() + PUBLISH_TIMEOUT
+        while not os.path.exists(marker):
+            self.assertLess(time.monotonic(), deadline, "the marker was never published")
+            time.sleep(0.02)
+        with open(shard, "rb") as f:
+            self.assertEqual(f.read(), data, f"the marker was published before {NODES[1]}'s data")
+        self.assertEqual(victim.stats()["worker"]["crashes"], 1)
+        for node, d in zip(NODES, daemons):
+            errors = [l for l in d.error_lines() if not (d is victim and "died" in l)]
+            self.assertEqual(errors, [], f"{node} logged errors")
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
         self.assert_no_shared_leftovers(backing)
 
 

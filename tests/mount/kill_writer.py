@@ -12,6 +12,8 @@ until it is stopped by an error (the daemon was killed) or has saved MAX_ITERATI
            <key>.<uuid>.partial and renamed into place), then ckpt_NNNN/metadata.json.
     small  d<k>/fNNNNN.bin: small files written to fNNNNN.bin.tmp and renamed into place; every
            MANIFEST_EVERY files, MANIFEST.tmp is written and renamed over MANIFEST (the count).
+    stream s/fNNNNNN.bin: files of 64 KiB-1 MiB written in place, each closed before the next is
+           opened; every STREAM_TRACKER_EVERY files, the tracker rewritten in place (the count).
     dcp    iter_NNNNNNN/ (torch.distributed.checkpoint.save of a model and optimizer state, one
            rank: its FileSystemWriter fsyncs every file), then the tracker written to a
            temporary, fsynced and renamed into place.
@@ -40,6 +42,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 FSYNC_EVERY = 4
 GPT_DIMS = (128, 2, 2048)  # hidden, layers, vocab: ~9 MB per model_optim_rng.pt.
 MANIFEST_EVERY = 25
+STREAM_TRACKER_EVERY = 10
 
 
 # --- torch ----------------------------------------------------------------------------------------
@@ -175,6 +178,29 @@ def save_small(root, seed, log):
             log(f"close MANIFEST {i + 1}")
 
 
+# --- a stream of closed files --------------------------------------------------------------------
+
+def stream_rel(i):
+    return os.path.join("s", f"f{i:06d}.bin")
+
+
+def stream_content(seed, i):
+    size = (64 << 10) + (i * 104729) % (960 << 10)
+    head = f"{seed}/{i}:".encode()
+    return head + pool_bytes(f"stream/{seed}/{i}", size - len(head))
+
+
+def save_stream(root, seed, log):
+    os.makedirs(os.path.join(root, "s"), exist_ok=True)
+    for i in range(MAX_ITERATIONS):
+        rel = stream_rel(i)
+        write_file(os.path.join(root, rel), stream_content(seed, i))
+        log(f"close {rel}")
+        if i % STREAM_TRACKER_EVERY == STREAM_TRACKER_EVERY - 1:
+            write_file(os.path.join(root, TRACKER), manifest_content(i + 1))
+            log(f"close {TRACKER} {i + 1}")
+
+
 # --- dcp ------------------------------------------------------------------------------------------
 
 def dcp_rel(it):
@@ -209,7 +235,8 @@ def save_dcp(root, seed, log):
         log(f"close {TRACKER} {it}")
 
 
-SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small, "dcp": save_dcp}
+SAVERS = {"torch": save_torch, "zarr": save_zarr, "small": save_small, "stream": save_stream,
+          "dcp": save_dcp}
 
 
 class Stopped(BaseException):

@@ -121,34 +121,52 @@ class TakeoverTest(unittest.TestCase):
                 self.assertEqual(f.read(), "x")
             self.assertEqual(m.unmount(), 0)
 
-    def test_a_killed_worker_leaves_the_mount_up(self):
+    def test_a_killed_worker_leaves_the_mount_up_under_the_default_options(self):
         with CkptfsMount(expect_errors=[CRASH]) as m:
             with open(m.path("durable"), "w") as f:
                 f.write("synced")
             m.sync()
+            with open(m.path("closed"), "w") as f:
+                f.write("closed, not synced")
             old = m.worker_pid()
             open_before = open(m.path("durable"), "rb")
             os.kill(old, signal.SIGKILL)
             wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
             self.assertTrue(mounted(m.mnt))
-            with open(m.path("durable")) as f:
-                self.assertEqual(f.read(), "synced")
+            self.assertEqual(open_before.read(), b"synced", "the handle goes on")
+            open_before.close()
             with open(m.path("after"), "w") as f:
                 f.write("written after the crash")
             m.sync()
-            with open(m.bpath("after")) as f:
-                self.assertEqual(f.read(), "written after the crash")
+            for name, text in (("durable", "synced"), ("closed", "closed, not synced"),
+                               ("after", "written after the crash")):
+                with open(m.bpath(name)) as f:
+                    self.assertEqual(f.read(), text, name)
             w = m.stats()["worker"]
             self.assertEqual((w["crashes"], w["handoffs"]), (1, 0))
-            # A handle of the dead worker was not handed over: refused, not served wrongly.
-            with self.assertRaises(OSError) as e:
-                open_before.read()
-            self.assertEqual(e.exception.errno, errno.EBADF)
-            open_before.close()
+            self.assertTrue(m.stats()["cache_shared"])
             self.assertEqual(m.unmount(), 0)
 
-    def test_a_killed_worker_loses_nothing_and_its_open_files_go_on_with_a_shared_cache(self):
-        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
+    def test_a_worker_that_dies_with_a_private_cache_ends_the_mount_and_publishes_nothing_after(self):
+        died = r"died \(killed by Killed\) with the cache in its private memory"
+        with CkptfsMount(["cache_memory=private", "flush_delay=3600s"],
+                         expect_errors=[died]) as m:
+            with open(m.path("durable"), "w") as f:
+                f.write("synced")
+            m.sync()
+            for name in ("lost", "tracker"):
+                with open(m.path(name), "w") as f:
+                    f.write(name)
+            os.kill(m.worker_pid(), signal.SIGKILL)
+            self.assertEqual(m.wait_exit(), 1, "the mount ends with an error")
+            self.assertFalse(mounted(m.mnt))
+            self.assertIn("what it had not made durable is lost", m.output())
+            self.assertEqual(sorted(os.listdir(m.backing)), [".ckptfs", "durable"])
+            with open(m.bpath("durable")) as f:
+                self.assertEqual(f.read(), "synced")
+
+    def test_a_killed_worker_loses_nothing_and_its_open_files_go_on_under_the_default_options(self):
+        with CkptfsMount(["flush_delay=3600s"],
                          expect_errors=[CRASH]) as m:
             model, shard = self.save_model_and_fsync_an_open_shard(m)
             with open(m.path("latest.txt"), "w") as f:
@@ -213,7 +231,7 @@ class TakeoverTest(unittest.TestCase):
         os.close(common)
 
     def test_two_workers_killed_in_a_row_the_second_before_its_recovery_lose_nothing(self):
-        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared"],
+        with CkptfsMount(["flush_delay=3600s"],
                          expect_errors=[CRASH, "could not start"]) as m:
             model, shard = self.save_model_and_fsync_an_open_shard(m)
             with open(m.path("latest.txt"), "w") as f:
@@ -286,7 +304,7 @@ class TakeoverTest(unittest.TestCase):
             m.kill9()  # Reaps the supervisor and detaches what is left of the mount.
 
     def test_a_killed_supervisor_leaves_what_it_held_to_the_next_mount_of_its_backing_store(self):
-        with CkptfsMount(["flush_delay=3600s", "cache_memory=shared", "cache_size=64M"]) as m:
+        with CkptfsMount(["flush_delay=3600s", "cache_size=64M"]) as m:
             model, shard = self.save_model_and_fsync_an_open_shard(m)
             os.write(shard, b"never closed")  # Saved to a rescue directory, not published.
             with open(m.path("latest.txt"), "w") as f:
@@ -298,7 +316,7 @@ class TakeoverTest(unittest.TestCase):
             self.assertFalse(os.path.exists(m.bpath("ckpt", "model.pt")), "nothing flushed")
             self.assertEqual(len(cache_memory_files(m.backing)), 1, "left to the next mount")
             # Another cache size: the next mount recovers the earlier memory as it was.
-            with CkptfsMount(["cache_memory=shared", "cache_size=32M"], backing=m.backing) as again:
+            with CkptfsMount(["cache_size=32M"], backing=m.backing) as again:
                 self.assertRegex(again.output(), "recovering it")
                 with open(m.bpath("ckpt", "model.pt"), "rb") as f:
                     self.assertEqual(f.read(), model)

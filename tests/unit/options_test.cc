@@ -168,18 +168,18 @@ TEST(MountOptionsTest, TheManPageShowsEveryOptionWithItsValues) {
   }
 }
 
-TEST(MountOptionsTest, CacheMemoryTakesItsThreeValuesAndKernelSettingsAreRead) {
+TEST(MountOptionsTest, TheCacheIsInSharedMemoryWithHugePagesUnlessAskedOtherwise) {
   MountOptions o;
-  EXPECT_EQ(o.cache_memory, CacheMemory::kAuto);
-  ASSERT_TRUE(ApplyMountOptions("cache_memory=shared", &o).ok());
   EXPECT_EQ(o.cache_memory, CacheMemory::kShared);
-  ASSERT_TRUE(ApplyMountOptions("cache_memory=private", &o).ok());
+  EXPECT_TRUE(o.set_huge_pages);
+  ASSERT_TRUE(ApplyMountOptions("cache_memory=private,huge_pages=leave", &o).ok());
   EXPECT_EQ(o.cache_memory, CacheMemory::kPrivate);
-  EXPECT_EQ(ApplyMountOptions("cache_memory=huge", &o).err(), EINVAL);
-  EXPECT_EQ(SelectedWord("always within_size advise [never] deny force"), "never");
-  EXPECT_EQ(SelectedWord("[always] madvise never"), "always");
-  EXPECT_EQ(SelectedWord("always madvise never"), "");
-  EXPECT_EQ(SelectedWord(""), "");
+  EXPECT_FALSE(o.set_huge_pages);
+  ASSERT_TRUE(ApplyMountOptions("cache_memory=shared,huge_pages=set", &o).ok());
+  EXPECT_EQ(o.cache_memory, CacheMemory::kShared);
+  EXPECT_TRUE(o.set_huge_pages);
+  EXPECT_EQ(ApplyMountOptions("cache_memory=auto", &o).err(), EINVAL);
+  EXPECT_EQ(ApplyMountOptions("huge_pages=on", &o).err(), EINVAL);
 }
 
 TEST(MountOptionsTest, TheReadmeShowsTheOptionTable) {
