@@ -11,6 +11,8 @@ does not exit), and never touches any other process. Temp directories belong to 
 The binary is $CKPTFS_BIN (CTest sets it), else build*/ckptfs in the source tree.
 """
 
+import contextlib
+import ctypes
 import fcntl
 import glob
 import hashlib
@@ -323,6 +325,68 @@ class CkptfsDaemon:
 
     def error_lines(self):
         return error_lines(self.output())
+
+
+THP_SHMEM = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+SHM = "/dev/shm"
+
+
+def shm_huge():
+    """The huge= option of the tmpfs on /dev/shm ("never" when it has none)."""
+    huge = "never"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == SHM:
+                options = fields[fields.index("-") + 3].split(",")
+                huge = next((o[5:] for o in options if o.startswith("huge=")), "never")
+    return huge
+
+
+def _setshm_huge(value):
+    """Sets huge=value on /dev/shm's tmpfs, keeping its other options (fspick + fsconfig)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.fspick(-100, SHM.encode(), 1)  # AT_FDCWD, FSPICK_CLOEXEC
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "fspick /dev/shm")
+    try:
+        if (libc.fsconfig(fd, 1, b"huge", value.encode(), 0) != 0 or  # FSCONFIG_SET_STRING
+                libc.fsconfig(fd, 7, None, None, 0) != 0):  # FSCONFIG_CMD_RECONFIGURE
+            raise OSError(ctypes.get_errno(), f"fsconfig /dev/shm huge={value}")
+    finally:
+        os.close(fd)
+
+
+def _set_thp_shmem(value):
+    with open(THP_SHMEM, "w") as f:
+        f.write(value)
+
+
+@contextlib.contextmanager
+def kernel_without_huge_pages():
+    """As root, sets the kernel as Debian's and Ubuntu's ship it, giving shared memory no huge
+    pages (/dev/shm without huge=, shmem_enabled never) for the block, and restores both after."""
+    if os.geteuid() != 0:
+        raise PermissionError("needs root: sets the kernel's huge page settings")
+    with open(THP_SHMEM) as f:
+        shmem = f.read().split("[", 1)[1].split("]", 1)[0]
+    huge = shm_huge()
+    _setshm_huge("never")
+    _set_thp_shmem("never")
+    try:
+        yield
+    finally:
+        _set_thp_shmem(shmem)
+        _setshm_huge(huge)
+
+
+def shared_memory_huge_pages_kib(pid):
+    """KiB of shared memory mapped with huge pages by process `pid` (ShmemPmdMapped)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("ShmemPmdMapped:"):
+                return int(line.split()[1])
+    return 0
 
 
 def wait_for(predicate, timeout, what):

@@ -12,8 +12,6 @@ The ckptfs binary comes from $CKPTFS_BIN (CTest sets it), else build*/ckptfs in 
 Only the absence of /dev/fuse makes a test skip (require_fuse()).
 """
 
-import contextlib
-import ctypes
 import errno
 import os
 import queue
@@ -31,8 +29,9 @@ sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
 
 # Shared with the e2e tests and the bench.
 from ckptfs_daemon import (CkptfsDaemon, ckptfs_bin, describe_tree_diff,  # noqa: E402,F401
-                           cache_memory_files, force_unmount, mounted, run_ckptfs, snapshot,
-                           wait_for)
+                           cache_memory_files, force_unmount, kernel_without_huge_pages, mounted,
+                           run_ckptfs, shared_memory_huge_pages_kib, shm_huge, snapshot,
+                           THP_SHMEM, wait_for)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.
@@ -56,68 +55,6 @@ def require_long():
     """Long variants run only with CKPTFS_LONG_TESTS=1; otherwise they are reported as skipped."""
     if not LONG_TESTS:
         raise unittest.SkipTest("long variant: set CKPTFS_LONG_TESTS=1 to run it")
-
-
-THP_SHMEM = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
-SHM = "/dev/shm"
-
-
-def _shm_huge():
-    """The huge= option of the tmpfs on /dev/shm ("never" when it has none)."""
-    huge = "never"
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if fields[4] == SHM:
-                options = fields[fields.index("-") + 3].split(",")
-                huge = next((o[5:] for o in options if o.startswith("huge=")), "never")
-    return huge
-
-
-def _set_shm_huge(value):
-    """Sets huge=value on /dev/shm's tmpfs, keeping its other options (fspick + fsconfig)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.fspick(-100, SHM.encode(), 1)  # AT_FDCWD, FSPICK_CLOEXEC
-    if fd < 0:
-        raise OSError(ctypes.get_errno(), "fspick /dev/shm")
-    try:
-        if (libc.fsconfig(fd, 1, b"huge", value.encode(), 0) != 0 or  # FSCONFIG_SET_STRING
-                libc.fsconfig(fd, 7, None, None, 0) != 0):  # FSCONFIG_CMD_RECONFIGURE
-            raise OSError(ctypes.get_errno(), f"fsconfig /dev/shm huge={value}")
-    finally:
-        os.close(fd)
-
-
-def _set_thp_shmem(value):
-    with open(THP_SHMEM, "w") as f:
-        f.write(value)
-
-
-@contextlib.contextmanager
-def kernel_without_huge_pages():
-    """As root, sets the kernel as Debian's and Ubuntu's ship it, giving shared memory no huge
-    pages (/dev/shm without huge=, shmem_enabled never) for the block, and restores both after."""
-    if os.geteuid() != 0:
-        raise unittest.SkipTest("needs root (sets the kernel's huge page settings)")
-    with open(THP_SHMEM) as f:
-        shmem = f.read().split("[", 1)[1].split("]", 1)[0]
-    huge = _shm_huge()
-    _set_shm_huge("never")
-    _set_thp_shmem("never")
-    try:
-        yield
-    finally:
-        _set_thp_shmem(shmem)
-        _set_shm_huge(huge)
-
-
-def shared_memory_huge_pages_kib(pid):
-    """KiB of shared memory mapped with huge pages by process `pid` (ShmemPmdMapped)."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("ShmemPmdMapped:"):
-                return int(line.split()[1])
-    return 0
 
 
 def choose_seed(env_var, what):

@@ -3,11 +3,10 @@ cache_memory, huge_pages): shared memory the supervisor holds, with huge pages a
 that gives shared memory none (set for the test as Debian's and Ubuntu's kernels ship, and
 restored after), unless the mount is told to leave the kernel alone."""
 
-import os
 import unittest
 
-from harness import (CkptfsMount, SHM, THP_SHMEM, _shm_huge, kernel_without_huge_pages,
-                     require_fuse, shared_memory_huge_pages_kib)
+from harness import (CkptfsMount, THP_SHMEM, kernel_without_huge_pages, require_fuse,
+                     shared_memory_huge_pages_kib, shm_huge)
 
 WRITTEN = 64 << 20
 
@@ -26,7 +25,7 @@ class CacheMemoryTest(unittest.TestCase):
 
     def test_the_default_mount_gives_its_shared_cache_huge_pages_on_a_kernel_that_gives_none(self):
         with CkptfsMount() as m:
-            self.assertEqual(_shm_huge(), "advise", f"{SHM}'s tmpfs is set to give huge pages")
+            self.assertEqual(shm_huge(), "advise", "/dev/shm's tmpfs is set to give huge pages")
             self.assertIn("set huge=advise on the tmpfs on /dev/shm", m.output())
             with write_and_keep_open(m, "model.pt"):
                 self.assertTrue(m.stats()["cache_shared"])
@@ -36,7 +35,7 @@ class CacheMemoryTest(unittest.TestCase):
 
     def test_huge_pages_leave_keeps_the_kernels_settings_and_the_cache_shared(self):
         with CkptfsMount(["huge_pages=leave"]) as m:
-            self.assertEqual(_shm_huge(), "never")
+            self.assertEqual(shm_huge(), "never")
             with open(THP_SHMEM) as f:
                 self.assertIn("[never]", f.read())
             self.assertIn("the cache's memory gets small pages", m.output())
