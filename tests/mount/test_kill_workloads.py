@@ -172,69 +172,53 @@ class ZarrPlan:
                               f"{ctx}: {name} is present but {arr_name} reads back different")
 
 
-class SmallPlan:
-    def __init__(self, seed):
-        self.seed = seed
+class NumberedFilesPlan:
+    """Files 0, 1, ... written once each (renamed into place from NAME.tmp when through_tmp), and
+    after every `every` files an index file holding their count."""
+
+    def __init__(self, seed, rel, content, pattern, index, every, through_tmp):
+        self.seed, self.rel, self.content = seed, rel, content
+        self.pattern = pattern + (r"(\.tmp)?" if through_tmp else "")
+        self.index, self.every, self.through_tmp = index, every, through_tmp
+
+    def _write(self, name, version):
+        if not self.through_tmp:
+            return [[(name, version)]]
+        return [[(name + ".tmp", version)], [(name + ".tmp", None), (name, version)]]
 
     def steps(self):
         for i in itertools.count():
-            rel = kw.small_rel(i)
-            yield f"close {rel}", [[(rel + ".tmp", 1)], [(rel + ".tmp", None), (rel, 1)]]
-            if i % kw.MANIFEST_EVERY == kw.MANIFEST_EVERY - 1:
-                n = i + 1
-                yield f"close MANIFEST {n}", [[("MANIFEST.tmp", n)],
-                                              [("MANIFEST.tmp", None), ("MANIFEST", n)]]
+            yield f"close {self.rel(i)}", self._write(self.rel(i), 1)
+            if i % self.every == self.every - 1:
+                yield f"close {self.index} {i + 1}", self._write(self.index, i + 1)
 
     def version_of(self, name, path):
-        if name in ("MANIFEST", "MANIFEST.tmp"):
+        if name.removesuffix(".tmp") == self.index:
             return _versioned_int(path, name)
-        m = re.fullmatch(r"d\d/f(\d{5})\.bin(\.tmp)?", name)
-        if not m:
-            return "unexpected"
-        i = int(m.group(1))
-        if kw.small_rel(i) != name.removesuffix(".tmp"):
+        m = re.fullmatch(self.pattern, name)
+        if not m or self.rel(int(m.group(1))) != name.removesuffix(".tmp"):
             return "unexpected"
         with open(path, "rb") as f:
             got = f.read()
-        if got != kw.small_content(self.seed, i):
+        if got != self.content(self.seed, int(m.group(1))):
             raise Torn(f"{name}: {len(got)} bytes that the writer did not write")
         return 1
 
     def check_complete(self, tc, files, ctx, mnt_run):
-        n = files.get("MANIFEST")
+        n = files.get(self.index)
         if n:
-            missing = [kw.small_rel(i) for i in range(n) if kw.small_rel(i) not in files]
-            tc.assertFalse(missing, f"{ctx}: MANIFEST says {n} files, missing {missing[:5]}")
+            missing = [self.rel(i) for i in range(n) if self.rel(i) not in files]
+            tc.assertFalse(missing, f"{ctx}: {self.index} says {n} files, missing {missing[:5]}")
 
 
-class StreamPlan:
-    def __init__(self, seed):
-        self.seed = seed
+def small_plan(seed):
+    return NumberedFilesPlan(seed, kw.small_rel, kw.small_content, r"d\d/f(\d{5})\.bin",
+                             "MANIFEST", kw.MANIFEST_EVERY, through_tmp=True)
 
-    def steps(self):
-        for i in itertools.count():
-            rel = kw.stream_rel(i)
-            yield f"close {rel}", [[(rel, 1)]]
-            if i % kw.STREAM_TRACKER_EVERY == kw.STREAM_TRACKER_EVERY - 1:
-                yield f"close {kw.TRACKER} {i + 1}", [[(kw.TRACKER, i + 1)]]
 
-    def version_of(self, name, path):
-        if name == kw.TRACKER:
-            return _versioned_int(path, name)
-        m = re.fullmatch(r"s/f(\d{6})\.bin", name)
-        if not m:
-            return "unexpected"
-        with open(path, "rb") as f:
-            got = f.read()
-        if got != kw.stream_content(self.seed, int(m.group(1))):
-            raise Torn(f"{name}: {len(got)} bytes that the writer did not write")
-        return 1
-
-    def check_complete(self, tc, files, ctx, mnt_run):
-        n = files.get(kw.TRACKER)
-        if n:
-            missing = [kw.stream_rel(i) for i in range(n) if kw.stream_rel(i) not in files]
-            tc.assertFalse(missing, f"{ctx}: the tracker says {n} files, missing {missing[:5]}")
+def stream_plan(seed):
+    return NumberedFilesPlan(seed, kw.stream_rel, kw.stream_content, r"s/f(\d{6})\.bin",
+                             kw.TRACKER, kw.STREAM_TRACKER_EVERY, through_tmp=False)
 
 
 def task_state(pid):
@@ -349,12 +333,12 @@ class KillRuns:
         self.run_kills("zarr", ZarrPlan, self.KILLS)
 
     def test_small_files(self):
-        self.run_kills("small", SmallPlan, self.KILLS)
+        self.run_kills("small", small_plan, self.KILLS)
 
     def test_a_stream_of_closed_files_and_a_tracker(self):
-        self.run_kills("stream", StreamPlan, self.KILLS)
+        self.run_kills("stream", stream_plan, self.KILLS)
 
-    def run_kills(self, mode, plan_cls, kills):
+    def run_kills(self, mode, make_plan, kills):
         require_fuse()
         seed = choose_seed("CKPTFS_KILL_SEED", f"kill test ({mode})")
         rng = random.Random(seed)
@@ -392,7 +376,7 @@ class KillRuns:
                     m.options = options[k + 1] if k + 1 < kills else []
                     m.start()
                 try:
-                    stats = self.check_run(m, plan_cls(wseed), run, logged, durable, ctx,
+                    stats = self.check_run(m, make_plan(wseed), run, logged, durable, ctx,
                                            acknowledged=self.KILL_WORKER)
                 except AssertionError as e:
                     lines = writer_err.splitlines()
