@@ -912,6 +912,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   inode->version++;
   inode->mtime = inode->ctime = WallTime();
   h->wrote_version = inode->version;
+  h->writers.Wrote(c.lock_owner);
   stats_.bytes_written += size;
   if (h->direct) {
     if (inode->cached_handles == 0) {
@@ -924,11 +925,16 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   return size;
 }
 
-Status Filesystem::Flush(uint64_t handle) {
+Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
   Handle* h = HandleOf(handle);
   if (!h) return UnknownHandle(handle);
   if (!h->inode) return Status::Ok();
   NamespaceLock lock(ns_.mutex());
+  {
+    InodeRef owner = ns_.ContentOwner(h->inode);
+    MutexLock ilock(owner->mu);
+    if (!h->writers.Closes(lock_owner)) return Status::Ok();  // Sealed at the writer's close.
+  }
   SealHandleLocked(h);
   if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
   MutexLock ilock(h->inode->mu);

@@ -43,6 +43,7 @@
 #include "core/stats.h"
 #include "core/tensor_view/tensor_views.h"
 #include "core/thread_annotations.h"
+#include "core/writer_owners.h"
 #include "core/zarr_views.h"
 #include "iouring/env.h"
 
@@ -180,9 +181,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size) EXCLUDES(ns_lock);
   Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
                        const Caller& c = Caller()) EXCLUDES(ns_lock);
-  // close(): seals the file if it changed through this handle; a handle opened for writing
-  // also gets a flush error of the file not reported yet.
-  Status Flush(uint64_t handle) EXCLUDES(ns_lock);
+  // close() of one descriptor by `lock_owner` (FUSE's): seals the file if it changed through
+  // this handle and the closer is one that wrote through it (core/writer_owners.h); a writer's
+  // handle also gets a flush error of the file not reported yet.
+  Status Flush(uint64_t handle, uint64_t lock_owner) EXCLUDES(ns_lock);
+  // The last close of the handle: seals the file if it changed through it, whoever closes.
   Status Release(uint64_t handle) EXCLUDES(ns_lock);
   Status Fsync(uint64_t handle) EXCLUDES(ns_lock);
   Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) EXCLUDES(ns_lock);
@@ -224,6 +227,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     // inode that holds the content (ContentOwner(inode), the real chunk of a virtual one), which
     // a view may change: not an expression the annotations can name.
     uint64_t wrote_version = 0;
+    WriterOwners writers;  // Who wrote through it. Guarded as wrote_version.
     // Direct reads: where the next sequential read starts, and how far the backing file has
     // been asked to be read ahead.
     uint64_t next_read GUARDED_BY(inode->mu) = 0;

@@ -56,6 +56,9 @@ struct Caller {
   bool resent = false;
   // The kernel's id of the request (without the resend bit), the same when resent; 0: unknown.
   uint64_t request = 0;
+  // The table of descriptors the request came through (FUSE's lock_owner), where the kernel
+  // tells it: direct writes (core/writer_owners.h); 0: not told.
+  uint64_t lock_owner = 0;
 };
 
 // An entry of a directory listing.

@@ -357,8 +357,9 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi
 void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
            fuse_file_info* fi) {
   Guard(req, "write", [&] {
-    Result<size_t> r =
-        Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, CallerOf(req));
+    Caller caller = CallerOf(req);
+    caller.lock_owner = fi->lock_owner;
+    Result<size_t> r = Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, caller);
     if (!r.ok()) {
       fuse_reply_err(req, r.status().err());
     } else {
@@ -368,7 +369,7 @@ void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
 }
 
 void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  Guard(req, "flush", [&] { ReplyStatus(req, Fs(req).Flush(fi->fh)); });
+  Guard(req, "flush", [&] { ReplyStatus(req, Fs(req).Flush(fi->fh, fi->lock_owner)); });
 }
 
 void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

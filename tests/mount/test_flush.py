@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 import threading
 import time
 import unittest
@@ -147,6 +148,32 @@ class WholeVersionsTest(unittest.TestCase):
             m.sync()
             with open(m.bpath("shard"), "rb") as f:
                 self.assertTrue(f.read() == b"A" * 100_000 + b"B" * 100_000)
+            self.assertEqual(m.unmount(), 0)
+
+
+    def test_a_forked_child_that_exits_or_execs_does_not_publish_the_parents_half_written_file(self):
+        """The kernel flushes the parent's open file when a forked child exits (DataLoader
+        workers, multiprocessing) or closes what it inherited before its exec (subprocess): the
+        good checkpoint under the name must stay until the parent itself closes."""
+        with CkptfsMount() as m:
+            good, new = content("GOOD", 8 << 20), content("NEW", 16 << 20)
+            write_file(m.path("last.pt"), good)
+            m.sync()
+            with open(m.path("last.pt"), "wb") as f:
+                f.write(new[:8 << 20])
+                f.flush()
+                child = os.fork()
+                if child == 0:
+                    os._exit(0)
+                os.waitpid(child, 0)
+                subprocess.run(["true"], check=True)  # close_fds, then exec.
+                time.sleep(2.0)  # Many times the default flush_delay.
+                m.sync()
+                self.assertTrue(read_file(m.bpath("last.pt")) == good,
+                                "a child's exit published the half-written checkpoint")
+                f.write(new[8 << 20:])
+            m.sync()
+            self.assertTrue(read_file(m.bpath("last.pt")) == new)
             self.assertEqual(m.unmount(), 0)
 
 

@@ -403,7 +403,7 @@ inline Result<uint64_t> CreatePath(Filesystem& fs, const std::string& path,
 
 // close(): Flush then Release; returns what Flush returned.
 inline Status Close(Filesystem& fs, uint64_t handle) {
-  Status st = fs.Flush(handle);
+  Status st = fs.Flush(handle, 0);
   Status rel = fs.Release(handle);
   return st.ok() ? rel : st;
 }

@@ -137,6 +137,62 @@ TEST_F(FilesystemTest, WrittenFilesLandOnBackingAfterSyncAndShutdown) {
   EXPECT_TRUE(StagingLeftovers().empty());
 }
 
+// The kernel flushes a handle whenever any descriptor of it is closed: a forked child that exits
+// closes the parent's descriptors too. Only a close by an owner that wrote through the handle,
+// or its release, seals the version the writer is still writing.
+TEST_F(FilesystemTest, AFlushByAnOwnerThatNeverWroteThroughTheHandleSealsNothing) {
+  Mount({.flush_delay = 0s});
+  constexpr uint64_t kTrainer = 0x1234, kForkedChild = 0x5678;
+  ASSERT_TRUE(WriteFile(*fs_, "last.pt", "GOOD-OLD").ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  Result<uint64_t> h = CreatePath(*fs_, "last.pt", O_CREAT | O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(h.ok());
+  Caller trainer = Me();
+  trainer.lock_owner = kTrainer;
+  ASSERT_TRUE(fs_->Write(*h, 0, "NEW-HALF", 8, trainer).ok());
+  EXPECT_TRUE(fs_->Flush(*h, kForkedChild).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(ReadHostFile(B("last.pt")), "GOOD-OLD") << "the child's exit published a torn file";
+
+  ASSERT_TRUE(fs_->Write(*h, 8, "+REST", 5, trainer).ok());
+  EXPECT_TRUE(fs_->Flush(*h, kTrainer).ok());
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(ReadHostFile(B("last.pt")), "NEW-HALF+REST") << "the trainer's close seals it";
+  EXPECT_TRUE(fs_->Release(*h).ok());
+}
+
+TEST_F(FilesystemTest, TheReleaseSealsWhatAFlushByANonWriterLeftOpen) {
+  Mount({.flush_delay = 0s});
+  Result<uint64_t> h = CreatePath(*fs_, "f", O_CREAT | O_WRONLY | O_TRUNC);
+  ASSERT_TRUE(h.ok());
+  Caller writer = Me();
+  writer.lock_owner = 7;
+  ASSERT_TRUE(fs_->Write(*h, 0, "data", 4, writer).ok());
+  EXPECT_TRUE(fs_->Flush(*h, 8).ok());
+  EXPECT_TRUE(fs_->Release(*h).ok());  // The writer's descriptor went with the child's exit.
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_EQ(ReadHostFile(B("f")), "data");
+}
+
+TEST(WriterOwnersTest, AFlushClosesForAWriterForUnknownWritersAndWhenNothingWasWritten) {
+  WriterOwners w;
+  EXPECT_TRUE(w.Closes(9)) << "nothing written: nothing to hold back";
+  w.Wrote(1);
+  w.Wrote(2);
+  w.Wrote(1);
+  EXPECT_TRUE(w.Closes(1));
+  EXPECT_TRUE(w.Closes(2));
+  EXPECT_FALSE(w.Closes(3));
+  w.Wrote(3);
+  w.Wrote(4);
+  EXPECT_FALSE(w.Closes(5));
+  w.Wrote(5);  // More owners than are kept: any close may be the writer's.
+  EXPECT_TRUE(w.Closes(6));
+  WriterOwners cached;
+  cached.Wrote(0);  // Write-back names no owner.
+  EXPECT_TRUE(cached.Closes(6));
+}
+
 // A large file keeps its holes on the backing store: the flush allocates only what was written.
 TEST_F(FilesystemTest, FlushKeepsHoles) {
   Mount({.flush_delay = 1s, .clock = &clock_});
@@ -1073,10 +1129,10 @@ TEST_F(FilesystemTest, FlushErrorsAreReportedAndDataLandsAfterHealing) {
   EXPECT_EQ(sync.err(), ENOSPC) << sync.ToString();
   EXPECT_NE(sync.message().find("ckpt/data.bin"), std::string::npos) << sync.ToString();
   // close() reports it once.
-  Status c1 = fs_->Flush(*h);
+  Status c1 = fs_->Flush(*h, 0);
   EXPECT_EQ(c1.err(), ENOSPC) << c1.ToString();
   EXPECT_NE(c1.message().find("ckpt/data.bin"), std::string::npos) << c1.ToString();
-  EXPECT_TRUE(fs_->Flush(*h).ok()) << "the same error reported twice by close";
+  EXPECT_TRUE(fs_->Flush(*h, 0).ok()) << "the same error reported twice by close";
   EXPECT_TRUE(fs_->Release(*h).ok());
   // Visible in the stats; the data is still served from memory; nothing torn on disk.
   auto stats = StatsOf(*fs_);
@@ -1107,13 +1163,13 @@ TEST_F(FilesystemTest, CloseAfterAFailedFlushReportsIt) {
   // A reader's close is not told; a writer's close of the failed file gets the error, once.
   Result<OpenFile> r = fs_->Open(Ino("first"), O_RDONLY);
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(fs_->Flush(r->handle).ok());
+  EXPECT_TRUE(fs_->Flush(r->handle, 0).ok());
   EXPECT_TRUE(fs_->Release(r->handle).ok());
   Result<OpenFile> o = fs_->Open(Ino("first"), O_RDWR);
   ASSERT_TRUE(o.ok());
-  Status c = fs_->Flush(o->handle);
+  Status c = fs_->Flush(o->handle, 0);
   EXPECT_EQ(c.err(), EIO) << c.ToString();
-  EXPECT_TRUE(fs_->Flush(o->handle).ok());
+  EXPECT_TRUE(fs_->Flush(o->handle, 0).ok());
   EXPECT_TRUE(fs_->Release(o->handle).ok());
   fault_->Heal();
   Status healed = fs_->Sync();

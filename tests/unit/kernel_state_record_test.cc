@@ -262,7 +262,7 @@ TEST_F(KernelStateRecoveryTest, AFileOpenForWritingGoesOnThroughTheSameHandleAft
   EXPECT_EQ(b.GetAttr(file_ino)->size, head.size());
   EXPECT_EQ(*ReadHandle(b, handle, head.size()), head);
   ASSERT_TRUE(WriteHandle(b, handle, head.size(), tail).ok());
-  ASSERT_TRUE(b.Flush(handle).ok());
+  ASSERT_TRUE(b.Flush(handle, 0).ok());
   ASSERT_TRUE(b.Release(handle).ok());
   ASSERT_TRUE(b.Sync().ok());
   EXPECT_TRUE(SameBytes(*ReadHostFile(B("iter_1/model.pt")), head + tail));
