@@ -211,6 +211,7 @@ void Filesystem::SealHandleLocked(Handle* h) {
 // Operations.
 
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
+  if (Status bad = CheckName(name); !bad.ok()) return bad;
   if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
   if (parent == kControlDirIno) return control_.Lookup(name);
   if (IsTensorViewIno(parent)) return tensors_.Lookup(parent, name);

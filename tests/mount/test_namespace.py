@@ -279,6 +279,24 @@ def op_sequence(root):
     r.do("ls root", ls)
     r.do("ls d", ls, "d")
     r.do("ls e", ls, "e")
+    # Names longer than NAME_MAX, in a directory made through the mount and in one listed.
+    too_long = "n" * 256
+    for rel in ("d/" + too_long, "old/" + too_long):
+        r.do("stat too long", os.stat, p(rel))
+        r.do("chmod too long", os.chmod, p(rel), 0o600)
+        r.do("chown too long", os.chown, p(rel), os.getuid(), os.getgid())
+        r.do("lchown too long", os.lchown, p(rel), os.getuid(), os.getgid())
+        r.do("truncate too long", os.truncate, p(rel), 0)
+        r.do("create too long", write, rel, b"x")
+        r.do("mkdir too long", os.mkdir, p(rel))
+        r.do("mkfifo too long", os.mkfifo, p(rel))
+        r.do("symlink too long", os.symlink, "f1", p(rel))
+        r.do("link to too long", os.link, p("d/f1"), p(rel))
+        r.do("link of too long", os.link, p(rel), p("d/link-of-too-long"))
+        r.do("rename to too long", os.rename, p("d/f1"), p(rel))
+        r.do("rename of too long", os.rename, p(rel), p("d/renamed-too-long"))
+        r.do("unlink too long", os.unlink, p(rel))
+        r.do("rmdir too long", os.rmdir, p(rel))
     return r.log
 
 
