@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 import unittest
 
 from harness import (CkptfsMount, describe_tree_diff, require_fuse, snapshot)
@@ -133,6 +134,15 @@ def op_sequence(root):
                 client.sendall(b"through the socket")
                 return conn.recv(100)
 
+    def ctime_changed_by_rename_over_other_link():
+        write("d/c1", b"linked")
+        os.link(p("d/c1"), p("d/c2"))
+        write("d/c3", b"renamed over")
+        before = os.stat(p("d/c2")).st_ctime_ns
+        time.sleep(0.05)
+        os.rename(p("d/c3"), p("d/c1"))
+        return os.stat(p("d/c2")).st_ctime_ns > before
+
     def read_write_same_fd(rel):
         fd = os.open(p(rel), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -219,6 +229,7 @@ def op_sequence(root):
     r.do("link", os.link, p("d/h"), p("d/h3"))
     r.do("unlink one", os.unlink, p("d/h3"))
     r.do("nlink after unlink", nlink, "e/h2")
+    r.do("ctime of a link renamed over", ctime_changed_by_rename_over_other_link)
     # chmod, utime.
     r.do("chmod", os.chmod, p("d/f1"), 0o600)
     r.do("mode", mode, "d/f1")

@@ -618,6 +618,21 @@ TEST_F(FilesystemTest, ANameLongerThanNameMaxFailsWithEnametoolongInEveryOperati
   EXPECT_EQ(fs_->Lookup(Ino("d"), longest)->ino, file);
 }
 
+// Found by pjdfstest (rename/23.t): a file renamed over one name of a hard-linked file loses
+// that file a link, which changes its ctime, as on a local filesystem.
+TEST_F(FilesystemTest, ARenameOverOneNameOfAHardLinkedFileChangesTheFilesCtime) {
+  Mount({.flush_delay = 1s, .clock = &clock_});
+  ASSERT_TRUE(WriteFile(*fs_, "a", "a").ok());
+  ASSERT_TRUE(fs_->Link(Ino("a"), kRootIno, "b").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "c", "c").ok());
+  const Attr before = *fs_->GetAttr(Ino("b"));
+  std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(Rename("c", "a").ok());
+  const Attr after = *fs_->GetAttr(Ino("b"));
+  EXPECT_EQ(after.nlink, 1u);
+  EXPECT_GT(Nanos(after.ctime), Nanos(before.ctime));
+}
+
 // FIFOs, sockets and device nodes are metadata-only nodes: shown like files, renamed, linked,
 // chmodded and removed like them, and created on the backing store in journal order.
 TEST_F(FilesystemTest, FifosSocketsAndDeviceNodesAreShownAndPublishedLikeOtherNodes) {
