@@ -211,6 +211,7 @@ void Filesystem::SealHandleLocked(Handle* h) {
 // Operations.
 
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
+  if (Status bad = CheckName(name); !bad.ok()) return bad;
   if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
   if (parent == kControlDirIno) return control_.Lookup(name);
   if (IsTensorViewIno(parent)) return tensors_.Lookup(parent, name);
@@ -574,6 +575,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     e->victim = victim;
     ns_.AppendLocked(std::move(e));
   }
+  const timespec now = WallTime();
   ns_.RemoveNameLocked(*src, name, child, /*journal=*/false);
   if (victim) {
     // Unless the rename itself replaces it on the backing store, the old file must go there now:
@@ -581,6 +583,8 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     ns_.RemoveNameLocked(*dst, new_name, victim, /*journal=*/!ns_.JournaledLocked(child));
     victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
     if (victim->type == FileType::kDirectory) (*dst)->nlink--;
+    MutexLock ilock(victim->mu);
+    victim->ctime = now;  // It lost a link, as its other names show.
   }
   ns_.AddNameLocked(*dst, new_name, child);
   if (child->type == FileType::kDirectory && *src != *dst) {
@@ -589,7 +593,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   }
   {
     MutexLock ilock(child->mu);
-    child->ctime = WallTime();
+    child->ctime = now;
   }
   if (victim && victim->nlink == 0) {
     ns_.CancelUnsentLocked(victim);

@@ -143,6 +143,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // to a rescue directory and returns an error naming the files and where they went.
   Status Shutdown();
 
+  // A name CheckName refuses (core/namespace.h) fails with its error in every directory,
+  // whatever it holds: ENAMETOOLONG past NAME_MAX, as on a local filesystem.
   Result<Attr> Lookup(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
   void Forget(uint64_t ino, uint64_t count) EXCLUDES(ns_lock);
   Result<Attr> GetAttr(uint64_t ino) EXCLUDES(ns_lock);

@@ -160,13 +160,12 @@ InodeRef Namespace::NewInodeLocked(FileType type, uint32_t mode, const Caller& c
 }
 
 Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& name) {
+  if (Status bad = CheckName(name); !bad.ok()) return bad;
   if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
   if ((dir->complete && !FollowsBackingLocked(dir)) || !dir->BackingDir() ||
       HiddenLocked(dir, name) || (dir->ino == kRootIno && name == kReservedName)) {
     return Status::Error(ENOENT, name);
   }
-  Status bad = CheckName(name);
-  if (!bad.ok()) return bad;
   Result<InodeRef> inode = BackingInodeLocked(dir, name);
   if (!inode.ok()) return inode;
   AddFoundLocked(dir, name, *inode);

@@ -154,7 +154,8 @@ class Namespace {
   // seq): only then does the backing store no longer hold it because of this mount. Directories
   // of fine-grid zarr arrays are listed once, as without shared mode.
 
-  // The child named `name` of `dir`, looking it up on the backing store if needed.
+  // The child named `name` of `dir`, looking it up on the backing store if needed; CheckName's
+  // error for a name it refuses, whatever `dir` holds.
   Result<InodeRef> ChildLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
   // ChildLocked for a lookup: in shared mode, a regular file found is first refreshed
   // (RefreshFileLocked), and forgotten (then looked up afresh) when its backing name is gone.

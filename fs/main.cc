@@ -284,6 +284,9 @@ int Mount(int argc, char** argv) {
     return RunWorker(o, fds);
   }
 
+  if (Status fits = CheckCacheSize(o.config.cache_size, PhysicalMemory()); !fits.ok()) {
+    return Fail(fits.message());
+  }
   if (std::string why = CheckMountpoint(o.mountpoint, backing); !why.empty()) return Fail(why);
   {
     std::unique_ptr<Env> posix = MakePosixEnv();

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/shared_policy.h"
+#include "fs/status_view.h"
 
 namespace ckptfs {
 namespace {
@@ -117,7 +118,8 @@ Status MetricsAddress(const std::string& value, MountOptions* o) {
 // README.md's option table shows (tests/unit/options_test.cc keeps the README in step).
 const MountOption kMountOptions[] = {
     {"cache_size", "SIZE", "a quarter of RAM",
-     "memory for file data, bytes with K/M/G/T suffix, at least 16M",
+     "memory for file data, bytes with K/M/G/T suffix, at least 16M and at most the "
+     "machine's physical memory",
      [](const std::string& v, MountOptions* o) {
        return SizeIn(v, kMinCacheSize, kNoLimit, &o->config.cache_size);
      }},
@@ -363,11 +365,23 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
   return Status::Error(EINVAL, "unknown unit (use ms or s)");
 }
 
-uint64_t DefaultCacheSize() {
+uint64_t PhysicalMemory() {
   long pages = sysconf(_SC_PHYS_PAGES);
   long page = sysconf(_SC_PAGESIZE);
-  uint64_t total = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : (4ull << 30);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
+}
+
+uint64_t DefaultCacheSize() {
+  uint64_t total = PhysicalMemory();
+  if (total == 0) total = 4ull << 30;
   return std::max<uint64_t>(total / 4, kMinCacheSize);
+}
+
+Status CheckCacheSize(uint64_t cache_size, uint64_t physical_memory) {
+  if (physical_memory == 0 || cache_size <= physical_memory) return Status::Ok();
+  return Status::Error(EINVAL, "cache_size " + HumanBytes(static_cast<double>(cache_size)) +
+                                   " is larger than this machine's physical memory (" +
+                                   HumanBytes(static_cast<double>(physical_memory)) + ")");
 }
 
 std::span<const MountOption> MountOptionTable() { return kMountOptions; }

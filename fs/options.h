@@ -85,7 +85,13 @@ Result<uint64_t> ParseSize(const std::string& text);
 // "300ms", "2s", "500" (milliseconds) -> milliseconds.
 Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
 
+// The machine's physical memory in bytes; 0 when unknown.
+uint64_t PhysicalMemory();
 // Default cache size: a quarter of physical memory, at least kMinCacheSize.
 uint64_t DefaultCacheSize();
+// Ok when a cache of `cache_size` bytes fits in `physical_memory` bytes (0: unknown, anything
+// fits); else EINVAL naming both sizes. Checked at mount: a larger cache, once full, would be
+// swapped out or its daemon killed by the OOM killer.
+Status CheckCacheSize(uint64_t cache_size, uint64_t physical_memory);
 
 }  // namespace ckptfs

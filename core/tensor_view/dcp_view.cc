@@ -78,7 +78,7 @@ class DcpBuilder {
     if (!storage) return Status::Error(EBADMSG, "a shard's storage is missing or compressed");
     Result<uint64_t> at = zip::DataOffset(read, r.length, *storage);
     if (!at.ok()) return at.status();
-    if ((pt->storage_offset + numel) * dtype.itemsize > storage->size) {
+    if (pt->storage_end() > storage->size) {
       return Status::Error(EBADMSG, "a shard's tensor runs past its storage");
     }
     return r.offset + *at + pt->storage_offset * dtype.itemsize;

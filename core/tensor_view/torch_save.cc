@@ -1,5 +1,6 @@
 #include "core/tensor_view/torch_save.h"
 
+#include <algorithm>
 #include <array>
 
 namespace ckptfs {
@@ -10,6 +11,8 @@ using pickle::Pickle;
 using pickle::Ref;
 
 Status NotATensor(std::string why) { return Status::Error(EINVAL, "not a tensor: " + why); }
+// A tensor that cannot be shown, and why.
+Status Unshown(std::string why) { return Status::Error(EBADMSG, why); }
 
 // torch's typed storage classes, by the dtype they hold.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kStorageTypes{{
@@ -46,10 +49,12 @@ uint64_t PickledTensor::numel() const {
 
 bool PickledTensor::Contiguous() const {
   if (stride.size() != shape.size()) return false;
-  int64_t expected = 1;
+  uint64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && stride[i] != expected) return false;
-    expected *= static_cast<int64_t>(shape[i]);
+    if (shape[i] != 1 && (stride[i] < 0 || static_cast<uint64_t>(stride[i]) != expected)) {
+      return false;
+    }
+    expected *= shape[i];
   }
   return true;
 }
@@ -57,61 +62,78 @@ bool PickledTensor::Contiguous() const {
 Result<PickledTensor> TensorAt(const Pickle& p, Ref r) {
   if (r >= p.size() || p.at(r).kind != Kind::kObject) return NotATensor("no object");
   const pickle::Value& call = p.at(r);
+  const bool parameter = p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter") ||
+                         p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter_with_state");
+  const bool v3 = p.IsGlobal(call.callable, "torch._utils", "_rebuild_tensor_v3");
+  if (!parameter && !v3 && !p.IsGlobal(call.callable, "torch._utils", "_rebuild_tensor_v2")) {
+    return NotATensor("not rebuilt by _rebuild_tensor_v2/v3 or _rebuild_parameter");
+  }
   const std::vector<Ref>* args = p.Sequence(call.args);
-  if (!args) return NotATensor("no arguments");
-  if (p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter") ||
-      p.IsGlobal(call.callable, "torch._utils", "_rebuild_parameter_with_state")) {
-    if (args->empty()) return NotATensor("a parameter of nothing");
+  if (!args) return Unshown("its arguments are no tuple");
+  if (parameter) {
+    if (args->empty()) return Unshown("a parameter of nothing");
     const pickle::Value& data = p.at((*args)[0]);
     if (data.kind == Kind::kObject && p.IsGlobal(data.callable, "torch._utils", "_rebuild_parameter")) {
-      return NotATensor("a parameter of a parameter");
+      return Unshown("a parameter of a parameter");
     }
-    return TensorAt(p, (*args)[0]);
+    Result<PickledTensor> t = TensorAt(p, (*args)[0]);
+    if (t.status().err() == EINVAL) return Unshown("a parameter of no tensor");
+    return t;
   }
-  const bool v3 = p.IsGlobal(call.callable, "torch._utils", "_rebuild_tensor_v3");
-  if (!v3 && !p.IsGlobal(call.callable, "torch._utils", "_rebuild_tensor_v2")) {
-    return NotATensor("not rebuilt by _rebuild_tensor_v2/v3");
-  }
-  if (args->size() < (v3 ? 7u : 4u)) return NotATensor("too few arguments");
+  if (args->size() < (v3 ? 7u : 4u)) return Unshown("too few arguments");
   // The storage: persistent id ('storage', storage type, key, location, numel).
   const Ref pid = (*args)[0];
-  if (p.at(pid).kind != Kind::kPersistentId) return NotATensor("storage is no persistent id");
+  if (p.at(pid).kind != Kind::kPersistentId) return Unshown("its storage is no persistent id");
   const std::vector<Ref>* id = p.Sequence(p.at(pid).args);
   std::string tag;
   if (!id || id->size() < 3 || !p.String((*id)[0], &tag) || tag != "storage") {
-    return NotATensor("unknown persistent id");
+    return Unshown("its storage is an unknown persistent id");
   }
   PickledTensor t;
-  if (!p.String((*id)[2], &t.storage_key)) return NotATensor("storage key");
+  if (!p.String((*id)[2], &t.storage_key)) return Unshown("its storage key is no string");
   std::string_view dtype_name;
   if (v3) {
     const pickle::Value& d = p.at((*args)[6]);
-    if (d.kind != Kind::kGlobal || d.text != "torch") return NotATensor("dtype");
+    if (d.kind != Kind::kGlobal || d.text != "torch") return Unshown("its dtype is no torch dtype");
     dtype_name = d.name;
   } else {
     const pickle::Value& type = p.at((*id)[1]);
-    if (type.kind != Kind::kGlobal || type.text != "torch") return NotATensor("storage type");
+    if (type.kind != Kind::kGlobal || type.text != "torch") {
+      return Unshown("its storage type is no torch type");
+    }
     for (const auto& [storage, dtype] : kStorageTypes) {
       if (type.name == storage) dtype_name = dtype;
     }
   }
   std::optional<DtypeInfo> dtype = DtypeNamed(dtype_name);
-  if (!dtype) return NotATensor("dtype " + std::string(dtype_name) + " not served");
+  if (!dtype) return Unshown("dtype " + std::string(dtype_name) + " not served");
   t.dtype = *dtype;
   int64_t offset;
-  if (!p.Int((*args)[1], &offset) || offset < 0) return NotATensor("storage offset");
+  if (!p.Int((*args)[1], &offset) || offset < 0) {
+    return Unshown("its storage offset is no int of 0 or more");
+  }
   t.storage_offset = static_cast<uint64_t>(offset);
-  if (!p.Sizes((*args)[2], &t.shape)) return NotATensor("size");
+  if (!p.Sizes((*args)[2], &t.shape)) return Unshown("its shape is no tuple of ints of 0 or more");
   const std::vector<Ref>* stride = p.Sequence((*args)[3]);
-  if (!stride) return NotATensor("stride");
+  if (!stride) return Unshown("its stride is no tuple");
   for (Ref s : *stride) {
     int64_t v;
-    if (!p.Int(s, &v)) return NotATensor("stride");
+    if (!p.Int(s, &v)) return Unshown("its stride is no tuple of ints");
     t.stride.push_back(v);
   }
-  if (t.shape.size() != t.stride.size() || t.shape.size() > 64) return NotATensor("rank");
+  if (t.shape.size() != t.stride.size()) return Unshown("its shape and stride differ in rank");
+  if (t.shape.size() > 64) return Unshown("more than 64 dimensions");
   for (uint64_t s : t.shape) {
-    if (s > (uint64_t{1} << 48)) return NotATensor("size");
+    if (s > (uint64_t{1} << 48)) return Unshown("a dimension larger than 2^48");
+  }
+  // storage_end() counts in 64 bits.
+  uint64_t end = std::find(t.shape.begin(), t.shape.end(), 0) == t.shape.end() ? 1 : 0;
+  for (uint64_t s : t.shape) {
+    if (__builtin_mul_overflow(end, s, &end)) return Unshown("more than 2^64 elements");
+  }
+  if (__builtin_add_overflow(end, t.storage_offset, &end) ||
+      __builtin_mul_overflow(end, t.dtype.itemsize, &end)) {
+    return Unshown("it ends past 2^64 bytes of its storage");
   }
   return t;
 }

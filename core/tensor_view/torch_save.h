@@ -34,10 +34,16 @@ struct PickledTensor {
   std::string storage_key;      // Its storage is the zip entry <prefix>data/<key>.
   uint64_t storage_offset = 0;  // In elements.
   uint64_t numel() const;
+  // Its bytes, and where they end in its storage (in bytes); TensorAt checks that the end counts
+  // in 64 bits.
+  uint64_t bytes() const { return numel() * dtype.itemsize; }
+  uint64_t storage_end() const { return (storage_offset + numel()) * dtype.itemsize; }
   // Row-major and dense: its bytes are one range of the storage.
   bool Contiguous() const;
 };
-// The tensor `r` is, or why it is none (EINVAL).
+// The tensor `r` is. EINVAL when `r` is no tensor (no call of torch's tensor or parameter
+// rebuilders); EBADMSG, with why, when it is one that cannot be shown (malformed, of a dtype not
+// served, or spanning more than 2^64 bytes of its storage).
 Result<PickledTensor> TensorAt(const pickle::Pickle& p, pickle::Ref r);
 
 // A torch.save archive: its entries, where data.pkl and the storages are.

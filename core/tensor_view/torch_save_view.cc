@@ -138,6 +138,7 @@ class TorchSaveBuilder {
     if (v.kind == Kind::kObject) {
       Result<PickledTensor> t = TensorAt(*p_, r);
       if (t.ok()) return AddTensor(*t, dir, name, key);
+      if (t.status().err() != EINVAL) return SkipKey(key, t.status().message());
     }
     std::optional<std::vector<std::pair<std::string, Ref>>> entries = Entries(r);
     if (!entries) return Object(key, v);
@@ -161,8 +162,8 @@ class TorchSaveBuilder {
     if (!t.Contiguous()) return skip("not dense in row-major order");
     const zip::Entry* storage = archive_.Storage(t.storage_key);
     if (!storage) return skip("its storage is missing or compressed");
-    const uint64_t bytes = t.numel() * t.dtype.itemsize;
-    if ((t.storage_offset + t.numel()) * t.dtype.itemsize > storage->size) return skip("runs past its storage");
+    const uint64_t bytes = t.bytes();
+    if (t.storage_end() > storage->size) return skip("runs past its storage");
     Result<uint64_t> at = zip::DataOffset(read_, file_.content.size(), *storage);
     if (!at.ok()) return skip(at.status().message());
     if (tree_.Has(dir, name) || Full(4)) return skip("its name is taken or the view is full");

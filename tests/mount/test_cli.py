@@ -98,6 +98,16 @@ class BadInputTest(unittest.TestCase):
         self.assert_refused([self.backing, self.mnt, "--no-such-flag"])
         self.assert_refused([self.backing])
 
+    def test_cache_larger_than_physical_memory(self):
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if memory >= 100 << 40:
+            self.skipTest("this machine has 100 TiB of memory or more")
+        for foreground in (True, False):
+            line = self.assert_refused([self.backing, self.mnt, "-o", "cache_size=100T"],
+                                       foreground=foreground)
+            self.assertIn("cache_size 100.0 TiB", line)
+            self.assertIn(f"{memory / (1 << 30):.1f} GiB", line)
+
     def test_help_and_version(self):
         r = run_ckptfs(["--help"])
         self.assertEqual(r.returncode, 0, r.stderr)

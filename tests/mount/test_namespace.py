@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 import unittest
 
 from harness import (CkptfsMount, describe_tree_diff, require_fuse, snapshot)
@@ -133,6 +134,15 @@ def op_sequence(root):
                 client.sendall(b"through the socket")
                 return conn.recv(100)
 
+    def ctime_changed_by_rename_over_other_link():
+        write("d/c1", b"linked")
+        os.link(p("d/c1"), p("d/c2"))
+        write("d/c3", b"renamed over")
+        before = os.stat(p("d/c2")).st_ctime_ns
+        time.sleep(0.05)
+        os.rename(p("d/c3"), p("d/c1"))
+        return os.stat(p("d/c2")).st_ctime_ns > before
+
     def read_write_same_fd(rel):
         fd = os.open(p(rel), os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -219,6 +229,7 @@ def op_sequence(root):
     r.do("link", os.link, p("d/h"), p("d/h3"))
     r.do("unlink one", os.unlink, p("d/h3"))
     r.do("nlink after unlink", nlink, "e/h2")
+    r.do("ctime of a link renamed over", ctime_changed_by_rename_over_other_link)
     # chmod, utime.
     r.do("chmod", os.chmod, p("d/f1"), 0o600)
     r.do("mode", mode, "d/f1")
@@ -279,6 +290,24 @@ def op_sequence(root):
     r.do("ls root", ls)
     r.do("ls d", ls, "d")
     r.do("ls e", ls, "e")
+    # Names longer than NAME_MAX, in a directory made through the mount and in one listed.
+    too_long = "n" * 256
+    for rel in ("d/" + too_long, "old/" + too_long):
+        r.do("stat too long", os.stat, p(rel))
+        r.do("chmod too long", os.chmod, p(rel), 0o600)
+        r.do("chown too long", os.chown, p(rel), os.getuid(), os.getgid())
+        r.do("lchown too long", os.lchown, p(rel), os.getuid(), os.getgid())
+        r.do("truncate too long", os.truncate, p(rel), 0)
+        r.do("create too long", write, rel, b"x")
+        r.do("mkdir too long", os.mkdir, p(rel))
+        r.do("mkfifo too long", os.mkfifo, p(rel))
+        r.do("symlink too long", os.symlink, "f1", p(rel))
+        r.do("link to too long", os.link, p("d/f1"), p(rel))
+        r.do("link of too long", os.link, p(rel), p("d/link-of-too-long"))
+        r.do("rename to too long", os.rename, p("d/f1"), p(rel))
+        r.do("rename of too long", os.rename, p(rel), p("d/renamed-too-long"))
+        r.do("unlink too long", os.unlink, p(rel))
+        r.do("rmdir too long", os.rmdir, p(rel))
     return r.log
 
 

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <functional>
 #include <map>
 #include <set>
@@ -640,6 +641,52 @@ TEST_F(FilesystemTest, RenameLinkSymlinkSetAttr) {
   EXPECT_TRUE(StagingLeftovers().empty());
   ASSERT_TRUE(Shutdown().ok());
   EXPECT_TRUE(SameTree(Backing(), expected));
+}
+
+// Found by pjdfstest: in a directory held whole in memory (made through the mount, or listed),
+// a name too long was looked up as missing (ENOENT).
+TEST_F(FilesystemTest, ANameLongerThanNameMaxFailsWithEnametoolongInEveryOperation) {
+  WriteHostFile(B("old/kept"), "kept");
+  Mount({.flush_delay = 1s, .clock = &clock_});
+  ASSERT_TRUE(Mkdir("d").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "d/f", "f").ok());
+  ASSERT_FALSE(Listed(Ino("old")).empty());
+  const std::string too_long(NAME_MAX + 1, 'n');
+  const uint64_t file = Ino("d/f");
+  for (const char* path : {"d", "old"}) {
+    SCOPED_TRACE(path);
+    const uint64_t dir = Ino(path);
+    EXPECT_EQ(fs_->Lookup(dir, too_long).status().err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Create(dir, too_long, 0644, O_CREAT | O_WRONLY, Me()).status().err(),
+              ENAMETOOLONG);
+    EXPECT_EQ(fs_->Mkdir(dir, too_long, 0755, Me()).status().err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Mknod(dir, too_long, S_IFIFO | 0644, 0, Me()).status().err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Symlink(dir, too_long, "f", Me()).status().err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Link(file, dir, too_long).status().err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Rename(Ino("d"), "f", dir, too_long, 0).err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Rename(dir, too_long, Ino("d"), "g", 0).err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Unlink(dir, too_long).err(), ENAMETOOLONG);
+    EXPECT_EQ(fs_->Rmdir(dir, too_long).err(), ENAMETOOLONG);
+  }
+  EXPECT_EQ(fs_->Lookup(kControlDirIno, too_long).status().err(), ENAMETOOLONG);
+  const std::string longest(NAME_MAX, 'n');
+  ASSERT_TRUE(fs_->Rename(Ino("d"), "f", Ino("d"), longest, 0).ok());
+  EXPECT_EQ(fs_->Lookup(Ino("d"), longest)->ino, file);
+}
+
+// Found by pjdfstest (rename/23.t): a file renamed over one name of a hard-linked file loses
+// that file a link, which changes its ctime, as on a local filesystem.
+TEST_F(FilesystemTest, ARenameOverOneNameOfAHardLinkedFileChangesTheFilesCtime) {
+  Mount({.flush_delay = 1s, .clock = &clock_});
+  ASSERT_TRUE(WriteFile(*fs_, "a", "a").ok());
+  ASSERT_TRUE(fs_->Link(Ino("a"), kRootIno, "b").ok());
+  ASSERT_TRUE(WriteFile(*fs_, "c", "c").ok());
+  const Attr before = *fs_->GetAttr(Ino("b"));
+  std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(Rename("c", "a").ok());
+  const Attr after = *fs_->GetAttr(Ino("b"));
+  EXPECT_EQ(after.nlink, 1u);
+  EXPECT_GT(Nanos(after.ctime), Nanos(before.ctime));
 }
 
 // FIFOs, sockets and device nodes are metadata-only nodes: shown like files, renamed, linked,

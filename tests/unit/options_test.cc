@@ -182,6 +182,20 @@ TEST(MountOptionsTest, TheCacheIsInSharedMemoryWithHugePagesUnlessAskedOtherwise
   EXPECT_EQ(ApplyMountOptions("huge_pages=on", &o).err(), EINVAL);
 }
 
+TEST(MountOptionsTest, ACacheLargerThanPhysicalMemoryIsRefusedNamingBothSizes) {
+  const uint64_t memory = 24ull << 30;
+  EXPECT_TRUE(CheckCacheSize(memory / 4, memory).ok());
+  EXPECT_TRUE(CheckCacheSize(memory, memory).ok());
+  Status st = CheckCacheSize(100ull << 40, memory);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("cache_size"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("100.0 TiB"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("24.0 GiB"), std::string::npos) << st.message();
+  EXPECT_EQ(CheckCacheSize(memory + 1, memory).err(), EINVAL);
+  EXPECT_TRUE(CheckCacheSize(DefaultCacheSize(), PhysicalMemory()).ok());
+  EXPECT_GT(PhysicalMemory(), 0u);
+}
+
 TEST(MountOptionsTest, TheReadmeShowsTheOptionTable) {
   std::ifstream f(std::string(CKPTFS_SOURCE_DIR) + "/README.md");
   ASSERT_TRUE(f) << "README.md not found";

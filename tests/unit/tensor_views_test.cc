@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -152,6 +153,34 @@ TEST_F(TensorViewsTest, AHostileMetadataGivesAViewWithoutTensorsThatSaysWhy) {
   nlohmann::json info = Info();
   EXPECT_TRUE(info["tensors"].empty());
   EXPECT_NE(info["error"].get<std::string>().find("pickle"), std::string::npos) << info.dump();
+}
+
+// A torch.save tensor whose shape does not fit its storage was listed as an object with no
+// reason (a dimension beyond 2^48), or shown over the wrong bytes (a size or an offset that
+// wrapped past 2^64).
+TEST_F(TensorViewsTest, ATorchSaveTensorWhoseShapeDoesNotFitItsStorageIsSkippedWithTheReason) {
+  ASSERT_TRUE(WriteFile(*fs_, "ck/misfit.pt", Corpus("misfit.pt")).ok());
+  nlohmann::json info = Info();
+  ASSERT_EQ(info["files"].size(), 1u) << info.dump();
+  const nlohmann::json& file = info["files"][0];
+  ASSERT_EQ(file["tensors"].size(), 1u) << file.dump();
+  EXPECT_EQ(file["tensors"][0]["key"], "fits");
+  EXPECT_TRUE(file["objects"].empty()) << file.dump();
+  std::map<std::string, std::string> skipped;
+  for (const nlohmann::json& s : file["skipped"]) skipped[s["key"]] = s["reason"];
+  EXPECT_EQ(skipped, (std::map<std::string, std::string>{
+                         {"past_end", "runs past its storage"},
+                         {"far_offset", "it ends past 2^64 bytes of its storage"},
+                         {"too_many_elements", "more than 2^64 elements"},
+                         {"too_long", "a dimension larger than 2^48"}}));
+  for (const auto& [key, reason] : skipped) {
+    EXPECT_EQ(Resolve(*fs_, "ck/.tensors/misfit.pt/" + key).status().err(), ENOENT) << key;
+  }
+  Result<std::string> fits = ReadFile(*fs_, "ck/.tensors/misfit.pt/fits/0.0");
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  const float elements[] = {0, 1, 2, 3};
+  EXPECT_TRUE(
+      SameBytes(*fits, std::string(reinterpret_cast<const char*>(elements), sizeof elements)));
 }
 
 }  // namespace

@@ -9,6 +9,9 @@ with the project's .venv; the outputs are kept in the repository):
   state_dict.pt     torch.save of a nested state dict: OrderedDict, a Parameter, a view with a
                     storage offset, an optimizer-like state, ints, floats, strings, None
   protocol0.pkl     the same kind of nested dict as protocol 0 (text opcodes)
+  misfit.pt         torch.save of tensors described by hand over one 4-element float32
+                    storage: one that fits it and ones that do not (past its end, at an
+                    offset or with more elements than 64 bits count, a dimension too large)
 """
 
 import collections
@@ -49,3 +52,23 @@ torch.save(nested, os.path.join(here, "state_dict.pt"))
 
 with open(os.path.join(here, "protocol0.pkl"), "wb") as f:
     f.write(pickle.dumps({"a": [1, 2.5, "x", None, True], "b": (3, -4, 2**70), "c": {"d": b"\x00\x01"}}, protocol=0))
+
+
+class Rebuilt:
+    """Pickles as torch pickles a tensor, with the storage, offset, shape and stride given."""
+
+    def __init__(self, storage, offset, shape, stride):
+        self.args = (storage, offset, shape, stride, False, collections.OrderedDict())
+
+    def __reduce_ex__(self, protocol):
+        return torch._utils._rebuild_tensor_v2, self.args
+
+
+storage = torch.arange(4, dtype=torch.float32).untyped_storage()
+storage = torch.storage.TypedStorage(wrap_storage=storage, dtype=torch.float32, _internal=True)
+torch.save({"fits": Rebuilt(storage, 0, (2, 2), (2, 1)),
+            "past_end": Rebuilt(storage, 2, (4,), (1,)),
+            "far_offset": Rebuilt(storage, 2**62, (1,), (1,)),
+            "too_many_elements": Rebuilt(storage, 0, (2**32, 2**32), (2**32, 1)),
+            "too_long": Rebuilt(storage, 0, (2**49,), (1,))},
+           os.path.join(here, "misfit.pt"))
