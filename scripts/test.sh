@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (packages, build with warnings as errors), checks the lock annotations with Clang, and
-# runs every test: unit, mount and end-to-end. Extra arguments go to ctest (e.g. -R mount).
+# runs every test: unit, mount and end-to-end. Extra arguments go to ctest (e.g. -R mount), whose
+# JUnit report is ctest-junit.xml in the build directory (.ci/run reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh -DCKPTFS_WERROR=ON
@@ -11,4 +12,4 @@ cmake -S . -B "$clang_build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Deb
 cmake --build "$clang_build" -j"$(nproc)"
 echo "test: the thread-safety build is clean"
 cd "${CKPTFS_BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 900 "$@"
+ctest --output-on-failure --timeout 900 --output-junit "$PWD/ctest-junit.xml" "$@"
