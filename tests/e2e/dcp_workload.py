@@ -18,6 +18,9 @@ same for every rank count. .metadata is not byte-deterministic: it records a ran
 and the checkpoint's path (see e2e_check's `varying`).
 """
 
+import os
+import shutil
+import tempfile
 import time
 
 import torch
@@ -119,10 +122,11 @@ class DCP(wl.Workload):
         return elapsed
 
     def save_async(self, root, executor="thread"):
-        """dcp.async_save with the "thread" or "process" executor: (seconds until async_save
-        returned, seconds until its future completed), the slowest rank's."""
-        _, results = wl.run_distributed(_save_async_rank, self.ranks, (root, self, executor))
-        return max(r[0] for r in results), max(r[1] for r in results)
+        """dcp.async_save with the "thread" or "process" executor, after which each rank changes
+        every tensor of its state in place (the next training step) while the save runs. Per
+        rank, whether the save was still running when async_save returned (its writes wait for
+        that: _WritesAfterReturn)."""
+        return wl.run_distributed(_save_async_rank, self.ranks, (root, self, executor))[1]
 
     def load(self, root, check=True, ranks=1):
         return wl.run_distributed(_load_rank, ranks, (root, self, check))[1][0]
@@ -144,6 +148,38 @@ def _writer(root):
     return dcp.FileSystemWriter(root, thread_count=2, sync_files=True)
 
 
+class _WritesAfterReturn(dcp.FileSystemWriter):
+    """_writer's FileSystemWriter whose writes begin once the file `returned` exists (the rank
+    makes it when async_save has returned), so that the save is seen running then whatever the
+    scheduling. Its writes fail when async_save has not returned within a minute (it waited for
+    them: no async save)."""
+
+    def __init__(self, root, returned):
+        super().__init__(root, thread_count=2, sync_files=True)
+        self.returned = returned
+
+    def write_data(self, plan, planner):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.returned):
+            if time.monotonic() > deadline:
+                raise RuntimeError("async_save did not return before its writes")
+            time.sleep(0.01)
+        return super().write_data(plan, planner)
+
+
+def _change_in_place(obj):
+    """Adds 1 to every tensor of a state dict, as a training step changes them."""
+    if isinstance(obj, torch.Tensor):
+        with torch.no_grad():
+            obj.add_(1)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _change_in_place(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _change_in_place(v)
+
+
 @wl.distributed_rank
 def _save_rank(rank, barrier, root, w, iteration):
     root = wl.rank_root(root, rank)
@@ -158,18 +194,25 @@ def _save_async_rank(rank, barrier, root, w, executor):
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
     kind = {"thread": AsyncCheckpointerType.THREAD, "process": AsyncCheckpointerType.PROCESS}[executor]
     state = state_dict(*build(w.dims, _mesh(), fill=True))
+    gate = tempfile.mkdtemp(prefix="ckptfs-async-save-")
+    returned = os.path.join(gate, "returned")
     barrier.wait()
-    t0 = time.monotonic()
-    future = dcp.async_save(state, storage_writer=_writer(root), async_checkpointer_type=kind)
-    blocked = time.monotonic() - t0
-    getattr(future, "upload_completion", future).result()
-    done = time.monotonic() - t0
+    try:
+        future = dcp.async_save(state, storage_writer=_WritesAfterReturn(root, returned),
+                                async_checkpointer_type=kind)
+        upload = getattr(future, "upload_completion", future)
+        running = not upload.done()
+        _change_in_place(state)
+        open(returned, "x").close()
+        upload.result()
+    finally:
+        shutil.rmtree(gate)
     if executor == "process":
         # torch has no public close for its checkpoint process; dropping the handle runs the
         # handle's own shutdown (terminate request, join).
         from torch.distributed.checkpoint import _async_process_executor
         _async_process_executor._CHECKPOINT_PROCESS = None
-    return blocked, done
+    return running
 
 
 @wl.distributed_rank

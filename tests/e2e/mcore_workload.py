@@ -25,7 +25,6 @@ exactly those, each as one module sees it. Nothing on the I/O path is replaced.
 """
 
 import os
-import time
 
 import torch
 
@@ -198,10 +197,11 @@ class MCoreTorchDist(wl.Workload):
                                   node_loss=node_loss)[0]
 
     def save_async(self, root):
-        """(seconds until the save was scheduled, seconds until it was finalized), slowest rank."""
+        """Saves through AsyncCallsQueue; per rank, the markers of a finished save (.metadata,
+        metadata.json) that were in the checkpoint when the save was scheduled and when it was
+        finalized."""
         _make_checkpoint_dirs(root, None)
-        results = wl.run_distributed(_save_rank, self.ranks, (root, self, True, None))[1]
-        return max(r[0] for r in results), max(r[1] for r in results)
+        return wl.run_distributed(_save_rank, self.ranks, (root, self, True, None))[1]
 
     def load(self, root, check=True):
         return wl.run_distributed(_load_rank, 1, (root, self, check))[1][0]
@@ -246,21 +246,24 @@ def _save_rank(rank, barrier, root, w, asynchronous, iteration):
     ckpt = wl.checkpoint_dir(root, iteration)
     state = sharded_state_dict(w, rank % TP, TP, rank // TP)
     barrier.wait()
-    t0 = time.monotonic()
     if not asynchronous:
         dist_checkpointing.save(state, ckpt, sharded_strategy=_strategy())
         wl.tracker_after_save(rank, root, iteration)
         return None
+
+    def markers():
+        return [name for name in (".metadata", "metadata.json")
+                if os.path.exists(os.path.join(ckpt, name))]
     calls = AsyncCallsQueue()
     request = dist_checkpointing.save(state, ckpt, sharded_strategy=_strategy(),
                                       async_sharded_save=True)
     calls.schedule_async_request(request)
-    scheduled = time.monotonic() - t0
+    # No rank has finalized yet: finalizing takes every rank (a gather, then a barrier).
+    when_scheduled = markers()
     finalized = calls.maybe_finalize_async_calls(blocking=True)
-    done = time.monotonic() - t0
     calls.close()
     assert finalized == [0], f"finalized async calls: {finalized}"
-    return scheduled, done
+    return when_scheduled, markers()
 
 
 @wl.distributed_rank

@@ -160,7 +160,7 @@ class ThreeNodeSaves(MultiNodeChecks):
             stats = d.stats()
             shared = stats.get("shared", {})
             print(f"[{w.name}] {node}: {shared}", flush=True)
-            self.assertEqual(stats.get("flush_errors", 0), 0, f"{node}: {stats}")
+            self.assertEqual(stats["flush_errors"], 0, f"{node}: {stats}")
             self.assertEqual((shared.get("commits_failed"), shared.get("pending_commits"),
                               shared.get("acks_owed")), (0, [], 0),
                              f"{node}'s shared status after sync: {shared}")

@@ -107,7 +107,8 @@ class MetricsTest(unittest.TestCase):
                 samples, types = parse(text)
                 now = monotonic_samples(samples, types)
                 for key, value in previous.items():
-                    self.assertGreaterEqual(now.get(key, value), value, key)
+                    self.assertIn(key, now, "a counter of an earlier scrape is gone")
+                    self.assertGreaterEqual(now[key], value, key)
                 previous = now
             samples, types = parse(scrapes[-1])
             label = f'{{mountpoint="{m.mnt}"}}'

@@ -36,8 +36,7 @@ class EarlierMountTest : public ::testing::Test {
     config.backing_dir = backing_.path();
     config.cache_size = cache_size;
     config.queue_depth = 16;
-    Status why;
-    if (!env) env = MakeBestEnv(config.queue_depth, &why);
+    if (!env) env = MakeTestEnv(config.queue_depth);
     return RecoverEarlierMount(config, memory_.fd(), std::move(env));
   }
 
@@ -81,8 +80,7 @@ TEST_F(EarlierMountTest, SealedVersionsArePublishedAndOpenFilesRescuedWhateverTh
 
 TEST_F(EarlierMountTest, AFailedRescueLeavesEverythingForTheNextTry) {
   DieWithSealedAndOpenFiles();
-  Status why;
-  auto fault = std::make_unique<FaultInjectingEnv>(MakeBestEnv(16, &why));
+  auto fault = std::make_unique<FaultInjectingEnv>(MakeTestEnv());
   // The shard cannot be written to either rescue directory.
   fault->Inject(FaultInjectingEnv::Fault(FaultInjectingEnv::Op::kOpen, EIO).Named("__0_0.distcp"));
   Status failed = RecoverWith(64ull << 20, std::move(fault));
@@ -117,8 +115,7 @@ TEST(EarlierMountSpillTest, AFileSpilledToTheStagingDirectoryIsRescuedAndItsSpil
   config.backing_dir = backing.path();
   config.cache_size = 32ull << 20;
   config.queue_depth = 16;
-  Status why;
-  ASSERT_TRUE(RecoverEarlierMount(config, memory.fd(), MakeBestEnv(16, &why)).ok());
+  ASSERT_TRUE(RecoverEarlierMount(config, memory.fd(), MakeTestEnv()).ok());
   std::vector<std::string> rescues = Named(backing / ".ckptfs", "rescue-");
   ASSERT_EQ(rescues.size(), 1u);
   EXPECT_TRUE(SameBytes(*ReadHostFile(backing / (".ckptfs/" + rescues[0] + "/big.distcp")), big));
@@ -134,8 +131,7 @@ TEST(EarlierMountMemoryTest, MemoryThatIsNoCacheOfAnySizeIsRefused) {
   Config config;
   config.backing_dir = backing.path();
   config.cache_size = 16ull << 20;
-  Status why;
-  Status st = RecoverEarlierMount(config, fd, MakeBestEnv(16, &why));
+  Status st = RecoverEarlierMount(config, fd, MakeTestEnv());
   EXPECT_EQ(st.err(), EINVAL) << st.ToString();
   close(fd);
 }

@@ -1396,10 +1396,8 @@ class SharedFilesystemTest : public ::testing::Test {
     config.queue_depth = 16;
     config.shared = true;
     config.node = node;
-    Status why;
-    std::unique_ptr<Env> env = MakeBestEnv(config.queue_depth, &why);
-    if (!env) return nullptr;
-    Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(config, std::move(env), clock_);
+    Result<std::unique_ptr<Filesystem>> fs =
+        Filesystem::Make(config, MakeTestEnv(config.queue_depth), clock_);
     if (!fs.ok()) {
       ADD_FAILURE() << "Filesystem::Make: " << fs.status().ToString();
       return nullptr;

@@ -169,8 +169,7 @@ TEST_F(SharedMountTest, ASecondMountCannotTakeTheNodeNameOfALiveMember) {
   config.node = "a";
   config.member_timeout = 1000ms;
   config.poll_interval = 10ms;
-  Status why;
-  auto second = Filesystem::Make(config, MakeBestEnv(16, &why));
+  auto second = Filesystem::Make(config, MakeTestEnv());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().err(), EEXIST) << second.status().ToString();
   EXPECT_TRUE(a->Shutdown().ok());
