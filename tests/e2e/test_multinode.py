@@ -52,6 +52,8 @@ DEFAULT_KILLS, LONG_KILLS = 3, 30
 SAVES = 3  # Saves in a kill point's sequence; the kill lands in one of them.
 # Bound on waiting for a marker to be published once nothing holds it back: a hang, not a speed.
 PUBLISH_TIMEOUT = 60.0
+# DCP writes .metadata under this name, then renames it: a save it did not finish may leave it.
+METADATA_TMP = ".metadata.tmp"
 
 
 def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
@@ -223,7 +225,7 @@ class NodeKills(MultiNodeChecks):
     def kill_point(self, w, backing, daemons, expected, victim, killed_save, delay, ctx):
         roots = [d.mnt for d in daemons]
         ranks = len(NODES)
-        loaded = set()
+        published = {}  # {iteration: its tree when first seen published}, by check_backing
         for it in range(1, killed_save):
             w.save(roots, ranks=ranks, iteration=it)
         loss = workloads.NodeLoss(grace=60)
@@ -253,7 +255,7 @@ class NodeKills(MultiNodeChecks):
         live = [d for i, d in enumerate(daemons) if i != victim]
         time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)  # The live members judge the victim dead.
         self.check_syncs(live, NODES[victim], ctx)
-        self.check_published(w, backing, expected, killed_save, loaded, ctx)
+        self.check_backing(w, backing, expected, killed_save, published, ctx)
 
         # The live members save once more, through their mounts only, and that save commits.
         final = killed_save + 1
@@ -264,7 +266,8 @@ class NodeKills(MultiNodeChecks):
         wait_for(lambda: read_text(tracker) == str(final), PUBLISH_TIMEOUT,
                  lambda: f"{ctx}: the tracker of the live members' save {final} (it holds "
                          f"{read_text(tracker)!r})")
-        self.assertIn(final, self.check_published(w, backing, expected, killed_save, loaded, ctx))
+        self.assertIn(final, self.check_backing(w, backing, expected, killed_save, published,
+                                                ctx))
 
         statuses = {}
         for d in live:
@@ -274,7 +277,7 @@ class NodeKills(MultiNodeChecks):
                              "member")
             statuses[os.path.basename(d.mnt)] = d.unmount()
         print(f"  {ctx}: exit status of the live members {statuses}", flush=True)
-        self.check_published(w, backing, expected, killed_save, loaded, ctx + " (after unmount)")
+        self.check_backing(w, backing, expected, killed_save, published, ctx + " (after unmount)")
 
     def check_syncs(self, live, victim, ctx):
         """`ckptfs sync` on each live member succeeds, or fails with a commit that failed for the
@@ -287,29 +290,51 @@ class NodeKills(MultiNodeChecks):
                 print(f"  {ctx}: sync on {os.path.basename(d.mnt)}: {r.stderr.strip()}",
                       flush=True)
 
-    def check_published(self, w, backing, expected, killed_save, loaded, ctx):
-        """Every iter_ directory with a .metadata on the backing store holds the plain run's
-        files and loads (each loaded once: `loaded`); the tracker names one of them. Returns
-        the published iterations."""
-        published = []
+    def check_backing(self, w, backing, expected, killed_save, published, ctx):
+        """The checkpoints on the backing store: each iter_ directory with a .metadata holds the
+        plain run's files, loads, and once published never changes (`published`: {iteration: its
+        tree when first seen published}, kept up to date here); in the others each file is absent
+        or the plain run's (no torn file under a final name). The tracker names a published one.
+        Returns the published iterations."""
+        seen = []
         for name in sorted(os.listdir(backing)):
-            path = os.path.join(backing, name)
-            if not (name.startswith("iter_") and os.path.exists(os.path.join(path, ".metadata"))):
+            if not name.startswith("iter_"):
                 continue
+            path = os.path.join(backing, name)
             it = int(name[len("iter_"):])
-            published.append(it)
-            what = f"{ctx}: published {name}" + (" (the interrupted save)"
-                                                 if it == killed_save else "")
-            self.assert_tree(expected, path, what, w.varying)
-            if it not in loaded:
+            seen.append(it)
+            what = f"{ctx}: {name}" + (" (the interrupted save)" if it == killed_save else "")
+            tree = snapshot(path)
+            if it in published:
+                self.assertEqual(published[it], tree, f"{what} changed since it was published:\n"
+                                 + describe_tree_diff(published[it], tree, "then", "now"))
+            elif ".metadata" in tree:
+                got = comparable(tree, w.varying)
+                self.assertEqual(expected, got, f"{what}, published, differs from the plain run:\n"
+                                 + describe_tree_diff(expected, got, "plain", name))
                 self.assertEqual(w.load(path), w.expected_digest(), f"{what} loads other data")
-                loaded.add(it)
+                published[it] = tree
+            else:
+                self.assert_no_torn_file(w, expected, tree, what)
+        self.assertEqual(sorted(set(published) - set(seen)), [],
+                         f"{ctx}: published checkpoints gone")
         tracker = read_text(os.path.join(backing, workloads.TRACKER))
         if tracker is not None:
             self.assertIn(tracker, [str(it) for it in published],
                           f"{ctx}: the tracker holds {tracker!r}, not a complete checkpoint")
-        print(f"  {ctx}: published {published}, tracker {tracker}", flush=True)
-        return published
+        print(f"  {ctx}: published {sorted(published)}, tracker {tracker}; unpublished "
+              f"{sorted(set(seen) - set(published))}", flush=True)
+        return sorted(published)
+
+    def assert_no_torn_file(self, w, expected, tree, what):
+        """Each entry of the checkpoint `tree` (a snapshot) is the plain run's of its name;
+        DCP's METADATA_TMP compares as the .metadata it is renamed to."""
+        got = comparable({".metadata" if k == METADATA_TMP else k: v for k, v in tree.items()},
+                         w.varying)
+        torn = {k: v for k, v in got.items() if expected.get(k) != v}
+        self.assertEqual(torn, {}, f"{what}, not published, holds what the plain run does not:\n"
+                         + describe_tree_diff({k: expected[k] for k in torn if k in expected},
+                                              torn, "plain", "backing"))
 
 
 class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
