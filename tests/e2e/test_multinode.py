@@ -8,12 +8,20 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   the backing dir, no daemon logs an error, all unmount with status 0 and leave nothing behind.
 - kill -9 of one node (its daemon and the ranks saving through it, as its trainer dies with it)
   at a random point of a sequence of DCP saves into iter_000000N, each followed by Megatron's
-  tracker: with the dead member never restarted, every .metadata and the tracker on the backing
-  store name a checkpoint that is complete (the plain run's files) and loads from the backing dir,
-  before and after the live members unmount; the live members save once more (after
-  member_timeout, through their mounts only) and that save commits. Seeded: the seed is printed
-  and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points, the long
-  variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise skipped).
+  tracker. The live nodes' ranks complete, or fail only for the loss (on a collective with a
+  dead rank). The live members save once more (after member_timeout, through their mounts only)
+  and that save commits. Then the dead node's mount comes back (a new daemon on its mount point,
+  same node name), recovering what the dead one had sealed from its cache memory file in
+  /dev/shm. Once the live members judged the dead one gone, after their save, after the restart
+  and `ckptfs sync` on every member, and after all unmount: every iter_ directory with a
+  .metadata holds the plain run's files, loads from the backing dir and never changes
+  afterwards; in every other one each file is absent or the plain run's (no torn file under a
+  final name); the tracker names a published checkpoint. After the restart the files the dead
+  node's completed ranks closed are there (with rank 0's, their checkpoint is published); no
+  daemon logged an error but the commits that failed for the dead member, and every member exits
+  0. Seeded: the seed is printed and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs
+  DEFAULT_KILLS kill points, the long variant MultiNodeKillLongTest LONG_KILLS (only with
+  CKPTFS_LONG_TESTS=1; otherwise skipped).
 - A node's worker killed (kill -9) after it closed its shard, under the default options: another
   node's marker closed after that is published only with the shard complete beside it.
 - A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
@@ -36,8 +44,8 @@ import time
 import unittest
 
 import workloads
-from ckptfs_daemon import (CkptfsDaemon, describe_tree_diff, mounted, run_ckptfs, snapshot,
-                           wait_for)
+from ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff, mounted,
+                           run_ckptfs, snapshot, wait_for)
 from e2e_check import E2E_TMP, comparable, require_fuse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
@@ -56,22 +64,24 @@ PUBLISH_TIMEOUT = 60.0
 METADATA_TMP = ".metadata.tmp"
 
 
+def start_node(tc, tmp, backing, node, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
+    """Mounts a daemon for `node` over `backing` on tmp/<node>, with `options` beside the shared
+    mode's, logging to tmp/<node><tag>.log; it is cleaned up when the test ends."""
+    mnt = os.path.join(tmp, node)
+    os.makedirs(mnt, exist_ok=True)
+    if mounted(mnt):  # The daemon would take an earlier mount there for its own.
+        raise RuntimeError(f"{mnt} is still mounted")
+    d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
+                                    f"member_timeout={member_timeout_ms}", *options],
+                     log_file=os.path.join(tmp, f"{node}{tag}.log"))
+    tc.addCleanup(d.cleanup)
+    d.start()
+    return d
+
+
 def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
-    """Mounts a daemon per node over `backing` on tmp/<node>, with `options` beside the shared
-    mode's; each is cleaned up when the test ends. Returns the daemons, in NODES order."""
-    daemons = []
-    for node in NODES:
-        mnt = os.path.join(tmp, node)
-        os.makedirs(mnt, exist_ok=True)
-        if mounted(mnt):  # The daemon would take an earlier mount there for its own.
-            raise RuntimeError(f"{mnt} is still mounted")
-        d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
-                                        f"member_timeout={member_timeout_ms}", *options],
-                         log_file=os.path.join(tmp, f"{node}{tag}.log"))
-        tc.addCleanup(d.cleanup)
-        d.start()
-        daemons.append(d)
-    return daemons
+    """start_node for each node; returns the daemons, in NODES order."""
+    return [start_node(tc, tmp, backing, node, member_timeout_ms, tag, options) for node in NODES]
 
 
 def make_tmp(tc, prefix):
@@ -215,16 +225,23 @@ class NodeKills(MultiNodeChecks):
             with self.subTest(kill_point=k):
                 backing = os.path.join(tmp, f"backing{k}")
                 os.mkdir(backing)
-                daemons = start_nodes(self, tmp, backing, tag=f"-backing{k}")
+                tag = f"-backing{k}"
+                daemons = start_nodes(self, tmp, backing, tag=tag)
                 try:
-                    self.kill_point(w, backing, daemons, expected, victim, killed_save, delay, ctx)
+                    self.kill_point(w, tmp, tag, backing, daemons, expected, victim, killed_save,
+                                    delay, ctx)
                 finally:  # The next kill point mounts on the same mount points.
                     for d in daemons:
                         d.cleanup()
 
-    def kill_point(self, w, backing, daemons, expected, victim, killed_save, delay, ctx):
+    def kill_point(self, w, tmp, tag, backing, daemons, expected, victim, killed_save, delay,
+                   ctx):
+        """One kill point (the module's docstring) on `daemons`, whose victim's entry becomes its
+        restarted daemon."""
         roots = [d.mnt for d in daemons]
         ranks = len(NODES)
+        node = NODES[victim]
+        lost = [r for r in range(ranks) if r % len(NODES) == victim]
         published = {}  # {iteration: its tree when first seen published}, by check_backing
         for it in range(1, killed_save):
             w.save(roots, ranks=ranks, iteration=it)
@@ -243,18 +260,18 @@ class NodeKills(MultiNodeChecks):
                             f"{failures}")
         time.sleep(delay)
         daemons[victim].kill9()
-        loss.kill_ranks([r for r in range(ranks) if r % len(NODES) == victim])
+        loss.kill_ranks(lost)
         saver.join()
         self.assertEqual(failures, [], ctx)
         self.assertEqual(loss.hung, [], f"{ctx}: ranks still running 60s after the kill "
                          f"({loss.errors})")
         print(f"  {ctx}: ranks that did not complete: {loss.errors or 'none'}", flush=True)
         self.assertEqual(loss.unexplained_failures(), {},
-                         f"{ctx}: ranks of live nodes failed, not for the loss of {NODES[victim]}")
+                         f"{ctx}: ranks of live nodes failed, not for the loss of {node}")
 
         live = [d for i, d in enumerate(daemons) if i != victim]
         time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)  # The live members judge the victim dead.
-        self.check_syncs(live, NODES[victim], ctx)
+        self.check_syncs(live, node, ctx)
         self.check_backing(w, backing, expected, killed_save, published, ctx)
 
         # The live members save once more, through their mounts only, and that save commits.
@@ -269,14 +286,41 @@ class NodeKills(MultiNodeChecks):
         self.assertIn(final, self.check_backing(w, backing, expected, killed_save, published,
                                                 ctx))
 
-        statuses = {}
-        for d in live:
-            errors = [line for line in d.error_lines()
-                      if not commit_failed_for(NODES[victim]).search(line)]
-            self.assertEqual(errors, [], f"{ctx}: errors other than commits failed for the dead "
-                             "member")
-            statuses[os.path.basename(d.mnt)] = d.unmount()
-        print(f"  {ctx}: exit status of the live members {statuses}", flush=True)
+        # The victim's node comes back: the next mount of its mount point finds the dead
+        # daemon's cache memory file and publishes what it had sealed before it mounts.
+        memory = [p for p in cache_memory_files(backing) if p.endswith("-" + node)]
+        self.assertEqual(len(memory), 1, f"{ctx}: {node}'s cache memory file is not in "
+                         f"{cache_memory_files(backing)}")
+        dead = daemons[victim]
+        daemons[victim] = start_node(self, tmp, backing, node, tag=tag + "-restart")
+        self.assertIn("recovered what the earlier mount left", daemons[victim].output(),
+                      f"{ctx}: {node} mounted again without recovering the dead mount's memory")
+        for line in daemons[victim].output().splitlines():
+            if "recovered what was not yet durable" in line or "open for writing" in line:
+                print(f"  {ctx}: {node} restarted: {line.split('] ', 3)[-1]}", flush=True)
+        for d in daemons:
+            d.sync()
+        # A tracker the dead mount had sealed is published now, after the live members' newer
+        # one: the tracker may name the interrupted checkpoint again (complete by then).
+        self.check_backing(w, backing, expected, killed_save, published,
+                           ctx + " (after the restart)")
+        # What the victim's ranks that completed had closed is there: their files, and with
+        # rank 0's .metadata the checkpoint.
+        closed = [f for f in expected for r in lost
+                  if r not in loss.errors and re.fullmatch(rf"__{r}_\d+\.distcp", f)]
+        checkpoint = os.path.join(backing, f"iter_{killed_save:07d}")
+        self.assertEqual([f for f in closed if not os.path.exists(os.path.join(checkpoint, f))],
+                         [], f"{ctx}: files {node}'s ranks closed, missing after its restart")
+        if 0 in lost and 0 not in loss.errors:
+            self.assertIn(killed_save, published,
+                          f"{ctx}: rank 0 completed, its checkpoint unpublished after the restart")
+
+        statuses = {name: d.unmount() for name, d in zip(NODES, daemons)}
+        for name, d in [*zip(NODES, daemons), (f"{node} before the kill", dead)]:
+            errors = [line for line in d.error_lines() if not commit_failed_for(node).search(line)]
+            self.assertEqual(errors, [], f"{ctx}: {name} logged errors other than commits that "
+                             "failed for the dead member")
+        self.assertEqual(statuses, {name: 0 for name in NODES}, f"{ctx}: exit statuses")
         self.check_backing(w, backing, expected, killed_save, published, ctx + " (after unmount)")
 
     def check_syncs(self, live, victim, ctx):
