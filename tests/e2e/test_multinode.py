@@ -19,9 +19,11 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   final name); the tracker names a published checkpoint. After the restart the files the dead
   node's completed ranks closed are there (with rank 0's, their checkpoint is published); no
   daemon logged an error but the commits that failed for the dead member, and every member exits
-  0. Seeded: the seed is printed and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs
-  DEFAULT_KILLS kill points, the long variant MultiNodeKillLongTest LONG_KILLS (only with
-  CKPTFS_LONG_TESTS=1; otherwise skipped).
+  0. Every run interrupts a save (a kill stops a rank of the victim, or keeps the save's tracker
+  off the backing store): one kill point of each lands early in the save. Seeded: the seed is
+  printed and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points,
+  the long variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise
+  skipped).
 - A node's worker killed (kill -9) after it closed its shard, under the default options: another
   node's marker closed after that is published only with the shard complete beside it.
 - A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
@@ -58,6 +60,12 @@ MEMBER_TIMEOUT_MS = 2000
 ATTR_TIMEOUT = 1.0
 DEFAULT_KILLS, LONG_KILLS = 3, 30
 SAVES = 3  # Saves in a kill point's sequence; the kill lands in one of them.
+# Kill delays, in plain saves (from the ranks' start line to the tracker on the plain directory):
+# up to past the save's end, while its markers wait for their commit. One kill point of each run,
+# drawn by the seed, comes within EARLY_KILL, before the mounted save's tracker is published (its
+# ranks take about as long, then the tracker waits flush_delay and a commit round: measured 1.1
+# to 2.7 plain saves), so that every run interrupts a save.
+LATEST_KILL, EARLY_KILL = 1.5, 0.5
 # Bound on waiting for a marker to be published once nothing holds it back: a hang, not a speed.
 PUBLISH_TIMEOUT = 60.0
 # DCP writes .metadata under this name, then renames it: a save it did not finish may leave it.
@@ -214,11 +222,12 @@ class NodeKills(MultiNodeChecks):
                                                                           iteration=1))
         expected = {k[len("iter_0000001/"):]: v for k, v in expected.items()
                     if k.startswith("iter_0000001/")}
+        early = rng.randrange(self.KILLS)
+        interrupted = []
         for k in range(self.KILLS):
             victim = rng.randrange(len(NODES))
             killed_save = rng.randint(1, SAVES)
-            # From the start line to past the save's end, while its markers wait for commit.
-            delay = rng.uniform(0.0, 1.5) * save_seconds
+            delay = rng.uniform(0.0, EARLY_KILL if k == early else LATEST_KILL) * save_seconds
             ctx = (f"seed {seed}, kill point {k}: {NODES[victim]} killed {delay:.2f}s into save "
                    f"{killed_save}")
             print(ctx, flush=True)
@@ -228,16 +237,18 @@ class NodeKills(MultiNodeChecks):
                 tag = f"-backing{k}"
                 daemons = start_nodes(self, tmp, backing, tag=tag)
                 try:
-                    self.kill_point(w, tmp, tag, backing, daemons, expected, victim, killed_save,
-                                    delay, ctx)
+                    interrupted.append(self.kill_point(w, tmp, tag, backing, daemons, expected,
+                                                       victim, killed_save, delay, ctx))
                 finally:  # The next kill point mounts on the same mount points.
                     for d in daemons:
                         d.cleanup()
+        self.assertIn(True, interrupted, f"seed {seed}: no kill point interrupted a save")
 
     def kill_point(self, w, tmp, tag, backing, daemons, expected, victim, killed_save, delay,
                    ctx):
         """One kill point (the module's docstring) on `daemons`, whose victim's entry becomes its
-        restarted daemon."""
+        restarted daemon. Returns whether the kill interrupted the save: it stopped a rank of the
+        victim, or kept the save's tracker off the backing store."""
         roots = [d.mnt for d in daemons]
         ranks = len(NODES)
         node = NODES[victim]
@@ -273,13 +284,17 @@ class NodeKills(MultiNodeChecks):
         time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)  # The live members judge the victim dead.
         self.check_syncs(live, node, ctx)
         self.check_backing(w, backing, expected, killed_save, published, ctx)
+        tracker = os.path.join(backing, workloads.TRACKER)
+        interrupted = (any(r in loss.errors for r in lost)
+                       or read_text(tracker) != str(killed_save))
+        print(f"  {ctx}: the kill {'interrupted' if interrupted else 'came after'} the save",
+              flush=True)
 
         # The live members save once more, through their mounts only, and that save commits.
         final = killed_save + 1
         w.save([d.mnt for d in live], ranks=ranks, iteration=final)
         for d in live:  # The newest markers committed: nothing failed is left to report.
             d.sync()
-        tracker = os.path.join(backing, workloads.TRACKER)
         wait_for(lambda: read_text(tracker) == str(final), PUBLISH_TIMEOUT,
                  lambda: f"{ctx}: the tracker of the live members' save {final} (it holds "
                          f"{read_text(tracker)!r})")
@@ -322,6 +337,7 @@ class NodeKills(MultiNodeChecks):
                              "failed for the dead member")
         self.assertEqual(statuses, {name: 0 for name in NODES}, f"{ctx}: exit statuses")
         self.check_backing(w, backing, expected, killed_save, published, ctx + " (after unmount)")
+        return interrupted
 
     def check_syncs(self, live, victim, ctx):
         """`ckptfs sync` on each live member succeeds, or fails with a commit that failed for the
