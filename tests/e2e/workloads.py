@@ -295,8 +295,9 @@ class NodeLoss:
             r, res = item
             ended.add(r)
             if isinstance(res, BaseException):
-                self._reports[r] = str(res).strip()
-                self.errors[r] = "failed: " + self._reports[r].splitlines()[-1]
+                report = self._reports[r] = str(res).strip()
+                failed = _FAILED_RANKS.search(report)  # Its last line is a failed rank's error.
+                self.errors[r] = "failed: " + (failed[0] if failed else report.splitlines()[-1])
             else:
                 results[r] = res
         while len(ended) < len(procs):
