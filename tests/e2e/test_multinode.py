@@ -8,12 +8,22 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   the backing dir, no daemon logs an error, all unmount with status 0 and leave nothing behind.
 - kill -9 of one node (its daemon and the ranks saving through it, as its trainer dies with it)
   at a random point of a sequence of DCP saves into iter_000000N, each followed by Megatron's
-  tracker: with the dead member never restarted, every .metadata and the tracker on the backing
-  store name a checkpoint that is complete (the plain run's files) and loads from the backing dir,
-  before and after the live members unmount; the live members save once more (after
-  member_timeout, through their mounts only) and that save commits. Seeded: the seed is printed
-  and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points, the long
-  variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise skipped).
+  tracker. The live nodes' ranks complete, or fail only for the loss (on a collective with a
+  dead rank). The live members save once more (after member_timeout, through their mounts only)
+  and that save commits. Then the dead node's mount comes back (a new daemon on its mount point,
+  same node name), recovering what the dead one had sealed from its cache memory file in
+  /dev/shm. Once the live members judged the dead one gone, after their save, after the restart
+  and `ckptfs sync` on every member, and after all unmount: every iter_ directory with a
+  .metadata holds the plain run's files, loads from the backing dir and never changes
+  afterwards; in every other one each file is absent or the plain run's (no torn file under a
+  final name); the tracker names a published checkpoint. After the restart the files the dead
+  node's completed ranks closed are there (with rank 0's, their checkpoint is published); no
+  daemon logged an error but the commits that failed for the dead member, and every member exits
+  0. Every run interrupts a save (a kill stops a rank of the victim, or keeps the save's tracker
+  off the backing store): one kill point of each lands early in the save. Seeded: the seed is
+  printed and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points,
+  the long variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise
+  skipped).
 - A node's worker killed (kill -9) after it closed its shard, under the default options: another
   node's marker closed after that is published only with the shard complete beside it.
 - A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
@@ -26,6 +36,7 @@ Mount points have the plain run's directory's length: .metadata records its chec
 
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -35,8 +46,8 @@ import time
 import unittest
 
 import workloads
-from ckptfs_daemon import (CkptfsDaemon, describe_tree_diff, mounted, run_ckptfs, snapshot,
-                           wait_for)
+from ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff, mounted,
+                           run_ckptfs, snapshot, wait_for)
 from e2e_check import E2E_TMP, comparable, require_fuse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
@@ -49,26 +60,36 @@ MEMBER_TIMEOUT_MS = 2000
 ATTR_TIMEOUT = 1.0
 DEFAULT_KILLS, LONG_KILLS = 3, 30
 SAVES = 3  # Saves in a kill point's sequence; the kill lands in one of them.
+# Kill delays, in plain saves (from the ranks' start line to the tracker on the plain directory):
+# up to past the save's end, while its markers wait for their commit. One kill point of each run,
+# drawn by the seed, comes within EARLY_KILL, before the mounted save's tracker is published (its
+# ranks take about as long, then the tracker waits flush_delay and a commit round: measured 1.1
+# to 2.7 plain saves), so that every run interrupts a save.
+LATEST_KILL, EARLY_KILL = 1.5, 0.5
 # Bound on waiting for a marker to be published once nothing holds it back: a hang, not a speed.
 PUBLISH_TIMEOUT = 60.0
+# DCP writes .metadata under this name, then renames it: a save it did not finish may leave it.
+METADATA_TMP = ".metadata.tmp"
+
+
+def start_node(tc, tmp, backing, node, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
+    """Mounts a daemon for `node` over `backing` on tmp/<node>, with `options` beside the shared
+    mode's, logging to tmp/<node><tag>.log; it is cleaned up when the test ends."""
+    mnt = os.path.join(tmp, node)
+    os.makedirs(mnt, exist_ok=True)
+    if mounted(mnt):  # The daemon would take an earlier mount there for its own.
+        raise RuntimeError(f"{mnt} is still mounted")
+    d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
+                                    f"member_timeout={member_timeout_ms}", *options],
+                     log_file=os.path.join(tmp, f"{node}{tag}.log"))
+    tc.addCleanup(d.cleanup)
+    d.start()
+    return d
 
 
 def start_nodes(tc, tmp, backing, member_timeout_ms=MEMBER_TIMEOUT_MS, tag="", options=()):
-    """Mounts a daemon per node over `backing` on tmp/<node>, with `options` beside the shared
-    mode's; each is cleaned up when the test ends. Returns the daemons, in NODES order."""
-    daemons = []
-    for node in NODES:
-        mnt = os.path.join(tmp, node)
-        os.makedirs(mnt, exist_ok=True)
-        if mounted(mnt):  # The daemon would take an earlier mount there for its own.
-            raise RuntimeError(f"{mnt} is still mounted")
-        d = CkptfsDaemon(backing, mnt, ["cache_size=512M", "shared", f"node={node}",
-                                        f"member_timeout={member_timeout_ms}", *options],
-                         log_file=os.path.join(tmp, f"{node}{tag}.log"))
-        tc.addCleanup(d.cleanup)
-        d.start()
-        daemons.append(d)
-    return daemons
+    """start_node for each node; returns the daemons, in NODES order."""
+    return [start_node(tc, tmp, backing, node, member_timeout_ms, tag, options) for node in NODES]
 
 
 def make_tmp(tc, prefix):
@@ -94,6 +115,12 @@ def plain_tree(w, tmp, save):
     tree = comparable(snapshot(plain), w.varying)
     shutil.rmtree(plain)
     return tree, result
+
+
+def commit_failed_for(node):
+    """The daemon's log line, and `ckptfs sync`'s error, of a commit that failed because member
+    `node` (its whole name) died before it acknowledged (core/shared_commit.cc)."""
+    return re.compile(rf"commit of \S+ failed: member {re.escape(node)} (stopped beating|left) ")
 
 
 def read_text(path):
@@ -195,28 +222,38 @@ class NodeKills(MultiNodeChecks):
                                                                           iteration=1))
         expected = {k[len("iter_0000001/"):]: v for k, v in expected.items()
                     if k.startswith("iter_0000001/")}
+        early = rng.randrange(self.KILLS)
+        interrupted = []
         for k in range(self.KILLS):
             victim = rng.randrange(len(NODES))
             killed_save = rng.randint(1, SAVES)
-            # From the start line to past the save's end, while its markers wait for commit.
-            delay = rng.uniform(0.0, 1.5) * save_seconds
+            delay = rng.uniform(0.0, EARLY_KILL if k == early else LATEST_KILL) * save_seconds
             ctx = (f"seed {seed}, kill point {k}: {NODES[victim]} killed {delay:.2f}s into save "
                    f"{killed_save}")
             print(ctx, flush=True)
             with self.subTest(kill_point=k):
                 backing = os.path.join(tmp, f"backing{k}")
                 os.mkdir(backing)
-                daemons = start_nodes(self, tmp, backing, tag=f"-backing{k}")
+                tag = f"-backing{k}"
+                daemons = start_nodes(self, tmp, backing, tag=tag)
                 try:
-                    self.kill_point(w, backing, daemons, expected, victim, killed_save, delay, ctx)
+                    interrupted.append(self.kill_point(w, tmp, tag, backing, daemons, expected,
+                                                       victim, killed_save, delay, ctx))
                 finally:  # The next kill point mounts on the same mount points.
                     for d in daemons:
                         d.cleanup()
+        self.assertIn(True, interrupted, f"seed {seed}: no kill point interrupted a save")
 
-    def kill_point(self, w, backing, daemons, expected, victim, killed_save, delay, ctx):
+    def kill_point(self, w, tmp, tag, backing, daemons, expected, victim, killed_save, delay,
+                   ctx):
+        """One kill point (the module's docstring) on `daemons`, whose victim's entry becomes its
+        restarted daemon. Returns whether the kill interrupted the save: it stopped a rank of the
+        victim, or kept the save's tracker off the backing store."""
         roots = [d.mnt for d in daemons]
         ranks = len(NODES)
-        loaded = set()
+        node = NODES[victim]
+        lost = [r for r in range(ranks) if r % len(NODES) == victim]
+        published = {}  # {iteration: its tree when first seen published}, by check_backing
         for it in range(1, killed_save):
             w.save(roots, ranks=ranks, iteration=it)
         loss = workloads.NodeLoss(grace=60)
@@ -234,71 +271,130 @@ class NodeKills(MultiNodeChecks):
                             f"{failures}")
         time.sleep(delay)
         daemons[victim].kill9()
-        loss.kill_ranks([r for r in range(ranks) if r % len(NODES) == victim])
+        loss.kill_ranks(lost)
         saver.join()
         self.assertEqual(failures, [], ctx)
         self.assertEqual(loss.hung, [], f"{ctx}: ranks still running 60s after the kill "
                          f"({loss.errors})")
         print(f"  {ctx}: ranks that did not complete: {loss.errors or 'none'}", flush=True)
+        self.assertEqual(loss.unexplained_failures(), {},
+                         f"{ctx}: ranks of live nodes failed, not for the loss of {node}")
 
         live = [d for i, d in enumerate(daemons) if i != victim]
         time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)  # The live members judge the victim dead.
-        self.check_syncs(live, NODES[victim], ctx)
-        self.check_published(w, backing, expected, killed_save, loaded, ctx)
+        self.check_syncs(live, node, ctx)
+        self.check_backing(w, backing, expected, killed_save, published, ctx)
+        tracker = os.path.join(backing, workloads.TRACKER)
+        interrupted = (any(r in loss.errors for r in lost)
+                       or read_text(tracker) != str(killed_save))
+        print(f"  {ctx}: the kill {'interrupted' if interrupted else 'came after'} the save",
+              flush=True)
 
         # The live members save once more, through their mounts only, and that save commits.
         final = killed_save + 1
         w.save([d.mnt for d in live], ranks=ranks, iteration=final)
         for d in live:  # The newest markers committed: nothing failed is left to report.
             d.sync()
-        tracker = os.path.join(backing, workloads.TRACKER)
         wait_for(lambda: read_text(tracker) == str(final), PUBLISH_TIMEOUT,
                  lambda: f"{ctx}: the tracker of the live members' save {final} (it holds "
                          f"{read_text(tracker)!r})")
-        self.assertIn(final, self.check_published(w, backing, expected, killed_save, loaded, ctx))
+        self.assertIn(final, self.check_backing(w, backing, expected, killed_save, published,
+                                                ctx))
 
-        statuses = {}
-        for d in live:
-            errors = [line for line in d.error_lines() if NODES[victim] not in line]
-            self.assertEqual(errors, [], f"{ctx}: errors that do not name the dead member")
-            statuses[os.path.basename(d.mnt)] = d.unmount()
-        print(f"  {ctx}: exit status of the live members {statuses}", flush=True)
-        self.check_published(w, backing, expected, killed_save, loaded, ctx + " (after unmount)")
+        # The victim's node comes back: the next mount of its mount point finds the dead
+        # daemon's cache memory file and publishes what it had sealed before it mounts.
+        memory = [p for p in cache_memory_files(backing) if p.endswith("-" + node)]
+        self.assertEqual(len(memory), 1, f"{ctx}: {node}'s cache memory file is not in "
+                         f"{cache_memory_files(backing)}")
+        dead = daemons[victim]
+        daemons[victim] = start_node(self, tmp, backing, node, tag=tag + "-restart")
+        self.assertIn("recovered what the earlier mount left", daemons[victim].output(),
+                      f"{ctx}: {node} mounted again without recovering the dead mount's memory")
+        for line in daemons[victim].output().splitlines():
+            if "recovered what was not yet durable" in line or "open for writing" in line:
+                print(f"  {ctx}: {node} restarted: {line.split('] ', 3)[-1]}", flush=True)
+        for d in daemons:
+            d.sync()
+        # A tracker the dead mount had sealed is published now, after the live members' newer
+        # one: the tracker may name the interrupted checkpoint again (complete by then).
+        self.check_backing(w, backing, expected, killed_save, published,
+                           ctx + " (after the restart)")
+        # What the victim's ranks that completed had closed is there: their files, and with
+        # rank 0's .metadata the checkpoint.
+        closed = [f for f in expected for r in lost
+                  if r not in loss.errors and re.fullmatch(rf"__{r}_\d+\.distcp", f)]
+        checkpoint = os.path.join(backing, f"iter_{killed_save:07d}")
+        self.assertEqual([f for f in closed if not os.path.exists(os.path.join(checkpoint, f))],
+                         [], f"{ctx}: files {node}'s ranks closed, missing after its restart")
+        if 0 in lost and 0 not in loss.errors:
+            self.assertIn(killed_save, published,
+                          f"{ctx}: rank 0 completed, its checkpoint unpublished after the restart")
+
+        statuses = {name: d.unmount() for name, d in zip(NODES, daemons)}
+        for name, d in [*zip(NODES, daemons), (f"{node} before the kill", dead)]:
+            errors = [line for line in d.error_lines() if not commit_failed_for(node).search(line)]
+            self.assertEqual(errors, [], f"{ctx}: {name} logged errors other than commits that "
+                             "failed for the dead member")
+        self.assertEqual(statuses, {name: 0 for name in NODES}, f"{ctx}: exit statuses")
+        self.check_backing(w, backing, expected, killed_save, published, ctx + " (after unmount)")
+        return interrupted
 
     def check_syncs(self, live, victim, ctx):
-        """`ckptfs sync` on each live member succeeds, or fails naming the dead member (a marker
-        that waited for it is never published)."""
+        """`ckptfs sync` on each live member succeeds, or fails with a commit that failed for the
+        dead member (a marker that waited for it is never published)."""
         for d in live:
             r = run_ckptfs(["sync", d.mnt], timeout=120)
             if r.returncode != 0:
-                self.assertIn(victim, r.stdout + r.stderr,
-                              f"{ctx}: `ckptfs sync {d.mnt}` failed without naming {victim}")
+                self.assertRegex(r.stdout + r.stderr, commit_failed_for(victim),
+                                 f"{ctx}: `ckptfs sync {d.mnt}` failed, not for {victim}")
                 print(f"  {ctx}: sync on {os.path.basename(d.mnt)}: {r.stderr.strip()}",
                       flush=True)
 
-    def check_published(self, w, backing, expected, killed_save, loaded, ctx):
-        """Every iter_ directory with a .metadata on the backing store holds the plain run's
-        files and loads (each loaded once: `loaded`); the tracker names one of them. Returns
-        the published iterations."""
-        published = []
+    def check_backing(self, w, backing, expected, killed_save, published, ctx):
+        """The checkpoints on the backing store: each iter_ directory with a .metadata holds the
+        plain run's files, loads, and once published never changes (`published`: {iteration: its
+        tree when first seen published}, kept up to date here); in the others each file is absent
+        or the plain run's (no torn file under a final name). The tracker names a published one.
+        Returns the published iterations."""
+        seen = []
         for name in sorted(os.listdir(backing)):
-            path = os.path.join(backing, name)
-            if not (name.startswith("iter_") and os.path.exists(os.path.join(path, ".metadata"))):
+            if not name.startswith("iter_"):
                 continue
+            path = os.path.join(backing, name)
             it = int(name[len("iter_"):])
-            published.append(it)
-            what = f"{ctx}: published {name}" + (" (the interrupted save)"
-                                                 if it == killed_save else "")
-            self.assert_tree(expected, path, what, w.varying)
-            if it not in loaded:
+            seen.append(it)
+            what = f"{ctx}: {name}" + (" (the interrupted save)" if it == killed_save else "")
+            tree = snapshot(path)
+            if it in published:
+                self.assertEqual(published[it], tree, f"{what} changed since it was published:\n"
+                                 + describe_tree_diff(published[it], tree, "then", "now"))
+            elif ".metadata" in tree:
+                got = comparable(tree, w.varying)
+                self.assertEqual(expected, got, f"{what}, published, differs from the plain run:\n"
+                                 + describe_tree_diff(expected, got, "plain", name))
                 self.assertEqual(w.load(path), w.expected_digest(), f"{what} loads other data")
-                loaded.add(it)
+                published[it] = tree
+            else:
+                self.assert_no_torn_file(w, expected, tree, what)
+        self.assertEqual(sorted(set(published) - set(seen)), [],
+                         f"{ctx}: published checkpoints gone")
         tracker = read_text(os.path.join(backing, workloads.TRACKER))
         if tracker is not None:
             self.assertIn(tracker, [str(it) for it in published],
                           f"{ctx}: the tracker holds {tracker!r}, not a complete checkpoint")
-        print(f"  {ctx}: published {published}, tracker {tracker}", flush=True)
-        return published
+        print(f"  {ctx}: published {sorted(published)}, tracker {tracker}; unpublished "
+              f"{sorted(set(seen) - set(published))}", flush=True)
+        return sorted(published)
+
+    def assert_no_torn_file(self, w, expected, tree, what):
+        """Each entry of the checkpoint `tree` (a snapshot) is the plain run's of its name;
+        DCP's METADATA_TMP compares as the .metadata it is renamed to."""
+        got = comparable({".metadata" if k == METADATA_TMP else k: v for k, v in tree.items()},
+                         w.varying)
+        torn = {k: v for k, v in got.items() if expected.get(k) != v}
+        self.assertEqual(torn, {}, f"{what}, not published, holds what the plain run does not:\n"
+                         + describe_tree_diff({k: expected[k] for k in torn if k in expected},
+                                              torn, "plain", "backing"))
 
 
 class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):

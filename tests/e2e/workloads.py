@@ -53,6 +53,7 @@ import json
 import multiprocessing
 import os
 import queue as queue_mod
+import re
 import shutil
 import tempfile
 import threading
@@ -247,7 +248,8 @@ class NodeLoss:
     node. The save waits for every rank to end however it ends (the survivors fail on their
     collectives with the dead, or complete), kills the ranks still running `grace` seconds after
     kill_ranks, and returns instead of raising: `errors` {rank: why} holds each rank that did
-    not complete, `hung` the ranks killed after the grace period."""
+    not complete, `hung` the ranks killed after the grace period, and unexplained_failures()
+    the survivors' failures that the loss does not explain."""
 
     def __init__(self, grace=120):
         self.grace = grace
@@ -257,6 +259,8 @@ class NodeLoss:
         self._lock = threading.Lock()
         self._procs = []
         self._killed_at = None
+        self._reports = {}  # {rank: what a rank that failed reported}
+        self.lost = set()  # Ranks given to kill_ranks: those of the dead nodes.
         self.killed = set()  # Ranks kill_ranks killed (possibly after they reported a result).
 
     def kill_ranks(self, ranks):
@@ -264,11 +268,20 @@ class NodeLoss:
         `started` is set."""
         with self._lock:
             assert self._procs, "kill_ranks before the ranks' start line"
+            self.lost.update(ranks)
             for r in ranks:
                 if self._procs[r].is_alive():
                     self.killed.add(r)
                     self._procs[r].kill()
             self._killed_at = time.monotonic()
+
+    def unexplained_failures(self):
+        """{rank: why} of the survivors (ranks not given to kill_ranks) that did not complete for
+        another reason than the loss: a survivor may fail only on a collective with a dead rank
+        (gloo's connection to it broke), or with DCP's CheckpointException naming lost ranks
+        alone (a lost rank's error, gathered before it died)."""
+        return {r: why for r, why in self.errors.items()
+                if r not in self.lost and not _loss_explains(self._reports.get(r), self.lost)}
 
     def _collect(self, procs, queue):
         """run_ranks' collection: {rank: (result, bytes written, end time, CPU)} of the ranks that
@@ -282,7 +295,9 @@ class NodeLoss:
             r, res = item
             ended.add(r)
             if isinstance(res, BaseException):
-                self.errors[r] = "failed: " + str(res).strip().splitlines()[-1]
+                report = self._reports[r] = str(res).strip()
+                failed = _FAILED_RANKS.search(report)  # Its last line is a failed rank's error.
+                self.errors[r] = "failed: " + (failed[0] if failed else report.splitlines()[-1])
             else:
                 results[r] = res
         while len(ended) < len(procs):
@@ -313,6 +328,24 @@ class NodeLoss:
                         self.hung.append(r)
                         self.errors[r] = f"still running {self.grace}s after kill_ranks: killed"
         return results
+
+
+# How gloo fails a collective whose peer died (its tcp pair's connection broke), and DCP's report
+# of the ranks whose step failed (torch.distributed.checkpoint.api.CheckpointException).
+_BROKEN_PAIR = re.compile(
+    r"gloo/transport/tcp/pair\.cc:\d+\] (Connection closed by peer|Read error|writev) ")
+_FAILED_RANKS = re.compile(r"CheckpointException ranks:dict_keys\(\[([\d, ]*)\]\)")
+
+
+def _loss_explains(report, lost):
+    """Whether `report`, a rank's failure (None: it reported none), is the loss of ranks `lost`."""
+    if report is None:
+        return False
+    failed = _FAILED_RANKS.search(report)
+    if failed:
+        ranks = {int(r) for r in re.findall(r"\d+", failed.group(1))}
+        return bool(ranks) and ranks <= lost
+    return bool(_BROKEN_PAIR.search(report.splitlines()[-1]))
 
 
 def _rank_errors(queue, wait=10):
