@@ -29,8 +29,9 @@ std::string ThpSetting(const std::string& name) {
 // Writes `word` to the transparent huge page setting `name`; "" on success, else why not.
 std::string SetThpSetting(const std::string& name, const char* word) {
   const std::string path = kThpDir + name;
+  const ssize_t length = static_cast<ssize_t>(std::strlen(word));
   int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  bool done = fd >= 0 && write(fd, word, std::strlen(word)) == static_cast<ssize_t>(std::strlen(word));
+  bool done = fd >= 0 && write(fd, word, length) == length;
   const int err = errno;
   if (fd >= 0) close(fd);
   return done ? "" : path + ": " + std::strerror(err);
@@ -97,13 +98,13 @@ HugePages HugePagesForFile(const std::string& path, bool set) {
     return {true, where + " gives them (huge=" + OptionValue(mount->super_options, "huge") + ")"};
   }
   if (shmem == "deny") return {false, "shmem_enabled is deny"};
-  const std::string leave = " (-o huge_pages=leave leaves it alone)";
   if (!set) return {false, where + " has huge=never and huge_pages=leave"};
   if (std::string why = SetTmpfsHugeAdvise(mount->mount_point); !why.empty()) {
     return {false, where + " has huge=never and cannot be set to advise: " + why};
   }
-  return {true, "set huge=advise on " + where + ": only mappings that ask for huge pages get them" +
-                    leave};
+  return {true, "set huge=advise on " + where +
+                    ": only mappings that ask for huge pages get them (-o huge_pages=leave "
+                    "leaves it alone)"};
 }
 
 HugePages HugePagesForMemfd(bool set) {
