@@ -232,11 +232,7 @@ class CkptfsDaemon:
         return proc_io(self.worker_pid())
 
     def vm_hwm_kib(self):
-        with open(f"/proc/{self.worker_pid()}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-        return 0
+        return proc_kib(f"/proc/{self.worker_pid()}/status", "VmHWM")
 
     def cpu_seconds(self):
         """User plus system CPU time the worker has used so far (all its threads)."""
@@ -343,7 +339,7 @@ def shm_huge():
     return huge
 
 
-def _setshm_huge(value):
+def _set_shm_huge(value):
     """Sets huge=value on /dev/shm's tmpfs, keeping its other options (fspick + fsconfig)."""
     libc = ctypes.CDLL(None, use_errno=True)
     fd = libc.fspick(-100, SHM.encode(), 1)  # AT_FDCWD, FSPICK_CLOEXEC
@@ -371,22 +367,27 @@ def kernel_without_huge_pages():
     with open(THP_SHMEM) as f:
         shmem = f.read().split("[", 1)[1].split("]", 1)[0]
     huge = shm_huge()
-    _setshm_huge("never")
+    _set_shm_huge("never")
     _set_thp_shmem("never")
     try:
         yield
     finally:
         _set_thp_shmem(shmem)
-        _setshm_huge(huge)
+        _set_shm_huge(huge)
+
+
+def proc_kib(path, key):
+    """The KiB a /proc file such as /proc/PID/status gives on its line `key:`, 0 without one."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
 
 
 def shared_memory_huge_pages_kib(pid):
     """KiB of shared memory mapped with huge pages by process `pid` (ShmemPmdMapped)."""
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("ShmemPmdMapped:"):
-                return int(line.split()[1])
-    return 0
+    return proc_kib(f"/proc/{pid}/smaps_rollup", "ShmemPmdMapped")
 
 
 def wait_for(predicate, timeout, what):
