@@ -74,8 +74,7 @@ std::string SelectedWord(std::string_view setting) {
 bool TmpfsGivesHugePages(std::string_view super_options, std::string_view shmem_enabled) {
   if (shmem_enabled == "deny") return false;
   if (shmem_enabled == "force") return true;
-  const std::string huge = OptionValue(super_options, "huge");
-  return huge == "always" || huge == "within_size" || huge == "advise";
+  return GivesHugePages(OptionValue(super_options, "huge"));
 }
 
 bool MemfdGivesHugePages(std::string_view shmem_enabled, std::string_view shmem_enabled_2m) {
