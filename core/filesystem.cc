@@ -56,6 +56,14 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   Result<BackingStore> store = OpenBackingStore(*env, resolved);
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
+  if (config.shared && config.recovers_earlier_mount) {
+    // Its commits died with it, and other members may have published newer markers of the same
+    // names since: what it sealed under a marker's name is never published.
+    fs->flusher_->DropMarkers(
+        "recovered from a shared mount whose daemon died before its commit, and a newer one may "
+        "have been published since (the files beside it are published)");
+    return fs;
+  }
   if (config.shared) {
     Journal& journal = fs->journal_;
     Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
@@ -148,9 +156,11 @@ void Filesystem::Start() {
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
   if (shared_) {
     Flusher* flusher = flusher_.get();
-    shared_->Start([flusher](const std::vector<CommitOutcome>& outcomes) {
-      flusher->CommitsDecided(outcomes);
-    });
+    shared_->Start(
+        [flusher](const std::vector<CommitOutcome>& outcomes) {
+          flusher->CommitsDecided(outcomes);
+        },
+        [flusher] { flusher->Hurry(); });
   }
 }
 
@@ -1153,6 +1163,10 @@ Status Filesystem::Shutdown() {
   }
   Status st = flusher_->Drain(config_.unmount_retry);
   if (shared_) shared_->Leave();
+  if (st.ok() && config_.shared) {
+    // A member's own staging directory goes with it (it stays when something is left in it).
+    (void)env_->Unlink(root_fd_, std::string(kReservedName) + "/staging/" + config_.node, true);
+  }
   if (st.ok()) return st;
   std::vector<UnflushedFile> files;
   {

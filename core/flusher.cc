@@ -71,6 +71,13 @@ void Flusher::HoldMarkers(PostCommitFn post, std::function<void()> durable_advan
   durable_advanced_ = std::move(durable_advanced);
 }
 
+void Flusher::DropMarkers(std::string why) {
+  drop_markers_why_ = std::move(why);
+  post_commit_ = [](const std::string& marker) -> Result<std::string> {
+    return Status::Error(ECANCELED, marker + ": markers are dropped");
+  };
+}
+
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void Flusher::Notify() {
@@ -519,8 +526,17 @@ bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name)
   if (HeldMarkers::IsMarker(*e, config_.commit_markers)) {
     std::string path = client_.PathOf(e);
     journal_.Hold(e);
+    std::string staged = e->kind == JournalEntry::Kind::kPublish ? staged_name : "";
+    if (!drop_markers_why_.empty()) {
+      HeldMarker dropped;
+      dropped.entry = e;
+      dropped.staged_name = std::move(staged);
+      dropped.path = std::move(path);
+      DropHeld({dropped}, drop_markers_why_.c_str());
+      return true;
+    }
     MutexLock lock(mu_);
-    held_.Add(e, e->kind == JournalEntry::Kind::kPublish ? staged_name : "", std::move(path));
+    held_.Add(e, std::move(staged), std::move(path));
     return true;
   }
   std::vector<HeldMarker> dropped;

@@ -82,6 +82,9 @@ class Flusher {
   // are held (core/held_markers.h); their commits are posted through `post`. `durable_advanced`
   // is called, with no lock held, after a batch made entries durable.
   void HoldMarkers(PostCommitFn post, std::function<void()> durable_advanced);
+  // Before Start, instead of HoldMarkers: the entries that publish a commit marker are dropped,
+  // never published, each logged with `why`.
+  void DropMarkers(std::string why);
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
@@ -182,6 +185,7 @@ class Flusher {
   bool stopped_ GUARDED_BY(mu_) = false;
   Status last_error_ GUARDED_BY(mu_);
   PostCommitFn post_commit_;  // Set before Start; empty: markers are not held.
+  std::string drop_markers_why_;  // Set before Start; not empty: markers are dropped.
   std::function<void()> durable_advanced_;
   HeldMarkers held_ GUARDED_BY(mu_);
   uint64_t error_epoch_ GUARDED_BY(mu_) = 0;

@@ -19,6 +19,22 @@ namespace {
 
 // Incarnations whose end an observer remembers (beyond that, the oldest are forgotten).
 constexpr size_t kMaxEndsRemembered = 4 * policy::kMaxMembers;
+// Earlier incarnations of its own a member acknowledges for and lists in its file.
+constexpr size_t kMaxFormerIncarnations = 16;
+
+// The optional list of former incarnations of a member file; false when it is not valid.
+bool FormerIncarnations(const nlohmann::json& j, std::vector<std::string>* out) {
+  auto it = j.find("former");
+  if (it == j.end()) return true;
+  if (!it->is_array() || it->size() > kMaxFormerIncarnations) return false;
+  for (const nlohmann::json& f : *it) {
+    if (!f.is_string() || !policy::IsValidIncarnation(f.get_ref<const std::string&>())) {
+      return false;
+    }
+    out->push_back(f.get<std::string>());
+  }
+  return true;
+}
 constexpr size_t kMaxHostBytes = 255;
 // Bad files logged at once; more are ignored without a log line (a flood must not flood the log).
 constexpr size_t kMaxBadFilesLogged = 256;
@@ -115,7 +131,8 @@ Result<MemberRecord> Membership::ReadRecord(const std::string& name) const {
       pid > INT32_MAX || !JsonUnsigned(*j, "beat", &r.beat) ||
       !JsonUnsigned(*j, "sealed", &r.progress.sealed_seq) ||
       !JsonUnsigned(*j, "durable", &r.progress.durable_seq) ||
-      !JsonUnsigned(*j, "pending_bytes", &r.progress.pending_bytes)) {
+      !JsonUnsigned(*j, "pending_bytes", &r.progress.pending_bytes) ||
+      !FormerIncarnations(*j, &r.former)) {
     return Status::Error(EINVAL, "not a member file of node " + name);
   }
   r.pid = static_cast<int64_t>(pid);
@@ -123,6 +140,8 @@ Result<MemberRecord> Membership::ReadRecord(const std::string& name) const {
 }
 
 Status Membership::Beat() {
+  const Clock::time_point started = clock_.Now();
+  beat_tried_at_ = started;
   last_progress_ = progress_();
   nlohmann::json j = {{"node", node_},
                       {"host", host_},
@@ -131,11 +150,13 @@ Status Membership::Beat() {
                       {"beat", beat_ + 1},
                       {"sealed", last_progress_.sealed_seq},
                       {"durable", last_progress_.durable_seq},
-                      {"pending_bytes", last_progress_.pending_bytes}};
+                      {"pending_bytes", last_progress_.pending_bytes},
+                      {"former", former_}};
   Status st = ReplaceFile(env_, members_fd_, node_, "." + node_ + "." + incarnation_ + ".tmp",
                           j.dump());
   if (!st.ok()) return st;
   ++beat_;
+  beat_started_at_ = started;
   last_beat_at_ = clock_.Now();
   return Status::Ok();
 }
@@ -150,9 +171,27 @@ Status Membership::StartIncarnation() {
                                        st.ToString() + ")");
   }
   state_ = State::kJoined;
+  renewed_at_ = beat_started_at_;
   spdlog::info("joined the shared backing store as node {} (incarnation {})", node_, incarnation_);
   RemoveEarlierTemporaryFiles();
   return Status::Ok();
+}
+
+Status Membership::Rejoin(const std::string& why) {
+  spdlog::warn("the member file of node {} (incarnation {}) {}: rejoining as a new incarnation",
+                node_, incarnation_, why);
+  former_.push_back(incarnation_);
+  if (former_.size() > kMaxFormerIncarnations) former_.pop_front();
+  incarnation_ = RandomIncarnation();
+  beat_ = 0;
+  renewed_at_ = clock_.Now();
+  Status st = Beat();
+  if (st.ok()) {
+    renewed_at_ = beat_started_at_;
+    spdlog::info("node {} rejoined as incarnation {}", node_, incarnation_);
+    RemoveEarlierTemporaryFiles();
+  }
+  return st;
 }
 
 void Membership::RemoveEarlierTemporaryFiles() {
@@ -227,26 +266,49 @@ Status Membership::TickClaiming() {
 }
 
 Status Membership::TickJoined() {
-  if (clock_.Now() - last_beat_at_ < policy::BeatInterval(member_timeout_)) return Status::Ok();
+  const Clock::time_point now = clock_.Now();
+  if (now - beat_tried_at_ < policy::BeatInterval(member_timeout_)) return Status::Ok();
   Result<MemberRecord> own = ReadRecord(node_);
-  if (!own.ok() && own.status().err() == ENOENT) {
-    spdlog::error("the member file of node {} (incarnation {}) was removed: the others judged it "
-                  "dead; rejoining as a new incarnation",
-                  node_, incarnation_);
-    return StartIncarnation();
-  }
-  if (own.ok() && own->incarnation != incarnation_) {
+  Status beat;
+  if (!own.ok() && own.status().err() == ENOENT && beat_ > 0) {
+    beat = Rejoin("was removed: the others judged it dead");
+  } else if (own.ok() && own->incarnation != incarnation_ &&
+             std::find(former_.begin(), former_.end(), own->incarnation) == former_.end()) {
     state_ = State::kRefused;
     refusal_ = Status::Error(EEXIST, "node name " + node_ + " was taken by another mount, " +
                                          Describe(*own) +
                                          ": give each mount its own -o node=NAME");
     spdlog::error("{}", refusal_.message());
     return refusal_;
+  } else {
+    // The newest beat is in place when read back unchanged; until then, the others may have seen
+    // none since the one renewed_at_ stands for.
+    const bool in_place = own.ok() && own->incarnation == incarnation_ && own->beat == beat_;
+    const Clock::time_point seen_until = in_place ? last_beat_at_ : now;
+    if (beat_ > 0 && policy::MayHaveBeenJudgedDead(renewed_at_, seen_until, member_timeout_)) {
+      beat = Rejoin("showed no new beat for " + Seconds(seen_until - renewed_at_) +
+                    " (a stalled write, or the file removed, unreadable or replaced meanwhile): "
+                    "the others may have judged it dead");
+    } else {
+      if (in_place) renewed_at_ = beat_started_at_;
+      beat = Beat();
+    }
   }
-  Status beat = Beat();
-  if (!beat.ok()) spdlog::warn("node {}: beat failed: {}", node_, beat.ToString());
+  LogBeat(beat);
   Status observed = ObserveLocked();
   return beat.ok() ? observed : beat;
+}
+
+void Membership::LogBeat(const Status& beat) {
+  if (beat.ok()) {
+    if (!beat_error_.empty()) spdlog::info("node {}: beats again", node_);
+    beat_error_.clear();
+    return;
+  }
+  if (beat.ToString() == beat_error_) return;
+  beat_error_ = beat.ToString();
+  spdlog::warn("node {}: cannot beat (retried every {} ms): {}", node_,
+               policy::BeatInterval(member_timeout_).count(), beat_error_);
 }
 
 Status Membership::Tick() {
@@ -280,16 +342,29 @@ Status Membership::ObserveLocked() {
     return names.status();
   }
   std::sort(names->begin(), names->end());
-  // The names that may be members' (temporary files start with '.'), at most kMaxMembers.
+  // The names that may be members' (temporary files start with '.').
   std::vector<std::string> candidates;
   for (const std::string& name : *names) {
     if (name.front() == '.' || name == node_) continue;
-    if (!policy::IsValidNodeName(name)) {
-      LogBadFileOnce(name, "not a valid node name");
-    } else if (candidates.size() < policy::kMaxMembers) {
+    if (policy::IsValidNodeName(name)) {
       candidates.push_back(name);
+    } else {
+      LogBadFileOnce(name, "not a valid node name");
     }
   }
+  if (candidates.size() > policy::kMaxMembers) {
+    if (!crowded_) {
+      spdlog::error("the shared members directory holds {} node names, more than the {} members "
+                    "a shared backing directory supports: nobody is judged, and commits fail, "
+                    "until there are fewer",
+                    candidates.size(), policy::kMaxMembers);
+    }
+    crowded_ = true;
+    return Status::Error(EUSERS, "more than " + std::to_string(policy::kMaxMembers) +
+                                     " node names in the shared members directory");
+  }
+  if (crowded_) spdlog::info("the shared members directory is back within its bound");
+  crowded_ = false;
   const Clock::time_point now = clock_.Now();
   std::set<std::string> listed;
   for (const std::string& name : candidates) {
@@ -303,7 +378,7 @@ Status Membership::ObserveLocked() {
           policy::MemberDead(it->second.beat_changed_at, now, member_timeout_)) {
         spdlog::warn("member {} has shown no new beat for {}: judged dead",
                      Describe(it->second.record), Seconds(now - it->second.beat_changed_at));
-        RememberEnd({name, it->second.record.incarnation}, Liveness::kDead);
+        RememberEnd(it->second.record, Liveness::kDead);
         observed_.erase(it);
       }
       continue;
@@ -313,7 +388,7 @@ Status Membership::ObserveLocked() {
     if (ended_.count(id)) continue;  // Judged dead (or gone) before: never live again.
     auto it = observed_.find(name);
     if (it != observed_.end() && it->second.record.incarnation != r->incarnation) {
-      RememberEnd({name, it->second.record.incarnation}, Liveness::kLeft);
+      RememberEnd(it->second.record, Liveness::kLeft);
       observed_.erase(it);
       it = observed_.end();
     }
@@ -330,7 +405,7 @@ Status Membership::ObserveLocked() {
                  "removing its member file",
                  Describe(*r), Seconds(now - it->second.beat_changed_at),
                  r->progress.sealed_seq, r->progress.durable_seq);
-    RememberEnd(id, Liveness::kDead);
+    RememberEnd(*r, Liveness::kDead);
     observed_.erase(it);
     Result<MemberRecord> again = ReadRecord(name);
     if (again.ok() && again->incarnation == r->incarnation && again->beat == r->beat) {
@@ -345,8 +420,17 @@ Status Membership::ObserveLocked() {
       ++it;
       continue;
     }
-    spdlog::info("member {} left", Describe(it->second.record));
-    RememberEnd({it->first, it->second.record.incarnation}, Liveness::kLeft);
+    // Removed while its beat stood still: another observer judged it dead first.
+    const Clock::duration still = now - it->second.beat_changed_at;
+    const bool dead = policy::MayHaveBeenJudgedDead(it->second.beat_changed_at, now,
+                                                    member_timeout_);
+    if (dead) {
+      spdlog::warn("member {} is gone after {} without a new beat: judged dead",
+                   Describe(it->second.record), Seconds(still));
+    } else {
+      spdlog::info("member {} left", Describe(it->second.record));
+    }
+    RememberEnd(it->second.record, dead ? Liveness::kDead : Liveness::kLeft);
     it = observed_.erase(it);
   }
   for (auto it = bad_files_.begin(); it != bad_files_.end();) {
@@ -356,8 +440,9 @@ Status Membership::ObserveLocked() {
   return Status::Ok();
 }
 
-void Membership::RememberEnd(const MemberId& id, Liveness how) {
-  if (ended_.emplace(id, how).second) ended_order_.push_back(id);
+void Membership::RememberEnd(const MemberRecord& record, Liveness how) {
+  const MemberId id{record.node, record.incarnation};
+  if (ended_.emplace(id, Ended{how, record, clock_.Now()}).second) ended_order_.push_back(id);
   while (ended_order_.size() > kMaxEndsRemembered) {
     ended_.erase(ended_order_.front());
     ended_order_.pop_front();
@@ -413,12 +498,49 @@ std::vector<MemberId> Membership::LiveMembers() const {
   return live;
 }
 
+std::vector<MemberId> Membership::AwaitedMembers() const {
+  MutexLock lock(mu_);
+  std::map<std::string, MemberId> awaited;
+  for (const auto& [name, o] : observed_) awaited.emplace(name, MemberId{name, o.record.incarnation});
+  const Clock::time_point now = clock_.Now();
+  // The newest judgement of each node first.
+  for (auto it = ended_order_.rbegin(); it != ended_order_.rend(); ++it) {
+    const Ended& e = ended_.at(*it);
+    if (e.how == Liveness::kDead && policy::StillAwaitedAfterDrop(e.at, now, member_timeout_)) {
+      awaited.emplace(it->node, *it);
+    }
+  }
+  std::vector<MemberId> ids;
+  for (auto& [name, id] : awaited) ids.push_back(std::move(id));
+  return ids;
+}
+
+bool Membership::MayStillAcknowledge(const MemberId& id) const {
+  MutexLock lock(mu_);
+  auto live = observed_.find(id.node);
+  if (live != observed_.end() && live->second.record.incarnation == id.incarnation) return true;
+  auto ended = ended_.find(id);
+  if (ended == ended_.end()) return false;
+  if (live != observed_.end()) {
+    const std::vector<std::string>& former = live->second.record.former;
+    return std::find(former.begin(), former.end(), id.incarnation) != former.end();
+  }
+  return ended->second.how == Liveness::kDead &&
+         policy::StillAwaitedAfterDrop(ended->second.at, clock_.Now(), member_timeout_);
+}
+
+bool Membership::IsOwnIncarnation(const std::string& incarnation) const {
+  MutexLock lock(mu_);
+  return incarnation == incarnation_ ||
+         std::find(former_.begin(), former_.end(), incarnation) != former_.end();
+}
+
 Liveness Membership::Judge(const MemberId& id) const {
   MutexLock lock(mu_);
   if (id.node == node_ && id.incarnation == incarnation_) {
     return state_ == State::kJoined ? Liveness::kLive : Liveness::kLeft;
   }
-  if (auto it = ended_.find(id); it != ended_.end()) return it->second;
+  if (auto it = ended_.find(id); it != ended_.end()) return it->second.how;
   // Another incarnation under that name that did not end before this observer's eyes may be a
   // newer one it has not read yet.
   if (auto it = observed_.find(id.node);
@@ -432,7 +554,8 @@ void Membership::PublishView() {
   const Clock::time_point now = clock_.Now();
   std::vector<MemberView> views;
   if (state_ == State::kJoined) {
-    MemberRecord me{node_, host_, incarnation_, getpid(), beat_, last_progress_};
+    MemberRecord me{node_, host_, incarnation_, getpid(), beat_, last_progress_,
+                    {former_.begin(), former_.end()}};
     views.push_back({me, now - last_beat_at_, true});
   }
   for (const auto& [name, o] : observed_) {

@@ -2,7 +2,8 @@
 // (-o shared), kept through the backing store alone.
 //
 // Each member owns one file, <backing>/.ckptfs/shared/members/<node>, a small JSON object
-//   {"node", "host", "pid", "incarnation", "beat", "sealed", "durable", "pending_bytes"}
+//   {"node", "host", "pid", "incarnation", "beat", "sealed", "durable", "pending_bytes",
+//    "former"}
 // that it rewrites every policy::BeatInterval(member_timeout) (temp file
 // ".<node>.<incarnation>.tmp", then rename), its beat counter one higher each time. The
 // incarnation (16 random hex digits) names one run of the member: a mount that restarts under the
@@ -13,9 +14,20 @@
 // The first observer that judges a member dead removes its file, after reading it once more
 // unchanged, and logs its last content: left in place, a dead member's file would make every
 // mount that joins later wait member_timeout on it, and fail the commits it posts meanwhile.
-// An incarnation judged dead stays dead for that observer. A member that finds its own file
-// removed (it stalled longer than member_timeout) rejoins as a new incarnation, so that the
-// commits which waited for the old one fail rather than trust it.
+// An incarnation judged dead stays dead for that observer; so does one whose file vanished while
+// its beat stood still for half of member_timeout (another observer judged it first).
+//
+// A member never goes on unaware that it was judged dead: when none of its beats was seen in
+// place for half of member_timeout (policy::MayHaveBeenJudgedDead: a stalled write, its file
+// removed, unreadable or replaced meanwhile), it rejoins as a new incarnation of the same process.
+// It remembers its earlier incarnations, and acknowledges commits for them (its journal is the
+// same); the others keep awaiting a dropped incarnation for member_timeout after they judged it
+// (policy::StillAwaitedAfterDrop), and for as long as a new incarnation that names it as former
+// beats. So no commit counts without a member that was only stalled for less than
+// twice member_timeout: the commit waits for it, or fails.
+//
+// At most policy::kMaxMembers node names are read from the members directory; with more, the
+// observation fails (EUSERS, logged once) and nobody is judged from it.
 //
 // Thread-safe: every method takes the object's lock (Members() only the lock of its view); Join,
 // Tick, Observe and Leave do their file I/O with it held. The ProgressFn is called with it held,
@@ -57,6 +69,9 @@ struct MemberRecord {
   int64_t pid = 0;
   uint64_t beat = 0;
   FlushProgress progress;
+  // The incarnations of the same process this one continues (it rejoined from them), at most
+  // kMaxFormerIncarnations; optional in the file.
+  std::vector<std::string> former;
 };
 
 // One member as this mount sees it.
@@ -137,6 +152,15 @@ class Membership {
 
   // The other members this observer holds live now, by node name.
   std::vector<MemberId> LiveMembers() const EXCLUDES(mu_);
+  // The other members a commit posted now must wait for, one incarnation per node name: each live
+  // one, and for a node with none live, the incarnation judged dead within member_timeout.
+  std::vector<MemberId> AwaitedMembers() const EXCLUDES(mu_);
+  // Whether another member's incarnation `id` may still acknowledge a commit: it is live, or it
+  // was judged dead within member_timeout, or a live incarnation that continues it (its file
+  // lists `id` as former) took its place (it acknowledges for the one before).
+  bool MayStillAcknowledge(const MemberId& id) const EXCLUDES(mu_);
+  // Whether `incarnation` is this process's, the current one or one it rejoined from.
+  bool IsOwnIncarnation(const std::string& incarnation) const EXCLUDES(mu_);
   // This observer's judgement of incarnation `id` (itself included).
   Liveness Judge(const MemberId& id) const EXCLUDES(mu_);
   // Every member this observer holds live, itself first when joined, for the status: the view
@@ -147,6 +171,12 @@ class Membership {
   struct Observed {
     MemberRecord record;
     Clock::time_point beat_changed_at;
+  };
+  // How an incarnation this observer saw ended.
+  struct Ended {
+    Liveness how;
+    MemberRecord record;  // Its last content seen.
+    Clock::time_point at;
   };
 
   Membership(Env& env, int members_fd, MembershipSettings settings, Clock& clock,
@@ -163,13 +193,18 @@ class Membership {
   // Copies what Members() shows.
   void PublishView() REQUIRES(mu_) EXCLUDES(view_mu_);
   Status StartIncarnation() REQUIRES(mu_);
+  // A joined member takes a new incarnation (logging `why`), remembering the one it leaves, and
+  // beats under it.
+  Status Rejoin(const std::string& why) REQUIRES(mu_);
   // Removes the temporary files that runs of this node killed between writing and renaming left.
   void RemoveEarlierTemporaryFiles() REQUIRES(mu_);
   Status ObserveLocked() REQUIRES(mu_);
   Status TickClaiming() REQUIRES(mu_);
   Status TickJoined() REQUIRES(mu_);
-  // Remembers how incarnation `id` ended (bounded: the oldest judgements are forgotten).
-  void RememberEnd(const MemberId& id, Liveness how) REQUIRES(mu_);
+  // Remembers how the incarnation of `record` ended (bounded: the oldest are forgotten).
+  void RememberEnd(const MemberRecord& record, Liveness how) REQUIRES(mu_);
+  // Logs a failed beat when its cause changed, and a beat after failed ones.
+  void LogBeat(const Status& beat) REQUIRES(mu_);
   // Logs `what` about file `name` once until it changes.
   void LogBadFileOnce(const std::string& name, const std::string& what) REQUIRES(mu_);
 
@@ -186,7 +221,18 @@ class Membership {
   Status refusal_ GUARDED_BY(mu_);
   std::string incarnation_ GUARDED_BY(mu_);
   uint64_t beat_ GUARDED_BY(mu_) = 0;
+  // When the newest beat's write began and ended, and when the last try (failed or not) began.
+  Clock::time_point beat_started_at_ GUARDED_BY(mu_){};
   Clock::time_point last_beat_at_ GUARDED_BY(mu_){};
+  Clock::time_point beat_tried_at_ GUARDED_BY(mu_){};
+  // When the write of the newest beat read back in place began (policy::MayHaveBeenJudgedDead).
+  Clock::time_point renewed_at_ GUARDED_BY(mu_){};
+  // Why the last beats failed, as logged (empty: the last one succeeded).
+  std::string beat_error_ GUARDED_BY(mu_);
+  // The incarnations this process rejoined from, the oldest first (bounded).
+  std::deque<std::string> former_ GUARDED_BY(mu_);
+  // Too many node names in the members directory (logged once).
+  bool crowded_ GUARDED_BY(mu_) = false;
   FlushProgress last_progress_ GUARDED_BY(mu_);
   // Claiming: the record that holds the node name, and since when its beat stands still.
   MemberRecord claimed_ GUARDED_BY(mu_);
@@ -194,7 +240,7 @@ class Membership {
   // The other members, by node name.
   std::map<std::string, Observed> observed_ GUARDED_BY(mu_);
   // How incarnations this observer saw ended, the oldest first in `ended_order_`.
-  std::map<MemberId, Liveness> ended_ GUARDED_BY(mu_);
+  std::map<MemberId, Ended> ended_ GUARDED_BY(mu_);
   std::deque<MemberId> ended_order_ GUARDED_BY(mu_);
   // Files logged as bad, with what was logged.
   std::map<std::string, std::string> bad_files_ GUARDED_BY(mu_);

@@ -72,8 +72,8 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
                                              ": cannot read the members (" +
                                              observed.ToString() + ")");
   }
-  OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(), membership_.LiveMembers(),
-               {}, clock_.Now()};
+  OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(),
+               membership_.AwaitedMembers(), {}, clock_.Now()};
   const std::string id =
       policy::MakeCommitId(r.committer.node, r.committer.incarnation, ++counter_);
   if (!r.awaited.empty()) {
@@ -113,7 +113,8 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
     return Status::Error(EHOSTDOWN, "commit of " + r.marker + " failed: " + why +
                                         "; the marker is not published");
   };
-  if (membership_.state() != Membership::State::kJoined || membership_.self() != r.committer) {
+  if (membership_.state() != Membership::State::kJoined ||
+      !membership_.IsOwnIncarnation(r.committer.incarnation)) {
     return failed("node " + r.committer.node + " stopped being the member that posted it");
   }
   Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
@@ -147,9 +148,8 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
   env_.Close(*dir);
   if (r.acked.size() == r.awaited.size()) return Status::Ok();
   for (const MemberId& m : r.awaited) {
-    if (r.acked.count(m.node)) continue;
+    if (r.acked.count(m.node) || membership_.MayStillAcknowledge(m)) continue;
     Liveness l = membership_.Judge(m);
-    if (l == Liveness::kLive) continue;
     return failed("member " + m.node +
                   (l == Liveness::kDead ? " stopped beating"
                                         : " left (unmounted, or judged dead by another member)") +
@@ -216,8 +216,11 @@ SharedCommits::SeenRequest SharedCommits::Examine(const std::string& id, const M
     seen.state = SeenRequest::State::kUnreadable;
     return seen;
   }
-  bool awaits_self = std::find(awaited.begin(), awaited.end(), self) != awaited.end();
-  seen.state = awaits_self ? SeenRequest::State::kOwed : SeenRequest::State::kNotAwaited;
+  auto mine = std::find_if(awaited.begin(), awaited.end(), [&](const MemberId& m) {
+    return m.node == self.node && membership_.IsOwnIncarnation(m.incarnation);
+  });
+  seen.state = mine != awaited.end() ? SeenRequest::State::kOwed : SeenRequest::State::kNotAwaited;
+  if (mine != awaited.end()) seen.ack_as = mine->incarnation;
   return seen;
 }
 
@@ -240,10 +243,6 @@ void SharedCommits::ServeOthers() {
     }
   }
   const MemberId self = membership_.self();
-  if (self != seen_as_) {
-    seen_.clear();  // Rejoined as a new incarnation: what the old one owed is not its own.
-    seen_as_ = self;
-  }
   const Clock::time_point now = clock_.Now();
   // Read once, after the listing: a sealed point taken now covers every request listed.
   std::optional<FlushProgress> progress;
@@ -260,7 +259,8 @@ void SharedCommits::ServeOthers() {
     const MemberId committer{parts.node, parts.incarnation};
     std::string stale_why;
     if (committer.node == self.node) {
-      stale_why = committer.incarnation == self.incarnation ? "withdrawn" : "of an earlier run";
+      stale_why = membership_.IsOwnIncarnation(committer.incarnation) ? "withdrawn"
+                                                                       : "of an earlier run";
     } else {
       Liveness l = membership_.Judge(committer);
       if (l == Liveness::kDead || l == Liveness::kLeft) stale_why = LivenessName(l);
@@ -279,20 +279,23 @@ void SharedCommits::ServeOthers() {
     if (fresh || seen.state == SeenRequest::State::kNotPosted) {
       SeenRequest examined = Examine(id, self);
       seen.state = examined.state;
+      seen.ack_as = examined.ack_as;
       if (seen.state == SeenRequest::State::kOwed) seen.sealed_at_sight = local().sealed_seq;
     }
     if (seen.state != SeenRequest::State::kOwed ||
         !policy::MayAcknowledge(local().durable_seq, seen.sealed_at_sight)) {
       continue;
     }
+    // For the incarnation awaited, which may be one this process rejoined from: its journal is
+    // this one, so the sealed point covers what that incarnation sealed.
     nlohmann::json ack = {{"node", self.node},
-                          {"incarnation", self.incarnation},
+                          {"incarnation", seen.ack_as},
                           {"sealed", seen.sealed_at_sight}};
     Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
     Status acked = dir.status();
     if (dir.ok()) {
       acked = ReplaceFile(env_, *dir, kAckPrefix + self.node,
-                          ".ack." + self.node + "." + self.incarnation + ".tmp", ack.dump());
+                          ".ack." + self.node + "." + seen.ack_as + ".tmp", ack.dump());
       env_.Close(*dir);
     }
     if (acked.ok()) {

@@ -14,9 +14,12 @@
 //                  then renamed; its member's sealed point at sight is durable
 //
 // Outcomes, for the committer: Committed when every awaited member acknowledged; Failed (errno
-// EHOSTDOWN, the message naming the member) when an awaited member is judged dead or left before
-// it acknowledged. Time alone fails nothing: a slow member that still beats only delays the
-// commit. The committer itself is not awaited: its own data sealed before the marker is its
+// EHOSTDOWN, the message naming the member) when an awaited member can no longer acknowledge
+// (Membership::MayStillAcknowledge: it left, was replaced by another process, or was judged dead
+// member_timeout ago and has not come back). Time alone fails nothing: a slow member that still
+// beats only delays the commit. A request awaits the members then live and those judged dead
+// within member_timeout (Membership::AwaitedMembers); a member acknowledges for its own earlier
+// incarnations too. The committer itself is not awaited: its own data sealed before the marker is its
 // owner's to order (the flusher publishes in journal order).
 //
 // For the owner: a marker held back for its commit must not hold back the durable point its
@@ -124,6 +127,7 @@ class SharedCommits {
       kUnreadable,  // Not a valid request (logged once).
     } state = State::kNotPosted;
     uint64_t sealed_at_sight = 0;
+    std::string ack_as;  // kOwed: the incarnation of this process it awaits.
     Clock::time_point first_seen;
   };
 
@@ -154,7 +158,6 @@ class SharedCommits {
   std::map<std::string, OwnRequest> own_ GUARDED_BY(mu_);
   std::set<std::string> to_remove_ GUARDED_BY(mu_);  // Decided requests not removed yet.
   std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);
-  MemberId seen_as_ GUARDED_BY(mu_);  // The incarnation seen_ was built for.
   std::map<std::string, std::string> logged_ GUARDED_BY(mu_);  // Name -> what was logged.
 
   // What Pending() and acks_owed() show, as of view_at_. Lock order: mu_ before view_mu_.

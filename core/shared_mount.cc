@@ -37,6 +37,9 @@ Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env
     return Status::Error(ETIMEDOUT, "node name " + node + " is still claimed by another mount");
   }
   if (!joined.ok()) return joined;
+  if (Status observed = (*membership)->Observe(); !observed.ok()) {
+    spdlog::warn("cannot read the other members yet: {}", observed.ToString());
+  }
   spdlog::info("joined the mounts sharing this backing directory as node {} ({} others live)",
                node, (*membership)->LiveMembers().size());
   return std::unique_ptr<SharedMount>(
@@ -54,20 +57,21 @@ SharedMount::~SharedMount() { Leave(); }
 
 Result<std::string> SharedMount::Post(const std::string& marker) { return commits_->Post(marker); }
 
-void SharedMount::Step(const DecidedFn& decided) {
-  Status beat = membership_->Tick();
-  if (!beat.ok()) spdlog::warn("shared directory: {}", beat.ToString());
+void SharedMount::Step(const DecidedFn& decided, const std::function<void()>& owing) {
+  // Membership logs why a beat failed, once per cause.
+  (void)membership_->Tick();
   // SharedCommits logs each outcome.
   std::vector<CommitOutcome> outcomes = commits_->Tick();
   if (!outcomes.empty()) decided(outcomes);
+  if (commits_->acks_owed() > 0) owing();
 }
 
-void SharedMount::Start(DecidedFn decided) {
-  thread_ = std::thread([this, decided = std::move(decided)] {
+void SharedMount::Start(DecidedFn decided, std::function<void()> owing) {
+  thread_ = std::thread([this, decided = std::move(decided), owing = std::move(owing)] {
     MutexLock lock(mu_);
     while (!stop_) {
       lock.Unlock();
-      Step(decided);
+      Step(decided, owing);
       lock.Lock();
       if (!stop_ && !step_now_) wake_.wait_for(lock, poll_interval_);
       step_now_ = false;

@@ -45,11 +45,12 @@ class SharedMount {
   // Asks every other live member to commit `marker` (a path, for messages); Step reports the
   // outcome by the returned id.
   Result<std::string> Post(const std::string& marker);
-  // One poll: beats, serves the requests of others, and hands the outcomes decided now to
-  // `decided`.
-  void Step(const DecidedFn& decided);
+  // One poll: beats, serves the requests of others, hands the outcomes decided now to `decided`,
+  // and calls `owing` while requests of others wait for this member's data (so that it flushes
+  // now, whatever its flush_delay: a commit never waits for another member's delay).
+  void Step(const DecidedFn& decided, const std::function<void()>& owing);
   // Steps every poll interval on a thread of its own until Leave.
-  void Start(DecidedFn decided) EXCLUDES(mu_);
+  void Start(DecidedFn decided, std::function<void()> owing) EXCLUDES(mu_);
   // After this member's durable point advanced: steps at once when requests of others wait for
   // it, so that it acknowledges as soon as its data is durable rather than at the next poll.
   void DataDurable() EXCLUDES(mu_);

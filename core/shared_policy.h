@@ -92,6 +92,27 @@ inline std::chrono::milliseconds BeatInterval(std::chrono::milliseconds timeout)
   return std::max(timeout / 10, std::chrono::milliseconds(10));
 }
 
+// A member may have been judged dead by another when no beat of its own was seen in place for
+// half of `timeout` (`renewed_at`: when the write of the newest beat it read back intact began).
+// Observers judge after a whole `timeout` of standing still; the other half covers how late each
+// side reads. Such a member rejoins as a new incarnation: it learns before anyone counts on the
+// judgement.
+inline bool MayHaveBeenJudgedDead(std::chrono::steady_clock::time_point renewed_at,
+                                  std::chrono::steady_clock::time_point now,
+                                  std::chrono::steady_clock::duration timeout) {
+  return now - renewed_at >= timeout / 2;
+}
+
+// A member judged dead (or whose file vanished while its beat stood still) stays awaited by the
+// commits posted within `timeout` of that judgement, and those waiting on it do not fail before
+// then: a member that was only stalled rejoins within that time and acknowledges them for its
+// earlier incarnation. After it, the member counts as gone.
+inline bool StillAwaitedAfterDrop(std::chrono::steady_clock::time_point dropped_at,
+                                  std::chrono::steady_clock::time_point now,
+                                  std::chrono::steady_clock::duration timeout) {
+  return now - dropped_at < timeout;
+}
+
 // A member acknowledges a request once everything it had sealed when it first saw the request
 // (`sealed_at_sight`, its journal's last sequence number then) is durable.
 inline bool MayAcknowledge(uint64_t durable_seq, uint64_t sealed_at_sight) {

@@ -347,7 +347,7 @@ int Mount(int argc, char** argv) {
     }
     SetUpLogging(o, true);
   }
-  spdlog::info("mounted {} on {} (cache {} MiB); workers start from {}", backing, o.mountpoint,
+  spdlog::info("mounting {} on {} (cache {} MiB); workers start from {}", backing, o.mountpoint,
                o.config.cache_size >> 20, binary);
   if (*metrics) (*metrics)->Start();
   int status = RunSupervisor(setup);

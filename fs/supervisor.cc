@@ -91,6 +91,7 @@ class Supervisor {
         continue;
       }
       if (first) {
+        spdlog::info("mounted: serving {}", s_.mountpoint);
         Report("ok");
         sd_notifyf(0, "READY=1\nSTATUS=serving %s", s_.mountpoint.c_str());
       } else {

@@ -26,6 +26,10 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   skipped).
 - A node's worker killed (kill -9) after it closed its shard, under the default options: another
   node's marker closed after that is published only with the shard complete beside it.
+- A member dropped while alive: n2's member file is made unwritable and unreadable (a directory
+  in its place) for 1.5 member_timeout, so that the others judge it dead, then its last beat
+  lands: n2 learns it was dropped and rejoins, and a marker closed on n0 after n2's shard is
+  published only with the shard complete beside it.
 - A stopped member: SIGSTOP of a node's daemon (not the committer's) after the ranks' files are
   closed, before rank 0's marker: the marker stays off the backing store while the member is
   stopped (checked for a while shorter than member_timeout), writes through the other mounts
@@ -139,6 +143,24 @@ def write_file(path, data, fsync=False):
             os.fsync(f.fileno())
 
 
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def wait_for_or_none(predicate, timeout):
+    """True once predicate() holds, polling; None when `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return None
+
+
 def resume(d):
     """SIGCONT to daemon d's worker while the daemon runs (not reaped yet, so its pids are
     still its own)."""
@@ -156,12 +178,12 @@ class MultiNodeChecks:
                          + describe_tree_diff(expected, got, "plain", what))
 
     def assert_no_shared_leftovers(self, backing):
-        """After every node unmounted cleanly: no staged file (each member stages in a directory
-        of its own), member file or commit request."""
+        """After every node unmounted cleanly: no staged file or staging directory (each member
+        stages in a directory of its own), member file or commit request."""
         own = os.path.join(backing, ".ckptfs")
-        staged = [os.path.join(d, f) for d, _, files in os.walk(os.path.join(own, "staging"))
-                  for f in files]
-        self.assertEqual(staged, [], "staged files left")
+        staged = [os.path.join(d, f) for d, dirs, files in os.walk(os.path.join(own, "staging"))
+                  for f in files + dirs]
+        self.assertEqual(staged, [], "staged files or staging directories left")
         for sub in ("shared/members", "shared/commits"):
             path = os.path.join(own, sub)
             if os.path.isdir(path):
@@ -492,6 +514,58 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         for node, d in zip(NODES, daemons):
             errors = [l for l in d.error_lines() if not (d is victim and "died" in l)]
             self.assertEqual(errors, [], f"{node} logged errors")
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_no_shared_leftovers(backing)
+
+
+    def test_a_member_dropped_while_alive_rejoins_and_the_next_marker_waits_for_its_data(self):
+        # Under the default options but n2's flush_delay, which keeps its shard in memory unless a
+        # commit asks for it. n2's member file is replaced by a directory for 1.5 member_timeout
+        # (as a store that stalls its renames): n2 cannot beat, the others judge it dead. Then its
+        # last beat comes back (the stalled rename landing), and n2 is alive all along.
+        tmp = make_tmp(self, "ckptfs-e2e-multinode-dropped-")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = [start_node(self, tmp, backing, node,
+                              options=("flush_delay=5s",) if node == "n2" else ())
+                   for node in NODES]
+        def n2_live_at_n0():
+            return any(m["node"] == "n2" for m in daemons[0].stats()["shared"]["members"])
+        wait_for(n2_live_at_n0, 30, lambda: "n0 seeing n2")
+        members = os.path.join(backing, ".ckptfs", "shared", "members")
+        member = os.path.join(members, "n2")
+        with open(member, "rb") as f:
+            landing = f.read()
+        blocker = os.path.join(members, ".blocker")
+        os.mkdir(blocker)
+        write_file(os.path.join(blocker, "x"), b"")
+        while True:  # n2's beats keep renaming its file into place.
+            os.unlink(member)
+            try:
+                os.rename(blocker, member)
+                break
+            except OSError:
+                continue
+        time.sleep(1.5 * MEMBER_TIMEOUT_MS / 1000)
+        self.assertRegex(daemons[0].output(), r"member n2 .*judged dead", "n0 never judged n2")
+        shutil.rmtree(member)
+        write_file(os.path.join(members, ".landing"), landing)
+        os.rename(os.path.join(members, ".landing"), member)
+        rejoined = wait_for_or_none(n2_live_at_n0, 5 * MEMBER_TIMEOUT_MS / 1000)
+        checkpoint = "iter_0000001"
+        os.mkdir(daemons[0].path(checkpoint))
+        data = workloads.pool_bytes("n2's shard", 16 << 20)
+        write_file(daemons[2].path(checkpoint, "__2_0.distcp"), data)
+        write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
+        marker = os.path.join(backing, checkpoint, ".metadata")
+        wait_for(lambda: os.path.exists(marker), PUBLISH_TIMEOUT,
+                 lambda: "the marker after n2 came back")
+        self.assertEqual(read_bytes(os.path.join(backing, checkpoint, "__2_0.distcp")), data,
+                         "the marker was published before the data of n2, alive but dropped")
+        self.assertTrue(rejoined, "n0 never saw n2 live again")
+        for node, d in zip(NODES, daemons):
+            d.sync()
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
             self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
         self.assert_no_shared_leftovers(backing)
 

@@ -102,6 +102,36 @@ TEST_F(EarlierMountTest, AFailedRescueLeavesEverythingForTheNextTry) {
   EXPECT_TRUE(rescued);
 }
 
+TEST_F(EarlierMountTest, InSharedModeARecoveredMarkerIsNeverPublishedOverANewerOne) {
+  const std::string tracker = "latest_checkpointed_iteration.txt";
+  {
+    // Node n0 dies with a checkpoint and its tracker sealed, before its commit.
+    auto died = StartFs(backing_.path(),
+                        {.flush_delay = 3600s, .node = "n0", .arena_fd = memory_.fd()});
+    ASSERT_TRUE(died->Mkdir(kRootIno, "iter_1", 0755, Me()).ok());
+    ASSERT_TRUE(WriteFile(*died, "iter_1/model.pt", model_).ok());
+    ASSERT_TRUE(WriteFile(*died, tracker, "1").ok());
+  }
+  // The job went on without it: node n1 committed a newer tracker.
+  auto n1 = StartFs(backing_.path(), {.node = "n1"});
+  ASSERT_TRUE(WriteFile(*n1, tracker, "2").ok());
+  ASSERT_TRUE(n1->Sync().ok());
+  ASSERT_TRUE(n1->Shutdown().ok());
+  ASSERT_EQ(*ReadHostFile(B(tracker)), "2");
+
+  Config config;
+  config.backing_dir = backing_.path();
+  config.cache_size = 64ull << 20;
+  config.queue_depth = 16;
+  config.shared = true;
+  config.node = "n0";
+  config.member_timeout = 1000ms;
+  config.poll_interval = 10ms;
+  ASSERT_TRUE(RecoverEarlierMount(config, memory_.fd(), MakeTestEnv(config.queue_depth)).ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("iter_1/model.pt")), model_));
+  EXPECT_EQ(*ReadHostFile(B(tracker)), "2") << "the dead node's older tracker replaced the newer";
+}
+
 TEST(EarlierMountSpillTest, AFileSpilledToTheStagingDirectoryIsRescuedAndItsSpillFileRemoved) {
   TempDir backing;
   constexpr uint64_t kCache = 1 << 20;

@@ -279,6 +279,99 @@ TEST_F(MembershipTest, AMemberThatStalledPastMemberTimeoutRejoinsAsANewIncarnati
   EXPECT_EQ(a.membership->Judge(stalled), Liveness::kDead) << "never live again";
 }
 
+TEST_F(MembershipTest, AMemberWhoseStalledBeatLandedAfterItWasJudgedDeadLearnsItAndRejoins) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId stalled = b.membership->self();
+  nlohmann::json landing = MemberFile("b");
+  b.running = false;  // Its beat's rename stalls on the store...
+  TickAll(11);
+  ASSERT_EQ(a.membership->Judge(stalled), Liveness::kDead);
+  ASSERT_FALSE(HostExists(SharedPath("members/b")));
+  landing["beat"] = landing["beat"].get<uint64_t>() + 1;  // ...and lands after the judgement.
+  WriteHostFile(SharedPath("members/b"), landing.dump());
+  b.running = true;
+  TickAll();
+  EXPECT_NE(b.membership->self().incarnation, stalled.incarnation)
+      << "b went on under the incarnation the others hold dead";
+  EXPECT_TRUE(b.membership->IsOwnIncarnation(stalled.incarnation));
+  EXPECT_EQ(MemberFile("b")["former"], nlohmann::json::array({stalled.incarnation}));
+  TickAll();
+  EXPECT_EQ(a.membership->Judge(b.membership->self()), Liveness::kLive);
+  EXPECT_TRUE(a.membership->MayStillAcknowledge(stalled))
+      << "it continues the incarnation a judged dead";
+}
+
+TEST_F(MembershipTest, AMemberWhoseFileIsNotItsOwnForHalfTheTimeoutRejoinsBeforeAnyoneJudgesIt) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId first = b.membership->self();
+  // Something else keeps writing b's file: each of b's beats is overwritten before a reads it.
+  for (int i = 0; i < 3; ++i) {
+    WriteHostFile(SharedPath("members/b"), "\x01garbage");
+    TickAll();
+  }
+  EXPECT_EQ(b.membership->self(), first) << "4 s without its beat in place is no cause";
+  WriteHostFile(SharedPath("members/b"), "\x01garbage");
+  TickAll();
+  EXPECT_NE(b.membership->self(), first);
+  EXPECT_EQ(a.membership->Judge(first), Liveness::kLive) << "it learned before a judged it";
+  TickAll();
+  EXPECT_EQ(a.membership->Judge(b.membership->self()), Liveness::kLive);
+  EXPECT_EQ(a.membership->Judge(first), Liveness::kLeft);
+  EXPECT_TRUE(a.membership->MayStillAcknowledge(first));
+}
+
+TEST_F(MembershipTest, AMemberJudgedDeadIsAwaitedForMemberTimeoutThenCountsAsGone) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId gone = b.membership->self();
+  b.running = false;
+  TickAll(11);
+  ASSERT_EQ(a.membership->Judge(gone), Liveness::kDead);
+  EXPECT_EQ(a.membership->AwaitedMembers(), std::vector<MemberId>{gone});
+  EXPECT_TRUE(a.membership->MayStillAcknowledge(gone));
+  TickAll(9);
+  EXPECT_TRUE(a.membership->MayStillAcknowledge(gone));
+  TickAll();
+  EXPECT_TRUE(a.membership->AwaitedMembers().empty());
+  EXPECT_FALSE(a.membership->MayStillAcknowledge(gone));
+}
+
+TEST_F(MembershipTest, AMemberThatLeftCleanlyIsNeitherAwaitedNorWaitedFor) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId left = b.membership->self();
+  ASSERT_TRUE(b.membership->Leave().ok());
+  b.running = false;
+  TickAll();
+  EXPECT_TRUE(a.membership->AwaitedMembers().empty());
+  EXPECT_FALSE(a.membership->MayStillAcknowledge(left));
+}
+
+TEST_F(MembershipTest, MoreNodeNamesThanTheBoundFailTheObservationLoudlyAndJudgeNobody) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  for (size_t i = 0; i < policy::kMaxMembers; ++i) {
+    WriteHostFile(SharedPath("members/x" + std::to_string(i)), "");
+  }
+  EXPECT_EQ(a.membership->Observe().err(), EUSERS);
+  TickAll(12);
+  EXPECT_EQ(a.membership->Judge(b.membership->self()), Liveness::kLive)
+      << "b fell off a listing cut at the bound and was taken for gone";
+  for (size_t i = 0; i < policy::kMaxMembers; ++i) {
+    std::filesystem::remove(SharedPath("members/x" + std::to_string(i)));
+  }
+  EXPECT_TRUE(a.membership->Observe().ok());
+  TickAll();
+  EXPECT_EQ(SeenBy(a), (std::vector<std::string>{"a", "b"}));
+}
+
 TEST_F(MembershipTest, AFailedBeatIsReportedAndRetriedWhileTheMemberStaysJoined) {
   SharedNode& a = Start("a");
   a.env.Inject(FaultInjectingEnv::Fault(Env::Op::kRename, EIO).Named("a"));

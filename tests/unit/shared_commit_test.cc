@@ -124,7 +124,9 @@ TEST_F(SharedCommitTest, AMemberThatDiesBeforeAcknowledgingFailsTheCommitNamingI
   b_->running = false;
   TickAll(10);
   EXPECT_TRUE(a_->outcomes.empty()) << "b is not judged dead yet";
-  TickAll();
+  TickAll(10);
+  EXPECT_TRUE(a_->outcomes.empty()) << "b was judged dead less than member_timeout ago";
+  TickAll(2);
   ASSERT_EQ(a_->outcomes.size(), 1u);
   const Status& st = a_->outcomes[0].status;
   EXPECT_EQ(st.err(), EHOSTDOWN);
@@ -133,6 +135,46 @@ TEST_F(SharedCommitTest, AMemberThatDiesBeforeAcknowledgingFailsTheCommitNamingI
   EXPECT_NE(st.message().find("before it acknowledged"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("ckpt/.metadata"), std::string::npos) << st.message();
   EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(SharedCommitTest, ACommitPostedAfterAStalledMemberWasJudgedDeadWaitsForItsData) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  b_->running = false;  // b's beats stall on the store; its trainer goes on closing files.
+  TickAll(11);
+  ASSERT_EQ(a_->membership->Judge(b_->membership->self()), Liveness::kDead);
+  const std::string stalled = b_->membership->self().incarnation;
+  const std::string id = Post(*a_, "ckpt/latest_checkpointed_iteration.txt");
+  b_->running = true;
+  TickAll(3);
+  EXPECT_NE(b_->membership->self().incarnation, stalled) << "b rejoined";
+  EXPECT_TRUE(a_->outcomes.empty()) << "committed without b's data, sealed before the marker";
+  b_->progress = {12, 10, 0};
+  TickAll(2);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
+TEST_F(SharedCommitTest, AMemberThatRejoinedAcknowledgesForTheIncarnationACommitAwaited) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  const std::string awaited = b_->membership->self().incarnation;
+  TickAll();  // b takes its sealed point.
+  b_->running = false;
+  TickAll(11);  // Judged dead and its file removed: it rejoins when it runs again.
+  b_->running = true;
+  TickAll();
+  ASSERT_NE(b_->membership->self().incarnation, awaited);
+  b_->progress = {11, 10, 0};
+  TickAll();
+  nlohmann::json ack = nlohmann::json::parse(
+      ReadHostFile(SharedPath("commits/" + id + "/ack.b")).value_or("null"));
+  EXPECT_EQ(ack["incarnation"], awaited);
+  EXPECT_EQ(ack["sealed"], 10);
+  TickAll();
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
 }
 
 TEST_F(SharedCommitTest, AMemberThatLeavesBeforeAcknowledgingFailsTheCommit) {
