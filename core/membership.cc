@@ -171,6 +171,7 @@ Status Membership::StartIncarnation() {
                                        st.ToString() + ")");
   }
   state_ = State::kJoined;
+  renewed_beat_ = beat_;
   renewed_at_ = beat_started_at_;
   spdlog::info("joined the shared backing store as node {} (incarnation {})", node_, incarnation_);
   RemoveEarlierTemporaryFiles();
@@ -184,9 +185,11 @@ Status Membership::Rejoin(const std::string& why) {
   if (former_.size() > kMaxFormerIncarnations) former_.pop_front();
   incarnation_ = RandomIncarnation();
   beat_ = 0;
+  renewed_beat_ = 0;
   renewed_at_ = clock_.Now();
   Status st = Beat();
   if (st.ok()) {
+    renewed_beat_ = beat_;
     renewed_at_ = beat_started_at_;
     spdlog::info("node {} rejoined as incarnation {}", node_, incarnation_);
     RemoveEarlierTemporaryFiles();
@@ -281,16 +284,20 @@ Status Membership::TickJoined() {
     spdlog::error("{}", refusal_.message());
     return refusal_;
   } else {
-    // The newest beat is in place when read back unchanged; until then, the others may have seen
-    // none since the one renewed_at_ stands for.
-    const bool in_place = own.ok() && own->incarnation == incarnation_ && own->beat == beat_;
+    // A newer beat read back in place was seen from when it landed (by last_beat_at_); until
+    // one is, the others may have seen none since the one renewed_at_ stands for.
+    const bool in_place = own.ok() && own->incarnation == incarnation_ && own->beat == beat_ &&
+                          beat_ > renewed_beat_;
     const Clock::time_point seen_until = in_place ? last_beat_at_ : now;
     if (beat_ > 0 && policy::MayHaveBeenJudgedDead(renewed_at_, seen_until, member_timeout_)) {
       beat = Rejoin("showed no new beat for " + Seconds(seen_until - renewed_at_) +
                     " (a stalled write, or the file removed, unreadable or replaced meanwhile): "
                     "the others may have judged it dead");
     } else {
-      if (in_place) renewed_at_ = beat_started_at_;
+      if (in_place) {
+        renewed_beat_ = beat_;
+        renewed_at_ = beat_started_at_;
+      }
       beat = Beat();
     }
   }

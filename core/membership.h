@@ -225,7 +225,8 @@ class Membership {
   Clock::time_point beat_started_at_ GUARDED_BY(mu_){};
   Clock::time_point last_beat_at_ GUARDED_BY(mu_){};
   Clock::time_point beat_tried_at_ GUARDED_BY(mu_){};
-  // When the write of the newest beat read back in place began (policy::MayHaveBeenJudgedDead).
+  // The newest beat read back in place, and when its write began (policy::MayHaveBeenJudgedDead).
+  uint64_t renewed_beat_ GUARDED_BY(mu_) = 0;
   Clock::time_point renewed_at_ GUARDED_BY(mu_){};
   // Why the last beats failed, as logged (empty: the last one succeeded).
   std::string beat_error_ GUARDED_BY(mu_);

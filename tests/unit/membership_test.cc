@@ -324,6 +324,21 @@ TEST_F(MembershipTest, AMemberWhoseFileIsNotItsOwnForHalfTheTimeoutRejoinsBefore
   EXPECT_TRUE(a.membership->MayStillAcknowledge(first));
 }
 
+TEST_F(MembershipTest, AMemberWhoseTemporaryFileIsASymlinkBeatsOnUnderANewIncarnation) {
+  SharedNode& a = Start("a");
+  SharedNode& b = Start("b");
+  TickAll();
+  const MemberId first = b.membership->self();
+  const std::string temp = SharedPath("members/.b." + first.incarnation + ".tmp");
+  ASSERT_EQ(symlink("/etc/passwd", temp.c_str()), 0);
+  TickAll(6);
+  EXPECT_NE(b.membership->self(), first);
+  TickAll();
+  EXPECT_EQ(a.membership->Judge(b.membership->self()), Liveness::kLive);
+  EXPECT_TRUE(a.membership->MayStillAcknowledge(first));
+  EXPECT_EQ(ReadHostFile("/etc/passwd").value_or("").find("incarnation"), std::string::npos);
+}
+
 TEST_F(MembershipTest, AMemberJudgedDeadIsAwaitedForMemberTimeoutThenCountsAsGone) {
   SharedNode& a = Start("a");
   SharedNode& b = Start("b");
