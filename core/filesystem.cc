@@ -56,14 +56,6 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   Result<BackingStore> store = OpenBackingStore(*env, resolved);
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
-  if (config.shared && config.recovers_earlier_mount) {
-    // Its commits died with it, and other members may have published newer markers of the same
-    // names since: what it sealed under a marker's name is never published.
-    fs->flusher_->DropMarkers(
-        "recovered from a shared mount whose daemon died before its commit, and a newer one may "
-        "have been published since (the files beside it are published)");
-    return fs;
-  }
   if (config.shared) {
     Journal& journal = fs->journal_;
     Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
@@ -80,6 +72,13 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     SharedMount* mount = fs->shared_.get();
     fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
                               [mount] { mount->DataDurable(); });
+    if (config.recovers_earlier_mount) {
+      // Other members may have published a newer marker of the same name since the dead mount
+      // sealed its own: no clock tells which is newer, so what is there stays.
+      fs->flusher_->DropMarkersOverTakenNames(
+          "recovered from a mount whose daemon died before its commit, and the name is taken on "
+          "the backing store (by a marker that may be newer); the files beside it are published");
+    }
   }
   return fs;
 }

@@ -71,12 +71,7 @@ void Flusher::HoldMarkers(PostCommitFn post, std::function<void()> durable_advan
   durable_advanced_ = std::move(durable_advanced);
 }
 
-void Flusher::DropMarkers(std::string why) {
-  drop_markers_why_ = std::move(why);
-  post_commit_ = [](const std::string& marker) -> Result<std::string> {
-    return Status::Error(ECANCELED, marker + ": markers are dropped");
-  };
-}
+void Flusher::DropMarkersOverTakenNames(std::string why) { drop_markers_why_ = std::move(why); }
 
 void Flusher::Start() { thread_ = std::thread([this] { Run(); }); }
 
@@ -139,6 +134,16 @@ Status Flusher::last_error() const {
 int Flusher::DirFd(const InodeRef& dir) {
   std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
   return backing ? backing->fd() : -1;
+}
+
+bool Flusher::TargetTaken(const JournalEntry& e) {
+  struct stat st {};
+  if (e.kind == JournalEntry::Kind::kRename) {
+    return env_.Stat(DirFd(e.new_parent), e.new_name, &st).ok();
+  }
+  return std::any_of(e.names.begin(), e.names.end(), [&](const Inode::Name& n) {
+    return env_.Stat(DirFd(n.parent), n.name, &st).ok();
+  });
 }
 
 void Flusher::Run() {
@@ -527,7 +532,7 @@ bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name)
     std::string path = client_.PathOf(e);
     journal_.Hold(e);
     std::string staged = e->kind == JournalEntry::Kind::kPublish ? staged_name : "";
-    if (!drop_markers_why_.empty()) {
+    if (!drop_markers_why_.empty() && TargetTaken(*e)) {
       HeldMarker dropped;
       dropped.entry = e;
       dropped.staged_name = std::move(staged);

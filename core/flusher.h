@@ -82,9 +82,9 @@ class Flusher {
   // are held (core/held_markers.h); their commits are posted through `post`. `durable_advanced`
   // is called, with no lock held, after a batch made entries durable.
   void HoldMarkers(PostCommitFn post, std::function<void()> durable_advanced);
-  // Before Start, instead of HoldMarkers: the entries that publish a commit marker are dropped,
-  // never published, each logged with `why`.
-  void DropMarkers(std::string why);
+  // Before Start, after HoldMarkers: a marker whose name is taken on the backing store when it
+  // would be held is dropped instead, never published over what is there, logged with `why`.
+  void DropMarkersOverTakenNames(std::string why);
   void Start();
   // Flushes everything (retrying failures until `retry_for` has passed), then stops the thread.
   // Returns the last error if entries remain unflushed.
@@ -162,6 +162,8 @@ class Flusher {
                      std::chrono::nanoseconds took) EXCLUDES(mu_);
   // The backing directory of `dir` (-1 when it has none yet).
   static int DirFd(const InodeRef& dir);
+  // Whether a name the entry would publish (or rename to) exists on the backing store now.
+  bool TargetTaken(const JournalEntry& e);
 
   const Config config_;
   Env& env_;
@@ -185,7 +187,8 @@ class Flusher {
   bool stopped_ GUARDED_BY(mu_) = false;
   Status last_error_ GUARDED_BY(mu_);
   PostCommitFn post_commit_;  // Set before Start; empty: markers are not held.
-  std::string drop_markers_why_;  // Set before Start; not empty: markers are dropped.
+  // Set before Start; not empty: markers over taken names are dropped.
+  std::string drop_markers_why_;
   std::function<void()> durable_advanced_;
   HeldMarkers held_ GUARDED_BY(mu_);
   uint64_t error_epoch_ GUARDED_BY(mu_) = 0;

@@ -275,7 +275,8 @@ const MountOption kMountOptions[] = {
      }},
     {"member_timeout", "MS", "10s",
      "with `shared`: a member whose heartbeat counter has not changed for this long (1s–10min, "
-     "on the observer's own clock) is dead, and the commits waiting for it fail",
+     "on the observer's own clock) is dead, and the commits waiting for it fail unless it comes "
+     "back within as long again",
      [](const std::string& v, MountOptions* o) {
        return DurationIn(v, std::chrono::seconds(1), std::chrono::minutes(10),
                          &o->config.member_timeout);

@@ -17,7 +17,8 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   .metadata holds the plain run's files, loads from the backing dir and never changes
   afterwards; in every other one each file is absent or the plain run's (no torn file under a
   final name); the tracker names a published checkpoint. After the restart the files the dead
-  node's completed ranks closed are there (with rank 0's, their checkpoint is published); no
+  node's completed ranks closed are there (with rank 0's, their checkpoint is published), and
+  the tracker is still the live members' newer one (the dead node's is never published over it); no
   daemon logged an error but the commits that failed for the dead member, and every member exits
   0. Every run interrupts a save (a kill stops a rank of the victim, or keeps the save's tracker
   off the backing store): one kill point of each lands early in the save. Seeded: the seed is
@@ -337,10 +338,13 @@ class NodeKills(MultiNodeChecks):
                 print(f"  {ctx}: {node} restarted: {line.split('] ', 3)[-1]}", flush=True)
         for d in daemons:
             d.sync()
-        # A tracker the dead mount had sealed is published now, after the live members' newer
-        # one: the tracker may name the interrupted checkpoint again (complete by then).
+        # A tracker the dead mount had sealed is never published over the live members' newer
+        # one; a .metadata it had sealed commits now (its name was free).
         self.check_backing(w, backing, expected, killed_save, published,
                            ctx + " (after the restart)")
+        self.assertEqual(read_text(tracker), str(final),
+                         f"{ctx}: the restarted {node} published its older tracker over the "
+                         "live members' newer one")
         # What the victim's ranks that completed had closed is there: their files, and with
         # rank 0's .metadata the checkpoint.
         closed = [f for f in expected for r in lost

@@ -102,7 +102,7 @@ TEST_F(EarlierMountTest, AFailedRescueLeavesEverythingForTheNextTry) {
   EXPECT_TRUE(rescued);
 }
 
-TEST_F(EarlierMountTest, InSharedModeARecoveredMarkerIsNeverPublishedOverANewerOne) {
+TEST_F(EarlierMountTest, InSharedModeARecoveredMarkerIsNeverPublishedOverAMarkerOfItsName) {
   const std::string tracker = "latest_checkpointed_iteration.txt";
   {
     // Node n0 dies with a checkpoint and its tracker sealed, before its commit.
@@ -110,6 +110,7 @@ TEST_F(EarlierMountTest, InSharedModeARecoveredMarkerIsNeverPublishedOverANewerO
                         {.flush_delay = 3600s, .node = "n0", .arena_fd = memory_.fd()});
     ASSERT_TRUE(died->Mkdir(kRootIno, "iter_1", 0755, Me()).ok());
     ASSERT_TRUE(WriteFile(*died, "iter_1/model.pt", model_).ok());
+    ASSERT_TRUE(WriteFile(*died, "iter_1/.metadata", "meta").ok());
     ASSERT_TRUE(WriteFile(*died, tracker, "1").ok());
   }
   // The job went on without it: node n1 committed a newer tracker.
@@ -129,6 +130,7 @@ TEST_F(EarlierMountTest, InSharedModeARecoveredMarkerIsNeverPublishedOverANewerO
   config.poll_interval = 10ms;
   ASSERT_TRUE(RecoverEarlierMount(config, memory_.fd(), MakeTestEnv(config.queue_depth)).ok());
   EXPECT_TRUE(SameBytes(*ReadHostFile(B("iter_1/model.pt")), model_));
+  EXPECT_EQ(ReadHostFile(B("iter_1/.metadata")), "meta") << "a marker with its name free commits";
   EXPECT_EQ(*ReadHostFile(B(tracker)), "2") << "the dead node's older tracker replaced the newer";
 }
 
