@@ -74,6 +74,11 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
   }
   OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(),
                membership_.AwaitedMembers(), {}, clock_.Now()};
+  if (r.awaited.size() > policy::kMaxMembers) {
+    return Status::Error(EUSERS, "cannot commit " + marker + ": it would wait for " +
+                                     std::to_string(r.awaited.size()) + " members, more than " +
+                                     std::to_string(policy::kMaxMembers));
+  }
   const std::string id =
       policy::MakeCommitId(r.committer.node, r.committer.incarnation, ++counter_);
   if (!r.awaited.empty()) {

@@ -1,6 +1,7 @@
 """Shared mode (-o shared): two mounts over one backing directory, as on two nodes. Each sees what
 the other made durable within the attribute timeout (about a second: the tests poll, and never
-time it), and a directory made through one is there for the other at once."""
+time it), and a directory made through one is there for the other at once. A third mount under a
+live member's node name is refused, and never logs that it serves."""
 
 import contextlib
 import os
@@ -40,6 +41,15 @@ class SharedViewTest(unittest.TestCase):
         self.addCleanup(stack.close)
         self.a = stack.enter_context(CkptfsMount(options=["shared", "node=a"], backing=self.backing))
         self.b = stack.enter_context(CkptfsMount(options=["shared", "node=b"], backing=self.backing))
+
+    def test_a_mount_under_a_live_members_node_name_is_refused_and_never_says_it_serves(self):
+        second = CkptfsMount(options=["shared", "node=a"], backing=self.backing)
+        with self.assertRaises(RuntimeError) as refused:
+            second.__enter__()  # Cleans up after itself when it fails.
+        log = str(refused.exception)
+        self.assertIn("node name a is in use by a live member", log)
+        self.assertNotIn("mounted", log.replace("unmounted", ""))
+        self.assertTrue(os.path.exists(self.a.path()), "the live member's mount went away")
 
     def test_a_file_synced_through_one_mount_is_read_through_the_other(self):
         for content in (b"first version", b"second version, longer than the first", b"third"):
