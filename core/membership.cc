@@ -21,6 +21,9 @@ namespace {
 constexpr size_t kMaxEndsRemembered = 4 * policy::kMaxMembers;
 // Earlier incarnations of its own a member acknowledges for and lists in its file.
 constexpr size_t kMaxFormerIncarnations = 16;
+constexpr size_t kMaxHostBytes = 255;
+// Bad files logged at once; more are ignored without a log line (a flood must not flood the log).
+constexpr size_t kMaxBadFilesLogged = 256;
 
 // The optional list of former incarnations of a member file; false when it is not valid.
 bool FormerIncarnations(const nlohmann::json& j, std::vector<std::string>* out) {
@@ -35,9 +38,6 @@ bool FormerIncarnations(const nlohmann::json& j, std::vector<std::string>* out) 
   }
   return true;
 }
-constexpr size_t kMaxHostBytes = 255;
-// Bad files logged at once; more are ignored without a log line (a flood must not flood the log).
-constexpr size_t kMaxBadFilesLogged = 256;
 
 std::string RandomIncarnation() {
   std::random_device rd;
