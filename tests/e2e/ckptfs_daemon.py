@@ -390,6 +390,15 @@ def shared_memory_huge_pages_kib(pid):
     return proc_kib(f"/proc/{pid}/smaps_rollup", "ShmemPmdMapped")
 
 
+def read_or_none(path):
+    """The bytes of file `path`; None when there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def wait_for(predicate, timeout, what):
     """Waits until predicate() holds; fails with what() after timeout seconds."""
     deadline = time.monotonic() + timeout

@@ -52,7 +52,7 @@ import unittest
 
 import workloads
 from ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff, mounted,
-                           run_ckptfs, snapshot, wait_for)
+                           read_or_none, run_ckptfs, snapshot, wait_for)
 from e2e_check import E2E_TMP, comparable, require_fuse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
@@ -142,24 +142,6 @@ def write_file(path, data, fsync=False):
         if fsync:
             f.flush()
             os.fsync(f.fileno())
-
-
-def read_bytes(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def wait_for_or_none(predicate, timeout):
-    """True once predicate() holds, polling; None when `timeout` seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return None
 
 
 def resume(d):
@@ -555,7 +537,11 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         shutil.rmtree(member)
         write_file(os.path.join(members, ".landing"), landing)
         os.rename(os.path.join(members, ".landing"), member)
-        rejoined = wait_for_or_none(n2_live_at_n0, 5 * MEMBER_TIMEOUT_MS / 1000)
+        try:  # Asserted after the marker: the old binary fails there, the point of the test.
+            wait_for(n2_live_at_n0, 5 * MEMBER_TIMEOUT_MS / 1000, lambda: "n2 live at n0")
+            rejoined = True
+        except AssertionError:
+            rejoined = False
         checkpoint = "iter_0000001"
         os.mkdir(daemons[0].path(checkpoint))
         data = workloads.pool_bytes("n2's shard", 16 << 20)
@@ -564,7 +550,7 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         marker = os.path.join(backing, checkpoint, ".metadata")
         wait_for(lambda: os.path.exists(marker), PUBLISH_TIMEOUT,
                  lambda: "the marker after n2 came back")
-        self.assertEqual(read_bytes(os.path.join(backing, checkpoint, "__2_0.distcp")), data,
+        self.assertEqual(read_or_none(os.path.join(backing, checkpoint, "__2_0.distcp")), data,
                          "the marker was published before the data of n2, alive but dropped")
         self.assertTrue(rejoined, "n0 never saw n2 live again")
         for node, d in zip(NODES, daemons):

@@ -11,16 +11,9 @@ import time
 import unittest
 
 from harness import CkptfsMount, require_fuse
+from ckptfs_daemon import read_or_none
 
 POLL_LIMIT = 20.0  # Seconds a poll waits before the test fails (the contract says ~1 s).
-
-
-def read_or_none(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
 
 
 def wait_until(check, describe):
