@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 POLL_LIMIT = 20.0  # Seconds a poll waits before the test fails (the contract says ~1 s).
 

@@ -1,5 +1,5 @@
 """Who runs each workload of the save comparison, and how often."""
-import workloads
+from ckptfs_testing import workloads
 
 from .memory import MEMORY_CONTENDERS
 from .multinode import MULTINODE, MULTINODE_CONTENDERS

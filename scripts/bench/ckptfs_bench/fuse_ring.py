@@ -3,8 +3,8 @@
 import os
 import sys
 
-import workloads
-from ckptfs_daemon import CkptfsDaemon
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 
 from .measure import medians, timed
 from .tables import table

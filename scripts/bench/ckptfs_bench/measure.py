@@ -7,7 +7,7 @@ import statistics
 import subprocess
 import time
 
-import workloads
+from ckptfs_testing import workloads
 
 MiB = 1 << 20
 

@@ -4,7 +4,7 @@ ships for its runs, and restored after), and ck_private, the cache in each worke
 memory."""
 import contextlib
 
-from ckptfs_daemon import kernel_without_huge_pages
+from ckptfs_testing.ckptfs_daemon import kernel_without_huge_pages
 
 # Mounts of ckptfs and the options that make each (--memory adds the last two).
 CKPTFS_VARIANTS = {"ckptfs": (), "ck_small": ("huge_pages=leave",),

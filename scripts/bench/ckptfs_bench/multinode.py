@@ -6,8 +6,8 @@ import shutil
 import threading
 import time
 
-import workloads
-from ckptfs_daemon import mounted
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import mounted
 
 MULTINODE = "multinode"
 MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own mount "

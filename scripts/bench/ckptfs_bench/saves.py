@@ -7,8 +7,8 @@ import signal
 import subprocess
 import time
 
-import workloads
-from ckptfs_daemon import CkptfsDaemon, ckptfs_bin, mounted, proc_io
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, ckptfs_bin, mounted, proc_io
 
 from .contenders import ALL_WORKLOADS, ON_SHM, SLOW_CONTENDERS, SLOW_WORKLOADS, contenders_of
 from .measure import (MiB, block_device, drop_caches, empty_dir, fs_type, medians, parse_size,

@@ -8,7 +8,7 @@ import statistics
 import threading
 import time
 
-from ckptfs_daemon import CkptfsDaemon
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 
 from .measure import MiB, parse_size
 from .tables import table

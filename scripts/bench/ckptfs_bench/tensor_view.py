@@ -5,7 +5,7 @@ import os
 import statistics
 import subprocess
 
-from ckptfs_daemon import CkptfsDaemon
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 
 from .measure import MiB, drop_caches, timed
 from .tables import table

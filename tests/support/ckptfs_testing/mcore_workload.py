@@ -28,7 +28,7 @@ import os
 
 import torch
 
-import workloads as wl
+from . import workloads as wl
 
 TP = 2
 ITERATION = 1000

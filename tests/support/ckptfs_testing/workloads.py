@@ -171,7 +171,7 @@ def _ctx(preload):
     # child. The server imports torch and zarr (and the modules of the first workload to start
     # ranks in this process) once, so rank processes start in milliseconds.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["numpy", "torch", "zarr", "numcodecs", "workloads", *preload])
+    ctx.set_forkserver_preload(["numpy", "torch", "zarr", "numcodecs", "ckptfs_testing.workloads", *preload])
     return ctx
 
 
@@ -1205,7 +1205,7 @@ def make(name, scale=1.0, for_test=False, **kw):
     n = int(sizes[name] * scale)
     if name in REAL_LIBRARY_WORKLOADS:  # Imported on demand: they take seconds to import.
         module, cls_name = REAL_LIBRARY_WORKLOADS[name]
-        cls = getattr(importlib.import_module(module), cls_name)
+        cls = getattr(importlib.import_module("." + module, __package__), cls_name)
     else:
         cls = {"torch_legacy": TorchLegacy, "zarr_dist": ZarrDist, "zarr_distopt": ZarrDistOpt,
                "dlrover": DLRover, "seq": SeqWrite, "small": SmallFiles}[name]
