@@ -13,8 +13,8 @@ import unittest
 
 import numpy as np
 
-from ckptfs_testing import tensor_view_workload as tv
 from ckptfs_testing import workloads
+from ckptfs_testing.workloads import tensor_view as tv
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 from ckptfs_testing.e2e_check import fresh_mount
 

@@ -2,9 +2,9 @@
 
     scripts/bench/run [--repeat 2] [--scale 1] [--only seq,zarr_dist] [--json out.json]
 
-For every workload (tests/support/ckptfs_testing/workloads: seq, small, torch_legacy, zarr_dist,
-zarr_distopt, dlrover, and the real libraries' saves dcp, mcore_torch_dist, nvrx_local,
-safetensors) and every
+For every workload (ckptfs_testing.workloads, one module each: seq, small, torch_legacy,
+zarr_dist, zarr_distopt, dlrover, and the real libraries' saves dcp, mcore_torch_dist,
+nvrx_local, safetensors) and every
 contender (plain = a directory on the backing disk, shm = /dev/shm, ckptfs = a fresh mount over a
 directory on the backing disk; for dcp and mcore_torch_dist also async = the library's own async
 save to the plain directory: dcp.async_save with the thread executor, Megatron's async request

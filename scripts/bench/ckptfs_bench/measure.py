@@ -7,7 +7,7 @@ import statistics
 import subprocess
 import time
 
-from ckptfs_testing import workloads
+from ckptfs_testing.workloads import ranks
 
 MiB = 1 << 20
 
@@ -77,7 +77,7 @@ def medians(recs):
 def saver_cpu_seconds():
     """CPU time (user + system) of this process, its finished children and the rank processes of
     the saves so far."""
-    total = workloads.ranks_cpu
+    total = ranks.ranks_cpu
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         u = resource.getrusage(who)
         total += u.ru_utime + u.ru_stime

@@ -7,6 +7,7 @@ import threading
 import time
 
 from ckptfs_testing import workloads
+from ckptfs_testing.workloads import ranks
 from ckptfs_testing.ckptfs_daemon import mounted
 
 MULTINODE = "multinode"
@@ -55,7 +56,7 @@ def run_multinode(bench, contender, w):
                 d.sync()
         watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
         rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=ranks)
-        seen = watch.wait(MARKER_TIMEOUT) - workloads.last_start_line
+        seen = watch.wait(MARKER_TIMEOUT) - ranks.last_start_line
         # The plain directory's .metadata is fsynced before its save returns.
         rec["marker"] = rec["save"] if contender == "plain" else seen
         rec["logical_bytes"] = w.logical_bytes()

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from ckptfs_testing import workloads
+from ckptfs_testing.workloads import ranks
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, ckptfs_bin, mounted, proc_io
 
 from .contenders import ALL_WORKLOADS, ON_SHM, SLOW_CONTENDERS, SLOW_WORKLOADS, contenders_of
@@ -68,7 +69,7 @@ class Bench:
             if is_ck:
                 dio0, cpu0 = d.io(), d.cpu_seconds()
             io0, dev0 = proc_io("self"), sectors_written(self.dev)
-            ranks0 = workloads.ranks_written
+            ranks0 = ranks.ranks_written
             saver0 = saver_cpu_seconds()
             if contender == "async":
                 rec["save"], rec["durable"] = w.save_async(root)
@@ -83,7 +84,7 @@ class Bench:
                 rec["daemon_cpu"] = d.cpu_seconds() - cpu0
             rec["saver_cpu"] = saver_cpu_seconds() - saver0
             io1, dev1 = proc_io("self"), sectors_written(self.dev)
-            by_workload = written(io0, io1) + workloads.ranks_written - ranks0
+            by_workload = written(io0, io1) + ranks.ranks_written - ranks0
             rec["logical_bytes"] = w.logical_bytes()
             if contender == "plain":
                 rec["wa"] = by_workload / rec["logical_bytes"]
