@@ -4,7 +4,8 @@
 #     thread-safety build of scripts/test.sh; for the tests of packaging: promtool from
 #     prometheus, dpkg-dev and fakeroot for the .deb, systemd-analyze from systemd, man-db);
 #   - a Python virtual environment in .venv/ with the pinned packages of scripts/requirements.txt
-#     (torch first, alone, so that nothing pulls a newer torch);
+#     (torch first, alone, so that nothing pulls a newer torch) and, editable, the package
+#     ckptfs_testing of tests/support that the Python tests and the bench import;
 #   - the build, with extra arguments passed to cmake, e.g. -DCKPTFS_SANITIZE=address.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,12 @@ if ! cmp -s scripts/requirements.txt "$stamp"; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "$(grep '^torch==' scripts/requirements.txt)"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
   cp scripts/requirements.txt "$stamp"
+fi
+# The Python support of the tests and the bench (tests/support), editable: this checkout's.
+support="$("$venv/bin/python" -c 'import ckptfs_testing, os; print(os.path.dirname(os.path.dirname(ckptfs_testing.__file__)))' 2>/dev/null || true)"
+if [ "$support" != "$PWD/tests/support" ]; then
+  echo "setup: installing tests/support into $venv (editable)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -e tests/support
 fi
 
 build="${CKPTFS_BUILD_DIR:-build}"

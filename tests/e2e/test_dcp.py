@@ -5,9 +5,9 @@ thread and the process executors."""
 import os
 import unittest
 
-import workloads
-from ckptfs_daemon import describe_tree_diff, snapshot
-from e2e_check import check_workload, comparable, fresh_mount
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import describe_tree_diff, snapshot
+from ckptfs_testing.e2e_check import check_workload, comparable, fresh_mount
 
 
 class DCPTest(unittest.TestCase):

@@ -4,8 +4,8 @@ Every file must still become durable: ckptfs must not need one descriptor per fi
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class ManyFilesTest(unittest.TestCase):

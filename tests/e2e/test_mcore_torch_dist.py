@@ -5,9 +5,9 @@ with another parallel layout (TP 2 -> 1)."""
 import os
 import unittest
 
-import workloads
-from ckptfs_daemon import describe_tree_diff, snapshot
-from e2e_check import check_workload, comparable, fresh_mount
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import describe_tree_diff, snapshot
+from ckptfs_testing.e2e_check import check_workload, comparable, fresh_mount
 
 
 class MCoreTorchDistTest(unittest.TestCase):

@@ -44,19 +44,16 @@ import random
 import re
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 import unittest
 
-import workloads
-from ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff, mounted,
-                           read_or_none, run_ckptfs, snapshot, wait_for)
-from e2e_check import E2E_TMP, comparable, require_fuse
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mount"))
-from harness import choose_seed, require_long  # noqa: E402
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff,
+                                          mounted, read_or_none, run_ckptfs, snapshot, wait_for)
+from ckptfs_testing.e2e_check import E2E_TMP, comparable, require_fuse
+from ckptfs_testing.harness import choose_seed, require_long
 
 NODES = ("n0", "n1", "n2")
 PLAIN = "pl"  # As long as a node's mount point name.

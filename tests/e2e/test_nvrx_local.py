@@ -5,8 +5,8 @@ find_latest and load."""
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class NVRxLocalTest(unittest.TestCase):

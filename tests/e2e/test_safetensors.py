@@ -5,8 +5,8 @@ mmap (safetensors.torch.load_file, torch.load(mmap=True))."""
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class SafetensorsTest(unittest.TestCase):

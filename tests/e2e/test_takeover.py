@@ -11,9 +11,9 @@ import random
 import time
 import unittest
 
-import workloads
-from ckptfs_daemon import run_ckptfs
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import run_ckptfs
+from ckptfs_testing.e2e_check import check_workload
 
 
 def choose_seed():

@@ -13,10 +13,10 @@ import unittest
 
 import numpy as np
 
-import tensor_view_workload as tv
-import workloads
-from ckptfs_daemon import CkptfsDaemon
-from e2e_check import fresh_mount
+from ckptfs_testing import workloads
+from ckptfs_testing.workloads import tensor_view as tv
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
+from ckptfs_testing.e2e_check import fresh_mount
 
 
 def run(*cmd):

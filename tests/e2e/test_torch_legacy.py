@@ -3,8 +3,8 @@
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class TorchLegacyTest(unittest.TestCase):

@@ -4,8 +4,8 @@ under a zarr.ProcessSynchronizer), then a resharding-style load."""
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class ZarrDistTest(unittest.TestCase):

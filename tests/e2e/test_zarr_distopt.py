@@ -7,8 +7,8 @@ arrays must be served with a fine chunk grid; everything else is check_workload'
 
 import unittest
 
-import workloads
-from e2e_check import check_workload
+from ckptfs_testing import workloads
+from ckptfs_testing.e2e_check import check_workload
 
 
 class ZarrDistOptTest(unittest.TestCase):

@@ -31,11 +31,8 @@ import os
 import signal
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
-
-from crash_writer import write_file  # noqa: E402
-from workloads import fdata, gpt_state_dict, pool_bytes  # noqa: E402
+from ckptfs_testing.workloads import fdata, gpt_state_dict, pool_bytes
+from crash_writer import write_file  # Beside this file: the script's directory is on the path.
 
 MAX_ITERATIONS = 100_000
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -209,7 +206,7 @@ def dcp_rel(it):
 
 def dcp_state(seed, it):
     """The flat model and optimizer state DCP saves at iteration `it`."""
-    from workloads import gpt_param_shapes, tensor
+    from ckptfs_testing.workloads import gpt_param_shapes, tensor
     state = {}
     for name, shape in gpt_param_shapes(*GPT_DIMS):
         state[f"model.{name}"] = tensor(f"kill/{seed}/{it}/model/{name}", shape, "float16")

@@ -5,8 +5,8 @@ restored after), unless the mount is told to leave the kernel alone."""
 
 import unittest
 
-from harness import (CkptfsMount, THP_SHMEM, kernel_without_huge_pages, require_fuse,
-                     shared_memory_huge_pages_kib, shm_huge)
+from ckptfs_testing.harness import (CkptfsMount, THP_SHMEM, kernel_without_huge_pages,
+                                    require_fuse, shared_memory_huge_pages_kib, shm_huge)
 
 WRITTEN = 64 << 20
 

@@ -6,7 +6,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import CkptfsMount, ckptfs_bin, force_unmount, mounted, require_fuse, run_ckptfs
+from ckptfs_testing.harness import (CkptfsMount, ckptfs_bin, force_unmount, mounted, require_fuse,
+                                    run_ckptfs)
 
 
 class BadInputTest(unittest.TestCase):

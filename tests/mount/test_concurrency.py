@@ -27,8 +27,9 @@ import time
 import traceback
 import unittest
 
-from harness import (CkptfsMount, choose_seed, ckptfs_bin, describe_tree_diff, errno_name,
-                     require_fuse, require_long, run_processes, snapshot)
+from ckptfs_testing.harness import (CkptfsMount, choose_seed, ckptfs_bin, describe_tree_diff,
+                                    errno_name, require_fuse, require_long, run_processes,
+                                    snapshot)
 
 NAMES = [f"{d}/f{i}" for d in ("a", "b") for i in range(5)]
 SEQ_BYTE = len(NAMES)  # The lock byte of the `seq` file.

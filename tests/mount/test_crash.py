@@ -13,8 +13,10 @@ import sys
 import time
 import unittest
 
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 from crash_writer import data_content, meta_content, parse_versioned, tracker_content
-from harness import HERE, CkptfsMount, require_fuse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 ITERATIONS = 5
 FILES_PER_RUN = 400

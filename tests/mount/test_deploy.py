@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from harness import CkptfsMount, ckptfs_bin, mounted, require_fuse, wait_for
+from ckptfs_testing.harness import CkptfsMount, ckptfs_bin, mounted, require_fuse, wait_for
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})? (\S+)$')
 

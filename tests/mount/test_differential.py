@@ -29,8 +29,8 @@ import sys
 import tempfile
 import unittest
 
-from harness import (CkptfsMount, choose_seed, describe_tree_diff, errno_name, require_fuse,
-                     require_long, snapshot)
+from ckptfs_testing.harness import (CkptfsMount, choose_seed, describe_tree_diff, errno_name,
+                                    require_fuse, require_long, snapshot)
 
 NOBODY = 65534
 ROOT = os.geteuid() == 0  # Device nodes and changes by uid 65534 need root.

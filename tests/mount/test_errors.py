@@ -13,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse, require_root, run_ckptfs
+from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root, run_ckptfs
 
 FLUSH_ERRORS = [r"flush failed", r"refused", r"unmount:", r"directory sync failed"]
 

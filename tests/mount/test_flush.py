@@ -8,7 +8,7 @@ import time
 import unittest
 
 from crash_writer import write_file
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 from inotify_watch import IN_CREATE, IN_MOVED_TO, Watcher
 
 

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import CkptfsMount, require_fuse, require_root, run_ckptfs
+from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root, run_ckptfs
 
 FLUSH_ERRORS = [r"flush failed"]
 

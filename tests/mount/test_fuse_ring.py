@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import CkptfsMount, require_fuse, require_root, run_ckptfs
+from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root, run_ckptfs
 
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 

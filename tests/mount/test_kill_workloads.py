@@ -52,12 +52,12 @@ import time
 import unittest
 
 import kill_writer as kw
-from harness import (HERE, CkptfsMount, choose_seed, kernel_without_huge_pages, require_fuse,
-                     require_long, wait_for)
+from ckptfs_testing.ckptfs_daemon import describe_tree_diff, snapshot
+from ckptfs_testing.harness import (CkptfsMount, choose_seed, kernel_without_huge_pages,
+                                    require_fuse, require_long, wait_for)
+from ckptfs_testing.workloads import digest, torch_load
 
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
-from ckptfs_daemon import describe_tree_diff, snapshot  # noqa: E402
-from workloads import digest, torch_load  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 MAX_DELAY = 1.5  # Seconds after the writer is ready; the writers save for longer than that.
 DEFAULT_KILLS, LONG_KILLS = 2, 17

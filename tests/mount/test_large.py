@@ -7,7 +7,7 @@ import sys
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 SIZE_MIB = 200
 WRITE_TIMEOUT = 90  # Seconds; a hang fails the test instead of blocking CTest.

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 # A process that takes a write lock on bytes 0..99 of a file, says "locked", waits for a line
 # on stdin, releases the lock, says "unlocked", and waits for stdin to close.

@@ -22,8 +22,8 @@ import unittest
 
 import numpy as np
 
-from harness import (CkptfsMount, choose_seed, require_fuse, require_long,
-                     run_processes)
+from ckptfs_testing.harness import (CkptfsMount, choose_seed, require_fuse, require_long,
+                                    run_processes)
 
 MiB = 1 << 20
 CACHE = 256 * MiB

@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from harness import (CkptfsMount, describe_tree_diff, require_fuse, snapshot)
+from ckptfs_testing.harness import (CkptfsMount, describe_tree_diff, require_fuse, snapshot)
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1

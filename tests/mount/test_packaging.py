@@ -13,8 +13,8 @@ import tempfile
 import time
 import unittest
 
-from harness import ckptfs_bin, force_unmount, mounted, require_fuse, require_root
-from ckptfs_daemon import mount_entry  # noqa: E402 (harness puts it on the path)
+from ckptfs_testing.ckptfs_daemon import mount_entry
+from ckptfs_testing.harness import ckptfs_bin, force_unmount, mounted, require_fuse, require_root
 
 INSTALLED = "/usr/bin/ckptfs"
 

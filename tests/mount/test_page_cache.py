@@ -16,7 +16,7 @@ import os
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse, require_root
+from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root
 
 PAGE = 4096
 MiB = 1 << 20

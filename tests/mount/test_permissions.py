@@ -8,7 +8,7 @@ import sys
 import tempfile
 import unittest
 
-from harness import CkptfsMount, require_fuse, require_root
+from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root
 
 NOBODY = 65534
 

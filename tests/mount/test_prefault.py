@@ -7,7 +7,7 @@ import os
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 MiB = 1 << 20
 QUIET = 10  # seconds: policy::kPrefaultQuiet

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import CkptfsMount, require_fuse
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 
 class BackingSymlinkTest(unittest.TestCase):

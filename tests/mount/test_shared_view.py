@@ -10,8 +10,8 @@ import tempfile
 import time
 import unittest
 
-from harness import CkptfsMount, require_fuse
-from ckptfs_daemon import read_or_none
+from ckptfs_testing.ckptfs_daemon import read_or_none
+from ckptfs_testing.harness import CkptfsMount, require_fuse
 
 POLL_LIMIT = 20.0  # Seconds a poll waits before the test fails (the contract says ~1 s).
 

@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import CkptfsMount, ckptfs_bin, require_fuse
+from ckptfs_testing.harness import CkptfsMount, ckptfs_bin, require_fuse
 
 ROWS, COLUMNS = 30, 100
 ENTER_SCREEN = b"\x1b[?1049h\x1b[?25l"  # The alternate screen, the cursor hidden.

@@ -9,8 +9,8 @@ import shutil
 import signal
 import unittest
 
-from harness import (CkptfsMount, cache_memory_files, mounted, require_fuse, run_ckptfs,
-                     wait_for)
+from ckptfs_testing.harness import (CkptfsMount, cache_memory_files, mounted, require_fuse,
+                                    run_ckptfs, wait_for)
 
 CRASH = r"worker \d+ died"
 

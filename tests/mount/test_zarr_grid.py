@@ -17,7 +17,7 @@ import unittest
 import numpy as np
 import zarr
 
-from harness import CkptfsMount, describe_tree_diff, require_fuse, snapshot
+from ckptfs_testing.harness import CkptfsMount, describe_tree_diff, require_fuse, snapshot
 
 MiB = 1 << 20
 

@@ -23,15 +23,11 @@ import tempfile
 import time
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(SOURCE_ROOT, "tests", "e2e"))
-
 # Shared with the e2e tests and the bench.
-from ckptfs_daemon import (CkptfsDaemon, ckptfs_bin, describe_tree_diff,  # noqa: E402,F401
-                           cache_memory_files, force_unmount, kernel_without_huge_pages, mounted,
-                           run_ckptfs, shared_memory_huge_pages_kib, shm_huge, snapshot,
-                           THP_SHMEM, wait_for)
+from .ckptfs_daemon import (CkptfsDaemon, ckptfs_bin, describe_tree_diff,  # noqa: F401
+                            cache_memory_files, force_unmount, kernel_without_huge_pages, mounted,
+                            run_ckptfs, shared_memory_huge_pages_kib, shm_huge, snapshot,
+                            THP_SHMEM, wait_for)
 
 MOUNT_TIMEOUT = 15.0  # Seconds for the daemon to show up in mountinfo.
 EXIT_TIMEOUT = 60.0  # Seconds for the daemon to flush and exit after unmount.

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
-import workloads as wl
+from ckptfs_testing import workloads as wl
 
 MiB = 1 << 20
 

@@ -28,7 +28,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-import workloads as wl
+from ckptfs_testing import workloads as wl
 
 VIEW = ".tensors"
 

@@ -24,7 +24,7 @@ import os
 
 import torch
 
-import workloads as wl
+from ckptfs_testing import workloads as wl
 
 LAYERS, VOCAB = 16, 32000
 METADATA = {"format": "pt"}

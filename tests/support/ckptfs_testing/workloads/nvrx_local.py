@@ -22,7 +22,7 @@ import os
 
 import torch
 
-import workloads as wl
+from ckptfs_testing import workloads as wl
 
 SESSION = "nvrx_local"
 ITERATIONS = (10, 20)  # Saved in this order; the second replaces the first.

@@ -28,7 +28,7 @@ import os
 
 import torch
 
-import workloads as wl
+from ckptfs_testing import workloads as wl
 
 TP = 2
 ITERATION = 1000

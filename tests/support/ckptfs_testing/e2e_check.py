@@ -25,7 +25,7 @@ import threading
 import time
 import unittest
 
-from ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, snapshot
+from .ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, snapshot
 
 E2E_TMP = os.environ.get("CKPTFS_E2E_TMP", "/var/tmp")
 

@@ -1,4 +1,4 @@
-"""The one harness that runs ckptfs for the mount tests (tests/mount/harness.py builds on it),
+"""The one harness that runs ckptfs for the mount tests (harness.py builds on it),
 the e2e tests and the bench: a daemon in the foreground (-f) as a child process, tree snapshots,
 mount helpers.
 
@@ -25,8 +25,7 @@ import stat
 import subprocess
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def ckptfs_bin():

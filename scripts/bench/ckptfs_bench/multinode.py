@@ -1,0 +1,105 @@
+"""multinode: a DCP save of 3 ranks, each through its own mount (-o shared) of one backing
+directory, as on 3 nodes over a shared filesystem; timed until the save returns and until its
+marker (.metadata) is on the backing store."""
+import os
+import shutil
+import threading
+import time
+
+from ckptfs_testing import workloads
+from ckptfs_testing.workloads import ranks
+from ckptfs_testing.ckptfs_daemon import mounted
+
+MULTINODE = "multinode"
+MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own mount "
+                         "(-o shared) of one backing directory")
+MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3"]
+MULTINODE_NODES = ("n0", "n1", "n2")
+MULTINODE_SCALE = 0.5  # Of dcp's size: 512 MiB at --scale 1.
+MARKER_POLL = 0.01  # Seconds between looks for the marker on the backing store.
+MARKER_TIMEOUT = 300.0
+
+
+def multinode_workload(scale):
+    return workloads.make("dcp", scale=scale * MULTINODE_SCALE)
+
+
+def run_multinode(bench, contender, w):
+    """One run of the multinode workload on `bench` (a saves.Bench): {"save", "marker", ...}."""
+    a = bench.args
+    rec = {"contender": contender}
+    ranks = len(MULTINODE_NODES)
+    if contender == "plain":
+        backing = os.path.join(bench.workdir, "plain", MULTINODE)
+        os.makedirs(backing)
+        roots = [backing] * ranks
+    else:
+        backing = os.path.join(bench.workdir, "backing", MULTINODE)
+        os.makedirs(backing)
+    daemons = []
+    os.sync()
+    try:
+        if contender == "ckptfs1":
+            os.makedirs(os.path.join(bench.workdir, "mnt"), exist_ok=True)
+            daemons.append(bench.mount(backing, os.path.join(bench.workdir, "mnt"), "multinode"))
+            roots = [daemons[0].mnt] * ranks
+        elif contender == "ckptfs3":
+            for node in MULTINODE_NODES:
+                mnt = os.path.join(bench.workdir, node)
+                os.makedirs(mnt, exist_ok=True)
+                daemons.append(bench.mount(backing, mnt, f"multinode-{node}",
+                                           ["shared", f"node={node}"]))
+            roots = [d.mnt for d in daemons]
+        if a.warm_up:  # As the other workloads' first save: memory faulted in before.
+            rec["save_first"] = w.save([os.path.join(r, "first") for r in roots], ranks=ranks)
+            for d in daemons:
+                d.sync()
+        watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
+        rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=ranks)
+        seen = watch.wait(MARKER_TIMEOUT) - ranks.last_start_line
+        # The plain directory's .metadata is fsynced before its save returns.
+        rec["marker"] = rec["save"] if contender == "plain" else seen
+        rec["logical_bytes"] = w.logical_bytes()
+        for d in daemons:
+            d.sync()
+        for d in daemons:
+            if d.unmount() != 0:
+                raise RuntimeError("ckptfs exited non-zero:\n" + d.output()[-3000:])
+            bench.check_errors(d)
+        daemons = []
+    finally:
+        for d in daemons:
+            d.cleanup()
+            if d in bench.daemons:
+                bench.daemons.remove(d)
+        if not any(mounted(os.path.join(bench.workdir, m)) for m in ("mnt",) + MULTINODE_NODES):
+            shutil.rmtree(os.path.dirname(backing), ignore_errors=True)
+    return rec
+
+
+class MarkerWatch:
+    """Looks for `path` every MARKER_POLL seconds, from a thread, from its creation on."""
+
+    def __init__(self, path):
+        self.path = path
+        self.seen = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.is_set():
+            if os.path.exists(self.path):
+                self.seen = time.monotonic()
+                return
+            time.sleep(MARKER_POLL)
+
+    def wait(self, timeout):
+        """time.monotonic() when the path was first seen; raises when not within timeout."""
+        self._thread.join(timeout)
+        self._stop.set()
+        if self.seen is None:
+            raise RuntimeError(f"{self.path} did not appear within {timeout:.0f}s")
+        return self.seen
+
+
