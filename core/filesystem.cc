@@ -979,9 +979,13 @@ Status Filesystem::Release(uint64_t handle) {
 
 void Filesystem::CloseOneLocked(const InodeRef& inode) {
   inode->open_handles--;
-  // A file read from the backing store and left unchanged gives its descriptor back.
+  // A file read from the backing store and left unchanged gives its descriptor back; a durable
+  // one that reads from a spill file gives back the spill file's disk space (as at its flush).
   MutexLock ilock(inode->mu);
-  if (inode->content.memory_blocks() == 0) reclaimer_.UnloadLocked(inode);
+  const std::shared_ptr<BackingFile>& base = inode->content.base();
+  if (inode->content.memory_blocks() == 0 || (base && base->spill())) {
+    reclaimer_.UnloadLocked(inode);
+  }
 }
 
 Status Filesystem::Fsync(uint64_t handle) {

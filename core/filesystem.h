@@ -122,9 +122,10 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // After a Handoff whose image went to the next worker: leaves the shared mount. The process
   // may then exit without destroying this Filesystem (nothing of it is left to do).
   void Retire() EXCLUDES(ns_lock);
-  // Before Start: takes over the inodes and handles of the worker that made `image`, and removes
-  // the handoff files it opened. EIO when files with unsealed changes could not be taken over
-  // (their handoff files stay); the rest is taken over all the same.
+  // Before Start: takes over the inodes and handles of the worker that made `image`; each
+  // handoff file becomes the named spill file of its content (TakenOverSpillName). EIO when files
+  // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
+  // over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
   // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
   // connection), or that of an earlier mount of the backing store whose daemon died.
