@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "core/open_mode.h"
 #include "core/policy.h"
@@ -1179,7 +1180,32 @@ Status Filesystem::Shutdown() {
 
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
-Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitCommitted(point); }
+Status Filesystem::WaitDurable(uint64_t point) {
+  Status st = flusher_->WaitCommitted(point);
+  return st.ok() ? st : NamingUnflushed(st, point);
+}
+
+Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {
+  constexpr size_t kNamed = 100;
+  std::vector<std::string> paths;
+  std::unordered_set<std::string> seen;
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->seq > point || e->kind != JournalEntry::Kind::kPublish) continue;
+      std::string path = e->names.empty() ? e->name : ns_.PathLocked(e->inode);
+      if (seen.insert(path).second) paths.push_back(std::move(path));
+    }
+  }
+  if (paths.empty()) return error;
+  std::string list;
+  for (size_t i = 0; i < std::min(paths.size(), kNamed); ++i) {
+    list += (i == 0 ? "" : ", ") + paths[i];
+  }
+  if (paths.size() > kNamed) list += ", and " + std::to_string(paths.size() - kNamed) + " more";
+  return Status::Error(error.err(), std::to_string(paths.size()) + " files are not durable (" +
+                                        list + "); the first failure: " + error.message());
+}
 
 Status Filesystem::RequestUpgrade(const std::string& binary) {
   if (!upgrade_handler_) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");

@@ -381,6 +381,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the commits of the markers among it, returning a failed one).
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
+  // `error`, the failure of a sync up to journal point `point`, with every file sealed by then
+  // and not durable yet named before it (the first 100 of them).
+  Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
   Status RequestUpgrade(const std::string& binary) override;
   // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
   // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).

@@ -222,7 +222,6 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   for (size_t r = 0; r < results.size(); ++r) {
     Staged& s = staged[request_owner[r]];
     if (s.status.ok() && !results[r].ok()) s.status = results[r];
-    if (results[r].ok()) stats_.bytes_flushed += requests[r].bytes();
   }
   std::vector<int> sync_fds;
   std::vector<size_t> sync_owner;
@@ -446,6 +445,7 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
 
 void Flusher::CountPublished(const JournalEntry& e, std::optional<std::chrono::nanoseconds> took) {
   stats_.files_flushed++;
+  stats_.bytes_flushed += e.snapshot.size();
   if (took) stats_.flush_seconds.Observe(*took);
   stats_.save_to_durable_seconds.Observe(clock_.Now() - e.sealed_at);
 }

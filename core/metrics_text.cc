@@ -39,7 +39,7 @@ const Field kFields[] = {
      "Bytes accepted from writers."},
     {"bytes_read", "ckptfs_read_bytes_total", Kind::kCounter, "Bytes served to readers."},
     {"bytes_flushed", "ckptfs_flushed_bytes_total", Kind::kCounter,
-     "Bytes written to the backing store."},
+     "Bytes of the file versions made durable."},
     {"files_flushed", "ckptfs_flushed_files_total", Kind::kCounter,
      "File versions made durable under their names."},
     {"versions_skipped", "ckptfs_skipped_versions_total", Kind::kCounter,

@@ -11,7 +11,7 @@ namespace ckptfs {
 struct Stats {
   std::atomic<uint64_t> bytes_written{0};     // Accepted from clients.
   std::atomic<uint64_t> bytes_read{0};        // Served to clients.
-  std::atomic<uint64_t> bytes_flushed{0};     // Written to the backing store.
+  std::atomic<uint64_t> bytes_flushed{0};     // Of the file versions made durable (once each).
   std::atomic<uint64_t> files_flushed{0};     // Versions published.
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
