@@ -317,7 +317,7 @@ Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uin
 }
 
 Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller& c) {
-  Status st = Reserving([&](Reservation& reservation, size_t& more) {
+  Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return UnlinkReserved(parent, name, reservation, more);
   });
   if (!c.resent || st.err() != ENOENT) return st;
@@ -430,7 +430,7 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags, const Caller& c) {
-  Status st = Reserving([&](Reservation& reservation, size_t& more) {
+  Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
   if (!c.resent || st.err() != ENOENT || !HasEntry(new_parent, new_name)) return st;
@@ -707,7 +707,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
-  return Reserving([&](Reservation& reservation, size_t& more) {
+  return Reserving(c, [&](Reservation& reservation, size_t& more) {
     return OpenReserved(ino, flags, c, reservation, more);
   });
 }
@@ -911,7 +911,10 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
       break;
     }
     lock.unlock();
-    reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)));
+    Result<Reservation> got =
+        arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)), c.interrupted);
+    if (!got.ok()) return got.status();
+    reservation = std::move(*got);
     lock.lock();
   }
   inode->version++;
@@ -1123,6 +1126,9 @@ std::string Filesystem::StatsJson() {
   j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
   j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
   j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
+  j["spill_errors"] = stats_.spill_errors.load();
+  const Status spill_error = flusher_->spill_error();
+  j["spill_error"] = spill_error.ok() ? "" : spill_error.ToString();
   j["cache_shared"] = arena_.shared();
   j["taken_over_in_memory"] = stats_.taken_over_in_memory.load();
   j["taken_over_from_files"] = stats_.taken_over_from_files.load();
@@ -1181,8 +1187,9 @@ Status Filesystem::Shutdown() {
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
 Status Filesystem::WaitDurable(uint64_t point) {
-  Status st = flusher_->WaitCommitted(point);
-  return st.ok() ? st : NamingUnflushed(st, point);
+  if (Status st = flusher_->WaitCommitted(point); !st.ok()) return NamingUnflushed(st, point);
+  // Nothing of what was closed is missing, but writers are stuck: a sync says so too.
+  return flusher_->spill_error();
 }
 
 Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -247,16 +248,19 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
   // changed nothing and is run again with that many blocks reserved (taken without the
-  // namespace lock).
+  // namespace lock). EINTR when caller `c` is killed while it waits for them.
   template <typename Op>
-  auto Reserving(Op op) {
+  std::invoke_result_t<Op, Reservation&, size_t&> Reserving(const Caller& c, Op op) {
     Reservation reservation;
     while (true) {
       size_t more = 0;
       auto result = op(reservation, more);
       if (more == 0) return result;
       reservation = Reservation();
-      reservation = arena_.Reserve(std::min(more, arena_.capacity_blocks()));
+      Result<Reservation> got =
+          arena_.Reserve(std::min(more, arena_.capacity_blocks()), c.interrupted);
+      if (!got.ok()) return got.status();
+      reservation = std::move(*got);
     }
   }
   // The operations as made once (the public ones answer resent requests).
@@ -375,7 +379,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
   size_t WritersWaiting() override { return arena_.waiting_writers(); }
-  size_t Spill(Env& env) override { return reclaimer_.Spill(env); }
+  Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
   std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
   // ControlFiles::Source: a sync waits for everything journaled so far (and, in shared mode, for
   // the commits of the markers among it, returning a failed one).

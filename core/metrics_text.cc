@@ -52,6 +52,11 @@ const Field kFields[] = {
      "Durable bytes dropped from memory."},
     {"spilled_bytes", "ckptfs_spilled_bytes_total", Kind::kCounter,
      "Bytes of open files moved out of memory to the staging directory."},
+    {"spill_errors", "ckptfs_spill_errors_total", Kind::kCounter,
+     "Spills of open files that failed (retried while writers wait for memory)."},
+    {"spill_error", "ckptfs_spill_failing", Kind::kFlag,
+     "1 while writers wait for memory that a failing spill cannot free (see the stats' "
+     "spill_error)."},
     {"cache_shared", "ckptfs_cache_shared", Kind::kFlag,
      "1 when the cache lives in memory the supervisor holds."},
     {"taken_over_in_memory", "ckptfs_taken_over_in_memory_bytes", Kind::kGauge,
