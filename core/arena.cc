@@ -145,10 +145,13 @@ bool Arena::TryReserve(size_t count, Reservation* out, bool reclaim) {
   return true;
 }
 
-Reservation Arena::Reserve(size_t count) {
+Result<Reservation> Arena::Reserve(size_t count, const Interrupted& interrupted) {
   assert(count <= capacity_blocks_);
   Reservation out;
   while (!TryReserve(count, &out, /*reclaim=*/true)) {
+    if (interrupted && interrupted()) {
+      return Status::Error(EINTR, "the caller was killed while it waited for cache memory");
+    }
     {
       MutexLock lock(mu_);
       ++waiting_;  // Before the callback, so that the flusher sees a waiter when it wakes.

@@ -122,9 +122,14 @@ class Arena {
   void SetReclaimer(Reclaimer reclaimer) { reclaimer_ = std::move(reclaimer); }
   void SetPressureCallback(std::function<void()> callback) { on_pressure_ = std::move(callback); }
 
-  // Reserves `count` blocks, waiting while the arena is full. `count` must not exceed
+  // Whether the caller of a wait has been given a fatal signal (empty: never).
+  using Interrupted = std::function<bool()>;
+  // Reserves `count` blocks, waiting while the arena is full; EINTR, with nothing reserved, once
+  // `interrupted()` holds (asked about every 50 ms while waiting). `count` must not exceed
   // capacity_blocks(). Thread-safe; must be called without file locks held.
-  Reservation Reserve(size_t count);
+  Result<Reservation> Reserve(size_t count, const Interrupted& interrupted);
+  // The same, never interrupted.
+  Reservation Reserve(size_t count) { return std::move(*Reserve(count, Interrupted())); }
   // Reserves `count` blocks only if they are free now. With `reclaim`, may first ask the
   // reclaimer for clean blocks (then no file lock may be held).
   bool TryReserve(size_t count, Reservation* out, bool reclaim);

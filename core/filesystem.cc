@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "core/open_mode.h"
 #include "core/policy.h"
@@ -325,7 +326,7 @@ Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uin
 }
 
 Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller& c) {
-  Status st = Reserving([&](Reservation& reservation, size_t& more) {
+  Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return UnlinkReserved(parent, name, reservation, more);
   });
   if (!c.resent || st.err() != ENOENT) return st;
@@ -438,7 +439,7 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags, const Caller& c) {
-  Status st = Reserving([&](Reservation& reservation, size_t& more) {
+  Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
   if (!c.resent || st.err() != ENOENT || !HasEntry(new_parent, new_name)) return st;
@@ -715,7 +716,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
-  return Reserving([&](Reservation& reservation, size_t& more) {
+  return Reserving(c, [&](Reservation& reservation, size_t& more) {
     return OpenReserved(ino, flags, c, reservation, more);
   });
 }
@@ -919,7 +920,10 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
       break;
     }
     lock.unlock();
-    reservation = arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)));
+    Result<Reservation> got =
+        arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)), c.interrupted);
+    if (!got.ok()) return got.status();
+    reservation = std::move(*got);
     lock.lock();
   }
   inode->version++;
@@ -988,9 +992,13 @@ Status Filesystem::Release(uint64_t handle) {
 
 void Filesystem::CloseOneLocked(const InodeRef& inode) {
   inode->open_handles--;
-  // A file read from the backing store and left unchanged gives its descriptor back.
+  // A file read from the backing store and left unchanged gives its descriptor back; a durable
+  // one that reads from a spill file gives back the spill file's disk space (as at its flush).
   MutexLock ilock(inode->mu);
-  if (inode->content.memory_blocks() == 0) reclaimer_.UnloadLocked(inode);
+  const std::shared_ptr<BackingFile>& base = inode->content.base();
+  if (inode->content.memory_blocks() == 0 || (base && base->spill())) {
+    reclaimer_.UnloadLocked(inode);
+  }
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
@@ -1127,6 +1135,9 @@ std::string Filesystem::StatsJson() {
   j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
   j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
   j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
+  j["spill_errors"] = stats_.spill_errors.load();
+  const Status spill_error = flusher_->spill_error();
+  j["spill_error"] = spill_error.ok() ? "" : spill_error.ToString();
   j["cache_shared"] = arena_.shared();
   j["taken_over_in_memory"] = stats_.taken_over_in_memory.load();
   j["taken_over_from_files"] = stats_.taken_over_from_files.load();
@@ -1188,7 +1199,33 @@ Status Filesystem::Shutdown() {
 
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
-Status Filesystem::WaitDurable(uint64_t point) { return flusher_->WaitCommitted(point); }
+Status Filesystem::WaitDurable(uint64_t point) {
+  if (Status st = flusher_->WaitCommitted(point); !st.ok()) return NamingUnflushed(st, point);
+  // Nothing of what was closed is missing, but writers are stuck: a sync says so too.
+  return flusher_->spill_error();
+}
+
+Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {
+  constexpr size_t kNamed = 100;
+  std::vector<std::string> paths;
+  std::unordered_set<std::string> seen;
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->seq > point || e->kind != JournalEntry::Kind::kPublish) continue;
+      std::string path = e->names.empty() ? e->name : ns_.PathLocked(e->inode);
+      if (seen.insert(path).second) paths.push_back(std::move(path));
+    }
+  }
+  if (paths.empty()) return error;
+  std::string list;
+  for (size_t i = 0; i < std::min(paths.size(), kNamed); ++i) {
+    list += (i == 0 ? "" : ", ") + paths[i];
+  }
+  if (paths.size() > kNamed) list += ", and " + std::to_string(paths.size() - kNamed) + " more";
+  return Status::Error(error.err(), std::to_string(paths.size()) + " files are not durable (" +
+                                        list + "); the first failure: " + error.message());
+}
 
 Status Filesystem::RequestUpgrade(const std::string& binary) {
   if (!upgrade_handler_) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -122,9 +123,10 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // After a Handoff whose image went to the next worker: leaves the shared mount. The process
   // may then exit without destroying this Filesystem (nothing of it is left to do).
   void Retire() EXCLUDES(ns_lock);
-  // Before Start: takes over the inodes and handles of the worker that made `image`, and removes
-  // the handoff files it opened. EIO when files with unsealed changes could not be taken over
-  // (their handoff files stay); the rest is taken over all the same.
+  // Before Start: takes over the inodes and handles of the worker that made `image`; each
+  // handoff file becomes the named spill file of its content (TakenOverSpillName). EIO when files
+  // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
+  // over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
   // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
   // connection), or that of an earlier mount of the backing store whose daemon died.
@@ -246,16 +248,19 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
   // changed nothing and is run again with that many blocks reserved (taken without the
-  // namespace lock).
+  // namespace lock). EINTR when caller `c` is killed while it waits for them.
   template <typename Op>
-  auto Reserving(Op op) {
+  std::invoke_result_t<Op, Reservation&, size_t&> Reserving(const Caller& c, Op op) {
     Reservation reservation;
     while (true) {
       size_t more = 0;
       auto result = op(reservation, more);
       if (more == 0) return result;
       reservation = Reservation();
-      reservation = arena_.Reserve(std::min(more, arena_.capacity_blocks()));
+      Result<Reservation> got =
+          arena_.Reserve(std::min(more, arena_.capacity_blocks()), c.interrupted);
+      if (!got.ok()) return got.status();
+      reservation = std::move(*got);
     }
   }
   // The operations as made once (the public ones answer resent requests).
@@ -374,12 +379,15 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
   size_t WritersWaiting() override { return arena_.waiting_writers(); }
-  size_t Spill(Env& env) override { return reclaimer_.Spill(env); }
+  Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
   std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
   // ControlFiles::Source: a sync waits for everything journaled so far (and, in shared mode, for
   // the commits of the markers among it, returning a failed one).
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
+  // `error`, the failure of a sync up to journal point `point`, with every file sealed by then
+  // and not durable yet named before it (the first 100 of them).
+  Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
   Status RequestUpgrade(const std::string& binary) override;
   // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
   // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).

@@ -159,7 +159,7 @@ Status Filesystem::Restore(const HandoffImage& image) {
     }
   }
   NamespaceLock lock(ns_.mutex());
-  std::vector<std::string> handoff_files;
+  std::unordered_set<std::string> taken_spills;
   size_t lost = 0;
   size_t in_memory = 0;
   for (const HandoffImage::InodeRecord& r : image.inodes) {
@@ -205,15 +205,21 @@ Status Filesystem::Restore(const HandoffImage& image) {
       ++in_memory;
       stats_.taken_over_in_memory += r.size;
     } else {
+      // The handoff file becomes a spill file of this worker: named, so that the recovery log
+      // and the kernel state record can name it should this worker die, and writable, so that
+      // the file's later bytes can be spilled to it when memory runs short.
       const std::string file = HandoffFileName(r.ino);
-      Result<int> fd = env_->Open(staging_fd_, file, O_RDONLY | O_NOFOLLOW);
+      const std::string spill = TakenOverSpillName(config_.worker, r.ino);
+      Status renamed = env_->Rename(staging_fd_, file, staging_fd_, spill);
+      Result<int> fd = renamed.ok() ? env_->Open(staging_fd_, spill, O_RDWR | O_NOFOLLOW)
+                                    : Result<int>(renamed);
       if (!fd.ok()) {
-        spdlog::error("handoff: cannot open {}: {}", file, fd.status().ToString());
+        spdlog::error("handoff: cannot take {} in: {}", file, fd.status().ToString());
         ++lost;
         continue;
       }
-      handoff_files.push_back(file);
-      content = FileContent(std::make_shared<BackingFile>(*env_, *fd, /*spill=*/true), r.size);
+      taken_spills.insert(spill);
+      content = FileContent(std::make_shared<BackingFile>(*env_, *fd, staging_fd_, spill), r.size);
       stats_.taken_over_from_files += r.size;
     }
     inode->origin_dir.reset();
@@ -265,13 +271,12 @@ Status Filesystem::Restore(const HandoffImage& image) {
     }
   }
   RecordAllLocked();
-  // A handoff names no spill file (what lies in one went to a handoff file).
-  RemoveSpillFiles(*env_, staging_fd_);
-  // Open now: their names are not needed any more.
-  for (const std::string& file : handoff_files) (void)env_->Unlink(staging_fd_, file);
+  // The previous worker's spill files are not needed (what lay in them went to handoff files).
+  RemoveSpillFiles(*env_, staging_fd_,
+                   [&](const std::string& name) { return taken_spills.count(name) > 0; });
   spdlog::info("took over {} inodes, {} open files ({} with unsealed changes, {} of them in the "
                "cache's shared memory), {} open directories",
-               image.inodes.size(), image.handles.size(), handoff_files.size() + in_memory,
+               image.inodes.size(), image.handles.size(), taken_spills.size() + in_memory,
                in_memory, image.dir_handles.size());
   if (lost > 0) {
     return Status::Error(EIO, std::to_string(lost) + " files with unsealed changes could not be "

@@ -131,6 +131,31 @@ Status Flusher::last_error() const {
   return last_error_;
 }
 
+Status Flusher::spill_error() const {
+  MutexLock lock(mu_);
+  return spill_error_;
+}
+
+void Flusher::NoteSpillLocked(const Status& outcome, bool writers_wait) {
+  if (outcome.ok()) {
+    if (!spill_error_.ok()) {
+      spdlog::info("{} after {}", writers_wait ? "spilling works again" : "no writer waits for memory",
+                   spill_error_.ToString());
+    }
+    spill_error_ = Status::Ok();
+    consecutive_spill_failures_ = 0;
+    spill_retry_at_ = {};
+    return;
+  }
+  if (outcome.ToString() != spill_error_.ToString()) {
+    spdlog::error("writers wait for memory, retried: {}", outcome.ToString());
+  }
+  spill_error_ = outcome;
+  ++consecutive_spill_failures_;
+  stats_.spill_errors++;
+  spill_retry_at_ = clock_.Now() + policy::RetryDelay(consecutive_spill_failures_);
+}
+
 int Flusher::DirFd(const InodeRef& dir) {
   std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
   return backing ? backing->fd() : -1;
@@ -159,11 +184,14 @@ void Flusher::Run() {
       batch = journal_.TakeBatch(now, config_.flush_delay, force, max_batch_entries_,
                                  policy::kMaxBatchBytes);
     }
-    if (batch.empty() && waiting_writers > 0) {
+    if (batch.empty() && waiting_writers > 0 && now >= spill_retry_at_) {
       lock.Unlock();
-      size_t freed = client_.Spill(env_);
+      Result<size_t> freed = client_.Spill(env_);
       lock.Lock();
-      if (freed > 0) continue;
+      NoteSpillLocked(freed.status(), /*writers_wait=*/true);
+      if (freed.ok() && *freed > 0) continue;
+    } else if (waiting_writers == 0) {
+      NoteSpillLocked(Status::Ok(), /*writers_wait=*/false);
     }
     if (batch.empty()) {
       if (stop_ || (draining_ && journal_.pending_entries() == 0 && held_.size() == 0)) {
@@ -234,7 +262,6 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   for (size_t r = 0; r < results.size(); ++r) {
     Staged& s = staged[request_owner[r]];
     if (s.status.ok() && !results[r].ok()) s.status = results[r];
-    if (results[r].ok()) stats_.bytes_flushed += requests[r].bytes();
   }
   std::vector<int> sync_fds;
   std::vector<size_t> sync_owner;
@@ -458,6 +485,7 @@ Status Flusher::MakeNode(const JournalEntry& e, int dir) {
 
 void Flusher::CountPublished(const JournalEntry& e, std::optional<std::chrono::nanoseconds> took) {
   stats_.files_flushed++;
+  stats_.bytes_flushed += e.snapshot.size();
   if (took) stats_.flush_seconds.Observe(*took);
   stats_.save_to_durable_seconds.Observe(clock_.Now() - e.sealed_at);
 }

@@ -60,8 +60,8 @@ class FlushClient {
   // How many writers wait for memory.
   virtual size_t WritersWaiting() = 0;
   // Frees memory held by files still being written, through `env`, when writers wait and nothing
-  // is due. Returns the blocks freed.
-  virtual size_t Spill(Env& env) = 0;
+  // is due. Returns the blocks freed, or why that failed (naming the file).
+  virtual Result<size_t> Spill(Env& env) = 0;
   // The path of the entry's subject in the mount, for messages.
   virtual std::string PathOf(const EntryRef& entry) = 0;
 };
@@ -111,6 +111,9 @@ class Flusher {
 
   // The error of the last batch (ok once one succeeds).
   Status last_error() const EXCLUDES(mu_);
+  // Why the writers waiting for memory cannot have it: the last spill failed (ok once one
+  // succeeds, or once no writer waits). Spills are retried with the back-off of batches.
+  Status spill_error() const EXCLUDES(mu_);
   std::string backend_name() const { return backend_name_; }
 
  private:
@@ -164,6 +167,9 @@ class Flusher {
   static int DirFd(const InodeRef& dir);
   // Whether a name the entry would publish (or rename to) exists on the backing store now.
   bool TargetTaken(const JournalEntry& e);
+  // Takes the outcome of a spill (ok also when no writer waits any more): the standing
+  // spill_error, its back-off, and a log line when its cause changes.
+  void NoteSpillLocked(const Status& outcome, bool writers_wait) REQUIRES(mu_);
 
   const Config config_;
   Env& env_;
@@ -194,6 +200,9 @@ class Flusher {
   uint64_t error_epoch_ GUARDED_BY(mu_) = 0;
   unsigned consecutive_failures_ GUARDED_BY(mu_) = 0;
   Clock::time_point retry_at_ GUARDED_BY(mu_){};
+  Status spill_error_ GUARDED_BY(mu_);
+  unsigned consecutive_spill_failures_ GUARDED_BY(mu_) = 0;
+  Clock::time_point spill_retry_at_ GUARDED_BY(mu_){};
 };
 
 }  // namespace ckptfs

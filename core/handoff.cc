@@ -194,6 +194,10 @@ std::string HandoffFileName(uint64_t ino) {
   return std::string(kHandoffPrefix) + std::to_string(ino);
 }
 
+std::string TakenOverSpillName(uint32_t worker, uint64_t ino) {
+  return std::string(kSpillPrefix) + std::to_string(worker) + "-handoff-" + std::to_string(ino);
+}
+
 std::string EncodeHandoff(const HandoffImage& image) {
   json inodes = json::array();
   for (const HandoffImage::InodeRecord& r : image.inodes) {

@@ -74,5 +74,8 @@ Result<HandoffImage> DecodeHandoff(std::string_view text);
 
 // The name of the handoff file holding the content of inode `ino`.
 std::string HandoffFileName(uint64_t ino);
+// The name the handoff file of inode `ino` takes when worker `worker` takes it over as the
+// spill file of that content (IsSpillFileName holds for it).
+std::string TakenOverSpillName(uint32_t worker, uint64_t ino);
 
 }  // namespace ckptfs

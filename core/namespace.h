@@ -59,6 +59,9 @@ struct Caller {
   // The table of descriptors the request came through (FUSE's lock_owner), where the kernel
   // tells it: direct writes (core/writer_owners.h); 0: not told.
   uint64_t lock_owner = 0;
+  // Whether the caller has been given a fatal signal: a wait for cache memory then ends with
+  // EINTR (Arena::Reserve). Empty: it is never asked.
+  std::function<bool()> interrupted{};
 };
 
 // An entry of a directory listing.

@@ -1,7 +1,6 @@
 #include "core/reclaim.h"
 
 #include <fcntl.h>
-#include <spdlog/spdlog.h>
 
 #include <string>
 #include <vector>
@@ -45,8 +44,9 @@ size_t Reclaimer::Reclaim(size_t wanted) {
   return freed;
 }
 
-size_t Reclaimer::Spill(Env& env) {
+Result<size_t> Reclaimer::Spill(Env& env) {
   InodeRef victim;
+  std::string path;
   {
     NamespaceLock lock(ns_.mutex());
     size_t most = 0;
@@ -58,8 +58,13 @@ size_t Reclaimer::Spill(Env& env) {
       }
       inode->mu.unlock();
     });
+    if (victim) path = ns_.PathLocked(victim);
   }
   if (!victim) return 0;
+  // The file, the step and the errno: the same for every retry of the same cause.
+  auto failed = [&](const Status& st, const char* step) {
+    return Status::Error(st.err(), "cannot spill " + path + ", open for writing (" + step + ")");
+  };
   // The file's lock is held throughout: its content cannot change under the spill.
   MutexLock ilock(victim->mu);
   FileContent& content = victim->content;
@@ -69,31 +74,24 @@ size_t Reclaimer::Spill(Env& env) {
   // Reusable only when no sealed version shares it (then this copy and the content's are all).
   bool reuse = file && file->spill() && file.use_count() == 2;
   if (reuse) {
-    if (!env.Truncate(file->fd(), content.base_len()).ok()) return 0;
+    if (Status st = env.Truncate(file->fd(), content.base_len()); !st.ok()) {
+      return failed(st, "truncate its spill file");
+    }
   } else {
     const std::string name = std::string(kSpillPrefix) + std::to_string(worker_) + "-" +
                              std::to_string(++spill_files_);
     Result<int> fd = env.Open(staging_fd_, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW, 0600);
-    if (!fd.ok()) {
-      spdlog::error("cannot create a spill file: {}", fd.status().ToString());
-      return 0;
-    }
+    if (!fd.ok()) return failed(fd.status(), "create a spill file");
     file = std::make_shared<BackingFile>(env, *fd, staging_fd_, name);
     if (content.base() && content.base_len() > 0) {
       Status st = content.base()->CopyPrefixTo(*fd, content.base_len());
-      if (!st.ok()) {
-        spdlog::error("cannot spill: {}", st.ToString());
-        return 0;
-      }
+      if (!st.ok()) return failed(st, "copy what was spilled before");
     }
   }
   std::vector<WriteRequest> requests =
       BlockWriteRequests(spilled, content.size(), file->fd(), /*direct=*/false);
   for (const Status& st : env.Write(requests)) {
-    if (!st.ok()) {
-      spdlog::error("cannot spill: {}", st.ToString());
-      return 0;
-    }
+    if (!st.ok()) return failed(st, "write");
   }
   size_t freed = content.AdoptSpill(std::move(file), spilled);
   if (spilled_) spilled_(*victim);

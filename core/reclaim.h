@@ -31,8 +31,9 @@ class Reclaimer {
   size_t Reclaim(size_t wanted) EXCLUDES(ns_lock);
   // Moves the full blocks of the largest file still being written to its spill file (a named
   // file of the staging directory, core/backing_store.h), written through `env`'s batched
-  // Write (the flusher's thread only). Returns the blocks freed.
-  size_t Spill(Env& env) EXCLUDES(ns_lock);
+  // Write (the flusher's thread only). Returns the blocks freed (0: no file to spill), or why
+  // the spill failed, naming the file (its blocks stay in memory).
+  Result<size_t> Spill(Env& env) EXCLUDES(ns_lock);
   // Told (the file's lock held) after a file's blocks moved to a spill file. Set before use.
   void SetSpillObserver(std::function<void(Inode&)> observer) { spilled_ = std::move(observer); }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <set>
 
 #include "core/backing_store.h"
 
@@ -29,6 +30,26 @@ Result<int> MakeDirs(Env& env, int root_fd, const std::string& rel) {
     fd = *next;
   }
   return fd;
+}
+
+// Removes what a rescue that failed wrote under `rel` of `base_fd`: the `files` (paths below
+// `rel`), the directories holding them, and `rel` itself, so that no incomplete copy is left
+// where a user would look for one.
+void RemoveIncompleteRescue(Env& env, int base_fd, const std::string& rel,
+                            const std::vector<UnflushedFile>& files) {
+  std::set<std::string> dirs;
+  for (const UnflushedFile& file : files) {
+    (void)env.Unlink(base_fd, rel + "/" + file.path);
+    for (size_t slash = file.path.find('/'); slash != std::string::npos;
+         slash = file.path.find('/', slash + 1)) {
+      dirs.insert(file.path.substr(0, slash));
+    }
+  }
+  // Deepest first: a directory's subdirectories sort after it.
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    (void)env.Unlink(base_fd, rel + "/" + *it, /*directory=*/true);
+  }
+  (void)env.Unlink(base_fd, rel, /*directory=*/true);
 }
 
 // Writes `content` to `fd` and makes it durable (the flusher has stopped: this thread owns the
@@ -90,6 +111,9 @@ Result<std::string> SaveToRescueDirectory(Env& env, int root_fd, const std::stri
       if (var_tmp.ok()) env.Close(*var_tmp);
       return place.shown;
     }
+    spdlog::warn("cannot rescue the unflushed files to {}: {}; removed what was written there",
+                 place.shown, result.ToString());
+    RemoveIncompleteRescue(env, place.base_fd, place.rel, files);
   }
   if (var_tmp.ok()) env.Close(*var_tmp);
   return result;

@@ -11,7 +11,7 @@ namespace ckptfs {
 struct Stats {
   std::atomic<uint64_t> bytes_written{0};     // Accepted from clients.
   std::atomic<uint64_t> bytes_read{0};        // Served to clients.
-  std::atomic<uint64_t> bytes_flushed{0};     // Written to the backing store.
+  std::atomic<uint64_t> bytes_flushed{0};     // Of the file versions made durable (once each).
   std::atomic<uint64_t> files_flushed{0};     // Versions published.
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
@@ -21,6 +21,7 @@ struct Stats {
   std::atomic<uint64_t> flush_busy_ns{0};     // Time spent in flush batches.
   std::atomic<uint64_t> evicted_blocks{0};
   std::atomic<uint64_t> spilled_blocks{0};   // Moved out of memory before their file was sealed.
+  std::atomic<uint64_t> spill_errors{0};     // Spills that failed (Flusher::spill_error).
   // Unsealed bytes this worker took over from its predecessor: left in the shared memory of the
   // cache, or read from handoff files.
   std::atomic<uint64_t> taken_over_in_memory{0};

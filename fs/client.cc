@@ -322,6 +322,10 @@ int PrintStatus(const std::string& mountpoint, bool json) {
               HumanBytes(j.value("bytes_flushed", 0.0)).c_str(),
               static_cast<unsigned long long>(j.value("files_flushed", 0ull)),
               HumanBytes(j.value("flush_throughput", 0.0)).c_str());
+  std::printf("writers waiting  %llu%s%s\n",
+              static_cast<unsigned long long>(j.value("writers_waiting", 0ull)),
+              j.value("spill_error", "").empty() ? "" : ", stuck: ",
+              Printable(j.value("spill_error", "")).c_str());
   std::printf("versions skipped %llu\n", static_cast<unsigned long long>(j.value("versions_skipped", 0ull)));
   std::printf("flush errors     %llu%s%s\n", static_cast<unsigned long long>(j.value("flush_errors", 0ull)),
               j.value("last_error", "").empty() ? "" : ", now failing: ",

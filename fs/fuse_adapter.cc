@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/filesystem.h"
+#include "fs/fatal_signal.h"
 #include "fs/session_hooks.h"
 
 namespace ckptfs {
@@ -58,7 +59,9 @@ fuse_entry_param ToEntry(const Attr& a) {
 
 Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  return Caller{ctx->uid, ctx->gid, ctx->umask, RequestResent(), RequestId()};
+  Caller c{ctx->uid, ctx->gid, ctx->umask, RequestResent(), RequestId()};
+  c.interrupted = [tid = ctx->pid] { return BeingKilled(tid); };
+  return c;
 }
 
 void ReplyStatus(fuse_req_t req, const Status& st) { fuse_reply_err(req, st.ok() ? 0 : st.err()); }

@@ -111,7 +111,9 @@ std::string RenderFrame(const nlohmann::json& stats, const FlushTrend& trend,
   if (size > 0) memory += " (" + std::to_string(std::lround(100 * used / size)) + "%)";
   lines.push_back(BarLine("memory", size > 0 ? used / size : 0, memory, cells));
   if (const auto waiting = stats.value("writers_waiting", 0ull); waiting > 0) {
-    lines.push_back("writers  " + std::to_string(waiting) + " waiting for memory");
+    const std::string spill_error = stats.value("spill_error", "");
+    lines.push_back("writers  " + std::to_string(waiting) + " waiting for memory" +
+                    (spill_error.empty() ? "" : ", stuck: " + spill_error));
   }
 
   lines.push_back("dirty    " + HumanBytes(trend.dirty()) + " not yet durable in " +
@@ -177,6 +179,8 @@ std::string RenderPlainLine(const nlohmann::json& stats, const FlushTrend& trend
                      std::to_string(stats.value("flush_errors", 0ull));
   const std::string last_error = stats.value("last_error", "");
   if (!last_error.empty()) line += ", now failing: " + last_error;
+  const std::string spill_error = stats.value("spill_error", "");
+  if (!spill_error.empty()) line += ", writers stuck: " + spill_error;
   return Printable(line) + "\n";
 }
 

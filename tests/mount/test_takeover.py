@@ -9,8 +9,8 @@ import shutil
 import signal
 import unittest
 
-from ckptfs_testing.harness import (CkptfsMount, cache_memory_files, mounted, require_fuse,
-                                    run_ckptfs, wait_for)
+from ckptfs_testing.harness import (MiB, CkptfsMount, StreamWriter, cache_memory_files, mounted,
+                                    require_fuse, run_ckptfs, stream_bytes, wait_for)
 
 CRASH = r"worker \d+ died"
 
@@ -54,7 +54,8 @@ class TakeoverTest(unittest.TestCase):
             self.assertNotEqual(after["pid"], before["pid"])
             self.assertEqual(after["handoffs"], 1)
             self.assertGreater(after["takeover_ms"], 0)
-            self.assertEqual(m.staging_files(), [], "handoff files are taken in")
+            self.assertEqual([f for f in m.staging_files() if not f.startswith("spill-1-handoff-")],
+                             [], "handoff files become the new worker's spill files")
             stats = m.stats()
             shared = memory == "shared"
             unsealed = 1000000 + len(b"scratch bytes")
@@ -79,7 +80,55 @@ class TakeoverTest(unittest.TestCase):
             with open(m.bpath("ckpt", "model.pt"), "rb") as f:
                 self.assertEqual(f.read(), b"a" * 1000000 + b"b" * 500000)
             self.assertEqual(sorted(os.listdir(m.bpath("ckpt"))), ["done.bin", "model.pt"])
+            self.assertEqual(m.staging_files(), [], "spill files go once their files are closed")
             self.assertEqual(m.unmount(), 0)
+
+    def test_an_upgrade_while_a_file_larger_than_the_cache_streams_in_neither_hangs_nor_loses_it(self):
+        for memory in ("shared", "private"):
+            with self.subTest(cache_memory=memory):
+                # Under the default options but the cache's size (and its memory for "private").
+                options = ["cache_size=16M"] + (["cache_memory=private"] if memory == "private"
+                                                else [])
+                with CkptfsMount(options) as m, \
+                        StreamWriter(m.path("model.pt"), [24, 40]) as writer:
+                    writer.wait_acknowledged(24 * MiB, 120)
+                    self.assertGreater(m.stats()["spilled_bytes"], 0, "streamed through a file")
+                    r = self.upgrade(m)
+                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                    writer.go_on(1)
+                    # The new worker spills what it took over and what comes after.
+                    self.assertEqual(writer.result(120), "ok")
+                    self.assertGreater(m.stats()["spilled_bytes"], 0)
+                    self.assert_streamed(m, "model.pt", 64 * MiB)
+                    self.assertEqual(m.unmount(), 0)
+
+    def test_a_worker_killed_after_an_upgrade_loses_nothing_of_a_file_larger_than_the_cache(self):
+        with CkptfsMount(["cache_size=16M"], expect_errors=[CRASH]) as m, \
+                StreamWriter(m.path("model.pt"), [24, 4, 20]) as writer:
+            writer.wait_acknowledged(24 * MiB, 120)
+            r = self.upgrade(m)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            writer.go_on(1)
+            writer.wait_acknowledged(28 * MiB, 120)
+            old = m.worker_pid()
+            os.kill(old, signal.SIGKILL)
+            wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+            writer.go_on(2)
+            self.assertEqual(writer.result(120), "ok")
+            self.assertEqual(m.stats()["worker"]["crashes"], 1)
+            self.assertNotIn("cannot be named", m.output())
+            self.assert_streamed(m, "model.pt", 48 * MiB)
+            self.assertEqual(m.unmount(), 0)
+
+    def assert_streamed(self, m, name, size):
+        """`name` holds the first `size` bytes a StreamWriter writes, through the mount and, after
+        a sync, on the backing store."""
+        want = stream_bytes(size)
+        with open(m.path(name), "rb") as f:
+            self.assertTrue(f.read() == want, "the file read through the mount differs")
+        m.sync()
+        with open(m.bpath(name), "rb") as f:
+            self.assertTrue(f.read() == want, "the file on the backing store differs")
 
     def test_an_upgrade_to_another_binary_and_a_failed_one(self):
         with CkptfsMount(expect_errors=[r"upgrade to \S*/false failed"]) as m:

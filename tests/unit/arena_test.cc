@@ -281,6 +281,20 @@ TEST(ArenaTest, PressureCallbackRunsWhenReclaimIsNotEnough) {
   EXPECT_GE(reclaims.load(), 1);
 }
 
+TEST(ArenaTest, AWaitForMemoryEndsWithEintrOnceTheWriterIsKilledAndReservesNothing) {
+  Arena arena(4 * kBlockSize);
+  Reservation all = arena.Reserve(4);
+  std::atomic<bool> killed{false};
+  auto writer = std::async(std::launch::async, [&] {
+    return arena.Reserve(2, [&] { return killed.load(); }).status().err();
+  });
+  while (arena.waiting_writers() == 0) std::this_thread::sleep_for(1ms);
+  killed = true;
+  EXPECT_EQ(writer.get(), EINTR);
+  EXPECT_EQ(arena.used_blocks(), 4u);
+  EXPECT_EQ(arena.waiting_writers(), 0u);
+}
+
 // Prefault maps the whole capacity at once and faults it in behind the blocks' users, without
 // touching what they have written.
 TEST(ArenaTest, AnArenaInSharedMemoryLeavesItsBlocksToTheNext) {

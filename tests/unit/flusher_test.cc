@@ -55,11 +55,16 @@ class RecordingClient final : public FlushClient {
   }
   size_t WritersWaiting() override { return writers_waiting_; }
   std::string PathOf(const EntryRef& entry) override { return entry->name; }
-  size_t Spill(Env& env) override {
+  Result<size_t> Spill(Env& env) override {
     MutexLock lock(mu_);
     spill_env_ = &env;
     ++spills_;
-    return 0;
+    if (!spill_outcome_.ok()) return spill_outcome_;
+    return size_t{0};
+  }
+  void FailSpills(Status outcome) {
+    MutexLock lock(mu_);
+    spill_outcome_ = std::move(outcome);
   }
 
   std::vector<Seen> reports() const {
@@ -82,6 +87,7 @@ class RecordingClient final : public FlushClient {
   std::vector<Seen> reports_ GUARDED_BY(mu_);
   size_t spills_ GUARDED_BY(mu_) = 0;
   Env* spill_env_ GUARDED_BY(mu_) = nullptr;
+  Status spill_outcome_ GUARDED_BY(mu_);
 };
 
 class FlusherTest : public ::testing::Test {
@@ -275,6 +281,20 @@ TEST_F(FlusherTest, WhenWritersWaitAndNothingIsDueTheClientSpillsThroughTheFlush
   for (int i = 0; i < 200 && client.spills() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_GT(client.spills(), 0u);
   EXPECT_EQ(client.spill_env(), fault_.get());
+}
+
+TEST_F(FlusherTest, AFailingSpillStandsAsTheSpillErrorIsRetriedAndEndsWhenNoWriterWaits) {
+  RecordingClient& client = StartFlusher();
+  client.FailSpills(Status::Error(ENOSPC, "cannot spill f"));
+  client.writers_waiting_ = 1;
+  for (int i = 0; i < 500 && stats_.spill_errors.load() < 3; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_GE(stats_.spill_errors.load(), 3u) << "retried";
+  EXPECT_EQ(flusher_->spill_error().err(), ENOSPC);
+  EXPECT_EQ(flusher_->spill_error().message(), "cannot spill f");
+  EXPECT_TRUE(flusher_->last_error().ok()) << "no flush failed";
+  client.writers_waiting_ = 0;
+  for (int i = 0; i < 500 && !flusher_->spill_error().ok(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(flusher_->spill_error().ok()) << "nothing is stuck once no writer waits";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "core/backing_store.h"
 #include "core_test_util.h"
 
 namespace ckptfs {
@@ -155,7 +156,9 @@ TEST_P(HandoffOfMemoryTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPubl
   auto new_worker = StartFs(backing_.path(), {.flush_delay = 0ms, .worker = 1,
                                               .handoff = &*image, .arena_fd = arena_fd_});
   Filesystem& b = *new_worker;
-  EXPECT_TRUE(Staging().empty()) << "the handoff files are open, their names gone";
+  const std::vector<std::string> taken_files = Staging();
+  EXPECT_EQ(taken_files.size(), GetParam() ? 0u : 2u) << "handoff files become spill files";
+  for (const std::string& name : taken_files) EXPECT_TRUE(IsSpillFileName(name)) << name;
   const std::string taken = std::to_string(first.size() + std::string("still open").size());
   const std::string stats_text = b.StatsJson();
   EXPECT_NE(stats_text.find(std::string(GetParam() ? "\"taken_over_in_memory\": "
@@ -186,7 +189,43 @@ TEST_P(HandoffOfMemoryTest, TheNextWorkerServesTheKernelsInodesAndHandlesAndPubl
                         {"ckpt/done.txt", "closed before"},
                         {"ckpt/open.bin", first + second},
                         {"ckpt/new.txt", "new"}}));
+  EXPECT_TRUE(Staging().empty()) << "spill files go once their files are durable and closed";
   EXPECT_TRUE(b.Shutdown().ok());
+}
+
+TEST(HandoffSpillTest, AFileLargerThanTheCacheTakenOverByAnUpgradeSurvivesTheNextWorkersCrash) {
+  TempDir backing;
+  constexpr uint64_t kCache = 1 << 20;
+  ArenaMemory memory(kCache);
+  const std::string head = Pattern(7, 3 * kCache + 1000);
+  const std::string middle = Pattern(8, 200000);
+  const std::string tail = Pattern(9, 100000);
+  const uint64_t handle = RunAndKill([&]() -> uint64_t {
+    auto upgraded = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 3600s,
+                                             .arena_fd = memory.fd()});
+    Result<uint64_t> opened = CreatePath(*upgraded, "big.distcp");
+    if (!opened.ok()) return 0;
+    for (size_t at = 0; at < head.size(); at += 128 << 10) {
+      if (!WriteHandle(*upgraded, *opened, at, head.substr(at, 128 << 10)).ok()) return 0;
+    }
+    Result<HandoffImage> image = upgraded->Handoff();
+    if (StatOf(*upgraded, "spilled_bytes") == 0 || !image.ok()) return 0;
+    upgraded.reset();
+    // Never destroyed: the process is killed.
+    Filesystem* dying = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 3600s,
+                                                 .worker = 1, .handoff = &*image,
+                                                 .arena_fd = memory.fd()}).release();
+    return WriteHandle(*dying, *opened, head.size(), middle).ok() ? *opened : 0;
+  });
+  ASSERT_NE(handle, 0u);
+  auto next = StartFs(backing.path(), {.cache_size = kCache, .flush_delay = 0ms, .worker = 2,
+                                       .arena_fd = memory.fd(), .recover = true});
+  EXPECT_TRUE(SameBytes(*ReadHandle(*next, handle, head.size() + middle.size()), head + middle));
+  ASSERT_TRUE(WriteHandle(*next, handle, head.size() + middle.size(), tail).ok());
+  ASSERT_TRUE(next->Release(handle).ok());
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(backing / "big.distcp"), head + middle + tail));
+  EXPECT_TRUE(next->Shutdown().ok());
 }
 
 TEST_F(HandoffTest, HandlesOfAWorkerThatStoppedWithoutAHandoffAreRefused) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/arena.h"
+#include "iouring/fault_injecting_env.h"
 #include "namespace_fixture.h"
 
 namespace ckptfs {
@@ -55,6 +56,8 @@ class ReclaimTest : public testing_util::NamespaceTest {
 
   int staging_fd_ = -1;
   std::unique_ptr<Reclaimer> reclaimer_;
+  // An Env that fails what a test asks; it outlives the spill files opened through it.
+  FaultInjectingEnv faulty_env_{MakePosixEnv()};
 };
 
 TEST_F(ReclaimTest, ADurableUnchangedClosedFileIsEvictedAndReadAgainFromTheBackingStore) {
@@ -98,7 +101,7 @@ TEST_F(ReclaimTest, TheLargestFileStillBeingWrittenIsSpilledAndKeepsItsBytes) {
   const std::string large = Pattern(4, 3 * kBlockSize + 100);
   InodeRef a = FileInMemory("a", small, 1);
   InodeRef b = FileInMemory("b", large, 1);
-  EXPECT_EQ(reclaimer_->Spill(env_), 3u) << "the full blocks of the larger file";
+  EXPECT_EQ(*reclaimer_->Spill(env_), 3u) << "the full blocks of the larger file";
   EXPECT_EQ(stats_.spilled_blocks.load(), 3u);
   EXPECT_EQ(MemoryBlocks(a), 1u);
   EXPECT_EQ(MemoryBlocks(b), 1u) << "its partial last block stays in memory";
@@ -106,6 +109,23 @@ TEST_F(ReclaimTest, TheLargestFileStillBeingWrittenIsSpilledAndKeepsItsBytes) {
   EXPECT_EQ(testing_util::HostList(backing_ / ".ckptfs/staging"),
             std::vector<std::string>{"spill-0-1"})
       << "named, for a worker that takes over after a crash";
+}
+
+TEST_F(ReclaimTest, ASpillThatCannotBeWrittenNamesTheFileAndKeepsItsBlocksInMemory) {
+  const std::string bytes = Pattern(5, 3 * kBlockSize + 100);
+  InodeRef file = FileInMemory("model.pt", bytes, 1);
+  faulty_env_.FailWritesFrom(0, ENOSPC);
+  Result<size_t> spilled = reclaimer_->Spill(faulty_env_);
+  ASSERT_FALSE(spilled.ok());
+  EXPECT_EQ(spilled.status().err(), ENOSPC);
+  EXPECT_NE(spilled.status().message().find("model.pt"), std::string::npos)
+      << spilled.status().ToString();
+  EXPECT_EQ(MemoryBlocks(file), 4u);
+  EXPECT_EQ(stats_.spilled_blocks.load(), 0u);
+  EXPECT_TRUE(SameBytes(Content(file), bytes));
+  faulty_env_.Heal();
+  EXPECT_EQ(*reclaimer_->Spill(faulty_env_), 3u) << "spilled once the backing store takes it";
+  EXPECT_TRUE(SameBytes(Content(file), bytes));
 }
 
 }  // namespace

@@ -62,6 +62,20 @@ TEST_F(RescueTest, WhenTheBackingDirectoryRefusesThemTheyGoToVarTmp) {
   EXPECT_TRUE(SameBytes(ReadHostFile(*where + "/ckpt/iter_1/model.pt").value_or(""), model_bytes_));
 }
 
+TEST_F(RescueTest, APlaceThatTookOnlySomeOfThemKeepsNoRescueDirectory) {
+  FaultInjectingEnv env(std::make_unique<PosixEnv>());
+  // The model is written under the backing directory, then the tracker cannot be.
+  env.Inject(FaultInjectingEnv::Fault(Env::Op::kOpen, ENOSPC).Named("tracker").Times(1));
+  Result<std::string> where = SaveToRescueDirectory(env, root_fd_, backing_.path(), Files());
+  ASSERT_TRUE(where.ok()) << where.status().ToString();
+  made_.push_back(*where);
+  EXPECT_EQ(where->rfind("/var/tmp/ckptfs-rescue-", 0), 0u) << *where;
+  EXPECT_TRUE(SameBytes(ReadHostFile(*where + "/ckpt/iter_1/model.pt").value_or(""), model_bytes_));
+  EXPECT_EQ(ReadHostFile(*where + "/tracker"), std::string());
+  EXPECT_EQ(testing_util::HostList(backing_ / ".ckptfs"), std::vector<std::string>{})
+      << "no incomplete copy left where the README says to look";
+}
+
 TEST_F(RescueTest, WhenNoPlaceTakesThemTheErrorSaysWhere) {
   FaultInjectingEnv env(std::make_unique<PosixEnv>());
   env.Inject(FaultInjectingEnv::Fault(Env::Op::kOpen, EIO).Named("tracker"));

@@ -13,6 +13,8 @@ Only the absence of /dev/fuse makes a test skip (require_fuse()).
 """
 
 import errno
+import hashlib
+import multiprocessing
 import os
 import queue
 import random
@@ -154,6 +156,83 @@ class CkptfsMount(CkptfsDaemon):
             return sorted(os.listdir(os.path.join(self.backing, ".ckptfs", "staging")))
         except FileNotFoundError:
             return []
+
+
+MiB = 1 << 20
+
+
+def stream_block(j):
+    """Block j (1 MiB) of what a StreamWriter writes: distinct for every j."""
+    return hashlib.sha256(b"%d" % j).digest() * (MiB // 32)
+
+
+def stream_bytes(size):
+    """The first `size` bytes a StreamWriter writes."""
+    return b"".join(stream_block(j) for j in range((size + MiB - 1) // MiB))[:size]
+
+
+def _stream(path, phases, acked, gates, results):
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        j = 0
+        for phase, mib in enumerate(phases):
+            if phase > 0:
+                gates[phase - 1].wait()
+            for _ in range(mib):
+                os.write(fd, stream_block(j))
+                j += 1
+                acked.value = j * MiB
+        os.close(fd)
+        results.put("ok")
+    except OSError as e:
+        results.put(f"{errno_name(e)}: {e}")
+
+
+class StreamWriter:
+    """A child process that writes the file `path` as dd does: 1 MiB writes of stream_block(0),
+    stream_block(1), ...; `phases[i]` MiB in phase i, each phase after the first waiting for
+    go_on(). A `with` block starts it and, on leaving, kills it (only its pid) if it still runs."""
+
+    def __init__(self, path, phases):
+        ctx = multiprocessing.get_context("fork")
+        self._acked = ctx.Value("q", 0, lock=False)
+        self._gates = [ctx.Event() for _ in phases[1:]]
+        self._results = ctx.Queue()
+        self.proc = ctx.Process(target=_stream, daemon=True,
+                                args=(path, list(phases), self._acked, self._gates, self._results))
+
+    def __enter__(self):
+        self.proc.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=30)
+        return False
+
+    def acknowledged(self):
+        """Bytes its writes have returned so far."""
+        return self._acked.value
+
+    def wait_acknowledged(self, size, timeout):
+        wait_for(lambda: self.acknowledged() >= size or not self.proc.is_alive(), timeout,
+                 lambda: f"{size} bytes written (only {self.acknowledged()})")
+        if self.acknowledged() < size:
+            raise AssertionError(f"the writer ended after {self.acknowledged()} bytes: "
+                                 f"{self.result(0)}")
+
+    def go_on(self, phase):
+        self._gates[phase - 1].set()
+
+    def result(self, timeout):
+        """"ok" once it closed the file, else the errno and message of its failed call; fails
+        when it has not ended within `timeout` seconds (a writer that hangs)."""
+        try:
+            return self._results.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"the writer still runs after {timeout}s, "
+                                 f"{self.acknowledged()} bytes written") from None
 
 
 def errno_name(e):
