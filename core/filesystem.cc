@@ -56,6 +56,8 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   Result<BackingStore> store = OpenBackingStore(*env, resolved);
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
+  // A worker whose death would lose what it holds does not serve with the cache shared.
+  if (!fs->unrecoverable_.ok()) return fs->unrecoverable_;
   if (config.shared) {
     Journal& journal = fs->journal_;
     Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
@@ -118,12 +120,16 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       if (record.ok()) {
         kernel_record_ = std::move(*record);
       } else {
-        spdlog::warn("no kernel state record ({}): a crashed worker's open files and nodes go "
-                     "stale", record.status().ToString());
+        unrecoverable_ = Status::Error(record.status().err(),
+                                       "no kernel state record in the cache's shared memory (" +
+                                           record.status().ToString() +
+                                           "): a crash would lose the open files");
       }
     } else {
-      spdlog::warn("no recovery log ({}): what a crashed worker sealed is lost with it",
-                   log.status().ToString());
+      unrecoverable_ = Status::Error(log.status().err(),
+                                     "no recovery log in the cache's shared memory (" +
+                                         log.status().ToString() +
+                                         "): a crash would lose what is sealed");
     }
   }
 }

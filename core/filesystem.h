@@ -402,6 +402,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // its entries in use (entry -> the inode whose path it keeps), and the entries of nodes an
   // earlier worker gave (node -> entry).
   std::unique_ptr<KernelStateRecord> kernel_record_;
+  // Why a shared arena's recovery log or kernel state record could not be mapped (Make fails).
+  Status unrecoverable_;
   std::unordered_map<int, InodeRef> recorded_ GUARDED_BY(ns_lock);
   std::unordered_map<uint64_t, int> alias_records_ GUARDED_BY(ns_lock);
   Journal journal_;  // Its own lock, taken after the namespace lock.

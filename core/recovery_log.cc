@@ -210,6 +210,24 @@ Result<std::unique_ptr<RecoveryLog>> RecoveryLog::Map(int fd, uint64_t offset, u
   return log;
 }
 
+Status RecoveryLog::Readable(char* memory, uint64_t length) {
+  if (length <= kHeaderBytes) return Bad("too small for a recovery log");
+  const Header* header = reinterpret_cast<const Header*>(memory);
+  if (header->magic != kMagic || header->version != kVersion) {
+    return Bad("not a recovery log of this version: damaged, or never written");
+  }
+  // A valid header: the log is read, not rewritten.
+  return RecoveryLog(memory, length).Pending().status();
+}
+
+Status RecoveryLog::MappedReadable(int fd, uint64_t offset, uint64_t length) {
+  void* memory = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (memory == MAP_FAILED) return Status::FromErrno("mapping the recovery log");
+  Status readable = Readable(static_cast<char*>(memory), length);
+  munmap(memory, length);
+  return readable;
+}
+
 RecoveryLog::~RecoveryLog() {
   if (mapping_) munmap(mapping_, mapping_length_);
 }

@@ -137,6 +137,24 @@ TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRef
   EXPECT_EQ(RecoveryLog(memory_.data(), memory_.size()).Pending().status().err(), EINVAL);
 }
 
+TEST_F(RecoveryLogTest, ALogIsReadableOnlyAsAWorkerWroteItAndReadingItChangesNothing) {
+  EXPECT_EQ(RecoveryLog::Readable(memory_.data(), memory_.size()).err(), EINVAL)
+      << "never written";
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Publish(1, "f", 1, {{0, 1}}));
+  EXPECT_TRUE(RecoveryLog::Readable(memory_.data(), memory_.size()).ok());
+  const std::vector<char> written = memory_;
+  memory_[0] ^= 1;  // The header's magic damaged.
+  const std::vector<char> damaged = memory_;
+  Status st = RecoveryLog::Readable(memory_.data(), memory_.size());
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("not a recovery log"), std::string::npos) << st.message();
+  EXPECT_TRUE(memory_ == damaged) << "read, not reset for a new mount";
+  memory_ = written;
+  std::memset(memory_.data() + 4096, 0xff, 16);  // A record's length damaged.
+  EXPECT_EQ(RecoveryLog::Readable(memory_.data(), memory_.size()).err(), EINVAL);
+}
+
 class RecoverTest : public ::testing::Test {
  protected:
   std::string B(const std::string& rel) const { return backing_ / rel; }
