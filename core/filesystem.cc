@@ -234,6 +234,9 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
     return tensors_.Build(std::move(found->checkpoint));
   }
   if (!child.ok()) return child.status();
+  if ((*child)->type == FileType::kDirectory) {
+    if (Status full = RoomInRecordLocked(child->get(), 0); !full.ok()) return full;
+  }
   (*child)->lookups++;
   if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
   return ns_.AttrOf(**child);
@@ -310,6 +313,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
 Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
+  if (Status full = RoomInRecordLocked(nullptr, 0); !full.ok()) return full;
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
   if (!e.ok()) return e.status();
@@ -355,7 +359,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     ns_.CancelUnsentLocked(inode);
     ns_.MaybeDropLocked(inode);
   }
-  RecordPathsLocked(inode);
+  RecordPlaceLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
@@ -378,7 +382,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   (*dir)->nlink--;
   ns_.CancelUnsentLocked(inode);
   ns_.MaybeDropLocked(inode);
-  RecordPathsLocked(inode);
+  RecordPlaceLocked(inode);
   return Status::Ok();
 }
 
@@ -605,8 +609,8 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     ns_.CancelUnsentLocked(victim);
     ns_.MaybeDropLocked(victim);
   }
-  RecordPathsLocked(child);
-  if (victim) RecordPathsLocked(victim);
+  RecordPlaceLocked(child);
+  if (victim) RecordPlaceLocked(victim);
   zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
@@ -667,6 +671,8 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       return existing.status();
     } else if (Status refused = zarr_.MayCreateLocked(*dir, name); !refused.ok()) {
       return refused;
+    } else if (Status full = RoomInRecordLocked(nullptr, 1); !full.ok()) {
+      return full;
     } else {
       InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
       ns_.AddNameLocked(*dir, name, inode);
@@ -756,6 +762,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     }
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
+  if (Status full = RoomInRecordLocked(inode.get(), 1); !full.ok()) return full;
   if (truncate && reservation.count() == 0) {
     more = 1;
     return Status::Ok();
@@ -1131,6 +1138,7 @@ std::string Filesystem::StatsJson() {
   j["recovered_bytes"] = stats_.recovered_bytes.load();
   j["recovered_handles"] = stats_.recovered_handles.load();
   j["recovered_open_bytes"] = stats_.recovered_open_bytes.load();
+  j["kernel_record_refused"] = stats_.kernel_record_refused.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   j["tensor_views"] = tensors_.size();

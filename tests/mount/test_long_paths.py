@@ -1,0 +1,129 @@
+"""Files open at long paths when the worker is replaced (core/kernel_state_record.h keeps each
+node the kernel holds by its directory and name): six directories of 200-byte names, and a tree
+deeper than PATH_MAX reached with openat, go on after the worker is killed (the default options)
+and after an upgrade (the cache shared and private)."""
+
+import os
+import signal
+import unittest
+
+from harness import CkptfsMount, require_fuse, wait_for
+
+CRASH = r"worker \d+ died"
+# 6 x 200 bytes and a file name: 1,215 bytes from the root (the issue's case).
+SIX = [c * 200 for c in "abcdef"]
+# 25 x 200 bytes: 5,024 bytes from the root before the file name, past PATH_MAX (4,096).
+DEEP = [f"{i:03d}" + "x" * 197 for i in range(25)]
+
+
+def make_dirs(top, names):
+    """Makes `names` under the directory descriptor `top`, one below the other, with mkdirat;
+    returns a descriptor of the deepest."""
+    fd = os.dup(top)
+    for name in names:
+        os.mkdir(name, dir_fd=fd)
+        below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    return fd
+
+
+def read_at(root, names):
+    """The bytes of the file at `names` under `root`, opened one name at a time (openat)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names[:-1]:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        with open(os.open(names[-1], os.O_RDONLY, dir_fd=fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def kill_worker(m):
+    old = m.worker_pid()
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+
+
+def upgrade(m):
+    # Asked from this process: a child's exec would close (and so seal) the open files.
+    before = m.stats()["worker"]["number"]
+    with open(m.path(".ckptfs", "upgrade"), "w") as f:
+        f.write("upgrade")
+    wait_for(lambda: m.stats()["worker"]["number"] == before + 1, 60,
+             lambda: m.stats()["worker"])
+
+
+class LongPathTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+
+    def test_files_open_at_long_paths_go_on_after_the_worker_is_killed(self):
+        def kill_and_count(m):
+            kill_worker(m)
+            self.assertEqual(m.stats()["recovered_handles"], 3, "every open file, by its handle")
+
+        with CkptfsMount(expect_errors=[CRASH]) as m:
+            self.open_replace_and_go_on(m, kill_and_count)
+
+    def test_files_open_at_long_paths_go_on_after_an_upgrade(self):
+        for memory in ("shared", "private"):
+            with self.subTest(cache_memory=memory), CkptfsMount([f"cache_memory={memory}"]) as m:
+                self.open_replace_and_go_on(m, upgrade)
+
+    def open_replace_and_go_on(self, m, replace):
+        """Opens a file for writing and one for reading six directories deep, and one for
+        writing (fsynced) past PATH_MAX; replace(m) replaces the worker; every descriptor goes
+        on, and so does the kernel's node of the deepest directory; all of it reaches the
+        backing store."""
+        fds = []
+
+        def keep(fd):
+            fds.append(fd)
+            return fd
+
+        try:
+            root = keep(os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY))
+            six = keep(make_dirs(root, SIX))
+            with open(os.open("done.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=six), "wb") as f:
+                f.write(b"d" * 100000)
+            writing = keep(os.open("model.pt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=six))
+            os.write(writing, b"a" * 300000)
+            reading = keep(os.open("done.bin", os.O_RDONLY, dir_fd=six))
+            self.assertEqual(os.read(reading, 1000), b"d" * 1000)
+            deep = keep(make_dirs(root, DEEP))
+            shard = keep(os.open("shard.distcp", os.O_WRONLY | os.O_CREAT, 0o640, dir_fd=deep))
+            os.write(shard, b"s" * 200000)
+            os.fsync(shard)
+
+            replace(m)
+
+            self.assertEqual(os.write(writing, b"b" * 1000), 1000)
+            self.assertEqual(os.read(reading, 200000), b"d" * 99000)
+            self.assertEqual(os.write(shard, b"more"), 4)
+            os.fsync(shard)
+            with open(os.open("after", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=deep), "wb") as f:
+                f.write(b"made in the deep directory after")
+            for fd in (writing, reading, shard):
+                fds.remove(fd)
+                os.close(fd)
+            m.sync()
+            self.assertEqual(read_at(m.backing, SIX + ["model.pt"]), b"a" * 300000 + b"b" * 1000)
+            self.assertEqual(read_at(m.backing, SIX + ["done.bin"]), b"d" * 100000)
+            self.assertEqual(read_at(m.backing, DEEP + ["shard.distcp"]), b"s" * 200000 + b"more")
+            self.assertEqual(read_at(m.backing, DEEP + ["after"]),
+                             b"made in the deep directory after")
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # A descriptor the failure left bad: the failure is reported.
+        self.assertEqual(m.unmount(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
