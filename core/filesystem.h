@@ -347,6 +347,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Status RoomInRecordLocked(const Inode* node, size_t handles) REQUIRES(ns_lock);
   // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
   void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // RecordNodeLocked of a node whose directory is recorded (or has no name).
+  void RecordOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
   void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
   // Handle `h` is released (before its inode's open count goes down).
   void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);

@@ -48,11 +48,20 @@ Status Filesystem::RoomInRecordLocked(const Inode* node, size_t handles) {
 }
 
 void Filesystem::RecordNodeLocked(const InodeRef& inode) {
-  if (!kernel_record_ || inode->ino == kRootIno) return;
-  {
-    MutexLock ilock(inode->mu);
-    if (inode->record >= 0) return;
+  if (!kernel_record_) return;
+  // Its directories not recorded yet go first, the highest first (an entry names its
+  // directory's): no recursion however deep the tree.
+  std::vector<InodeRef> unrecorded;
+  for (InodeRef at = inode; at && at->ino != kRootIno;
+       at = at->names.empty() ? nullptr : at->names.begin()->parent) {
+    MutexLock ilock(at->mu);
+    if (at->record >= 0) break;
+    unrecorded.push_back(at);
   }
+  for (auto it = unrecorded.rbegin(); it != unrecorded.rend(); ++it) RecordOneLocked(*it);
+}
+
+void Filesystem::RecordOneLocked(const InodeRef& inode) {
   // Recorded once, under the node id the kernel knows it by: an earlier worker's when it has
   // one (so a takeover records no more entries than it found).
   uint64_t ino = inode->ino;
