@@ -34,9 +34,10 @@ constexpr uint64_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
 
 enum RecordType : uint8_t { kEntryRecord = 1, kCancelRecord = 2 };
-constexpr size_t kMaxString = 64 * 1024;
-constexpr size_t kMaxNames = 4096;
 constexpr size_t kMaxRecord = 32ull << 20;
+// A path of any depth (openat reaches past PATH_MAX): only the record's size bounds it.
+constexpr size_t kMaxString = kMaxRecord;
+constexpr size_t kMaxNames = 4096;
 
 class Writer {
  public:

@@ -100,6 +100,22 @@ TEST_F(RecoveryLogTest, AFullHalfKeepsTheRecordsBeforeTheFirstDroppedOne) {
   EXPECT_FALSE(log.dropped()) << "emptied once all is durable";
 }
 
+TEST_F(RecoveryLogTest, EntriesAtPathsLongerThan64KiBAreReadBack) {
+  // 400 directories of 200-byte names: 80,408 bytes, as openat reaches them.
+  std::string path;
+  for (int level = 0; level < 400; ++level) path += std::string(200, 'a' + level % 26) + "/";
+  path += "model.pt";
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Rename(1, path, path + ".renamed"));
+  log.Append(Publish(2, path, 1, {{0, 3}}));
+  Result<LoggedState> state = RecoveryLog(memory_.data(), memory_.size()).Pending();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  ASSERT_EQ(Seqs(*state), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(state->entries[0].path, path);
+  EXPECT_EQ(state->entries[0].new_path, path + ".renamed");
+  EXPECT_EQ(state->entries[1].names, std::vector<std::string>{path});
+}
+
 TEST_F(RecoveryLogTest, ARecoveryThatDiesLeavesTheSameRecordsToTheNext) {
   RecoveryLog crashed(memory_.data(), memory_.size());
   crashed.Append(Publish(7, "a", 1, {{0, 3}}));
