@@ -1,8 +1,10 @@
 """Files open at long paths when the worker is replaced (core/kernel_state_record.h keeps each
 node the kernel holds by its directory and name): six directories of 200-byte names, and a tree
 deeper than PATH_MAX reached with openat, go on after the worker is killed (the default options)
-and after an upgrade (the cache shared and private)."""
+and after an upgrade (the cache shared and private), and what they held is rescued by the next
+mount when the whole daemon dies."""
 
+import glob
 import os
 import signal
 import unittest
@@ -73,6 +75,32 @@ class LongPathTest(unittest.TestCase):
         for memory in ("shared", "private"):
             with self.subTest(cache_memory=memory), CkptfsMount([f"cache_memory={memory}"]) as m:
                 self.open_replace_and_go_on(m, upgrade)
+
+    def test_files_open_at_long_paths_are_rescued_by_the_next_mount_after_the_daemon_dies(self):
+        with CkptfsMount() as m:
+            fds = []
+            try:
+                fds.append(os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY))
+                fds.append(make_dirs(fds[0], SIX))
+                fds.append(os.open("model.pt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fds[-1]))
+                os.write(fds[-1], b"a" * 300000)
+                fds.append(make_dirs(fds[0], DEEP))
+                fds.append(os.open("shard.distcp", os.O_WRONLY | os.O_CREAT, 0o640,
+                                   dir_fd=fds[-1]))
+                os.write(fds[-1], b"s" * 200000)
+                m.kill9()  # The supervisor and its worker: the next mount recovers.
+            finally:
+                for fd in fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass  # The mount went with its daemon.
+            with CkptfsMount(backing=m.backing) as again:
+                rescued = glob.glob(m.bpath(".ckptfs", "rescue-*"))
+                self.assertEqual(len(rescued), 1, os.listdir(m.bpath(".ckptfs")))
+                self.assertEqual(read_at(rescued[0], SIX + ["model.pt"]), b"a" * 300000)
+                self.assertEqual(read_at(rescued[0], DEEP + ["shard.distcp"]), b"s" * 200000)
+                self.assertEqual(again.unmount(), 0)
 
     def open_replace_and_go_on(self, m, replace):
         """Opens a file for writing and one for reading six directories deep, and one for
