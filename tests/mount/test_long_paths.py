@@ -4,8 +4,10 @@ deeper than PATH_MAX reached with openat, go on after the worker is killed (the 
 and after an upgrade (the cache shared and private), and what they held is rescued by the next
 mount when the whole daemon dies."""
 
+import errno
 import glob
 import os
+import resource
 import signal
 import unittest
 
@@ -42,6 +44,40 @@ def read_at(root, names):
             return f.read()
     finally:
         os.close(fd)
+
+
+# Descriptors one process holds for the full-record test (RLIMIT_NOFILE is 20,000 here, and
+# raising it needs CAP_SYS_RESOURCE): more are held by children.
+HELD_PER_PROCESS = 15000
+
+
+def hold_in_a_child(fds):
+    """Forks a child that holds the descriptors {name number: fd} (open files of the mount)
+    until told "w": then it appends " and after" to those it was given with a number divisible
+    by 1000, answers "ok" (or the error), and exits, closing them. Returns (pid, to, back)."""
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        # Whatever happens, the child ends here: it must never run the rest of the test.
+        answer = b"ok"
+        try:
+            os.close(to_child)
+            os.close(from_child)
+            os.read(from_parent, 1)
+            for n, fd in fds.items():
+                if n % 1000 == 0 and os.write(fd, b" and after") != 10:
+                    answer = f"short write to f{n}".encode()
+        except BaseException as e:
+            answer = repr(e).encode()
+        finally:
+            try:
+                os.write(to_parent, answer)
+            finally:
+                os._exit(0)
+    os.close(from_parent)
+    os.close(to_parent)
+    return pid, to_child, from_child
 
 
 def kill_worker(m):
@@ -101,6 +137,63 @@ class LongPathTest(unittest.TestCase):
                 self.assertEqual(read_at(rescued[0], SIX + ["model.pt"]), b"a" * 300000)
                 self.assertEqual(read_at(rescued[0], DEEP + ["shard.distcp"]), b"s" * 200000)
                 self.assertEqual(again.unmount(), 0)
+
+    def test_a_full_record_refuses_the_next_open_and_every_open_file_goes_on_after_a_kill(self):
+        with CkptfsMount(expect_errors=[CRASH]) as m:
+            os.mkdir(m.path("ckpt"))
+            holders = []  # Children holding earlier descriptors: (pid, to, back).
+            fds = {}  # Name number -> descriptor, of this process.
+            sample = []  # Name numbers written before and after the kill.
+            try:
+                refused = None
+                opened = 0
+                while refused is None and opened < 65536:
+                    try:
+                        fd = os.open(m.path("ckpt", f"f{opened}"), os.O_WRONLY | os.O_CREAT, 0o644)
+                    except OSError as e:
+                        refused = e
+                        break
+                    fds[opened] = fd
+                    if opened % 1000 == 0:
+                        os.write(fd, b"before")
+                        sample.append(opened)
+                    opened += 1
+                    if len(fds) == HELD_PER_PROCESS:
+                        holders.append(hold_in_a_child(fds))
+                        for fd in fds.values():
+                            os.close(fd)
+                        fds = {}
+                self.assertIsNotNone(refused, "the record took 65,536 open files")
+                self.assertEqual(refused.errno, errno.ENFILE, refused)
+                self.assertGreaterEqual(opened, 30000)
+                self.assertGreaterEqual(m.stats()["kernel_record_refused"], 1)
+
+                kill_worker(m)
+                self.assertEqual(m.stats()["recovered_handles"], opened, "every open file")
+                for n in sample:
+                    if n in fds:
+                        self.assertEqual(os.write(fds[n], b" and after"), 10, n)
+                for pid, to, back in holders:
+                    os.write(to, b"w")
+                    self.assertEqual(os.read(back, 100), b"ok", f"the child holding files: {pid}")
+                    self.assertEqual(os.waitpid(pid, 0)[1], 0)
+                holders = []
+                for fd in fds.values():
+                    os.close(fd)
+                fds = {}
+                with open(m.path("ckpt", "room again"), "w") as f:
+                    f.write("closed files made room")
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
+                for pid, to, back in holders:
+                    os.kill(pid, signal.SIGKILL)  # Only the children this test started.
+                    os.waitpid(pid, 0)
+            m.sync()
+            for n in sample:
+                with open(m.bpath("ckpt", f"f{n}"), "rb") as f:
+                    self.assertEqual(f.read(), b"before and after", n)
+            self.assertEqual(m.unmount(), 0)
 
     def open_replace_and_go_on(self, m, replace):
         """Opens a file for writing and one for reading six directories deep, and one for
