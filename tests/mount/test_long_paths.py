@@ -11,7 +11,7 @@ import resource
 import signal
 import unittest
 
-from harness import CkptfsMount, require_fuse, wait_for
+from harness import CkptfsMount, cache_memory_files, require_fuse, wait_for
 
 CRASH = r"worker \d+ died"
 # 6 x 200 bytes and a file name: 1,215 bytes from the root (the case).
@@ -113,7 +113,8 @@ class LongPathTest(unittest.TestCase):
                 self.open_replace_and_go_on(m, upgrade)
 
     def test_files_open_at_long_paths_are_rescued_by_the_next_mount_after_the_daemon_dies(self):
-        with CkptfsMount() as m:
+        # A small cache: its memory file must find room in /dev/shm, which other mounts share.
+        with CkptfsMount(["cache_size=64M"]) as m:
             fds = []
             try:
                 fds.append(os.open(m.mnt, os.O_RDONLY | os.O_DIRECTORY))
@@ -124,6 +125,7 @@ class LongPathTest(unittest.TestCase):
                 fds.append(os.open("shard.distcp", os.O_WRONLY | os.O_CREAT, 0o640,
                                    dir_fd=fds[-1]))
                 os.write(fds[-1], b"s" * 200000)
+                self.assertEqual(len(cache_memory_files(m.backing)), 1, "a file, not a memfd")
                 m.kill9()  # The supervisor and its worker: the next mount recovers.
             finally:
                 for fd in fds:

@@ -167,7 +167,8 @@ class TakeoverTest(unittest.TestCase):
 
     def test_a_worker_that_dies_with_its_recovery_log_unreadable_ends_the_mount(self):
         died = r"died \(killed by Killed\) and what it held cannot be taken over"
-        with CkptfsMount(expect_errors=[died]) as m:
+        # A small cache: its memory file must find room in /dev/shm, which other mounts share.
+        with CkptfsMount(["cache_size=64M"], expect_errors=[died]) as m:
             with open(m.path("durable"), "w") as f:
                 f.write("synced")
             m.sync()
