@@ -59,6 +59,15 @@ void Filesystem::RecordNodeLocked(const InodeRef& inode) {
     unrecorded.push_back(at);
   }
   for (auto it = unrecorded.rbegin(); it != unrecorded.rend(); ++it) RecordOneLocked(*it);
+  // Recorded under an earlier worker's node id while the kernel holds its own too (it looked
+  // it up again): recorded under both.
+  if (inode->lookups > 0 && inode->ino != kRootIno) {
+    {
+      MutexLock ilock(inode->mu);
+      if (inode->record < 0 || inode->record_ino == inode->ino) return;
+    }
+    RecordAliasLocked(inode->ino, inode);
+  }
 }
 
 void Filesystem::RecordOneLocked(const InodeRef& inode) {
@@ -139,6 +148,13 @@ void Filesystem::UnrecordHandleLocked(Handle* h) {
 
 void Filesystem::UnrecordNodeLocked(Inode& inode) {
   if (!kernel_record_) return;
+  // Its own node id, recorded beside an earlier worker's (an earlier worker's ids are never
+  // this worker's).
+  if (auto own = alias_records_.find(inode.ino); own != alias_records_.end()) {
+    kernel_record_->RemoveNode(own->second);
+    recorded_.erase(own->second);
+    alias_records_.erase(own);
+  }
   MutexLock ilock(inode.mu);
   if (inode.record < 0) return;
   if (auto alias = alias_records_.find(inode.record_ino);

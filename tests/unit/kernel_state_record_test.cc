@@ -494,6 +494,31 @@ TEST_F(KernelStateRecoveryTest, TwoCrashesInARowLeaveTheSameOpenFileAndNodesToTh
   EXPECT_TRUE(third->Shutdown().ok());
 }
 
+TEST_F(KernelStateRecoveryTest, ADirectoryLookedUpAgainAfterATakeoverKeepsBothNodeIdsThroughTheNext) {
+  uint64_t first;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Result<Attr> made = crashed->Mkdir(kRootIno, "d", 0755, Me());
+    ASSERT_TRUE(made.ok());
+    first = made->ino;
+  }
+  uint64_t second;
+  {
+    auto recovered_then_crashed = Next(1);
+    // The kernel looks the directory up again and holds the new worker's node id too.
+    Result<Attr> again = recovered_then_crashed->Lookup(kRootIno, "d");
+    ASSERT_TRUE(again.ok());
+    second = again->ino;
+    ASSERT_NE(second, first);
+  }
+  auto third = Next(2);
+  EXPECT_TRUE(third->GetAttr(first).ok()) << "the first worker's node id";
+  Result<Attr> by_second = third->GetAttr(second);
+  ASSERT_TRUE(by_second.ok()) << "the second worker's: " << by_second.status().ToString();
+  EXPECT_TRUE(S_ISDIR(by_second->mode));
+  EXPECT_TRUE(third->Shutdown().ok());
+}
+
 TEST_F(KernelStateRecoveryTest, AFileRemovedWhileOpenGoesOnNamelessAfterACrash) {
   const std::string bytes = Pattern(7, 2 * kBlockSize + 9);
   uint64_t handle, ino;
