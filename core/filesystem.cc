@@ -344,7 +344,11 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   if (!child.ok()) return child.status();
   InodeRef inode = *child;
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
-  if (ns_.ContentOwner(inode) != inode) return zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
+  if (ns_.ContentOwner(inode) != inode) {
+    Status removed = zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
+    if (removed.ok() && more == 0) RecordPlaceLocked(inode);
+    return removed;
+  }
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
     Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
@@ -554,6 +558,11 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
   bool handled;
   Status viewed = zarr_.RenameLocked(*src, name, child, *dst, new_name, &handled, reservation, more);
+  if (viewed.ok() && more == 0 && handled) {
+    // A zarr chunk renamed into a fine grid: the names it changed are recorded as well.
+    RecordPlaceLocked(child);
+    if (victim) RecordPlaceLocked(victim);
+  }
   if (!viewed.ok() || more > 0 || handled) return viewed;
   if (child->type == FileType::kDirectory) {
     for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
