@@ -57,6 +57,8 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   Result<BackingStore> store = OpenBackingStore(*env, resolved);
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
+  // A worker whose death would lose what it holds does not serve with the cache shared.
+  if (!fs->unrecoverable_.ok()) return fs->unrecoverable_;
   if (config.shared) {
     Journal& journal = fs->journal_;
     Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
@@ -126,12 +128,16 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       if (record.ok()) {
         kernel_record_ = std::move(*record);
       } else {
-        spdlog::warn("no kernel state record ({}): a crashed worker's open files and nodes go "
-                     "stale", record.status().ToString());
+        unrecoverable_ = Status::Error(record.status().err(),
+                                       "no kernel state record in the cache's shared memory (" +
+                                           record.status().ToString() +
+                                           "): a crash would lose the open files");
       }
     } else {
-      spdlog::warn("no recovery log ({}): what a crashed worker sealed is lost with it",
-                   log.status().ToString());
+      unrecoverable_ = Status::Error(log.status().err(),
+                                     "no recovery log in the cache's shared memory (" +
+                                         log.status().ToString() +
+                                         "): a crash would lose what is sealed");
     }
   }
 }
@@ -238,6 +244,9 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
     return tensors_.Build(std::move(found->checkpoint));
   }
   if (!child.ok()) return child.status();
+  if ((*child)->type == FileType::kDirectory) {
+    if (Status full = RoomInRecordLocked(child->get(), 0); !full.ok()) return full;
+  }
   (*child)->lookups++;
   if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
   return ns_.AttrOf(**child);
@@ -314,6 +323,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
 Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
+  if (Status full = RoomInRecordLocked(nullptr, 0); !full.ok()) return full;
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
   if (!e.ok()) return e.status();
@@ -344,7 +354,11 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   if (!child.ok()) return child.status();
   InodeRef inode = *child;
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
-  if (ns_.ContentOwner(inode) != inode) return zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
+  if (ns_.ContentOwner(inode) != inode) {
+    Status removed = zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
+    if (removed.ok() && more == 0) RecordPlaceLocked(inode);
+    return removed;
+  }
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
     Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
@@ -359,7 +373,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     ns_.CancelUnsentLocked(inode);
     ns_.MaybeDropLocked(inode);
   }
-  RecordPathsLocked(inode);
+  RecordPlaceLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
@@ -382,7 +396,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   (*dir)->nlink--;
   ns_.CancelUnsentLocked(inode);
   ns_.MaybeDropLocked(inode);
-  RecordPathsLocked(inode);
+  RecordPlaceLocked(inode);
   return Status::Ok();
 }
 
@@ -554,6 +568,11 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   if (victim && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, new_name);
   bool handled;
   Status viewed = zarr_.RenameLocked(*src, name, child, *dst, new_name, &handled, reservation, more);
+  if (viewed.ok() && more == 0 && handled) {
+    // A zarr chunk renamed into a fine grid: the names it changed are recorded as well.
+    RecordPlaceLocked(child);
+    if (victim) RecordPlaceLocked(victim);
+  }
   if (!viewed.ok() || more > 0 || handled) return viewed;
   if (child->type == FileType::kDirectory) {
     for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
@@ -609,8 +628,8 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     ns_.CancelUnsentLocked(victim);
     ns_.MaybeDropLocked(victim);
   }
-  RecordPathsLocked(child);
-  if (victim) RecordPathsLocked(victim);
+  RecordPlaceLocked(child);
+  if (victim) RecordPlaceLocked(victim);
   zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
@@ -671,6 +690,8 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       return existing.status();
     } else if (Status refused = zarr_.MayCreateLocked(*dir, name); !refused.ok()) {
       return refused;
+    } else if (Status full = RoomInRecordLocked(nullptr, 1); !full.ok()) {
+      return full;
     } else {
       InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
       ns_.AddNameLocked(*dir, name, inode);
@@ -760,6 +781,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     }
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
+  if (Status full = RoomInRecordLocked(inode.get(), 1); !full.ok()) return full;
   if (truncate && reservation.count() == 0) {
     more = 1;
     return Status::Ok();
@@ -1145,6 +1167,7 @@ std::string Filesystem::StatsJson() {
   j["recovered_bytes"] = stats_.recovered_bytes.load();
   j["recovered_handles"] = stats_.recovered_handles.load();
   j["recovered_open_bytes"] = stats_.recovered_open_bytes.load();
+  j["kernel_record_refused"] = stats_.kernel_record_refused.load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   j["tensor_views"] = tensors_.size();

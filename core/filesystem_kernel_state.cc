@@ -15,9 +15,18 @@ namespace {
 void WarnRecordFull() {
   static std::once_flag warned;
   std::call_once(warned, [] {
-    spdlog::warn("the kernel state record is full (or a path is longer than {} bytes): nodes "
-                 "and open files beyond it go stale if this worker crashes",
-                 KernelStateRecord::kMaxPath);
+    spdlog::warn("the kernel state record is full: nodes and open files beyond it go stale if "
+                 "this worker crashes");
+  });
+}
+
+void WarnRecordRefuses() {
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+    spdlog::warn("the kernel state record holds {} directories and open files, or {} handles: "
+                 "further lookups and opens fail with ENFILE until some are closed or "
+                 "forgotten (stats: kernel_record_refused)",
+                 KernelStateRecord::kNodes / 2, KernelStateRecord::kHandles / 2);
   });
 }
 
@@ -25,18 +34,89 @@ bool Writable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 }  // namespace
 
-void Filesystem::RecordNodeLocked(const InodeRef& inode) {
-  if (!kernel_record_ || inode->ino == kRootIno) return;
-  {
-    MutexLock ilock(inode->mu);
-    if (inode->record >= 0) return;
+Status Filesystem::RoomInRecordLocked(const Inode* node, size_t handles) {
+  if (!kernel_record_) return Status::Ok();
+  size_t nodes = 1;
+  if (node) {
+    MutexLock ilock(node->mu);
+    if (node->record >= 0) nodes = 0;
   }
-  const int entry = kernel_record_->AddNode(inode->ino, inode->type == FileType::kDirectory,
-                                            ns_.PathLocked(inode));
-  if (entry < 0) return WarnRecordFull();
-  recorded_.emplace(entry, inode);
+  if (kernel_record_->HasRoom(nodes, handles)) return Status::Ok();
+  stats_.kernel_record_refused++;
+  WarnRecordRefuses();
+  return Status::Error(ENFILE, "the kernel state record is full");
+}
+
+void Filesystem::RecordNodeLocked(const InodeRef& inode) {
+  if (!kernel_record_) return;
+  // Its directories not recorded yet go first, the highest first (an entry names its
+  // directory's): no recursion however deep the tree.
+  std::vector<InodeRef> unrecorded;
+  for (InodeRef at = inode; at && at->ino != kRootIno;
+       at = at->names.empty() ? nullptr : at->names.begin()->parent) {
+    MutexLock ilock(at->mu);
+    if (at->record >= 0) break;
+    unrecorded.push_back(at);
+  }
+  for (auto it = unrecorded.rbegin(); it != unrecorded.rend(); ++it) RecordOneLocked(*it);
+  // Recorded under an earlier worker's node id while the kernel holds its own too (it looked
+  // it up again): recorded under both.
+  if (inode->lookups > 0 && inode->ino != kRootIno) {
+    {
+      MutexLock ilock(inode->mu);
+      if (inode->record < 0 || inode->record_ino == inode->ino) return;
+    }
+    RecordAliasLocked(inode->ino, inode);
+  }
+}
+
+void Filesystem::RecordOneLocked(const InodeRef& inode) {
+  // Recorded once, under the node id the kernel knows it by: an earlier worker's when it has
+  // one (so a takeover records no more entries than it found).
+  uint64_t ino = inode->ino;
+  int entry;
+  if (auto alias = alias_ids_.find(inode.get()); alias != alias_ids_.end()) {
+    ino = alias->second;
+    RecordAliasLocked(ino, inode);
+    auto recorded = alias_records_.find(ino);
+    entry = recorded == alias_records_.end() ? -1 : recorded->second;
+  } else {
+    entry = AddRecordLocked(ino, inode);
+  }
+  if (entry < 0) return;
   MutexLock ilock(inode->mu);
   inode->record = entry;
+  inode->record_ino = ino;
+}
+
+int Filesystem::AddRecordLocked(uint64_t ino, const InodeRef& inode) {
+  uint64_t parent = 0;
+  std::string name;
+  if (!inode->names.empty()) {
+    parent = RecordedDirLocked(inode->names.begin()->parent);
+    name = inode->names.begin()->name;
+  }
+  const int entry =
+      kernel_record_->AddNode(ino, inode->type == FileType::kDirectory, parent, name);
+  if (entry < 0) {
+    WarnRecordFull();
+    return -1;
+  }
+  recorded_.emplace(entry, inode);
+  return entry;
+}
+
+uint64_t Filesystem::RecordedDirLocked(const InodeRef& dir) {
+  if (dir->ino == kRootIno) return kRootIno;
+  RecordNodeLocked(dir);
+  MutexLock ilock(dir->mu);
+  return dir->record >= 0 ? dir->record_ino : dir->ino;
+}
+
+void Filesystem::RecordAliasLocked(uint64_t ino, const InodeRef& inode) {
+  if (alias_records_.count(ino) > 0) return;
+  const int entry = AddRecordLocked(ino, inode);
+  if (entry >= 0) alias_records_[ino] = entry;
 }
 
 void Filesystem::RecordHandleLocked(Handle* h) {
@@ -49,7 +129,12 @@ void Filesystem::RecordHandleLocked(Handle* h) {
       RecordContentLocked(*h->inode);
     }
   }
-  h->record = kernel_record_->AddHandle(h->number, h->inode->ino, h->flags, h->request);
+  uint64_t ino;
+  {
+    MutexLock ilock(h->inode->mu);
+    ino = h->inode->record >= 0 ? h->inode->record_ino : h->inode->ino;
+  }
+  h->record = kernel_record_->AddHandle(h->number, ino, h->flags, h->request);
   if (h->record < 0) WarnRecordFull();
 }
 
@@ -63,10 +148,23 @@ void Filesystem::UnrecordHandleLocked(Handle* h) {
 
 void Filesystem::UnrecordNodeLocked(Inode& inode) {
   if (!kernel_record_) return;
+  // Its own node id, recorded beside an earlier worker's (an earlier worker's ids are never
+  // this worker's).
+  if (auto own = alias_records_.find(inode.ino); own != alias_records_.end()) {
+    kernel_record_->RemoveNode(own->second);
+    recorded_.erase(own->second);
+    alias_records_.erase(own);
+  }
   MutexLock ilock(inode.mu);
   if (inode.record < 0) return;
-  kernel_record_->RemoveNode(inode.record);
-  recorded_.erase(inode.record);
+  if (auto alias = alias_records_.find(inode.record_ino);
+      alias != alias_records_.end() && alias->second == inode.record) {
+    // An earlier worker's node id of it: kept until the kernel forgets that.
+    kernel_record_->EndContent(inode.record);
+  } else {
+    kernel_record_->RemoveNode(inode.record);
+    recorded_.erase(inode.record);
+  }
   inode.record = -1;
   inode.content_recorded = false;
 }
@@ -82,7 +180,7 @@ void Filesystem::RecordContentLocked(Inode& inode) {
   const uint64_t stamp = kernel_record_->BeginContent(inode.record, inode.content.size(), base,
                                                       inode.mode, inode.uid, inode.gid);
   for (const auto& [index, block] : inode.content.blocks()) {
-    kernel_record_->Tag(block.slot(), inode.ino, index, stamp);
+    kernel_record_->Tag(block.slot(), inode.record_ino, index, stamp);
   }
 }
 
@@ -91,31 +189,31 @@ void Filesystem::RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t lengt
   const uint64_t stamp = kernel_record_->NextStamp();
   for (uint64_t i = offset / kBlockSize; i <= (offset + length - 1) / kBlockSize; ++i) {
     if (const BlockRef* block = inode.content.blocks().Find(i)) {
-      kernel_record_->Tag(block->slot(), inode.ino, i, stamp);
+      kernel_record_->Tag(block->slot(), inode.record_ino, i, stamp);
     }
   }
   kernel_record_->SetSize(inode.record, inode.content.size());
 }
 
-void Filesystem::RecordPathsLocked(const InodeRef& changed) {
+void Filesystem::RecordPlaceLocked(const InodeRef& changed) {
   if (recorded_.empty()) return;
-  if (changed->type != FileType::kDirectory && alias_records_.empty()) {
+  std::vector<int> entries;
+  {
     MutexLock ilock(changed->mu);
-    if (changed->record < 0) return;  // No recorded path goes through it.
+    if (changed->record >= 0) entries.push_back(changed->record);
   }
-  for (auto it = recorded_.begin(); it != recorded_.end();) {
-    const auto& [entry, inode] = *it;
-    if (inode->names.empty() && inode->type == FileType::kDirectory) {
-      // Removed: the kernel's node of it is stale anyway.
-      kernel_record_->RemoveNode(entry);
-      MutexLock ilock(inode->mu);
-      if (inode->record == entry) inode->record = -1;
-      it = recorded_.erase(it);
-      continue;
+  for (const auto& [ino, entry] : alias_records_) {
+    if (recorded_.at(entry) == changed) entries.push_back(entry);
+  }
+  // Its recorded children name it by its node id: only its own entries change. Removed, it
+  // has no name (a directory's node is stale; a file goes on nameless while open).
+  for (int entry : entries) {
+    if (changed->names.empty()) {
+      kernel_record_->SetName(entry, 0, "");
+    } else {
+      const Inode::Name& name = *changed->names.begin();
+      kernel_record_->SetName(entry, RecordedDirLocked(name.parent), name.name);
     }
-    // A file removed while open has no path: it is not recovered.
-    kernel_record_->SetPath(entry, inode->names.empty() ? "" : ns_.PathLocked(inode));
-    ++it;
   }
 }
 
@@ -128,17 +226,17 @@ void Filesystem::RecordAllLocked() {
   }
   recorded_.clear();
   alias_records_.clear();
+  alias_ids_.clear();
   // Recorded anew before the entries there now go (a crash in between leaves both).
   const KernelStateRecord::Entries before = kernel_record_->InUse();
+  std::vector<std::pair<uint64_t, InodeRef>> aliases;
+  ns_.ForEachAliasLocked([&](uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock) {
+    alias_ids_[inode.get()] = ino;
+    aliases.emplace_back(ino, inode);
+  });
+  for (const auto& [ino, inode] : aliases) RecordAliasLocked(ino, inode);
   ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
     if (inode->type == FileType::kDirectory && inode->lookups > 0) RecordNodeLocked(inode);
-  });
-  ns_.ForEachAliasLocked([&](uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock) {
-    const int entry = kernel_record_->AddNode(ino, inode->type == FileType::kDirectory,
-                                              ns_.PathLocked(inode));
-    if (entry < 0) return WarnRecordFull();
-    recorded_.emplace(entry, inode);
-    alias_records_[ino] = entry;
   });
   for (auto& [address, h] : handles_) RecordHandleLocked(h.get());
   kernel_record_->Remove(before);
@@ -147,9 +245,20 @@ void Filesystem::RecordAllLocked() {
 bool Filesystem::ForgetAliasLocked(uint64_t ino) {
   if (!ns_.ForgetAliasLocked(ino)) return false;
   if (auto it = alias_records_.find(ino); it != alias_records_.end()) {
+    Inode* inode = recorded_.at(it->second).get();
+    if (auto id = alias_ids_.find(inode); id != alias_ids_.end() && id->second == ino) {
+      alias_ids_.erase(id);
+    }
+    MutexLock ilock(inode->mu);
+    if (inode->record == it->second) {
+      inode->record = -1;
+      inode->content_recorded = false;
+    }
     kernel_record_->RemoveNode(it->second);
     recorded_.erase(it->second);
     alias_records_.erase(it);
+  } else {
+    std::erase_if(alias_ids_, [ino](const auto& alias) { return alias.second == ino; });
   }
   return true;
 }
@@ -159,6 +268,45 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
   std::unordered_map<uint64_t, InodeRef> nodes;  // The crashed worker's node -> the inode now.
   size_t files = 0, lost = 0;
   uint64_t bytes = 0;
+  // The recorded directories (node id -> entry) and where each is now, found from the root
+  // through its recorded ancestors, each looked up once.
+  std::unordered_map<uint64_t, const KernelStateRecord::Node*> directories;
+  for (const KernelStateRecord::Node& n : state.nodes) {
+    if (n.directory) directories.emplace(n.ino, &n);
+  }
+  std::unordered_map<uint64_t, Result<InodeRef>> found_dirs;
+  auto directory_now = [&](uint64_t ino) REQUIRES(ns_lock) -> Result<InodeRef> {
+    std::vector<const KernelStateRecord::Node*> chain;  // Up to the root or one found before.
+    uint64_t at = ino;
+    Result<InodeRef> found = ns_.FindLocked(kRootIno);
+    while (at != kRootIno) {
+      if (auto before = found_dirs.find(at); before != found_dirs.end()) {
+        found = before->second;
+        break;
+      }
+      auto dir = directories.find(at);
+      // At most one step per node: a cycle is not what a worker wrote.
+      if (dir == directories.end() || dir->second->name.empty() ||
+          chain.size() == state.nodes.size()) {
+        found = Status::Error(ENOENT, "a directory above it was not recorded");
+        break;
+      }
+      chain.push_back(dir->second);
+      at = dir->second->parent;
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      if (found.ok()) found = ns_.ChildLocked(*found, (*it)->name);
+      if (found.ok() && (*found)->type != FileType::kDirectory) {
+        found = Status::Error(ENOTDIR, (*it)->name);
+      }
+      found_dirs.insert_or_assign((*it)->ino, found);
+    }
+    return found;
+  };
+  auto path_of = [&](const KernelStateRecord::Node& n) {
+    const std::string path = state.PathOf(n);
+    return path.empty() ? n.name : path;
+  };
   // Files open for writing first: a file made and never sealed is made again before the other
   // nodes of it (an earlier worker's) are looked up.
   std::vector<const KernelStateRecord::Node*> order;
@@ -170,33 +318,33 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
   }
   for (const KernelStateRecord::Node* node : order) {
     const KernelStateRecord::Node& n = *node;
-    if (n.path.empty() && !n.content) continue;  // Removed, open for reading: its handles fail.
-    Result<InodeRef> found =
-        n.path.empty() ? Status::Error(ENOENT, "removed") : ResolveLocked(n.path);
+    if (n.name.empty() && !n.content) continue;  // Removed, open for reading: its handles fail.
+    Result<InodeRef> dir =
+        n.name.empty() ? Status::Error(ENOENT, "removed") : directory_now(n.parent);
+    Result<InodeRef> found = dir.ok() ? ns_.ChildLocked(*dir, n.name) : dir.status();
     if (n.directory) {
       if (found.ok() && (*found)->type == FileType::kDirectory) nodes[n.ino] = *found;
       continue;
     }
     Result<FileContent> content = n.content ? RecordedContent(n, adopted) : FileContent();
     if (!content.ok()) {
-      spdlog::error("recovery: {}: {}; its handles fail", n.path, content.status().ToString());
+      spdlog::error("recovery: {}: {}; its handles fail", path_of(n),
+                    content.status().ToString());
       ++lost;
       continue;
     }
     InodeRef inode = found.ok() && (*found)->type == FileType::kRegular ? *found : nullptr;
-    if (n.path.empty()) {
+    if (n.name.empty()) {
       // Removed while open for writing: nameless as long as its handles are open, as it was.
       inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
       inode->nlink = 0;
-    } else if (!found.ok() && found.status().err() == ENOENT && n.content) {
+    } else if (dir.ok() && !found.ok() && found.status().err() == ENOENT && n.content) {
       // Made through the mount and never sealed.
-      if (Result<PathParent> at = ParentOfLocked(n.path); at.ok()) {
-        inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
-        ns_.AddNameLocked(ns_.FindLocked(at->dir), at->name, inode);
-      }
+      inode = ns_.NewInodeLocked(FileType::kRegular, n.mode, Caller{n.uid, n.gid, 0});
+      ns_.AddNameLocked(*dir, n.name, inode);
     }
     if (!inode) {
-      spdlog::error("recovery: the open file {} cannot be found again: {}", n.path,
+      spdlog::error("recovery: the open file {} cannot be found again: {}", path_of(n),
                     found.ok() ? "not a regular file" : found.status().ToString());
       lost += n.content;
       continue;
@@ -214,7 +362,7 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
       ++files;
       bytes += n.size;
     } else if (Status loaded = ns_.LoadOriginLocked(inode); !loaded.ok()) {
-      spdlog::error("recovery: {}: {}", n.path, loaded.ToString());
+      spdlog::error("recovery: {}: {}", path_of(n), loaded.ToString());
       continue;
     }
     nodes[n.ino] = inode;
@@ -279,14 +427,16 @@ Status Filesystem::RescueOpenFiles(const KernelStateRecord::State& state, Adopte
   std::vector<UnflushedFile> files;
   uint64_t bytes = 0;
   for (const KernelStateRecord::Node& n : state.nodes) {
-    if (!n.content || n.path.empty()) continue;  // Removed while open: nobody can reach it.
+    if (!n.content || n.name.empty()) continue;  // Removed while open: nobody can reach it.
+    // A file whose directories were not recorded is rescued by its name alone.
+    const std::string path = state.PathOf(n);
     Result<FileContent> content = RecordedContent(n, adopted);
     if (!content.ok()) {
-      spdlog::error("recovery: {}, open for writing, cannot be rescued: {}", n.path,
-                    content.status().ToString());
+      spdlog::error("recovery: {}, open for writing, cannot be rescued: {}",
+                    path.empty() ? n.name : path, content.status().ToString());
       continue;
     }
-    files.push_back({n.path, std::move(*content)});
+    files.push_back({path.empty() ? n.name : path, std::move(*content)});
     bytes += n.size;
   }
   if (!files.empty()) {

@@ -123,9 +123,11 @@ struct Inode {
   bool page_cache_stale GUARDED_BY(mu) = false;
   // A read-only open had the backing file read ahead.
   bool backing_prefetched GUARDED_BY(mu) = false;
-  // Its entry in the kernel state record (core/kernel_state_record.h), or -1, and whether that
+  // Its entry in the kernel state record (core/kernel_state_record.h), or -1, the node id that
+  // entry names it by (its own, or an earlier worker's that the kernel holds), and whether that
   // entry records its content (a file open for writing). Changed with both locks held.
   int record GUARDED_BY(mu) = -1;
+  uint64_t record_ino GUARDED_BY(mu) = 0;
   bool content_recorded GUARDED_BY(mu) = false;
 
   // Directory: its backing directory once it exists (null before). Set by lookup, or by the

@@ -1,5 +1,6 @@
 #include "core/kernel_state_record.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -25,8 +26,9 @@ struct KernelStateRecord::Header {
 
 struct KernelStateRecord::NodeEntry {
   std::atomic<uint32_t> in_use;      // Stored last when added, first when removed.
-  std::atomic<uint32_t> path_state;  // Odd while the path is being rewritten.
+  std::atomic<uint32_t> name_state;  // Odd while the parent and name are being rewritten.
   uint64_t ino;
+  uint64_t parent;
   uint32_t directory;
   std::atomic<uint32_t> content;  // BeginContent was called.
   uint32_t other_file;
@@ -36,8 +38,8 @@ struct KernelStateRecord::NodeEntry {
   uint64_t base_length;
   uint32_t spill_length;
   char spill[kMaxSpillName];
-  uint32_t path_length;
-  char path[kMaxPath];
+  uint32_t name_length;
+  char name[kMaxName];
 };
 
 struct KernelStateRecord::HandleEntry {
@@ -56,7 +58,12 @@ struct KernelStateRecord::SlotTag {
 namespace {
 
 constexpr uint64_t kMagic = 0x636b70746673534b;  // "ckptfsSK"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: nodes by parent and name, not by path.
+
+// A place a worker records: a name in a directory, or none.
+bool ValidPlace(uint64_t parent, const std::string& name) {
+  return name.empty() ? parent == 0 : parent != 0 && CheckName(name).ok();
+}
 constexpr uint64_t kHeaderBytes = 4096;
 
 uint64_t NodesOffset() { return kHeaderBytes; }
@@ -81,6 +88,11 @@ KernelStateRecord::KernelStateRecord(char* memory, uint64_t capacity_blocks)
   if (header_->magic != kMagic || header_->version != kVersion) {
     // A new mount (zeros, left as they are), or a record of another version: nothing in it is
     // recoverable.
+    if (header_->magic == kMagic) {
+      spdlog::warn("the kernel state record was written by a version of ckptfs that records "
+                   "nodes otherwise ({}): the nodes and open files it kept go stale",
+                   header_->version);
+    }
     if (header_->magic != 0) std::memset(static_cast<void*>(memory), 0, Bytes(capacity_blocks));
     header_->magic = kMagic;
     header_->version = kVersion;
@@ -137,8 +149,17 @@ KernelStateRecord::~KernelStateRecord() {
   if (mapping_) munmap(mapping_, mapping_length_);
 }
 
-int KernelStateRecord::AddNode(uint64_t ino, bool directory, const std::string& path) {
-  if (path.size() > kMaxPath) return -1;
+bool KernelStateRecord::HasRoom(size_t nodes, size_t handles) const {
+  MutexLock lock(mu_);
+  const size_t nodes_in_use = NodesUsed() - free_nodes_.size();
+  const size_t handles_in_use = HandlesUsed() - free_handles_.size();
+  return (nodes == 0 || nodes_in_use + nodes <= kNodes / 2) &&
+         (handles == 0 || handles_in_use + handles <= kHandles / 2);
+}
+
+int KernelStateRecord::AddNode(uint64_t ino, bool directory, uint64_t parent,
+                               const std::string& name) {
+  if (!ValidPlace(parent, name)) return -1;
   int node;
   {
     MutexLock lock(mu_);
@@ -151,22 +172,25 @@ int KernelStateRecord::AddNode(uint64_t ino, bool directory, const std::string& 
   e.content.store(0);
   e.size.store(0);
   e.valid_from.store(0);
-  e.path_state.store(0);
-  std::memcpy(e.path, path.data(), path.size());
-  e.path_length = static_cast<uint32_t>(path.size());
+  e.name_state.store(0);
+  e.parent = parent;
+  std::memcpy(e.name, name.data(), name.size());
+  e.name_length = static_cast<uint32_t>(name.size());
   e.in_use.store(1, std::memory_order_release);
   return node;
 }
 
-void KernelStateRecord::SetPath(int node, const std::string& path) {
+void KernelStateRecord::SetName(int node, uint64_t parent, const std::string& name) {
   NodeEntry& e = nodes_[node];
-  const uint32_t state = e.path_state.load(std::memory_order_relaxed);
-  e.path_state.store(state + 1, std::memory_order_release);
-  // Too long to record: no name (the node is not recovered), rather than a wrong one.
-  const size_t length = path.size() > kMaxPath ? 0 : path.size();
-  std::memcpy(e.path, path.data(), length);
-  e.path_length = static_cast<uint32_t>(length);
-  e.path_state.store(state + 2, std::memory_order_release);
+  const uint32_t state = e.name_state.load(std::memory_order_relaxed);
+  e.name_state.store(state + 1, std::memory_order_release);
+  // Not a name: none (the node is not found again), rather than a wrong one.
+  const bool valid = ValidPlace(parent, name);
+  e.parent = valid ? parent : 0;
+  const size_t length = valid ? name.size() : 0;
+  std::memcpy(e.name, name.data(), length);
+  e.name_length = static_cast<uint32_t>(length);
+  e.name_state.store(state + 2, std::memory_order_release);
 }
 
 void KernelStateRecord::RemoveNode(int node) {
@@ -197,6 +221,10 @@ uint64_t KernelStateRecord::BeginContent(int node, uint64_t size, const Base& ba
   e.valid_from.store(stamp, std::memory_order_release);
   e.content.store(1, std::memory_order_release);
   return stamp;
+}
+
+void KernelStateRecord::EndContent(int node) {
+  nodes_[node].content.store(0, std::memory_order_release);
 }
 
 void KernelStateRecord::SetSize(int node, uint64_t size) {
@@ -273,7 +301,7 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     uint64_t valid_from;  // Its content's oldest stamp.
   };
   std::unordered_map<uint64_t, Recorded> with_content;  // By ino.
-  std::unordered_map<std::string, uint64_t> content_paths;  // Path -> ino.
+  std::unordered_map<std::string, uint64_t> content_places;  // Parent and name -> ino.
   // Keeps the content of the file whose record began later; the other becomes a plain node.
   auto keep_newer = [&](uint64_t earlier_ino, Node& n, uint64_t valid_from) {
     Recorded& earlier = with_content[earlier_ino];
@@ -288,20 +316,22 @@ KernelStateRecord::State KernelStateRecord::Read() const {
   for (size_t i = 0; i < nodes_used; ++i) {
     const NodeEntry& e = nodes_[i];
     if (e.in_use.load(std::memory_order_acquire) == 0) continue;
-    const uint32_t length = e.path_length;
+    const uint32_t length = e.name_length;
     Node n;
     n.ino = e.ino;
     n.directory = e.directory != 0;
-    if (e.path_state.load(std::memory_order_acquire) % 2 != 0 || length > kMaxPath ||
+    n.parent = e.parent;
+    if (e.name_state.load(std::memory_order_acquire) % 2 != 0 || length > kMaxName ||
         e.ino == 0 || e.directory > 1) {
       ++out.refused;
       continue;
     }
-    n.path.assign(e.path, length);
-    if (!n.path.empty() && !ValidRelativePath(n.path)) {
+    n.name.assign(e.name, length);
+    if (!ValidPlace(n.parent, n.name)) {
       ++out.refused;
       continue;
     }
+    const std::string place = std::to_string(n.parent) + "/" + n.name;
     n.content = !n.directory && e.content.load(std::memory_order_acquire) == 1;
     if (n.content) {
       n.size = e.size.load();
@@ -324,14 +354,14 @@ KernelStateRecord::State KernelStateRecord::Read() const {
       }
       const uint64_t valid_from = e.valid_from.load();
       if (with_content.count(n.ino) > 0) keep_newer(n.ino, n, valid_from);
-      if (auto same = content_paths.find(n.path);
-          n.content && !n.path.empty() && same != content_paths.end() &&
+      if (auto same = content_places.find(place);
+          n.content && !n.name.empty() && same != content_places.end() &&
           with_content.count(same->second) > 0) {
         keep_newer(same->second, n, valid_from);
       }
       if (n.content) {
         with_content.emplace(n.ino, Recorded{out.nodes.size(), valid_from});
-        if (!n.path.empty()) content_paths[n.path] = n.ino;
+        if (!n.name.empty()) content_places[place] = n.ino;
       }
     }
     out.nodes.push_back(std::move(n));
@@ -365,6 +395,26 @@ KernelStateRecord::State KernelStateRecord::Read() const {
     out.handles.push_back({fh, e.ino, static_cast<int>(e.flags), e.request});
   }
   return out;
+}
+
+std::string KernelStateRecord::State::PathOf(const Node& n) const {
+  if (directories_.empty()) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].directory) directories_.emplace(nodes[i].ino, i);
+    }
+  }
+  std::string path = n.name;
+  // At most one step per node: a cycle (not what a worker wrote) ends it.
+  uint64_t parent = n.parent;
+  for (size_t steps = 0; !path.empty() && parent != kRootIno; ++steps) {
+    auto dir = directories_.find(parent);
+    if (dir == directories_.end() || nodes[dir->second].name.empty() || steps == nodes.size()) {
+      return {};
+    }
+    path = nodes[dir->second].name + "/" + path;
+    parent = nodes[dir->second].parent;
+  }
+  return path;
 }
 
 }  // namespace ckptfs

@@ -5,7 +5,9 @@
 // requests go on as if nothing happened.
 //
 // - Nodes: every directory the kernel has a node id of, and every file open through the mount,
-//   by path from the mount's root (kept current across renames).
+//   each by its parent's node id and its name (kept current across renames), so that a path of
+//   any length, deeper than PATH_MAX too, is found again from the root. A node's parent is
+//   recorded as well (the kernel holds every ancestor of a node it holds).
 // - Handles: every open file handle (its number, node and open flags).
 // - Content: for files open for writing, their size and, per arena slot, which file's block it
 //   holds at which index, stamped. A file's content is its blocks stamped since its content was
@@ -15,17 +17,21 @@
 //   is not recoverable.
 //
 // Entries are written so that a worker killed at any instruction leaves each one either as it
-// was or complete: the field that makes an entry valid is stored last, and a path being
+// was or complete: the field that makes an entry valid is stored last, and a name being
 // rewritten is marked until it is whole. Thread-safety: AddNode, RemoveNode, AddHandle,
 // RemoveHandle and Clear take a leaf lock of their own; the other writers change one node's
 // entry, or one slot's tag, which the caller owns (the file's lock). The memory is untrusted
 // input to a recovering worker: Read checks and bounds everything.
+//
+// Capacity: an operation takes entries only while HasRoom (half of each table), so that the
+// worker that takes over can record everything anew beside the entries it found.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -36,9 +42,9 @@ namespace ckptfs {
 
 class KernelStateRecord {
  public:
-  static constexpr size_t kNodes = 16384;
-  static constexpr size_t kHandles = 32768;
-  static constexpr size_t kMaxPath = 960;  // Longer paths are not recorded.
+  static constexpr size_t kNodes = 65536;
+  static constexpr size_t kHandles = 65536;
+  static constexpr size_t kMaxName = 255;  // NAME_MAX.
 
   // Bytes of shared memory for an arena of `capacity_blocks`.
   static uint64_t Bytes(uint64_t capacity_blocks);
@@ -53,10 +59,16 @@ class KernelStateRecord {
   KernelStateRecord(const KernelStateRecord&) = delete;
   KernelStateRecord& operator=(const KernelStateRecord&) = delete;
 
-  // A new node entry; -1 when the table is full or the path does not fit.
-  int AddNode(uint64_t ino, bool directory, const std::string& path) EXCLUDES(mu_);
-  // The node's path now; empty when it has no name any more (it is then not recovered).
-  void SetPath(int node, const std::string& path);
+  // True when `nodes` node entries and `handles` handle entries more keep each table they take
+  // from at most half full.
+  bool HasRoom(size_t nodes, size_t handles) const EXCLUDES(mu_);
+  // A new node entry: node id `ino`, named `name` in the directory of node id `parent`
+  // (kRootIno: the root), or no name (parent 0, name empty: removed while open). -1 when the
+  // table is full or the name is not one (CheckName).
+  int AddNode(uint64_t ino, bool directory, uint64_t parent, const std::string& name)
+      EXCLUDES(mu_);
+  // The node's place now (renamed, or removed: parent 0 and no name, it is then not found again).
+  void SetName(int node, uint64_t parent, const std::string& name);
   void RemoveNode(int node) EXCLUDES(mu_);
 
   // What a recorded file's content reads from besides its blocks.
@@ -71,6 +83,8 @@ class KernelStateRecord {
   uint64_t BeginContent(int node, uint64_t size, const Base& base, uint32_t mode, uint32_t uid,
                         uint32_t gid);
   void SetSize(int node, uint64_t size);
+  // File `node`'s content is not recorded any more (closed): it stays a plain node.
+  void EndContent(int node);
   // A stamp newer than every earlier one.
   uint64_t NextStamp();
   // The block at arena `slot` is index `index` of file `ino`'s content, as of `stamp`.
@@ -94,7 +108,8 @@ class KernelStateRecord {
   struct Node {
     uint64_t ino = 0;
     bool directory = false;
-    std::string path;
+    uint64_t parent = 0;  // The node id of its directory; 0 with no name.
+    std::string name;
     bool content = false;  // Content recorded (a file open for writing).
     Base base;
     uint64_t size = 0;
@@ -111,10 +126,17 @@ class KernelStateRecord {
     std::vector<Node> nodes;
     std::vector<Handle> handles;
     size_t refused = 0;  // Entries that were malformed or torn.
+    // `n`'s path from the root through the recorded directories, for messages and rescue; empty
+    // when it has no name or a directory on the way was not recorded. Not to be called once
+    // `nodes` changed after an earlier call.
+    std::string PathOf(const Node& n) const;
+
+   private:
+    mutable std::unordered_map<uint64_t, size_t> directories_{};  // Node id -> index in nodes.
   };
   // What the record holds (after a crash: what the crashed worker had). Of two records of a
-  // file's content (the same node id or path), the one begun later holds it; the other stays a
-  // plain node. Of two records of a handle, the first.
+  // file's content (the same node id, or the same parent and name), the one begun later holds
+  // it; the other stays a plain node. Of two records of a handle, the first.
   State Read() const;
 
  private:
@@ -136,7 +158,7 @@ class KernelStateRecord {
   HandleEntry* handles_;
   SlotTag* tags_;
   const uint64_t capacity_blocks_;
-  Mutex mu_;  // A leaf lock.
+  mutable Mutex mu_;  // A leaf lock.
   std::vector<int> free_nodes_ GUARDED_BY(mu_);
   std::vector<int> free_handles_ GUARDED_BY(mu_);
 };

@@ -70,6 +70,8 @@ const Field kFields[] = {
      "Open handles a crashed worker left, taken over by this one."},
     {"recovered_open_bytes", "ckptfs_recovered_open_bytes", Kind::kGauge,
      "Bytes of the files among them open for writing."},
+    {"kernel_record_refused", "ckptfs_kernel_record_refused_total", Kind::kCounter,
+     "Lookups and opens refused (ENFILE): the kernel state record had no room for them."},
     {"last_error", "ckptfs_flush_failing", Kind::kFlag,
      "1 while flushes fail (they are retried; see the stats' last_error)."},
     {"zarr_fine_grid", "ckptfs_zarr_fine_grid_arrays", Kind::kCount,

@@ -34,9 +34,10 @@ constexpr uint64_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
 
 enum RecordType : uint8_t { kEntryRecord = 1, kCancelRecord = 2 };
-constexpr size_t kMaxString = 64 * 1024;
-constexpr size_t kMaxNames = 4096;
 constexpr size_t kMaxRecord = 32ull << 20;
+// A path of any depth (openat reaches past PATH_MAX): only the record's size bounds it.
+constexpr size_t kMaxString = kMaxRecord;
+constexpr size_t kMaxNames = 4096;
 
 class Writer {
  public:
@@ -208,6 +209,24 @@ Result<std::unique_ptr<RecoveryLog>> RecoveryLog::Map(int fd, uint64_t offset, u
   log->mapping_ = memory;
   log->mapping_length_ = length;
   return log;
+}
+
+Status RecoveryLog::Readable(char* memory, uint64_t length) {
+  if (length <= kHeaderBytes) return Bad("too small for a recovery log");
+  const Header* header = reinterpret_cast<const Header*>(memory);
+  if (header->magic != kMagic || header->version != kVersion) {
+    return Bad("not a recovery log of this version: damaged, or never written");
+  }
+  // A valid header: the log is read, not rewritten.
+  return RecoveryLog(memory, length).Pending().status();
+}
+
+Status RecoveryLog::MappedReadable(int fd, uint64_t offset, uint64_t length) {
+  void* memory = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (memory == MAP_FAILED) return Status::FromErrno("mapping the recovery log");
+  Status readable = Readable(static_cast<char*>(memory), length);
+  munmap(memory, length);
+  return readable;
 }
 
 RecoveryLog::~RecoveryLog() {

@@ -77,6 +77,12 @@ class RecoveryLog {
   // The log at `offset` of the shared memory file `fd`, `length` bytes, mapped (and unmapped
   // with it).
   static Result<std::unique_ptr<RecoveryLog>> Map(int fd, uint64_t offset, uint64_t length);
+  // Whether the log in `length` bytes at `memory` (of a worker that may have died) can be taken
+  // over: a log this version wrote, whose pending records decode. EINVAL saying why when not
+  // (a new worker would find nothing, or too little, to recover). Reads only.
+  static Status Readable(char* memory, uint64_t length);
+  // The same for the log at `offset` of the shared memory file `fd`, mapped read-only.
+  static Status MappedReadable(int fd, uint64_t offset, uint64_t length);
   ~RecoveryLog();
   RecoveryLog(const RecoveryLog&) = delete;
   RecoveryLog& operator=(const RecoveryLog&) = delete;

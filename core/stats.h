@@ -33,6 +33,8 @@ struct Stats {
   // among them open for writing.
   std::atomic<uint64_t> recovered_handles{0};
   std::atomic<uint64_t> recovered_open_bytes{0};
+  // Lookups and opens refused (ENFILE) because the kernel state record had no room for them.
+  std::atomic<uint64_t> kernel_record_refused{0};
   // Per published file: from the flusher taking it to durable (the time of its batch), and from
   // its sealing (close, fsync) to durable.
   Histogram flush_seconds{kFlushBuckets};

@@ -284,7 +284,7 @@ int Mount(int argc, char** argv) {
     return RunWorker(o, fds);
   }
 
-  if (Status fits = CheckCacheSize(o.config.cache_size, PhysicalMemory()); !fits.ok()) {
+  if (Status fits = CheckCacheSize(o.config.cache_size, ReadMemoryBounds()); !fits.ok()) {
     return Fail(fits.message());
   }
   if (std::string why = CheckMountpoint(o.mountpoint, backing); !why.empty()) return Fail(why);

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <climits>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "core/shared_policy.h"
@@ -117,9 +118,10 @@ Status MetricsAddress(const std::string& value, MountOptions* o) {
 // The mount options of ckptfs itself: what the parser accepts, what --help prints and what
 // README.md's option table shows (tests/unit/options_test.cc keeps the README in step).
 const MountOption kMountOptions[] = {
-    {"cache_size", "SIZE", "a quarter of RAM",
+    {"cache_size", "SIZE", "a quarter of RAM (of the cgroup's limit when smaller)",
      "memory for file data, bytes with K/M/G/T suffix, at least 16M and at most the "
-     "machine's physical memory",
+     "machine's physical memory and the memory limit of the daemon's cgroup (cgroup v2 "
+     "memory.max, a container's limit)",
      [](const std::string& v, MountOptions* o) {
        return SizeIn(v, kMinCacheSize, kNoLimit, &o->config.cache_size);
      }},
@@ -372,17 +374,60 @@ uint64_t PhysicalMemory() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
 }
 
+std::string CgroupV2Path(const std::string& proc_self_cgroup) {
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("0::/", 0) == 0) return line.substr(3);
+  }
+  return {};
+}
+
+uint64_t ParseMemoryMax(const std::string& text) {
+  const std::string value = text.substr(0, text.find_first_of(" \n"));
+  uint64_t bytes = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), bytes);
+  return error == std::errc() && end == value.data() + value.size() ? bytes : 0;
+}
+
+MemoryBounds ReadMemoryBounds() {
+  MemoryBounds bounds{.physical = PhysicalMemory()};
+  std::ifstream self("/proc/self/cgroup");
+  std::string path = CgroupV2Path(std::string(std::istreambuf_iterator<char>(self), {}));
+  if (path.empty()) return bounds;
+  // The cgroup's own limit and those above it (its container's): the smallest holds.
+  while (true) {
+    std::ifstream max("/sys/fs/cgroup" + (path == "/" ? std::string() : path) + "/memory.max");
+    std::string text;
+    if (max && std::getline(max, text)) {
+      const uint64_t limit = ParseMemoryMax(text);
+      if (limit > 0 && (bounds.cgroup == 0 || limit < bounds.cgroup)) bounds.cgroup = limit;
+    }
+    if (path == "/") return bounds;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+}
+
+uint64_t UsableMemory(const MemoryBounds& bounds) {
+  if (bounds.physical == 0 || bounds.cgroup == 0) return std::max(bounds.physical, bounds.cgroup);
+  return std::min(bounds.physical, bounds.cgroup);
+}
+
 uint64_t DefaultCacheSize() {
-  uint64_t total = PhysicalMemory();
+  uint64_t total = UsableMemory(ReadMemoryBounds());
   if (total == 0) total = 4ull << 30;
   return std::max<uint64_t>(total / 4, kMinCacheSize);
 }
 
-Status CheckCacheSize(uint64_t cache_size, uint64_t physical_memory) {
-  if (physical_memory == 0 || cache_size <= physical_memory) return Status::Ok();
+Status CheckCacheSize(uint64_t cache_size, const MemoryBounds& bounds) {
+  const uint64_t usable = UsableMemory(bounds);
+  if (usable == 0 || cache_size <= usable) return Status::Ok();
+  const std::string what = usable == bounds.physical
+                               ? "this machine's physical memory ("
+                               : "the memory limit of this daemon's cgroup (memory.max: ";
   return Status::Error(EINVAL, "cache_size " + HumanBytes(static_cast<double>(cache_size)) +
-                                   " is larger than this machine's physical memory (" +
-                                   HumanBytes(static_cast<double>(physical_memory)) + ")");
+                                   " is larger than " + what +
+                                   HumanBytes(static_cast<double>(usable)) + ")");
 }
 
 std::span<const MountOption> MountOptionTable() { return kMountOptions; }

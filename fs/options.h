@@ -87,11 +87,25 @@ Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
 
 // The machine's physical memory in bytes; 0 when unknown.
 uint64_t PhysicalMemory();
-// Default cache size: a quarter of physical memory, at least kMinCacheSize.
+// What bounds the memory of the daemon, in bytes (0: unknown, or no limit): the machine's
+// physical memory, and the memory limit of its cgroup (cgroup v2 memory.max of its cgroup and
+// of every cgroup above it: a container's limit).
+struct MemoryBounds {
+  uint64_t physical = 0;
+  uint64_t cgroup = 0;
+};
+MemoryBounds ReadMemoryBounds();
+// The smaller of the known bounds; 0 when neither is known.
+uint64_t UsableMemory(const MemoryBounds& bounds);
+// The cgroup v2 path in the text of /proc/self/cgroup (its "0::PATH" line), or empty.
+std::string CgroupV2Path(const std::string& proc_self_cgroup);
+// The limit a memory.max file's text gives, in bytes; 0 for "max" (none) or a malformed text.
+uint64_t ParseMemoryMax(const std::string& text);
+// Default cache size: a quarter of the usable memory, at least kMinCacheSize.
 uint64_t DefaultCacheSize();
-// Ok when a cache of `cache_size` bytes fits in `physical_memory` bytes (0: unknown, anything
-// fits); else EINVAL naming both sizes. Checked at mount: a larger cache, once full, would be
-// swapped out or its daemon killed by the OOM killer.
-Status CheckCacheSize(uint64_t cache_size, uint64_t physical_memory);
+// Ok when a cache of `cache_size` bytes fits in the usable memory of `bounds` (none known:
+// anything fits); else EINVAL naming both sizes and which bound it is. Checked at mount: a larger
+// cache, once full, would be swapped out or its daemon killed by the OOM killer.
+Status CheckCacheSize(uint64_t cache_size, const MemoryBounds& bounds);
 
 }  // namespace ckptfs

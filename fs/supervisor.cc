@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "core/arena.h"
+#include "core/recovery_log.h"
 #include "fs/worker.h"
 
 namespace ckptfs {
@@ -134,6 +137,16 @@ class Supervisor {
         Unmount();
         return 1;
       }
+      if (Status readable = RecoverableState(); !readable.ok()) {
+        // As with a private cache: a new worker would find less than the dead one held and
+        // publish what is closed after it, over the hole.
+        spdlog::critical("worker {} died ({}) and what it held cannot be taken over ({}): what "
+                         "it had not made durable is lost; the mount ends so that nothing "
+                         "closed after it is published",
+                         w.pid, Describe(status), readable.ToString());
+        Unmount();
+        return 1;
+      }
       spdlog::error("worker {} died ({}); starting another: it takes over what the cache in "
                     "shared memory holds, the open files and the requests left unanswered",
                     w.pid, Describe(status));
@@ -220,6 +233,16 @@ class Supervisor {
         kill(pid, SIGUSR1);
       }
     }
+  }
+
+  // Ok when the next worker can take over what a dead one held in the cache's shared memory:
+  // its recovery log reads (core/recovery_log.h).
+  Status RecoverableState() const {
+    struct stat st {};
+    if (fstat(s_.arena_fd, &st) != 0) return Status::FromErrno("the cache's shared memory");
+    Result<uint64_t> capacity = ArenaCapacityOf(static_cast<uint64_t>(st.st_size));
+    if (!capacity.ok()) return capacity.status();
+    return RecoveryLog::MappedReadable(s_.arena_fd, ArenaLogOffset(*capacity), kArenaLogBytes);
   }
 
   int Reap(pid_t pid) {

@@ -214,6 +214,31 @@ class TakeoverTest(unittest.TestCase):
             with open(m.bpath("durable")) as f:
                 self.assertEqual(f.read(), "synced")
 
+    def test_a_worker_that_dies_with_its_recovery_log_unreadable_ends_the_mount(self):
+        died = r"died \(killed by Killed\) and what it held cannot be taken over"
+        # A small cache: its memory file must find room in /dev/shm, which other mounts share.
+        with CkptfsMount(["cache_size=64M"], expect_errors=[died]) as m:
+            with open(m.path("durable"), "w") as f:
+                f.write("synced")
+            m.sync()
+            [memory_file] = cache_memory_files(m.backing)
+            # The recovery log follows the cache's blocks of 16 KiB (core/arena.h:
+            # ArenaLogOffset); its header's magic is damaged under the running worker, which
+            # never reads it again.
+            log = m.stats()["cache_size"] // 16384 * 16384
+            with open(memory_file, "r+b") as f:
+                f.seek(log)
+                self.assertEqual(f.read(8), b"LRsftpkc", "the log's magic, little-endian")
+                f.seek(log)
+                f.write(b"damaged!")
+            worker = m.worker_pid()
+            os.kill(worker, signal.SIGKILL)
+            self.assertEqual(m.wait_exit(), 1, "the mount ends with an error")
+            self.assertFalse(mounted(m.mnt))
+            self.assertIn("not a recovery log of this version", m.output())
+            self.assertNotIn("starting another", m.output(), "no worker after the loss")
+            self.assertEqual(sorted(os.listdir(m.backing)), [".ckptfs", "durable"])
+
     def test_a_killed_worker_loses_nothing_and_its_open_files_go_on_under_the_default_options(self):
         with CkptfsMount(["flush_delay=3600s"],
                          expect_errors=[CRASH]) as m:

@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <climits>
 #include <functional>
 #include <random>
 #include <string>
@@ -48,8 +49,8 @@ const KernelStateRecord::Node* NodeOf(const KernelStateRecord::State& s, uint64_
 TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBack) {
   {
     KernelStateRecord crashed(memory(), kCapacityBlocks);
-    ASSERT_EQ(crashed.AddNode(20, true, "ckpt"), 0);
-    const int file = crashed.AddNode(21, false, "ckpt/model.pt");
+    ASSERT_EQ(crashed.AddNode(20, true, kRootIno, "ckpt"), 0);
+    const int file = crashed.AddNode(21, false, 20, "model.pt");
     ASSERT_GE(file, 0);
     ASSERT_GE(crashed.AddHandle(0xabc, 21, O_WRONLY), 0);
     const uint64_t begun = crashed.BeginContent(file, 0, {}, 0640, 7, 8);
@@ -58,8 +59,8 @@ TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBac
     crashed.Tag(9, 21, 1, crashed.NextStamp());  // Index 1 copied on write: the newer block.
     crashed.Tag(5, 99, 0, crashed.NextStamp());  // Another file's, not recorded.
     crashed.SetSize(file, 2 * kBlockSize);
-    crashed.SetPath(0, "ckpt.renamed");
-    crashed.SetPath(file, "ckpt.renamed/model.pt");
+    crashed.SetName(0, kRootIno, "ckpt.renamed");
+    crashed.SetName(file, 20, "model.pt.renamed");
   }
   KernelStateRecord next(memory(), kCapacityBlocks);
   const KernelStateRecord::State s = next.Read();
@@ -68,10 +69,13 @@ TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBac
   const auto* dir = NodeOf(s, 20);
   ASSERT_TRUE(dir);
   EXPECT_TRUE(dir->directory);
-  EXPECT_EQ(dir->path, "ckpt.renamed");
+  EXPECT_EQ(dir->parent, kRootIno);
+  EXPECT_EQ(dir->name, "ckpt.renamed");
   const auto* file = NodeOf(s, 21);
   ASSERT_TRUE(file);
-  EXPECT_EQ(file->path, "ckpt.renamed/model.pt");
+  EXPECT_EQ(file->parent, 20u);
+  EXPECT_EQ(file->name, "model.pt.renamed");
+  EXPECT_EQ(s.PathOf(*file), "ckpt.renamed/model.pt.renamed");
   EXPECT_TRUE(file->content);
   EXPECT_EQ(file->size, 2 * kBlockSize);
   EXPECT_EQ(file->mode, 0640u);
@@ -88,7 +92,7 @@ TEST_F(KernelStateRecordTest, NodesHandlesAndTheNewestBlockOfEachIndexAreReadBac
 
 TEST_F(KernelStateRecordTest, BlocksTaggedBeforeTheContentWasRecordedAgainAreNotItsOwn) {
   KernelStateRecord r(memory(), kCapacityBlocks);
-  const int file = r.AddNode(21, false, "f");
+  const int file = r.AddNode(21, false, kRootIno, "f");
   r.BeginContent(file, 3 * kBlockSize, {}, 0644, 0, 0);
   r.Tag(1, 21, 0, r.NextStamp());
   r.Tag(2, 21, 2, r.NextStamp());
@@ -113,7 +117,7 @@ TEST_F(KernelStateRecordTest, BlocksTaggedBeforeTheContentWasRecordedAgainAreNot
 TEST_F(KernelStateRecordTest, AWorkerThatDiesWhileRecordingAllAgainLeavesTheNewerRecordOfEachFile) {
   {
     KernelStateRecord crashed(memory(), kCapacityBlocks);
-    const int file = crashed.AddNode(21, false, "f");
+    const int file = crashed.AddNode(21, false, kRootIno, "f");
     ASSERT_GE(crashed.AddHandle(0xabc, 21, O_WRONLY), 0);
     crashed.Tag(3, 21, 0, crashed.BeginContent(file, kBlockSize, {}, 0644, 0, 0));
   }
@@ -124,7 +128,7 @@ TEST_F(KernelStateRecordTest, AWorkerThatDiesWhileRecordingAllAgainLeavesTheNewe
     const KernelStateRecord::Entries before = next.InUse();
     EXPECT_EQ(before.nodes.size(), 1u);
     EXPECT_EQ(before.handles.size(), 1u);
-    const int file = next.AddNode(121, false, "f");
+    const int file = next.AddNode(121, false, kRootIno, "f");
     ASSERT_GE(next.AddHandle(0xabc, 121, O_WRONLY), 0);
     const uint64_t begun = next.BeginContent(file, 2 * kBlockSize, {}, 0600, 0, 0);
     next.Tag(3, 121, 0, begun);
@@ -138,11 +142,11 @@ TEST_F(KernelStateRecordTest, AWorkerThatDiesWhileRecordingAllAgainLeavesTheNewe
   EXPECT_EQ(NodeOf(s, 121)->blocks, (Blocks{{0, 3}, {1, 7}}));
   EXPECT_EQ(NodeOf(s, 121)->mode, 0600u);
   EXPECT_FALSE(NodeOf(s, 21)->content) << "the older record is a plain node of the same path";
-  EXPECT_EQ(NodeOf(s, 21)->path, "f");
+  EXPECT_EQ(NodeOf(s, 21)->name, "f");
   ASSERT_EQ(s.handles.size(), 1u) << "one handle, recorded twice";
   // A third worker records again under the same node id, then removes what it found.
   const KernelStateRecord::Entries found = third.InUse();
-  const int again = third.AddNode(121, false, "f");
+  const int again = third.AddNode(121, false, kRootIno, "f");
   third.Tag(9, 121, 0, third.BeginContent(again, kBlockSize, {}, 0640, 0, 0));
   const KernelStateRecord::State both = third.Read();
   const auto newest = std::find_if(both.nodes.begin(), both.nodes.end(),
@@ -159,25 +163,79 @@ TEST_F(KernelStateRecordTest, AWorkerThatDiesWhileRecordingAllAgainLeavesTheNewe
   EXPECT_TRUE(third.Read().handles.empty());
 }
 
-TEST_F(KernelStateRecordTest, ATableFullOrAPathTooLongIsRefusedAndRemovedEntriesAreReused) {
+TEST_F(KernelStateRecordTest, APathDeeperThanPathMaxIsKeptAsItsDirectoriesAndNames) {
+  // 30 directories of 200-byte names: 6,000 bytes from the root, as openat reaches them.
+  std::string path;
+  {
+    KernelStateRecord crashed(memory(), kCapacityBlocks);
+    uint64_t parent = kRootIno;
+    for (uint64_t level = 0; level < 30; ++level) {
+      const std::string name = std::string(199, 'a' + level % 26) + std::to_string(level % 10);
+      ASSERT_GE(crashed.AddNode(100 + level, true, parent, name), 0);
+      path += name + "/";
+      parent = 100 + level;
+    }
+    const int file = crashed.AddNode(7, false, parent, std::string(255, 'f'));
+    ASSERT_GE(file, 0);
+    crashed.BeginContent(file, 0, {}, 0644, 0, 0);
+    path += std::string(255, 'f');
+  }
+  ASSERT_GT(path.size(), size_t{PATH_MAX});
+  KernelStateRecord next(memory(), kCapacityBlocks);
+  const KernelStateRecord::State s = next.Read();
+  EXPECT_EQ(s.refused, 0u);
+  ASSERT_TRUE(NodeOf(s, 7));
+  EXPECT_EQ(s.PathOf(*NodeOf(s, 7)), path);
+  // A directory on the way not recorded: no path, rather than a wrong one.
+  next.RemoveNode(10);
+  const KernelStateRecord::State broken = next.Read();
+  ASSERT_FALSE(NodeOf(broken, 110));
+  EXPECT_EQ(broken.PathOf(*NodeOf(broken, 7)), "");
+}
+
+TEST_F(KernelStateRecordTest, NamesThatAreNotNamesAreRefusedAndRemovedEntriesAreReused) {
   KernelStateRecord r(memory(), kCapacityBlocks);
-  EXPECT_EQ(r.AddNode(20, true, std::string(KernelStateRecord::kMaxPath + 1, 'a')), -1);
+  EXPECT_EQ(r.AddNode(20, true, kRootIno, std::string(KernelStateRecord::kMaxName + 1, 'a')), -1);
+  EXPECT_EQ(r.AddNode(20, true, kRootIno, "a/b"), -1);
+  EXPECT_EQ(r.AddNode(20, true, kRootIno, ".."), -1);
+  EXPECT_EQ(r.AddNode(20, true, 0, "a"), -1) << "a name in no directory";
+  EXPECT_EQ(r.AddNode(20, true, kRootIno, ""), -1) << "a directory and no name";
   std::vector<int> nodes;
   for (size_t i = 0; i < KernelStateRecord::kNodes; ++i) {
-    nodes.push_back(r.AddNode(100 + i, true, "d" + std::to_string(i)));
+    nodes.push_back(r.AddNode(100 + i, true, kRootIno, "d" + std::to_string(i)));
     ASSERT_GE(nodes.back(), 0);
   }
-  EXPECT_EQ(r.AddNode(1, true, "full"), -1);
+  EXPECT_EQ(r.AddNode(1, true, kRootIno, "full"), -1);
   r.RemoveNode(nodes[5]);
-  EXPECT_EQ(r.AddNode(1, true, "again"), nodes[5]);
+  EXPECT_EQ(r.AddNode(1, true, kRootIno, "again"), nodes[5]);
   EXPECT_EQ(r.Read().nodes.size(), KernelStateRecord::kNodes);
+}
+
+TEST_F(KernelStateRecordTest, AnOperationHasRoomWhileEachTableIsAtMostHalfFull) {
+  KernelStateRecord r(memory(), kCapacityBlocks);
+  constexpr size_t kHalf = KernelStateRecord::kNodes / 2;
+  std::vector<int> nodes;
+  for (size_t i = 0; i + 1 < kHalf; ++i) {
+    nodes.push_back(r.AddNode(100 + i, true, kRootIno, "d" + std::to_string(i)));
+  }
+  EXPECT_TRUE(r.HasRoom(1, 0));
+  EXPECT_FALSE(r.HasRoom(2, 0));
+  ASSERT_GE(r.AddNode(99, false, kRootIno, "last"), 0);
+  EXPECT_FALSE(r.HasRoom(1, 0));
+  EXPECT_TRUE(r.HasRoom(0, KernelStateRecord::kHandles / 2));
+  EXPECT_FALSE(r.HasRoom(0, KernelStateRecord::kHandles / 2 + 1));
+  // The other half is the next worker's, to record everything anew beside what it found.
+  EXPECT_GE(r.AddNode(98, true, kRootIno, "beyond"), 0);
+  r.RemoveNode(nodes[0]);
+  r.RemoveNode(nodes[1]);
+  EXPECT_TRUE(r.HasRoom(1, 0));
 }
 
 TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
   {
     KernelStateRecord r(memory(), kCapacityBlocks);
-    const int dir = r.AddNode(20, true, "ckpt");
-    const int file = r.AddNode(21, false, "ckpt/f");
+    const int dir = r.AddNode(20, true, kRootIno, "ckpt");
+    const int file = r.AddNode(21, false, 20, "f");
     r.AddHandle(0x1234, 21, O_RDWR);
     const uint64_t stamp =
         r.BeginContent(file, 5 * kBlockSize, {false, "spill-0-7", 100}, 0644, 0, 0);
@@ -197,12 +255,14 @@ TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
       const auto& [start, length] = regions[rng() % 3];
       memory()[start + rng() % length] ^= static_cast<char>(1 << (rng() % 8));
     }
-    // Paths, sizes, stamps and indices flipped: whatever is read is checked.
+    // Names, parents, sizes, stamps and indices flipped: whatever is read is checked.
     KernelStateRecord r(memory(), kCapacityBlocks);
     const KernelStateRecord::State s = r.Read();
     for (const auto& n : s.nodes) {
-      EXPECT_TRUE(n.path.empty() || ValidRelativePath(n.path)) << n.path;
-      EXPECT_LE(n.path.size(), KernelStateRecord::kMaxPath);
+      EXPECT_TRUE(n.name.empty() ? n.parent == 0 : n.parent != 0 && CheckName(n.name).ok())
+          << n.name;
+      const std::string path = s.PathOf(n);
+      EXPECT_TRUE(path.empty() || ValidRelativePath(path)) << path;
       EXPECT_TRUE(n.base.spill.empty() || IsSpillFileName(n.base.spill)) << n.base.spill;
       for (const auto& [index, slot] : n.blocks) {
         EXPECT_LT(slot, kCapacityBlocks);
@@ -210,12 +270,12 @@ TEST_F(KernelStateRecordTest, HostileBytesAreRefusedOrBoundedNeverACrash) {
       }
     }
   }
-  // A torn path (a rename the worker died in) is refused, not taken.
+  // A torn name (a rename the worker died in) is refused, not taken.
   std::copy(good.begin(), good.end(), memory());
   {
     KernelStateRecord r(memory(), kCapacityBlocks);
-    auto* path_state = reinterpret_cast<std::atomic<uint32_t>*>(memory() + 4096 + 4);
-    path_state->store(1);
+    auto* name_state = reinterpret_cast<std::atomic<uint32_t>*>(memory() + 4096 + 4);
+    name_state->store(1);
     const KernelStateRecord::State s = r.Read();
     EXPECT_EQ(s.refused, 1u);
     EXPECT_FALSE(NodeOf(s, 20));
@@ -266,6 +326,115 @@ TEST_F(KernelStateRecoveryTest, AFileOpenForWritingGoesOnThroughTheSameHandleAft
   ASSERT_TRUE(b.Release(handle).ok());
   ASSERT_TRUE(b.Sync().ok());
   EXPECT_TRUE(SameBytes(*ReadHostFile(B("iter_1/model.pt")), head + tail));
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
+// The bytes of the file at `names` under the directory `root`, opened one name at a time (the
+// whole path may be longer than PATH_MAX).
+std::optional<std::string> ReadHostFileAt(const std::string& root,
+                                          const std::vector<std::string>& names) {
+  int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY);
+  for (size_t i = 0; dir >= 0 && i + 1 < names.size(); ++i) {
+    const int next = openat(dir, names[i].c_str(), O_RDONLY | O_DIRECTORY);
+    close(dir);
+    dir = next;
+  }
+  if (dir < 0) return std::nullopt;
+  const int fd = openat(dir, names.back().c_str(), O_RDONLY);
+  close(dir);
+  if (fd < 0) return std::nullopt;
+  std::string bytes;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) bytes.append(buf, n);
+  close(fd);
+  return bytes;
+}
+
+TEST_F(KernelStateRecoveryTest, AFileOpenDeeperThanPathMaxGoesOnThroughTheSameHandleAfterACrash) {
+  // 25 directories of 200-byte names and a file of 255: 5,280 bytes from the root.
+  std::vector<std::string> names;
+  for (int level = 0; level < 25; ++level) names.push_back(std::string(200, 'a' + level));
+  names.push_back(std::string(255, 'f'));
+  const std::string head = Pattern(8, 2 * kBlockSize + 10);
+  uint64_t handle, dir_ino;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    uint64_t dir = kRootIno;
+    for (size_t i = 0; i + 1 < names.size(); ++i) {
+      Result<Attr> made = crashed->Mkdir(dir, names[i], 0755, Me());
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      dir = made->ino;
+    }
+    dir_ino = dir;
+    Result<OpenFile> created =
+        crashed->Create(dir, names.back(), 0640, O_WRONLY | O_CREAT | O_EXCL, Me());
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    handle = created->handle;
+    ASSERT_TRUE(WriteHandle(*crashed, handle, 0, head).ok());
+  }
+  auto next = Next(1);
+  Filesystem& b = *next;
+  EXPECT_EQ(StatOf(b, "recovered_handles"), 1u);
+  Result<Attr> file = b.Lookup(dir_ino, names.back());
+  ASSERT_TRUE(file.ok()) << "the deepest directory's node: " << file.status().ToString();
+  EXPECT_EQ(file->size, head.size());
+  EXPECT_TRUE(SameBytes(*ReadHandle(b, handle, head.size() + 10), head));
+  ASSERT_TRUE(WriteHandle(b, handle, head.size(), "after the crash").ok());
+  ASSERT_TRUE(Close(b, handle).ok());
+  ASSERT_TRUE(b.Sync().ok());
+  std::optional<std::string> stored = ReadHostFileAt(backing_.path(), names);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(SameBytes(*stored, head + "after the crash"));
+  EXPECT_TRUE(b.Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, AFullRecordRefusesNewOpensWithEnfileAndEveryOpenFileOutlivesACrash) {
+  constexpr size_t kFiles = KernelStateRecord::kNodes / 2;
+  std::vector<uint64_t> handles;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Filesystem& a = *crashed;
+    ASSERT_TRUE(WriteFile(a, "closed", "c").ok());
+    ASSERT_TRUE(a.Mkdir(kRootIno, "d", 0755, Me()).ok());
+    const uint64_t closed = Resolve(a, "closed")->ino;
+    // Files open for writing until the record's operating half is taken: the directory, and
+    // one node and one handle for each file.
+    for (size_t i = 0; i + 1 < kFiles; ++i) {
+      Result<OpenFile> f =
+          a.Create(kRootIno, "f" + std::to_string(i), 0644, O_WRONLY | O_CREAT, Me());
+      ASSERT_TRUE(f.ok()) << i << ": " << f.status().ToString();
+      handles.push_back(f->handle);
+      // A few bytes in some of them (a block each: more would fill this test's cache).
+      if (i % 1024 == 0) {
+        ASSERT_TRUE(WriteHandle(a, f->handle, 0, std::to_string(i)).ok());
+      }
+    }
+    EXPECT_EQ(a.Create(kRootIno, "one more", 0644, O_WRONLY | O_CREAT, Me()).status().err(),
+              ENFILE);
+    EXPECT_EQ(a.Open(closed, O_RDONLY).status().err(), ENFILE);
+    EXPECT_EQ(a.Mkdir(kRootIno, "e", 0755, Me()).status().err(), ENFILE);
+    EXPECT_EQ(StatOf(a, "kernel_record_refused"), 3u);
+    EXPECT_EQ(a.Lookup(kRootIno, "one more").status().err(), ENOENT) << "nothing made";
+    ASSERT_TRUE(a.Release(handles.back()).ok());
+    handles.pop_back();
+    Result<OpenFile> again = a.Open(closed, O_RDONLY);
+    ASSERT_TRUE(again.ok()) << "room again: " << again.status().ToString();
+    handles.push_back(again->handle);
+  }
+  auto next = Next(1);
+  Filesystem& b = *next;
+  EXPECT_EQ(StatOf(b, "recovered_handles"), handles.size()) << "every open file, none refused";
+  EXPECT_EQ(*ReadHandle(b, handles.back(), 10), "c");
+  for (size_t i = 0; i + 1 < handles.size(); i += 1024) {
+    ASSERT_TRUE(WriteHandle(b, handles[i], std::to_string(i).size(), "+").ok()) << i;
+  }
+  ASSERT_TRUE(WriteHandle(b, handles[kFiles - 3], 0, "last").ok());
+  for (uint64_t h : handles) ASSERT_TRUE(Close(b, h).ok());
+  ASSERT_TRUE(b.Sync().ok());
+  EXPECT_EQ(*ReadHostFile(B("f0")), "0+");
+  EXPECT_EQ(*ReadHostFile(B("f1024")), "1024+");
+  EXPECT_EQ(*ReadHostFile(B("f1")), "");
+  EXPECT_EQ(*ReadHostFile(B("f" + std::to_string(kFiles - 3))), "last");
   EXPECT_TRUE(b.Shutdown().ok());
 }
 
@@ -322,6 +491,31 @@ TEST_F(KernelStateRecoveryTest, TwoCrashesInARowLeaveTheSameOpenFileAndNodesToTh
   ASSERT_TRUE(third->Release(handle).ok());
   ASSERT_TRUE(third->Sync().ok());
   EXPECT_TRUE(SameBytes(*ReadHostFile(B("d/open")), bytes));
+  EXPECT_TRUE(third->Shutdown().ok());
+}
+
+TEST_F(KernelStateRecoveryTest, ADirectoryLookedUpAgainAfterATakeoverKeepsBothNodeIdsThroughTheNext) {
+  uint64_t first;
+  {
+    auto crashed = StartFs(backing_.path(), {.flush_delay = 3600s, .arena_fd = arena_fd_});
+    Result<Attr> made = crashed->Mkdir(kRootIno, "d", 0755, Me());
+    ASSERT_TRUE(made.ok());
+    first = made->ino;
+  }
+  uint64_t second;
+  {
+    auto recovered_then_crashed = Next(1);
+    // The kernel looks the directory up again and holds the new worker's node id too.
+    Result<Attr> again = recovered_then_crashed->Lookup(kRootIno, "d");
+    ASSERT_TRUE(again.ok());
+    second = again->ino;
+    ASSERT_NE(second, first);
+  }
+  auto third = Next(2);
+  EXPECT_TRUE(third->GetAttr(first).ok()) << "the first worker's node id";
+  Result<Attr> by_second = third->GetAttr(second);
+  ASSERT_TRUE(by_second.ok()) << "the second worker's: " << by_second.status().ToString();
+  EXPECT_TRUE(S_ISDIR(by_second->mode));
   EXPECT_TRUE(third->Shutdown().ok());
 }
 

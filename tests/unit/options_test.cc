@@ -184,16 +184,48 @@ TEST(MountOptionsTest, TheCacheIsInSharedMemoryWithHugePagesUnlessAskedOtherwise
 
 TEST(MountOptionsTest, ACacheLargerThanPhysicalMemoryIsRefusedNamingBothSizes) {
   const uint64_t memory = 24ull << 30;
-  EXPECT_TRUE(CheckCacheSize(memory / 4, memory).ok());
-  EXPECT_TRUE(CheckCacheSize(memory, memory).ok());
-  Status st = CheckCacheSize(100ull << 40, memory);
+  EXPECT_TRUE(CheckCacheSize(memory / 4, {.physical = memory}).ok());
+  EXPECT_TRUE(CheckCacheSize(memory, {.physical = memory}).ok());
+  Status st = CheckCacheSize(100ull << 40, {.physical = memory});
   EXPECT_EQ(st.err(), EINVAL);
   EXPECT_NE(st.message().find("cache_size"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("100.0 TiB"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("24.0 GiB"), std::string::npos) << st.message();
-  EXPECT_EQ(CheckCacheSize(memory + 1, memory).err(), EINVAL);
-  EXPECT_TRUE(CheckCacheSize(DefaultCacheSize(), PhysicalMemory()).ok());
+  EXPECT_NE(st.message().find("physical memory"), std::string::npos) << st.message();
+  EXPECT_EQ(CheckCacheSize(memory + 1, {.physical = memory}).err(), EINVAL);
+  EXPECT_TRUE(CheckCacheSize(DefaultCacheSize(), ReadMemoryBounds()).ok());
   EXPECT_GT(PhysicalMemory(), 0u);
+}
+
+TEST(MountOptionsTest, ACacheLargerThanItsCgroupsMemoryLimitIsRefusedThoughTheMachineHasMore) {
+  const MemoryBounds container{.physical = 64ull << 30, .cgroup = 8ull << 30};
+  EXPECT_EQ(UsableMemory(container), 8ull << 30);
+  EXPECT_TRUE(CheckCacheSize(8ull << 30, container).ok());
+  Status st = CheckCacheSize(16ull << 30, container);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("cgroup"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("8.0 GiB"), std::string::npos) << st.message();
+  // A limit above the machine's memory, or none: the machine's memory bounds it.
+  EXPECT_EQ(UsableMemory({.physical = 64ull << 30, .cgroup = 1ull << 40}), 64ull << 30);
+  EXPECT_NE(CheckCacheSize(100ull << 30, {.physical = 64ull << 30, .cgroup = 1ull << 40})
+                .message()
+                .find("physical memory"),
+            std::string::npos);
+  EXPECT_EQ(UsableMemory({.physical = 0, .cgroup = 8ull << 30}), 8ull << 30);
+  EXPECT_EQ(UsableMemory({}), 0u);
+  EXPECT_TRUE(CheckCacheSize(1ull << 50, {}).ok()) << "nothing known: nothing refused";
+}
+
+TEST(MountOptionsTest, TheCgroupPathAndMemoryMaxAreReadFromTheirTexts) {
+  EXPECT_EQ(CgroupV2Path("0::/system.slice/ckptfs@mnt-ckpt.service\n"),
+            "/system.slice/ckptfs@mnt-ckpt.service");
+  EXPECT_EQ(CgroupV2Path("12:memory:/docker/abc\n0::/docker/abc\n"), "/docker/abc");
+  EXPECT_EQ(CgroupV2Path("4:memory:/process_api/a3\n1:cpu:/\n"), "") << "cgroup v1 only";
+  EXPECT_EQ(CgroupV2Path("0::/\n"), "/");
+  EXPECT_EQ(ParseMemoryMax("8589934592\n"), 8ull << 30);
+  EXPECT_EQ(ParseMemoryMax("max\n"), 0u);
+  EXPECT_EQ(ParseMemoryMax(""), 0u);
+  EXPECT_EQ(ParseMemoryMax("12ab"), 0u);
 }
 
 TEST(MountOptionsTest, TheReadmeShowsTheOptionTable) {

@@ -100,6 +100,22 @@ TEST_F(RecoveryLogTest, AFullHalfKeepsTheRecordsBeforeTheFirstDroppedOne) {
   EXPECT_FALSE(log.dropped()) << "emptied once all is durable";
 }
 
+TEST_F(RecoveryLogTest, EntriesAtPathsLongerThan64KiBAreReadBack) {
+  // 400 directories of 200-byte names: 80,408 bytes, as openat reaches them.
+  std::string path;
+  for (int level = 0; level < 400; ++level) path += std::string(200, 'a' + level % 26) + "/";
+  path += "model.pt";
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Rename(1, path, path + ".renamed"));
+  log.Append(Publish(2, path, 1, {{0, 3}}));
+  Result<LoggedState> state = RecoveryLog(memory_.data(), memory_.size()).Pending();
+  ASSERT_TRUE(state.ok()) << state.status().ToString();
+  ASSERT_EQ(Seqs(*state), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(state->entries[0].path, path);
+  EXPECT_EQ(state->entries[0].new_path, path + ".renamed");
+  EXPECT_EQ(state->entries[1].names, std::vector<std::string>{path});
+}
+
 TEST_F(RecoveryLogTest, ARecoveryThatDiesLeavesTheSameRecordsToTheNext) {
   RecoveryLog crashed(memory_.data(), memory_.size());
   crashed.Append(Publish(7, "a", 1, {{0, 3}}));
@@ -135,6 +151,24 @@ TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRef
   log.Append(Publish(1, "f", 1, {{0, 1}}));
   std::memset(memory_.data() + 4096, 0xff, 16);
   EXPECT_EQ(RecoveryLog(memory_.data(), memory_.size()).Pending().status().err(), EINVAL);
+}
+
+TEST_F(RecoveryLogTest, ALogIsReadableOnlyAsAWorkerWroteItAndReadingItChangesNothing) {
+  EXPECT_EQ(RecoveryLog::Readable(memory_.data(), memory_.size()).err(), EINVAL)
+      << "never written";
+  RecoveryLog log(memory_.data(), memory_.size());
+  log.Append(Publish(1, "f", 1, {{0, 1}}));
+  EXPECT_TRUE(RecoveryLog::Readable(memory_.data(), memory_.size()).ok());
+  const std::vector<char> written = memory_;
+  memory_[0] ^= 1;  // The header's magic damaged.
+  const std::vector<char> damaged = memory_;
+  Status st = RecoveryLog::Readable(memory_.data(), memory_.size());
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("not a recovery log"), std::string::npos) << st.message();
+  EXPECT_TRUE(memory_ == damaged) << "read, not reset for a new mount";
+  memory_ = written;
+  std::memset(memory_.data() + 4096, 0xff, 16);  // A record's length damaged.
+  EXPECT_EQ(RecoveryLog::Readable(memory_.data(), memory_.size()).err(), EINVAL);
 }
 
 class RecoverTest : public ::testing::Test {
