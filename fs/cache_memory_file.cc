@@ -12,7 +12,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/arena.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
 
 namespace ckptfs {
 

@@ -1,7 +1,7 @@
 // The file that holds a mount's cache in shared memory, /dev/shm/ckptfs-cache-<dev>-<ino>[-<node>]:
 // named after the backing directory (and, in shared mode, the node), so that when the mount's
 // daemon dies, the next mount of the same backing store finds what it had not made durable
-// (core/earlier_mount.h). A mount that ends having flushed everything removes it.
+// (core/filesystem/earlier_mount.h). A mount that ends having flushed everything removes it.
 //
 // The file is the mount's alone: made 0600, never reached through a symlink, refused when another
 // user owns it or others may open it, and locked (flock) while a mount holds it, so that no two
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace ckptfs {
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/handoff.h"
-#include "core/status.h"
+#include "core/base/status.h"
+#include "core/recovery/handoff.h"
 
 namespace ckptfs {
 

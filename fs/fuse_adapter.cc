@@ -11,14 +11,14 @@
 #include <vector>
 #include <unistd.h>
 
-#include "core/filesystem.h"
+#include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
 #include "fs/session_hooks.h"
 
 namespace ckptfs {
 namespace {
 
-// How long the kernel keeps attributes and entries (kAttrTimeout, core/namespace.h).
+// How long the kernel keeps attributes and entries (kAttrTimeout, core/tree/namespace.h).
 constexpr double kAttrSeconds = std::chrono::duration<double>(kAttrTimeout).count();
 // st_blksize. Python sizes each open file's buffer by it: at 1 MiB, glibc maps that buffer
 // afresh per open, and a reader of 1 MiB zarr chunks faulted 256 pages per chunk (25x slower

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/status.h"
+#include "core/base/status.h"
 
 namespace ckptfs {
 

@@ -17,10 +17,11 @@
 #include <cstring>
 #include <string>
 
-#include "core/arena.h"
-#include "core/backing_store.h"
-#include "core/earlier_mount.h"
-#include "core/membership.h"
+#include "core/backing/backing_store.h"
+#include "core/filesystem/earlier_mount.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
+#include "core/shared/membership.h"
 #include "fs/cache_memory_file.h"
 #include "fs/client.h"
 #include "fs/fuse_adapter.h"

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/metrics_text.h"
+#include "core/stats/metrics_text.h"
 #include "fs/client.h"
 
 namespace ckptfs {

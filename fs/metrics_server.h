@@ -1,4 +1,4 @@
-// MetricsServer: a mount's Prometheus metrics (core/metrics_text.h), served over HTTP at
+// MetricsServer: a mount's Prometheus metrics (core/stats/metrics_text.h), served over HTTP at
 // /metrics (-o metrics) and written to a file for node_exporter's textfile collector
 // (-o metrics_file). Run by the supervisor (fs/supervisor.h), so that the endpoint stays while
 // workers are replaced; the figures are read from the mount's own `.ckptfs/stats`.
@@ -17,8 +17,8 @@
 #include <string>
 #include <thread>
 
-#include "core/status.h"
-#include "core/thread_annotations.h"
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 #include "fs/options.h"
 
 namespace httplib {

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "core/shared_policy.h"
+#include "core/shared/shared_policy.h"
 #include "fs/status_view.h"
 
 namespace ckptfs {

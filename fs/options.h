@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/config.h"
-#include "core/status.h"
+#include "core/base/config.h"
+#include "core/base/status.h"
 
 namespace ckptfs {
 
@@ -24,7 +24,8 @@ enum class Passthrough { kAuto, kOn, kOff };
 // kernel does not offer it (the fuse module's enable_uring is off).
 enum class IoUring { kOn, kOff };
 
-// Where the cache's memory lives (core/arena.h): memory the supervisor holds, or each worker's.
+// Where the cache's memory lives (core/memory/arena.h): memory the supervisor holds, or each
+// worker's.
 enum class CacheMemory { kShared, kPrivate };
 
 

@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/histogram.h"
-#include "core/thread_annotations.h"
+#include "core/base/thread_annotations.h"
+#include "core/stats/histogram.h"
 #include "fs/control_block.h"
 
 namespace ckptfs {

@@ -45,7 +45,7 @@ uint64_t RequestId();
 int64_t FirstReplyNanos();
 
 // The latency of the requests this process answered, from reading each to writing its reply, by
-// operation: {"write": histogram (core/histogram.h), ...} for the operations seen. FORGET and
+// operation: {"write": histogram (core/stats/histogram.h), ...} for the operations seen. FORGET and
 // BATCH_FORGET have no reply and are not counted.
 nlohmann::json RequestLatencyJson();
 

@@ -13,8 +13,9 @@
 #include <csignal>
 #include <cstring>
 
-#include "core/arena.h"
-#include "core/recovery_log.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
+#include "core/recovery/recovery_log.h"
 #include "fs/worker.h"
 
 namespace ckptfs {
@@ -236,7 +237,7 @@ class Supervisor {
   }
 
   // Ok when the next worker can take over what a dead one held in the cache's shared memory:
-  // its recovery log reads (core/recovery_log.h).
+  // its recovery log reads (core/recovery/recovery_log.h).
   Status RecoverableState() const {
     struct stat st {};
     if (fstat(s_.arena_fd, &st) != 0) return Status::FromErrno("the cache's shared memory");

@@ -19,9 +19,10 @@
 // - SIGTERM or SIGINT unmount: the worker flushes everything and exits, and so does the
 //   supervisor, with the worker's status.
 //
-// Every worker dies with the supervisor (PR_SET_PDEATHSIG): the mount then goes as a daemon's
-// did before workers. A shared cache's memory file stays (fs/cache_memory_file.h), also after a
-// crash loop: the next mount of the backing store recovers what it held (core/earlier_mount.h).
+// Every worker dies with the supervisor (PR_SET_PDEATHSIG): the mount then goes as a daemon's did
+// before workers. A shared cache's memory file stays (fs/cache_memory_file.h), also after a crash
+// loop: the next mount of the backing store recovers what it held
+// (core/filesystem/earlier_mount.h).
 #pragma once
 
 #include <fuse_lowlevel.h>

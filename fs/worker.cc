@@ -14,9 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/arena.h"
-#include "core/filesystem.h"
-#include "core/handoff.h"
+#include "core/filesystem/filesystem.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
+#include "core/recovery/handoff.h"
 #include "fs/control_block.h"
 #include "fs/fuse_adapter.h"
 #include "fs/fuse_ring.h"

@@ -2,10 +2,10 @@
 // `ckptfs BACKING MOUNTPOINT -o ... --worker FUSE_FD,CONTROL_FD,READY_FD,ARENA_FD`.
 //
 // It serves the FUSE connection it inherits (FUSE_FD); the first worker answers the kernel's INIT
-// and records it in the control block (CONTROL_FD, fs/control_block.h); a later one takes over:
-// it restores the handoff image its predecessor left (core/handoff.h), replays the INIT, and asks
-// the kernel to send again the requests its predecessor read and never answered. It writes "ok"
-// (or "error MESSAGE") and a newline to READY_FD once it serves, or fails to.
+// and records it in the control block (CONTROL_FD, fs/control_block.h); a later one takes over: it
+// restores the handoff image its predecessor left (core/recovery/handoff.h), replays the INIT, and
+// asks the kernel to send again the requests its predecessor read and never answered. It writes
+// "ok" (or "error MESSAGE") and a newline to READY_FD once it serves, or fails to.
 //
 // Its loop ends when the mount goes (it flushes everything, as an unmount did before workers,
 // and exits 0, or 1 when data had to be rescued), or to be replaced: asked for an upgrade (SIGUSR1,

@@ -17,18 +17,18 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
-#include "core/thread_annotations.h"
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
 
 class FaultInjectingEnv final : public Env {
  public:
-  // Calls of `op` whose name is `name` (either name of a rename or link; for Sync, "fdatasync"
-  // or "fsync"; any call when empty; Write has no names): from now on, the first `skip` of them pass, the `count` after
-  // them fail with `err` (a positive errno; 0: they pass too), and wait `delay` first. A failed
-  // call is not forwarded: nothing of it reaches the backing store. For example
+  // Calls of `op` whose name is `name` (either name of a rename or link; for Sync, "fdatasync" or
+  // "fsync"; any call when empty; Write has no names): from now on, the first `skip` of them pass,
+  // the `count` after them fail with `err` (a positive errno; 0: they pass too), and wait `delay`
+  // first. A failed call is not forwarded: nothing of it reaches the backing store. For example
   // Fault(Op::kRename, EIO).Named("latest").Times(1).
   struct Fault {
     Fault(Op op_in, int err_in) : op(op_in), err(err_in) {}

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh -DCKPTFS_WERROR=ON
-# The thread-safety build: Clang checks every lock annotation (core/thread_annotations.h).
+# The thread-safety build: Clang checks every lock annotation (core/base/thread_annotations.h).
 clang_build="${CKPTFS_CLANG_BUILD_DIR:-build-clang}"
 cmake -S . -B "$clang_build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
       -DCKPTFS_THREAD_SAFETY=ON -DCKPTFS_WERROR=ON -DCKPTFS_BUILD_TESTS=OFF >/dev/null

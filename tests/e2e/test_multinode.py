@@ -121,7 +121,7 @@ def plain_tree(w, tmp, save):
 
 def commit_failed_for(node):
     """The daemon's log line, and `ckptfs sync`'s error, of a commit that failed because member
-    `node` (its whole name) died before it acknowledged (core/shared_commit.cc)."""
+    `node` (its whole name) died before it acknowledged (core/shared/shared_commit.cc)."""
     return re.compile(rf"commit of \S+ failed: member {re.escape(node)} (stopped beating|left) ")
 
 

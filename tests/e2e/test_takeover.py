@@ -1,4 +1,4 @@
-"""`ckptfs upgrade` while real saves run (fs/supervisor.h, core/handoff.h): torch.save with its
+"""`ckptfs upgrade` while real saves run (fs/supervisor.h, core/recovery/handoff.h): torch.save with its
 tracker, PyTorch DCP with its fsyncs, Megatron-core's torch_dist, the zarr distributed-optimizer
 pattern (without the fine grid, whose open views a handoff waits for) and 2,000 small files. The
 mount's worker is replaced at seeded random moments during each save (printed;

@@ -1,4 +1,4 @@
-"""The tensor view of real checkpoints (core/tensor_view/): DCP saved by 2 ranks with every kind of
+"""The tensor view of real checkpoints (core/views/tensor_view/): DCP saved by 2 ranks with every kind of
 sharding (tensor_view_workload) and Megatron-core torch_dist, read tensor by tensor with zarr
 through `.tensors` and compared with what DCP's own loader reads; shell tools on the view; a view
 that follows its checkpoint rewritten and removed; a hostile .metadata."""

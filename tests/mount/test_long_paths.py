@@ -1,4 +1,4 @@
-"""Files open at long paths when the worker is replaced (core/kernel_state_record.h keeps each
+"""Files open at long paths when the worker is replaced (core/recovery/kernel_state_record.h keeps each
 node the kernel holds by its directory and name): six directories of 200-byte names, and a tree
 deeper than PATH_MAX reached with openat, go on after the worker is killed (the default options)
 and after an upgrade (the cache shared and private), and what they held is rescued by the next

@@ -1,4 +1,4 @@
-"""The supervisor and its workers (fs/supervisor.h, fs/worker.h, core/handoff.h) on a real mount:
+"""The supervisor and its workers (fs/supervisor.h, fs/worker.h, core/recovery/handoff.h) on a real mount:
 a worker replaced (ckptfs upgrade, SIGHUP) keeps every open file, name and byte; a worker killed
 leaves the mount up; the supervisor's own end ends the mount as a daemon's always did."""
 
@@ -222,7 +222,7 @@ class TakeoverTest(unittest.TestCase):
                 f.write("synced")
             m.sync()
             [memory_file] = cache_memory_files(m.backing)
-            # The recovery log follows the cache's blocks of 16 KiB (core/arena.h:
+            # The recovery log follows the cache's blocks of 16 KiB (core/memory/arena.h:
             # ArenaLogOffset); its header's magic is damaged under the running worker, which
             # never reads it again.
             log = m.stats()["cache_size"] // 16384 * 16384

@@ -1,5 +1,6 @@
 // Tests of Arena: reservations, block reuse, the capacity bound and back-pressure.
-#include "core/arena.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

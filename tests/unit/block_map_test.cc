@@ -1,5 +1,5 @@
 // Tests of BlockMap: lookups, order, erasure, and copies that share segments until one changes.
-#include "core/block_map.h"
+#include "core/memory/block_map.h"
 
 #include <gtest/gtest.h>
 

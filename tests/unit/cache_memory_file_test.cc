@@ -1,5 +1,6 @@
 // Tests of the cache memory file (fs/cache_memory_file.h): one per backing store, this user's
 // alone, held by one live mount at a time, found again by the next mount when not empty.
+#include "core/recovery/cache_memory_layout.h"
 #include "fs/cache_memory_file.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "core/arena.h"
+#include "core/memory/arena.h"
 #include "core_test_util.h"
 
 namespace ckptfs {

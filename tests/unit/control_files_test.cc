@@ -1,6 +1,6 @@
 // Tests of the control files on their own: what they show, what they refuse, and what a sync
 // reports. The mount behind them is stood in for by a source whose durability wait can fail.
-#include "core/control_files.h"
+#include "core/views/control_files.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -25,8 +25,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/filesystem.h"
+#include "core/base/config.h"
+#include "core/filesystem/filesystem.h"
+#include "core/recovery/cache_memory_layout.h"
 #include "iouring/env.h"
 #include "iouring/fault_injecting_env.h"
 

@@ -1,14 +1,16 @@
-// Tests of RecoverEarlierMount (core/earlier_mount.h): a mount whose daemon died leaves its cache
-// memory; the next mount of the same backing store, whatever its cache size, publishes what was
-// sealed, rescues what was open for writing, and a failed rescue leaves everything for a retry.
-#include "core/earlier_mount.h"
+// Tests of RecoverEarlierMount (core/filesystem/earlier_mount.h): a mount whose daemon died leaves
+// its cache memory; the next mount of the same backing store, whatever its cache size, publishes
+// what was sealed, rescues what was open for writing, and a failed rescue leaves everything for a
+// retry.
+#include "core/filesystem/earlier_mount.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <string>
 
-#include "core/arena.h"
+#include "core/memory/arena.h"
+#include "core/recovery/cache_memory_layout.h"
 #include "core_test_util.h"
 
 namespace ckptfs {

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
+#include "core/base/status.h"
 #include "iouring/fault_injecting_env.h"
 
 namespace ckptfs {

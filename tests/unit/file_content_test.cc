@@ -1,6 +1,6 @@
 // Tests of FileContent: writes, reads, truncation, copy-on-write and base-file overlays, always
 // checked against a plain std::string image of what the file must hold.
-#include "core/file_content.h"
+#include "core/memory/file_content.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

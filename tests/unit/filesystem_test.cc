@@ -1,7 +1,7 @@
 // Tests of Filesystem (core, no FUSE) over a real temporary backing directory with the real
 // io_uring backend (FaultInjectingEnv wrapped around it for the error tests). Results are
 // checked by reading the backing directory itself after Sync(), Fsync() or Shutdown().
-#include "core/filesystem.h"
+#include "core/filesystem/filesystem.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

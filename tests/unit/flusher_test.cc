@@ -1,6 +1,6 @@
 // Tests of the Flusher on its own: a Journal of mkdir and publish entries replayed on a temp
 // backing directory through a FaultInjectingEnv, and a FlushClient that records the reports.
-#include "core/flusher.h"
+#include "core/flush/flusher.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/arena.h"
-#include "core/thread_annotations.h"
-#include "iouring/fault_injecting_env.h"
+#include "core/base/thread_annotations.h"
+#include "core/memory/arena.h"
 #include "core_test_util.h"
+#include "iouring/fault_injecting_env.h"
 
 namespace ckptfs {
 namespace {

@@ -1,7 +1,7 @@
-// Tests of handing a mount from one worker to the next (core/handoff.h): the image's encoding,
-// which takes untrusted input, and Filesystem::Handoff / Filesystem::Restore over a real backing
-// directory, calling the new worker with the inode numbers and handles the kernel kept.
-#include "core/handoff.h"
+// Tests of handing a mount from one worker to the next (core/recovery/handoff.h): the image's
+// encoding, which takes untrusted input, and Filesystem::Handoff / Filesystem::Restore over a real
+// backing directory, calling the new worker with the inode numbers and handles the kernel kept.
+#include "core/recovery/handoff.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "core/backing_store.h"
+#include "core/backing/backing_store.h"
 #include "core_test_util.h"
 
 namespace ckptfs {

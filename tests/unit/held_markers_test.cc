@@ -1,10 +1,11 @@
 // HeldMarkers: which entries are markers, the order of their outcomes, and what later entries
 // and newer markers drop.
-#include "core/held_markers.h"
+#include "core/base/commit_markers.h"
+#include "core/flush/held_markers.h"
 
 #include <gtest/gtest.h>
 
-#include "core/shared_policy.h"
+#include "core/shared/shared_policy.h"
 
 namespace ckptfs {
 namespace {

@@ -1,5 +1,5 @@
 // Tests of the Journal: order, batching, completion, cancellation, durable_seq.
-#include "core/journal.h"
+#include "core/tree/journal.h"
 
 #include <gtest/gtest.h>
 

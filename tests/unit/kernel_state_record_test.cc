@@ -1,7 +1,7 @@
-// Tests of the kernel state record (core/kernel_state_record.h) and of what Filesystem::Recover
-// takes over from it: a worker that dies with files open for writing and directories the kernel
-// knows leaves them to the next, which answers the same handles and nodes.
-#include "core/kernel_state_record.h"
+// Tests of the kernel state record (core/recovery/kernel_state_record.h) and of what
+// Filesystem::Recover takes over from it: a worker that dies with files open for writing and
+// directories the kernel knows leaves them to the next, which answers the same handles and nodes.
+#include "core/recovery/kernel_state_record.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/arena.h"
-#include "core/backing_store.h"
+#include "core/backing/backing_store.h"
+#include "core/memory/arena.h"
 #include "core_test_util.h"
 
 namespace ckptfs {

@@ -1,6 +1,6 @@
-// Membership through the shared backing directory (core/membership), several members over one
-// temp directory standing for several nodes, on a ManualClock.
-#include "core/membership.h"
+// Membership through the shared backing directory (core/shared/membership), several members over
+// one temp directory standing for several nodes, on a ManualClock.
+#include "core/shared/membership.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/shared_policy.h"
+#include "core/shared/shared_policy.h"
 #include "shared_fixture.h"
 
 namespace ckptfs {

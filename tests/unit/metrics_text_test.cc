@@ -2,7 +2,7 @@
 // flushed a file, in the shared mode, with a worker's figures and request latencies) has a
 // metric, and the text keeps the exposition format's rules. promtool checks the served text in
 // tests/mount/test_deploy.py.
-#include "core/metrics_text.h"
+#include "core/stats/metrics_text.h"
 
 #include <gtest/gtest.h>
 

@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "core/arena.h"
-#include "core/namespace.h"
-#include "iouring/posix_env.h"
+#include "core/memory/arena.h"
+#include "core/tree/namespace.h"
 #include "core_test_util.h"
+#include "iouring/posix_env.h"
 
 namespace ckptfs::testing_util {
 

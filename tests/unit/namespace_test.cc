@@ -1,6 +1,6 @@
 // Tests of the Namespace on its own: the inode table and the overlay on the backing directory,
 // and the journal entries its changes make.
-#include "core/namespace.h"
+#include "core/tree/namespace.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,10 +1,10 @@
-#include "core/tensor_view/pickle_reader.h"
+#include "core/views/tensor_view/pickle_reader.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/tensor_view/dcp_metadata.h"
+#include "core/views/tensor_view/dcp_metadata.h"
 #include "tensor_view_corpus.h"
 
 namespace ckptfs::pickle {

@@ -1,7 +1,8 @@
 // Tests of the pure policy functions: flushing, and how an open is served.
-#include "core/policy.h"
+#include "core/base/flush_policy.h"
+#include "core/base/serve_policy.h"
 
-#include "core/open_mode.h"
+#include "core/filesystem/open_mode.h"
 
 #include <gtest/gtest.h>
 

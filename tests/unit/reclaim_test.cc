@@ -1,12 +1,12 @@
 // Tests of the Reclaimer: which files give their memory back, and that their bytes stay the same.
-#include "core/reclaim.h"
+#include "core/flush/reclaim.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/arena.h"
+#include "core/memory/arena.h"
 #include "iouring/fault_injecting_env.h"
 #include "namespace_fixture.h"
 

@@ -1,6 +1,6 @@
-// Tests of the recovery log (core/recovery_log.h) and of Filesystem::Recover: a worker that dies
-// without flushing leaves its sealed versions to the next, which publishes them.
-#include "core/recovery_log.h"
+// Tests of the recovery log (core/recovery/recovery_log.h) and of Filesystem::Recover: a worker
+// that dies without flushing leaves its sealed versions to the next, which publishes them.
+#include "core/recovery/recovery_log.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

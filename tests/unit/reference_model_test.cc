@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/filesystem.h"
+#include "core/filesystem/filesystem.h"
 #include "core_test_util.h"
 
 namespace ckptfs {

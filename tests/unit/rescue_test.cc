@@ -1,5 +1,5 @@
 // Tests of the rescue directory: where unflushed versions go when unmount cannot flush them.
-#include "core/rescue.h"
+#include "core/recovery/rescue.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

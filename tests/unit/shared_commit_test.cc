@@ -1,7 +1,8 @@
-// The commit of markers across members (core/shared_commit): several members over one temp
+// The commit of markers across members (core/shared/shared_commit): several members over one temp
 // directory standing for several nodes, on a ManualClock, each member's journal progress set by
 // the test.
-#include "core/shared_commit.h"
+#include "core/base/commit_markers.h"
+#include "core/shared/shared_commit.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -11,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/shared_policy.h"
+#include "core/shared/shared_policy.h"
 #include "shared_fixture.h"
 
 namespace ckptfs {

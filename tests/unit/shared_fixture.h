@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/clock.h"
-#include "core/membership.h"
-#include "core/shared_commit.h"
+#include "core/base/clock.h"
+#include "core/shared/membership.h"
+#include "core/shared/shared_commit.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
 #include "iouring/posix_env.h"

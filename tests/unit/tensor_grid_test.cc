@@ -1,5 +1,5 @@
-#include "core/tensor_view/tensor_grid.h"
-#include "core/tensor_view/view_tree.h"
+#include "core/views/tensor_view/tensor_grid.h"
+#include "core/views/tensor_view/view_tree.h"
 
 #include <gtest/gtest.h>
 

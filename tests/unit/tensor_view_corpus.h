@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/tensor_view/zip_reader.h"
+#include "core/views/tensor_view/zip_reader.h"
 
 namespace ckptfs {
 

@@ -23,15 +23,15 @@
 #include <string>
 #include <vector>
 
-#include "core/file_content.h"
-#include "core/tensor_view/dcp_metadata.h"
-#include "core/tensor_view/dcp_view.h"
-#include "core/tensor_view/torch_save_view.h"
+#include "core/memory/file_content.h"
+#include "core/views/tensor_view/dcp_metadata.h"
+#include "core/views/tensor_view/dcp_view.h"
+#include "core/views/tensor_view/pickle_reader.h"
+#include "core/views/tensor_view/torch_save.h"
+#include "core/views/tensor_view/torch_save_view.h"
+#include "core/views/tensor_view/zip_reader.h"
 #include "core_test_util.h"
 #include "iouring/posix_env.h"
-#include "core/tensor_view/pickle_reader.h"
-#include "core/tensor_view/torch_save.h"
-#include "core/tensor_view/zip_reader.h"
 #include "tensor_view_corpus.h"
 
 namespace ckptfs {

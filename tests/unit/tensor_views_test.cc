@@ -2,7 +2,7 @@
 // directory: a real DCP checkpoint (tensor_view_corpus/: the .metadata and .distcp of one save,
 // and the bytes its tensors must read as) written through the Filesystem, read through
 // CKPT/.tensors while staged and once durable, rewritten, removed, and refused changes.
-#include "core/tensor_view/tensor_views.h"
+#include "core/views/tensor_view/tensor_views.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/filesystem.h"
+#include "core/filesystem/filesystem.h"
 #include "core_test_util.h"
 #include "tensor_view_corpus.h"
 

@@ -1,7 +1,7 @@
 // Tests of ZarrGrid: which .zarray texts qualify for a fine grid, the virtual grid chosen, the
 // mapping of virtual chunks to byte ranges of real chunks (checked against a brute-force model of
 // C-order chunk layout), the .zarray rewriting, and a fuzz of the parser path.
-#include "core/zarr_grid.h"
+#include "core/views/zarr_grid.h"
 
 #include <gtest/gtest.h>
 

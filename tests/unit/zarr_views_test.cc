@@ -1,6 +1,6 @@
 // Tests of the zarr fine-grid views on their own, over a Namespace: which directories are served
 // with a fine grid, what their views read, where their writes go, and what an unlink leaves.
-#include "core/zarr_views.h"
+#include "core/views/zarr_views.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

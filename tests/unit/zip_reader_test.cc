@@ -1,10 +1,10 @@
-#include "core/tensor_view/zip_reader.h"
+#include "core/views/tensor_view/zip_reader.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "core/tensor_view/torch_save.h"
+#include "core/views/tensor_view/torch_save.h"
 #include "tensor_view_corpus.h"
 
 namespace ckptfs {

@@ -1,0 +1,475 @@
+// Filesystem: ckptfs without FUSE. Every FUSE operation is one call here; the adapter only
+// decodes requests and replies with what these calls return (values or the exact errno).
+//
+// The namespace (core/tree/namespace.h) is the backing directory, looked up lazily, overlaid with
+// what clients changed through the mount. Data written through the mount is held in the Arena;
+// sealed versions and namespace changes go to the Journal, which the Flusher replays on the backing
+// store in order. Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h);
+// zarr fine-grid views (core/views/zarr_views.h) and the control files each have their own home,
+// chosen by the node's kind; memory runs short through the Reclaimer (core/flush/reclaim.h).
+//
+// Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
+// Inode::mu, then the flusher's lock, then the journal's lock.
+#pragma once
+
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <type_traits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backing/backing_store.h"
+#include "core/base/clock.h"
+#include "core/base/config.h"
+#include "core/base/thread_annotations.h"
+#include "core/flush/flusher.h"
+#include "core/flush/reclaim.h"
+#include "core/memory/arena.h"
+#include "core/recovery/handoff.h"
+#include "core/recovery/kernel_state_record.h"
+#include "core/recovery/recovery_log.h"
+#include "core/shared/shared_mount.h"
+#include "core/stats/stats.h"
+#include "core/tree/inode.h"
+#include "core/tree/journal.h"
+#include "core/tree/namespace.h"
+#include "core/tree/writer_owners.h"
+#include "core/views/control_files.h"
+#include "core/views/tensor_view/tensor_views.h"
+#include "core/views/zarr_views.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+
+struct SetAttrRequest {
+  std::optional<uint32_t> mode;
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  std::optional<uint64_t> size;
+  std::optional<timespec> atime;  // tv_nsec == UTIME_NOW means now.
+  std::optional<timespec> mtime;
+};
+
+struct OpenFile {
+  Attr attr;
+  uint64_t handle = 0;
+  bool direct_io = false;   // The kernel sends every read and write of this handle here.
+  bool keep_cache = false;  // The kernel's cached pages of the file are still right.
+  int backing_id = -1;      // The kernel reads this backing file itself (FUSE passthrough).
+};
+
+class Filesystem final : private ControlFiles::Source, private FlushClient {
+ public:
+  // Opens the backing store through `env` (OpenBackingStore), which every later call on the
+  // backing store goes through too. Does not start threads.
+  // The flush policy runs on `clock`, which must outlive the Filesystem.
+  static Result<std::unique_ptr<Filesystem>> Make(const Config& config, std::unique_ptr<Env> env,
+                                                  Clock& clock = Clock::Steady());
+  ~Filesystem() override;
+
+  // Starts the flusher thread (after the daemon has forked).
+  void Start();
+  // How a write that bypassed the page cache drops the kernel's cached pages of that range
+  // (ino, offset, length) while other handles of the file use the cache. Set before any write.
+  void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
+    invalidate_page_cache_ = std::move(invalidate);
+  }
+  // How read-only opens of files held whole by a backing file let the kernel read that file
+  // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
+  // `close_backing` drops an id. While such a handle is open, opens for writing and truncation
+  // fail with ETXTBSY (the kernel cannot mix it with other opens). Set before the first open.
+  void SetPassthrough(std::function<int(int fd)> open_backing,
+                      std::function<void(int backing_id)> close_backing) {
+    open_backing_ = std::move(open_backing);
+    close_backing_ = std::move(close_backing);
+  }
+  // Who replaces this worker when asked through the control file `upgrade` (the supervisor's
+  // side of the worker, fs/worker.h); without one, upgrades fail with EOPNOTSUPP. Set before
+  // the first request.
+  void SetUpgradeHandler(std::function<Status(const std::string& binary)> handler) {
+    upgrade_handler_ = std::move(handler);
+  }
+  // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
+  // before the first request.
+  void SetWorkerInfo(std::function<std::string()> info) { worker_info_ = std::move(info); }
+  // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation. Set
+  // before the first request.
+  void SetRequestStats(std::function<nlohmann::json()> stats) {
+    request_stats_ = std::move(stats);
+  }
+  // Read-only opens of large files held whole by a backing file bypass the page cache too:
+  // the daemon splices their reads from the backing file straight into the reader's buffer,
+  // rather than the kernel copying them into pages of its own (a second cached copy of the
+  // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
+  // first open.
+  void EnableDirectReads() { direct_reads_ = true; }
+  // --- Replacing the worker without unmounting (core/recovery/handoff.h) ---
+  // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
+  // waits until everything sealed is durable (in shared mode, its markers committed), names the
+  // blocks of a shared arena or writes handoff files that hold the unsealed content of open files
+  // and of files removed while open, and returns what the next worker restores. EAGAIN while a
+  // view of a zarr array is open. A failure leaves everything running.
+  Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
+  // After a Handoff whose image went to the next worker: leaves the shared mount. The process
+  // may then exit without destroying this Filesystem (nothing of it is left to do).
+  void Retire() EXCLUDES(ns_lock);
+  // Before Start: takes over the inodes and handles of the worker that made `image`; each
+  // handoff file becomes the named spill file of its content (TakenOverSpillName). EIO when files
+  // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
+  // over all the same.
+  Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
+  // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
+  // connection), or that of an earlier mount of the backing store whose daemon died.
+  enum class Recovery { kTakeover, kEarlierMount };
+  // Before Start, on a worker that took over by no handoff (after a crash): replays what the
+  // recovery log holds pending, so that everything its predecessor had sealed is in the namespace
+  // again and on its way to the backing store; says what it did. Nothing to do with a private
+  // arena. EIO when some versions could not be recovered (the rest is). Then, for a takeover, takes
+  // over the nodes and open handles the kernel holds of the predecessor, with what the files open
+  // for writing held (core/recovery/kernel_state_record.h); for an earlier mount, whose files
+  // nobody closed, first saves what those files held to a rescue directory instead (an error when
+  // that fails, before anything is replayed).
+  Status Recover(Recovery kind = Recovery::kTakeover) EXCLUDES(ns_lock);
+
+  // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
+  // to a rescue directory and returns an error naming the files and where they went.
+  Status Shutdown();
+
+  // A name CheckName refuses (core/tree/namespace.h) fails with its error in every directory,
+  // whatever it holds: ENAMETOOLONG past NAME_MAX, as on a local filesystem.
+  Result<Attr> Lookup(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  void Forget(uint64_t ino, uint64_t count) EXCLUDES(ns_lock);
+  Result<Attr> GetAttr(uint64_t ino) EXCLUDES(ns_lock);
+  // `handle` is the open file the change comes through (ftruncate), or 0 (truncate by path).
+  Result<Attr> SetAttr(uint64_t ino, const SetAttrRequest& request, uint64_t handle = 0)
+      EXCLUDES(ns_lock);
+  // A resent request (Caller::resent) whose change is there already is answered as done: made
+  // by the worker that died before it answered (mkdir, symlink, mknod, link and an exclusive
+  // create find the entry; unlink, rmdir and rename find the name gone, the new one there).
+  Result<Attr> Mkdir(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
+      EXCLUDES(ns_lock);
+  Status Unlink(uint64_t parent, const std::string& name, const Caller& c = Caller())
+      EXCLUDES(ns_lock);
+  Status Rmdir(uint64_t parent, const std::string& name, const Caller& c = Caller())
+      EXCLUDES(ns_lock);
+  Result<Attr> Symlink(uint64_t parent, const std::string& name, const std::string& target,
+                       const Caller& c) EXCLUDES(ns_lock);
+  // A FIFO, socket or device node (mode's type bits; `rdev` for devices), shown and published
+  // like the other nodes; with S_IFREG (or no type), an empty regular file. Device nodes fail
+  // with EPERM when the backing store takes none (probed at mount).
+  Result<Attr> Mknod(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                     const Caller& c) EXCLUDES(ns_lock);
+  Result<std::string> Readlink(uint64_t ino) EXCLUDES(ns_lock);
+  Status Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
+                const std::string& new_name, unsigned flags, const Caller& c = Caller())
+      EXCLUDES(ns_lock);
+  Result<Attr> Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
+                    const Caller& c = Caller()) EXCLUDES(ns_lock);
+
+  Result<OpenFile> Create(uint64_t parent, const std::string& name, uint32_t mode, int flags,
+                          const Caller& c) EXCLUDES(ns_lock);
+  // An open with O_TRUNC, and a write, by a caller without CAP_FSETID clear the file's
+  // set-user-ID bit, and its set-group-ID bit when group execute is set, as the kernel does for
+  // local filesystems (it leaves that to the FUSE daemon for these requests).
+  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller()) EXCLUDES(ns_lock);
+  Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size) EXCLUDES(ns_lock);
+  Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                       const Caller& c = Caller()) EXCLUDES(ns_lock);
+  // close() of one descriptor by `lock_owner` (FUSE's): seals the file if it changed through
+  // this handle and the closer is one that wrote through it (core/tree/writer_owners.h); a writer's
+  // handle also gets a flush error of the file not reported yet.
+  Status Flush(uint64_t handle, uint64_t lock_owner) EXCLUDES(ns_lock);
+  // The last close of the handle: seals the file if it changed through it, whoever closes.
+  Status Release(uint64_t handle) EXCLUDES(ns_lock);
+  Status Fsync(uint64_t handle) EXCLUDES(ns_lock);
+  Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) EXCLUDES(ns_lock);
+
+  Result<uint64_t> OpenDir(uint64_t ino) EXCLUDES(ns_lock);
+  // Entries from index `offset` on (index i has cookie i + 1), "." and ".." included.
+  Result<std::vector<DirEntry>> ReadDir(uint64_t dir_handle, uint64_t offset) EXCLUDES(ns_lock);
+  void ReleaseDir(uint64_t dir_handle) EXCLUDES(ns_lock);
+  Status FsyncDir(uint64_t ino) EXCLUDES(ns_lock);
+
+  Result<struct statvfs> StatFs() EXCLUDES(ns_lock);
+
+  // Waits until everything sealed before the call is durable; the error names the file.
+  Status Sync() EXCLUDES(ns_lock);
+  // Bytes of sealed versions not durable yet.
+  uint64_t UnflushedBytes() const { return journal_.pending_bytes(); }
+  std::string backend_name() const { return flusher_->backend_name(); }
+  // JSON figures for .ckptfs/stats.
+  std::string StatsJson() override EXCLUDES(ns_lock);
+
+ private:
+  // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
+  // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
+  // the file right after reading it would otherwise find it still open.
+  void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
+  struct Handle {
+    Handle() = default;
+    Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
+    InodeRef inode;  // Null for control files and tensor views.
+    ControlFiles::OpenFile control;
+    std::shared_ptr<const TensorViews::OpenView> tensor;  // A file of a tensor view.
+    uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
+    int flags = 0;
+    bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
+    bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
+    // The file's version after this handle's latest change. Its close seals the file only when
+    // that change is not sealed yet: a reader's close, or the late release of an earlier open,
+    // never publishes a version another handle is still writing. Guarded by the mu of the
+    // inode that holds the content (ContentOwner(inode), the real chunk of a virtual one), which
+    // a view may change: not an expression the annotations can name.
+    uint64_t wrote_version = 0;
+    WriterOwners writers;  // Who wrote through it. Guarded as wrote_version.
+    // Direct reads: where the next sequential read starts, and how far the backing file has
+    // been asked to be read ahead.
+    uint64_t next_read GUARDED_BY(inode->mu) = 0;
+    uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
+    int record = -1;  // Its entry in the kernel state record, or -1. Guarded by the ns_lock.
+    uint64_t request = 0;  // The kernel's id of the open or create that made it (Caller).
+  };
+  struct DirHandle {
+    std::vector<DirEntry> entries;
+  };
+
+  Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
+             Clock& clock);
+
+  // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
+  // changed nothing and is run again with that many blocks reserved (taken without the
+  // namespace lock). EINTR when caller `c` is killed while it waits for them.
+  template <typename Op>
+  std::invoke_result_t<Op, Reservation&, size_t&> Reserving(const Caller& c, Op op) {
+    Reservation reservation;
+    while (true) {
+      size_t more = 0;
+      auto result = op(reservation, more);
+      if (more == 0) return result;
+      reservation = Reservation();
+      Result<Reservation> got =
+          arena_.Reserve(std::min(more, arena_.capacity_blocks()), c.interrupted);
+      if (!got.ok()) return got.status();
+      reservation = std::move(*got);
+    }
+  }
+  // The operations as made once (the public ones answer resent requests).
+  Result<Attr> MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
+      EXCLUDES(ns_lock);
+  Status RmdirOnce(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Result<Attr> SymlinkOnce(uint64_t parent, const std::string& name, const std::string& target,
+                           const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> MknodOnce(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+                         const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> LinkOnce(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+      EXCLUDES(ns_lock);
+  Result<OpenFile> CreateOnce(uint64_t parent, const std::string& name, uint32_t mode, int flags,
+                              const Caller& c) EXCLUDES(ns_lock);
+  // A resent open or create (`op`) for which the crashed worker had made a handle, never
+  // answered: that handle (answered now), or nullopt.
+  std::optional<OpenFile> OpenedBeforeLocked(const Caller& c, const char* op) REQUIRES(ns_lock);
+  // A resent request of `op` on `name` found its change made: logged, answered as done.
+  static void NoteAppliedBefore(const char* op, const std::string& name);
+  // What `op` answers when it `made` entry `name` of `parent`: on a resent request that found
+  // it there (EEXIST), the entry looked up, when it has the file `type` (S_IFMT bits; 0: any).
+  Result<Attr> EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
+                               uint64_t parent, const std::string& name, uint32_t type = 0)
+      EXCLUDES(ns_lock);
+  // Whether directory `parent` has an entry `name`.
+  bool HasEntry(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Status RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
+                        const std::string& new_name, unsigned flags, Reservation& reservation,
+                        size_t& more) EXCLUDES(ns_lock);
+  Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
+                        size_t& more) EXCLUDES(ns_lock);
+  Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
+                                size_t& more) EXCLUDES(ns_lock);
+
+  // Takes ownership of an open file; returns its handle number.
+  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
+  // Takes ownership of an open file an earlier worker gave the kernel as `number` (Restore,
+  // Recover), counted as open on its file.
+  void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
+  // Whether no file (control files aside) has been open for at least `quiet`.
+  bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
+  // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
+  // (core/filesystem/open_mode.h); only `may_bypass` handles may skip the page cache. The page
+  // cache never goes stale under a reader: a cached open drops the pages older than a direct write
+  // (keep_cache false), and a direct write while cached handles are open invalidates its range
+  // (SetPageCacheInvalidator).
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
+  // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
+  // reader (none: no file), asked for outside the lock.
+  struct ReadAhead {
+    std::shared_ptr<BackingFile> file;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
+  // Seals the file of `h` if a change made through `h` is not sealed yet.
+  void SealHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
+  void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
+
+  // Recovery (core/filesystem/filesystem_recovery.cc): where a logged path is, and one logged entry
+  // made again through the operations a client would call. The directory holding a path and the
+  // path's last name.
+  struct PathParent {
+    uint64_t dir = 0;
+    std::string name;
+  };
+  // The inode at `path` (from the root), looked up as a client would; the directory holding it
+  // and its last name; and the inode's number.
+  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
+  Result<PathParent> ParentOfLocked(const std::string& path) REQUIRES(ns_lock);
+  Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
+  Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
+  // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
+  // the spill files (name -> file) its log and record name.
+  struct Adopted {
+    std::unordered_map<uint64_t, BlockRef> blocks;
+    std::unordered_map<std::string, std::shared_ptr<BackingFile>> spills;
+  };
+  Status ReplayEntry(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
+  Status ReplayPublish(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
+  // Replays the pending entries of the log (their blocks adopted).
+  Status Replay(const LoggedState& state, Adopted& adopted) EXCLUDES(ns_lock);
+
+  // The kernel state record (core/filesystem/filesystem_kernel_state.cc); each does nothing without
+  // one. ENFILE (logged, counted) when the record has no room for node `node` (null: a new one)
+  // unless it is recorded, and `handles` more handles: called before an operation that gives the
+  // kernel those changes anything.
+  Status RoomInRecordLocked(const Inode* node, size_t handles) REQUIRES(ns_lock);
+  // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
+  void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // RecordNodeLocked of a node whose directory is recorded (or has no name).
+  void RecordOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // Handle `h` is released (before its inode's open count goes down).
+  void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  // The kernel forgot `inode` (a directory), or its last handle is released.
+  void UnrecordNodeLocked(Inode& inode) REQUIRES(ns_lock);
+  // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
+  // has changed in [offset, offset + length).
+  void RecordContentLocked(Inode& inode) REQUIRES(inode.mu);
+  void RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
+  // `changed` was renamed or removed: its recorded place is made current.
+  void RecordPlaceLocked(const InodeRef& changed) REQUIRES(ns_lock);
+  // A node entry for node id `ino` (the inode's own, or an earlier worker's alias of it) at the
+  // inode's place, its directory recorded first; -1 when the record is full.
+  int AddRecordLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
+  // The node id under which directory `dir` is recorded (recorded now when it is not).
+  uint64_t RecordedDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
+  void RecordAliasLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
+  // Records what this worker holds (after taking over), then removes the entries found there.
+  void RecordAllLocked() REQUIRES(ns_lock);
+  // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
+  bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);
+  // The spill file `name` of the staging directory, opened once.
+  Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
+  // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
+  // Then records them again.
+  void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
+      EXCLUDES(ns_lock);
+  // The content a node of the record held (its blocks adopted, its spill file taken), or why not.
+  Result<FileContent> RecordedContent(const KernelStateRecord::Node& n, Adopted& adopted);
+  // Recover of an earlier mount: the content of the files it had open for writing, saved to a
+  // rescue directory (never published: they were not closed); the record emptied.
+  Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)
+      EXCLUDES(ns_lock);
+
+  // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
+  Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
+  size_t WritersWaiting() override { return arena_.waiting_writers(); }
+  Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
+  std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
+  // ControlFiles::Source: a sync waits for everything journaled so far (and, in shared mode, for
+  // the commits of the markers among it, returning a failed one).
+  uint64_t SyncPoint() override EXCLUDES(ns_lock);
+  Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
+  // `error`, the failure of a sync up to journal point `point`, with every file sealed by then
+  // and not durable yet named before it (the first 100 of them).
+  Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
+  Status RequestUpgrade(const std::string& binary) override;
+  // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
+  // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).
+  Handle* HandleOf(uint64_t handle) const;
+  uint64_t AdoptDirHandle(std::unique_ptr<DirHandle> dh) EXCLUDES(dir_handles_mu_);
+
+  const Config config_;
+  // Declared first: every BackingFile closes its descriptor through it.
+  const std::unique_ptr<Env> env_;
+  const bool device_nodes_;  // The backing store takes device nodes.
+  Clock& clock_;
+  const int root_fd_;
+  const int staging_fd_;
+  const timespec start_time_;
+  Stats stats_;
+  Arena arena_;
+  // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h); else
+  // null.
+  std::unique_ptr<RecoveryLog> log_;
+  // With a shared arena: what the kernel holds of this worker
+  // (core/recovery/kernel_state_record.h), its entries in use (entry -> the inode whose place it
+  // keeps), the entries of nodes an earlier worker gave (node -> entry), and a node id an earlier
+  // worker gave of each inode that has one (its children are recorded in it while the kernel holds
+  // only that one).
+  std::unique_ptr<KernelStateRecord> kernel_record_;
+  // Why a shared arena's recovery log or kernel state record could not be mapped (Make fails).
+  Status unrecoverable_;
+  std::unordered_map<int, InodeRef> recorded_ GUARDED_BY(ns_lock);
+  std::unordered_map<uint64_t, int> alias_records_ GUARDED_BY(ns_lock);
+  std::unordered_map<const Inode*, uint64_t> alias_ids_ GUARDED_BY(ns_lock);
+  Journal journal_;  // Its own lock, taken after the namespace lock.
+  Namespace ns_;
+  ZarrViews zarr_;
+  TensorViews tensors_;
+  Reclaimer reclaimer_;
+  ControlFiles control_;
+  // Open files, owned here until released. The handle numbers given to the kernel are their
+  // addresses with this worker's tag in the top bits; directory handles are numbered from 1,
+  // tagged the same way.
+  static constexpr unsigned kHandleTagShift = 48;
+  static constexpr uint64_t kHandleAddressMask = (uint64_t{1} << kHandleTagShift) - 1;
+  const uint64_t handle_tag_;
+  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
+  // Handles of an earlier worker (Restore), by their numbers; set before the first request and
+  // only read afterwards. An entry outlives its handle's release: the kernel never sends a
+  // released handle again.
+  std::unordered_map<uint64_t, Handle*> restored_handles_;
+  // The handles a crashed worker made, by the kernel's id of the open or create that made them:
+  // one whose answer the kernel never got is asked for again by the same request, resent.
+  std::unordered_map<uint64_t, uint64_t> opened_by_request_ GUARDED_BY(ns_lock);
+  mutable Mutex dir_handles_mu_;  // A leaf lock.
+  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_ GUARDED_BY(dir_handles_mu_);
+  uint64_t next_dir_handle_ GUARDED_BY(dir_handles_mu_) = 1;
+  // Open handles of files (control files aside), and when one was last opened or released
+  // (mount time before that).
+  size_t open_files_ GUARDED_BY(ns_lock) = 0;
+  Clock::time_point last_open_or_release_ GUARDED_BY(ns_lock);
+  std::unique_ptr<Flusher> flusher_;
+  // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
+  // outcomes to the flusher, whose thread posts commits through it.
+  std::unique_ptr<SharedMount> shared_;
+  std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
+  std::atomic<bool> direct_reads_{false};
+  std::function<int(int)> open_backing_;
+  // With the namespace lock: a file's last passthrough handle closed.
+  std::condition_variable_any passthrough_released_;
+  std::function<void(int)> close_backing_;
+  std::function<Status(const std::string&)> upgrade_handler_;
+  std::function<std::string()> worker_info_;
+  std::function<nlohmann::json()> request_stats_;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,245 @@
+// Filesystem::Recover: a worker that took over after a crash replays what the recovery log holds
+// pending (core/recovery/recovery_log.h) through the operations a client would have made, so that
+// its journal publishes them in the same order.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "core/backing/backing_store.h"
+#include "core/filesystem/filesystem.h"
+
+namespace ckptfs {
+namespace {
+
+// A change the backing store shows already (applied before the crash, not yet known durable).
+bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == ENOENT; }
+
+}  // namespace
+
+Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
+  InodeRef at = ns_.FindLocked(kRootIno);
+  size_t start = 0;
+  while (true) {
+    if (at->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
+    const size_t slash = path.find('/', start);
+    Result<InodeRef> child = ns_.ChildLocked(
+        at, path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (!child.ok()) return child.status();
+    at = *child;
+    if (slash == std::string::npos) return at;
+    start = slash + 1;
+  }
+}
+
+Result<Filesystem::PathParent> Filesystem::ParentOfLocked(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return PathParent{kRootIno, path};
+  Result<InodeRef> dir = ResolveLocked(path.substr(0, slash));
+  if (!dir.ok()) return dir.status();
+  if ((*dir)->type != FileType::kDirectory) return Status::Error(ENOTDIR, path);
+  return PathParent{(*dir)->ino, path.substr(slash + 1)};
+}
+
+Result<Filesystem::PathParent> Filesystem::ParentOf(const std::string& path) {
+  NamespaceLock lock(ns_.mutex());
+  return ParentOfLocked(path);
+}
+
+Result<uint64_t> Filesystem::InodeAt(const std::string& path) {
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> found = ResolveLocked(path);
+  if (!found.ok()) return found.status();
+  return (*found)->ino;
+}
+
+Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
+  std::shared_ptr<BackingFile> spill;
+  if (!e.in_memory) {
+    if (e.spill_file.empty()) {
+      return Status::Error(EIO, "part of it was in a file the log cannot name");
+    }
+    Result<std::shared_ptr<BackingFile>> file = AdoptSpillFile(e.spill_file, adopted);
+    if (!file.ok()) return file.status();
+    spill = *file;
+  }
+  const Caller owner{e.uid, e.gid, 0};
+  Result<PathParent> at = ParentOf(e.names[0]);
+  if (!at.ok()) return at.status();
+  Result<uint64_t> existing = InodeAt(e.names[0]);
+  Result<OpenFile> opened =
+      existing.ok() ? Open(*existing, O_WRONLY | O_TRUNC, owner)
+                    : Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
+  if (!opened.ok()) return opened.status();
+  if (!existing.ok()) Forget(opened->attr.ino, 1);
+  std::vector<std::pair<uint64_t, BlockRef>> content;
+  for (const auto& [index, slot] : e.blocks) content.emplace_back(index, adopted.blocks[slot]);
+  {
+    NamespaceLock lock(ns_.mutex());
+    Handle* h = HandleOf(opened->handle);
+    const InodeRef inode = h->inode;
+    MutexLock ilock(inode->mu);
+    inode->content = FileContent(e.size, std::move(content), std::move(spill), e.base_len);
+    inode->version++;
+    h->wrote_version = inode->version;
+    inode->mode = e.mode;
+    inode->uid = e.uid;
+    inode->gid = e.gid;
+    inode->atime = FromNanos(e.atime_ns);
+    inode->mtime = FromNanos(e.mtime_ns);
+  }
+  const uint64_t ino = opened->attr.ino;
+  Status closed = Release(opened->handle);  // Seals the version.
+  for (size_t i = 1; i < e.names.size() && closed.ok(); ++i) {
+    Result<PathParent> link_at = ParentOf(e.names[i]);
+    if (!link_at.ok()) return link_at.status();
+    Result<Attr> linked = Link(ino, link_at->dir, link_at->name);
+    if (linked.ok()) Forget(ino, 1);
+  }
+  return closed;
+}
+
+Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
+  using Kind = JournalEntry::Kind;
+  if (e.kind == Kind::kPublish) return ReplayPublish(e, adopted);
+  const Caller owner{e.uid, e.gid, 0};
+  Result<PathParent> at = ParentOf(e.path);
+  if (!at.ok()) return at.status();
+  // An entry made by an operation the kernel got an answer for: its node is forgotten again.
+  auto made = [&](const Result<Attr>& attr) {
+    if (attr.ok()) Forget(attr->ino, 1);
+    return attr.status();
+  };
+  switch (e.kind) {
+    case Kind::kMkdir: return made(Mkdir(at->dir, at->name, e.mode, owner));
+    case Kind::kSymlink: return made(Symlink(at->dir, at->name, e.symlink_target, owner));
+    case Kind::kMknod: return made(Mknod(at->dir, at->name, e.node_type | e.mode, e.rdev, owner));
+    case Kind::kUnlink: return Unlink(at->dir, at->name);
+    case Kind::kRmdir: return Rmdir(at->dir, at->name);
+    case Kind::kRename: {
+      Result<PathParent> to = ParentOf(e.new_path);
+      if (!to.ok()) return to.status();
+      return Rename(at->dir, at->name, to->dir, to->name, e.rename_flags);
+    }
+    case Kind::kLink: {
+      Result<uint64_t> ino = InodeAt(e.path);
+      Result<PathParent> to = ParentOf(e.new_path);
+      if (!ino.ok()) return ino.status();
+      if (!to.ok()) return to.status();
+      return made(Link(*ino, to->dir, to->name));
+    }
+    case Kind::kSetAttr: {
+      Result<uint64_t> ino = InodeAt(e.path);
+      if (!ino.ok()) return ino.status();
+      SetAttrRequest r;
+      if (e.set_mode) r.mode = e.mode;
+      if (e.set_owner) {
+        r.uid = e.uid;
+        r.gid = e.gid;
+      }
+      if (e.set_times) {
+        r.atime = FromNanos(e.atime_ns);
+        r.mtime = FromNanos(e.mtime_ns);
+      }
+      return SetAttr(*ino, r).status();
+    }
+    case Kind::kPublish: break;
+  }
+  return Status::Ok();
+}
+
+Status Filesystem::Recover(Recovery kind) {
+  if (!log_) {
+    RemoveSpillFiles(*env_, staging_fd_);
+    return Status::Ok();
+  }
+  Result<LoggedState> state = log_->Pending();
+  if (!state.ok()) {
+    spdlog::error("recovery: {}", state.status().ToString());
+    log_->Reset();
+    state = LoggedState{};
+  }
+  const KernelStateRecord::State kernel =
+      kernel_record_ ? kernel_record_->Read() : KernelStateRecord::State{};
+  // Every block named, adopted at once (sealed versions and open files share blocks).
+  Adopted adopted;
+  std::vector<uint64_t> slots;
+  for (const LoggedEntry& e : state->entries) {
+    for (const auto& [index, slot] : e.blocks) {
+      if (adopted.blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+    }
+  }
+  for (const KernelStateRecord::Node& n : kernel.nodes) {
+    for (const auto& [index, slot] : n.blocks) {
+      if (adopted.blocks.emplace(slot, BlockRef()).second) slots.push_back(slot);
+    }
+  }
+  Result<std::vector<BlockRef>> blocks = arena_.Adopt(slots);
+  if (!blocks.ok()) {
+    spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
+                  "worker had not made durable is lost", blocks.status().ToString());
+    log_->Reset();
+    if (kernel_record_) kernel_record_->Clear();
+    RemoveSpillFiles(*env_, staging_fd_);
+    return blocks.status();
+  }
+  for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
+  if (kernel_record_ && kind == Recovery::kEarlierMount) {
+    // Before the replay, which a failure here leaves to a later try.
+    if (Status rescued = RescueOpenFiles(kernel, adopted); !rescued.ok()) return rescued;
+  }
+  // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
+  std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
+  Status replayed = Replay(*state, adopted);
+  kernel_record_ = std::move(record);
+  if (kernel_record_ && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
+  // Spill files nothing names any more go (those taken over go with their last reference).
+  RemoveSpillFiles(*env_, staging_fd_,
+                   [&](const std::string& name) { return adopted.spills.count(name) > 0; });
+  return replayed;
+}
+
+Result<std::shared_ptr<BackingFile>> Filesystem::AdoptSpillFile(const std::string& name,
+                                                                Adopted& adopted) {
+  if (auto it = adopted.spills.find(name); it != adopted.spills.end()) return it->second;
+  Result<int> fd = env_->Open(staging_fd_, name, O_RDWR | O_NOFOLLOW);
+  if (!fd.ok()) return fd.status();
+  auto file = std::make_shared<BackingFile>(*env_, *fd, staging_fd_, name);
+  adopted.spills.emplace(name, file);
+  return file;
+}
+
+Status Filesystem::Replay(const LoggedState& state, Adopted& adopted) {
+  if (state.entries.empty()) {
+    log_->Reset();
+    return Status::Ok();
+  }
+  // What is replayed is logged anew in the other half, which becomes the log once all is.
+  log_->BeginRecovery();
+  size_t versions = 0, lost = 0;
+  uint64_t bytes = 0;
+  for (const LoggedEntry& e : state.entries) {
+    const bool publish = e.kind == JournalEntry::Kind::kPublish;
+    Status st = ReplayEntry(e, adopted);
+    if (st.ok() || (!publish && AlreadyThere(st))) {
+      versions += publish;
+      bytes += publish ? e.size : 0;
+      continue;
+    }
+    spdlog::error("recovery: {} of {}: {}", KindName(e.kind), publish ? e.names[0] : e.path,
+                  st.ToString());
+    lost += publish;
+  }
+  log_->Commit();
+  stats_.recovered_versions += versions;
+  stats_.recovered_bytes += bytes;
+  spdlog::info("recovered what was not yet durable at the crash: {} changes, {} file "
+               "versions ({} bytes){}", state.entries.size(), versions, bytes,
+               state.dropped ? "; its log was full, so changes after these were lost" : "");
+  if (lost > 0) {
+    return Status::Error(EIO, std::to_string(lost) + " file versions could not be recovered");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,57 @@
+// How the kernel serves an open of a regular file, decided from what the open asks and what the
+// file is: through its page cache; direct (every read and write of the handle comes to the
+// daemon); or by FUSE passthrough (the kernel reads the backing file itself). A pure function,
+// tested on its own; Filesystem gathers the facts and carries the choice out.
+#pragma once
+
+#include <fcntl.h>
+
+#include <cstdint>
+
+#include "core/base/serve_policy.h"
+
+namespace ckptfs::policy {
+
+struct OpenFacts {
+  bool may_bypass = false;  // The open may skip the page cache (not a virtual zarr chunk).
+  int access = O_RDONLY;    // The open's O_ACCMODE bits.
+  uint64_t size = 0;
+  // Every byte is in the file's own backing file (none in memory, none in a spill file).
+  bool whole_on_backing = false;
+  bool prefetched = false;          // An earlier open had the backing file read ahead.
+  bool passthrough_on = false;      // The mount uses passthrough (Filesystem::SetPassthrough).
+  bool passthrough_readers = false; // Handles read the file by passthrough now.
+  bool open = false;                // Any handle has the file open.
+  bool cached_open = false;         // A handle that uses the page cache has the file open.
+  bool direct_reads = false;        // Filesystem::EnableDirectReads.
+};
+
+struct OpenChoice {
+  // Read-only opens of files the backing store holds whole: large ones skip the page cache
+  // (passthrough, or direct reads); small ones have the backing file read ahead, once, while the
+  // reader's requests travel.
+  bool prefetch = false;
+  // The first reader of a large file registers the backing file for passthrough; readers that
+  // come while it is registered share it (the caller sees the registered id).
+  bool register_passthrough = false;
+  // Without passthrough: direct when no cached handle has the file open, for a write-only open
+  // (the writer never reads back; each byte is copied once less) or a large read-only one with
+  // direct reads on; else the page cache.
+  bool direct = false;
+};
+
+inline OpenChoice ChooseOpen(const OpenFacts& f) {
+  OpenChoice choice;
+  const bool read_only = f.access == O_RDONLY;
+  const bool held_by_backing =
+      f.may_bypass && read_only && f.whole_on_backing && f.size >= kBackingReadMinBytes;
+  choice.prefetch = f.may_bypass && read_only && f.whole_on_backing && !held_by_backing &&
+                    f.size > 0 && !f.prefetched;
+  choice.register_passthrough =
+      held_by_backing && f.passthrough_on && !f.passthrough_readers && !f.open;
+  choice.direct = f.may_bypass && !f.cached_open &&
+                  (f.access == O_WRONLY || (held_by_backing && f.direct_reads));
+  return choice;
+}
+
+}  // namespace ckptfs::policy

@@ -1,0 +1,279 @@
+#include "core/memory/arena.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <string>
+
+
+namespace ckptfs {
+namespace {
+constexpr size_t kSlabBytes = 64ull << 20;
+constexpr size_t kPrefaultStep = 2ull << 20;  // One huge page: the unit between stop checks.
+constexpr auto kPrefaultPoll = std::chrono::milliseconds(100);  // While it may not run.
+
+// Whether the system still has more than an eighth of its memory available (/proc/meminfo).
+bool PlentyOfMemoryAvailable() {
+  std::ifstream in("/proc/meminfo");
+  uint64_t total = 0;
+  uint64_t available = 0;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string key;
+    uint64_t kib = 0;
+    if (!(fields >> key >> kib)) continue;
+    if (key == "MemTotal:") total = kib;
+    if (key == "MemAvailable:") available = kib;
+  }
+  return total == 0 || available > total / 8;
+}
+}  // namespace
+
+BlockRef::BlockRef(Block* block) : block_(block) {
+  block_->refs.store(1, std::memory_order_release);
+}
+
+BlockRef::BlockRef(const BlockRef& other) : block_(other.block_) {
+  if (block_) block_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+BlockRef::~BlockRef() {
+  if (block_ && block_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    block_->arena->ReturnBlock(block_);
+  }
+}
+
+Reservation::Reservation(Reservation&& other) noexcept
+    : arena_(other.arena_), count_(other.count_) {
+  other.count_ = 0;
+}
+
+Reservation& Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    arena_ = other.arena_;
+    count_ = other.count_;
+    other.count_ = 0;
+  }
+  return *this;
+}
+
+Reservation::~Reservation() { Release(); }
+
+void Reservation::Release() {
+  if (count_ > 0) arena_->Unreserve(count_);
+  count_ = 0;
+}
+
+BlockRef Reservation::Take() {
+  assert(count_ > 0);
+  --count_;
+  return BlockRef(arena_->TakeBlock());
+}
+
+Arena::Arena(uint64_t capacity_bytes, int memory_fd)
+    : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)), memory_fd_(memory_fd) {}
+
+Arena::~Arena() {
+  StopPrefault();
+  for (auto [addr, len] : slabs_) munmap(addr, len);
+  for (Block* b : headers_) delete b;
+}
+
+bool Arena::TryReserveLocked(size_t count) {
+  if (used_ + count > capacity_blocks_) return false;
+  used_ += count;
+  return true;
+}
+
+bool Arena::TryReserve(size_t count, Reservation* out, bool reclaim) {
+  {
+    MutexLock lock(mu_);
+    if (TryReserveLocked(count)) {
+      *out = Reservation(this, count);
+      return true;
+    }
+  }
+  if (!reclaim || !reclaimer_) return false;
+  reclaimer_(count);
+  MutexLock lock(mu_);
+  if (!TryReserveLocked(count)) return false;
+  *out = Reservation(this, count);
+  return true;
+}
+
+Result<Reservation> Arena::Reserve(size_t count, const Interrupted& interrupted) {
+  assert(count <= capacity_blocks_);
+  Reservation out;
+  while (!TryReserve(count, &out, /*reclaim=*/true)) {
+    if (interrupted && interrupted()) {
+      return Status::Error(EINTR, "the caller was killed while it waited for cache memory");
+    }
+    {
+      MutexLock lock(mu_);
+      ++waiting_;  // Before the callback, so that the flusher sees a waiter when it wakes.
+    }
+    if (on_pressure_) on_pressure_();
+    MutexLock lock(mu_);
+    freed_.wait_for(lock, std::chrono::milliseconds(50),
+                    [&]() REQUIRES(mu_) { return used_ + count <= capacity_blocks_; });
+    --waiting_;
+  }
+  return out;
+}
+
+void Arena::MapSlabLocked() {
+  size_t blocks = std::min(kSlabBytes / kBlockSize, capacity_blocks_ - mapped_);
+  size_t len = blocks * kBlockSize;
+  void* addr = shared()
+                   ? mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, memory_fd_,
+                          static_cast<off_t>(mapped_ * kBlockSize))
+                   : mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (addr == MAP_FAILED) throw std::bad_alloc();
+  madvise(addr, len, MADV_HUGEPAGE);
+  slabs_.emplace_back(addr, len);
+  char* base = static_cast<char*>(addr);
+  for (size_t i = 0; i < blocks; ++i) {
+    auto* b = new Block;
+    b->data = base + i * kBlockSize;
+    b->arena = this;
+    b->slot = mapped_ + i;
+    headers_.push_back(b);
+  }
+  // Lowest address on top: handed out first.
+  for (size_t i = blocks; i-- > 0;) free_.push_back(headers_[mapped_ + i]);
+  mapped_ += blocks;
+}
+
+Result<std::vector<BlockRef>> Arena::Adopt(const std::vector<uint64_t>& slots) {
+  if (!shared()) return Status::Error(EINVAL, "the cache's memory is private: nothing to adopt");
+  std::vector<Block*> adopted;
+  {
+    MutexLock lock(mu_);
+    std::vector<bool> taken(capacity_blocks_);
+    for (uint64_t slot : slots) {
+      if (slot >= capacity_blocks_ || taken[slot]) {
+        return Status::Error(EINVAL, "block " + std::to_string(slot) + " is not in the cache");
+      }
+      taken[slot] = true;
+      while (mapped_ <= slot) MapSlabLocked();
+    }
+    std::erase_if(free_, [&](Block* b) { return taken[b->slot]; });
+    used_ += slots.size();
+    for (uint64_t slot : slots) adopted.push_back(headers_[slot]);
+  }
+  std::vector<BlockRef> out;
+  out.reserve(adopted.size());
+  for (Block* b : adopted) out.emplace_back(b);
+  return out;
+}
+
+void Arena::Prefault(std::function<bool()> may_run) {
+  std::vector<std::pair<void*, size_t>> slabs;
+  {
+    MutexLock lock(mu_);
+    while (mapped_ < capacity_blocks_) MapSlabLocked();
+    slabs = slabs_;
+  }
+  prefaulter_ = std::thread([this, slabs = std::move(slabs), may_run = std::move(may_run)] {
+    PrefaultSlabs(slabs, may_run);
+  });
+}
+
+void Arena::StopPrefault() {
+  stop_prefault_ = true;
+  if (prefaulter_.joinable()) prefaulter_.join();
+}
+
+void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
+                          const std::function<bool()>& may_run) {
+  sched_param idle{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  auto started = std::chrono::steady_clock::now();
+  std::string stopped_by;
+  // The free list hands out the last slab mapped first, each slab from its lowest address.
+  for (auto it = slabs.rbegin(); it != slabs.rend() && stopped_by.empty(); ++it) {
+    if (!PlentyOfMemoryAvailable()) {
+      stopped_by = "the system running short of available memory";
+      break;
+    }
+    char* base = static_cast<char*>(it->first);
+    for (size_t off = 0; off < it->second; off += kPrefaultStep) {
+      while (!stop_prefault_ && !may_run()) std::this_thread::sleep_for(kPrefaultPoll);
+      if (stop_prefault_) {
+        stopped_by = "unmount";
+        break;
+      }
+      size_t len = std::min(kPrefaultStep, it->second - off);
+      if (madvise(base + off, len, MADV_POPULATE_WRITE) != 0) {
+        stopped_by = std::string("madvise(MADV_POPULATE_WRITE): ") + std::strerror(errno);
+        break;
+      }
+      prefaulted_.fetch_add(len, std::memory_order_relaxed);
+    }
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  uint64_t mib = prefaulted_.load() >> 20;
+  if (stopped_by.empty()) {
+    spdlog::info("prefaulted the cache's {} MiB, done {:.1f} s after mount", mib, seconds);
+  } else if (stop_prefault_) {
+    spdlog::info("prefault stopped by unmount after {} MiB", mib);
+  } else {
+    spdlog::warn("prefault stopped after {} MiB in {:.1f} s by {}", mib, seconds, stopped_by);
+  }
+  prefault_done_.store(true, std::memory_order_release);
+}
+
+Block* Arena::TakeBlock() {
+  MutexLock lock(mu_);
+  if (free_.empty()) MapSlabLocked();
+  Block* b = free_.back();
+  free_.pop_back();
+  return b;
+}
+
+void Arena::ReturnBlock(Block* block) {
+  {
+    MutexLock lock(mu_);
+    free_.push_back(block);
+    --used_;
+  }
+  freed_.notify_all();
+}
+
+void Arena::Unreserve(size_t count) {
+  {
+    MutexLock lock(mu_);
+    used_ -= count;
+  }
+  freed_.notify_all();
+}
+
+size_t Arena::used_blocks() const {
+  MutexLock lock(mu_);
+  return used_;
+}
+
+size_t Arena::mapped_blocks() const {
+  MutexLock lock(mu_);
+  return mapped_;
+}
+
+size_t Arena::waiting_writers() const {
+  MutexLock lock(mu_);
+  return waiting_;
+}
+
+}  // namespace ckptfs

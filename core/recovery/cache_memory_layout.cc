@@ -1,0 +1,44 @@
+#include "core/recovery/cache_memory_layout.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/recovery/kernel_state_record.h"
+
+namespace ckptfs {
+
+uint64_t ArenaLogOffset(uint64_t capacity_bytes) {
+  return std::max<uint64_t>(1, capacity_bytes / kBlockSize) * kBlockSize;
+}
+
+uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
+  return ArenaKernelStateOffset(capacity_bytes) +
+         KernelStateRecord::Bytes(ArenaLogOffset(capacity_bytes) / kBlockSize);
+}
+
+Result<uint64_t> ArenaCapacityOf(uint64_t memory_bytes) {
+  const uint64_t fixed = kArenaLogBytes + KernelStateRecord::Bytes(0);
+  const uint64_t per_block = kBlockSize + KernelStateRecord::Bytes(1) - KernelStateRecord::Bytes(0);
+  const uint64_t capacity = memory_bytes > fixed ? (memory_bytes - fixed) / per_block * kBlockSize : 0;
+  if (capacity == 0 || ArenaMemoryBytes(capacity) != memory_bytes) {
+    return Status::Error(EINVAL, std::to_string(memory_bytes) +
+                                     " bytes are not the memory of a cache of any size");
+  }
+  return capacity;
+}
+
+Result<int> MakeArenaMemory(uint64_t capacity_bytes) {
+  int fd = memfd_create("ckptfs-arena", MFD_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("memfd_create");
+  if (ftruncate(fd, static_cast<off_t>(ArenaMemoryBytes(capacity_bytes))) != 0) {
+    Status st = Status::FromErrno("sizing the cache's shared memory");
+    close(fd);
+    return st;
+  }
+  return fd;
+}
+
+}  // namespace ckptfs

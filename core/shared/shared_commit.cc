@@ -1,0 +1,394 @@
+#include "core/shared/shared_commit.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "core/shared/shared_dir.h"
+#include "core/shared/shared_policy.h"
+
+namespace ckptfs {
+namespace {
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
+constexpr const char* kRequestName = "request";
+constexpr const char* kAckPrefix = "ack.";
+constexpr size_t kMaxMarkerBytes = 4096;
+// Problems logged at once; more are ignored without a log line (a flood must not flood the log).
+constexpr size_t kMaxLogged = 256;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The awaited members of a parsed request; false when the list is not valid.
+bool AwaitedMembers(const nlohmann::json& request, std::vector<MemberId>* out) {
+  auto it = request.find("awaited");
+  if (it == request.end() || !it->is_array() || it->size() > policy::kMaxMembers) return false;
+  for (const nlohmann::json& m : *it) {
+    MemberId id;
+    if (!m.is_object() || !JsonString(m, "node", policy::kMaxNodeNameLength, &id.node) ||
+        !policy::IsValidNodeName(id.node) ||
+        !JsonString(m, "incarnation", policy::kIncarnationLength, &id.incarnation) ||
+        !policy::IsValidIncarnation(id.incarnation)) {
+      return false;
+    }
+    out->push_back(std::move(id));
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SharedCommits>> SharedCommits::Open(Env& env, int backing_fd,
+                                                           Membership& membership, Clock& clock,
+                                                           std::chrono::milliseconds member_timeout,
+                                                           ProgressFn progress) {
+  Result<int> commits = OpenSharedSubdir(env, backing_fd, "commits");
+  if (!commits.ok()) return commits.status();
+  return std::unique_ptr<SharedCommits>(new SharedCommits(env, *commits, membership, clock,
+                                                          member_timeout, std::move(progress)));
+}
+
+SharedCommits::SharedCommits(Env& env, int commits_fd, Membership& membership, Clock& clock,
+                             std::chrono::milliseconds member_timeout, ProgressFn progress)
+    : env_(env),
+      commits_fd_(commits_fd),
+      membership_(membership),
+      clock_(clock),
+      member_timeout_(member_timeout),
+      progress_(std::move(progress)) {}
+
+SharedCommits::~SharedCommits() { env_.Close(commits_fd_); }
+
+Result<std::string> SharedCommits::Post(const std::string& marker) {
+  MutexLock lock(mu_);
+  if (membership_.state() != Membership::State::kJoined) {
+    return Status::Error(ENOTCONN, "cannot commit " + marker + ": node " + membership_.node() +
+                                       " is not a joined member");
+  }
+  if (Status observed = membership_.Observe(); !observed.ok()) {
+    return Status::Error(observed.err(), "cannot commit " + marker +
+                                             ": cannot read the members (" +
+                                             observed.ToString() + ")");
+  }
+  OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(),
+               membership_.AwaitedMembers(), {}, clock_.Now()};
+  if (r.awaited.size() > policy::kMaxMembers) {
+    return Status::Error(EUSERS, "cannot commit " + marker + ": it would wait for " +
+                                     std::to_string(r.awaited.size()) + " members, more than " +
+                                     std::to_string(policy::kMaxMembers));
+  }
+  const std::string id =
+      policy::MakeCommitId(r.committer.node, r.committer.incarnation, ++counter_);
+  if (!r.awaited.empty()) {
+    nlohmann::json awaited = nlohmann::json::array();
+    for (const MemberId& m : r.awaited) {
+      awaited.push_back({{"node", m.node}, {"incarnation", m.incarnation}});
+    }
+    nlohmann::json request = {{"id", id},
+                              {"committer", r.committer.node},
+                              {"incarnation", r.committer.incarnation},
+                              {"marker", r.marker},
+                              {"awaited", awaited}};
+    Status written = env_.Mkdir(commits_fd_, id, 0755);
+    if (written.ok()) {
+      Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+      written = dir.status();
+      if (dir.ok()) {
+        written = ReplaceFile(env_, *dir, kRequestName, ".request.tmp", request.dump());
+        env_.Close(*dir);
+      }
+      if (!written.ok()) (void)RemoveFlatDir(env_, commits_fd_, id);
+    }
+    if (!written.ok()) {
+      return Status::Error(written.err(), "cannot post the commit of " + marker + " (" +
+                                              written.ToString() + ")");
+    }
+  }
+  spdlog::debug("posted commit {} of {}, awaiting {} members", id, marker, r.awaited.size());
+  own_.emplace(id, std::move(r));
+  PublishView();
+  return id;
+}
+
+std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r) {
+  if (r.awaited.empty()) return Status::Ok();
+  auto failed = [&](const std::string& why) {
+    return Status::Error(EHOSTDOWN, "commit of " + r.marker + " failed: " + why +
+                                        "; the marker is not published");
+  };
+  if (membership_.state() != Membership::State::kJoined ||
+      !membership_.IsOwnIncarnation(r.committer.incarnation)) {
+    return failed("node " + r.committer.node + " stopped being the member that posted it");
+  }
+  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+  if (!dir.ok()) {
+    if (dir.status().err() == ENOENT) return failed("its request was removed by another member");
+    LogOnce(id, "cannot open: " + dir.status().ToString());
+    return std::nullopt;
+  }
+  Result<std::vector<std::string>> names = env_.ListDir(*dir);
+  if (!names.ok()) LogOnce(id, "cannot list: " + names.status().ToString());
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+    if (name.rfind(kAckPrefix, 0) != 0) continue;
+    const std::string node = name.substr(std::char_traits<char>::length(kAckPrefix));
+    auto awaited = std::find_if(r.awaited.begin(), r.awaited.end(),
+                                [&](const MemberId& m) { return m.node == node; });
+    if (awaited == r.awaited.end() || r.acked.count(node)) continue;
+    Result<std::string> text = ReadSmallFile(env_, *dir, name, policy::kMaxMemberFileBytes);
+    std::optional<nlohmann::json> ack = text.ok() ? ParseObject(*text) : std::nullopt;
+    std::string ack_node, ack_incarnation;
+    uint64_t sealed = 0;
+    if (!ack || !JsonString(*ack, "node", policy::kMaxNodeNameLength, &ack_node) ||
+        !JsonString(*ack, "incarnation", policy::kIncarnationLength, &ack_incarnation) ||
+        !JsonUnsigned(*ack, "sealed", &sealed) || ack_node != node ||
+        ack_incarnation != awaited->incarnation) {
+      LogOnce(id + "/" + name, text.ok() ? "not an acknowledgement of this request"
+                                         : text.status().ToString());
+      continue;
+    }
+    r.acked.insert(node);
+  }
+  env_.Close(*dir);
+  if (r.acked.size() == r.awaited.size()) return Status::Ok();
+  for (const MemberId& m : r.awaited) {
+    if (r.acked.count(m.node) || membership_.MayStillAcknowledge(m)) continue;
+    Liveness l = membership_.Judge(m);
+    return failed("member " + m.node +
+                  (l == Liveness::kDead ? " stopped beating"
+                                        : " left (unmounted, or judged dead by another member)") +
+                  " before it acknowledged");
+  }
+  return std::nullopt;
+}
+
+std::vector<CommitOutcome> SharedCommits::Tick() {
+  MutexLock lock(mu_);
+  std::vector<CommitOutcome> outcomes;
+  const Clock::time_point now = clock_.Now();
+  for (auto it = own_.begin(); it != own_.end();) {
+    std::optional<Status> decided = Decide(it->first, it->second);
+    if (!decided) {
+      ++it;
+      continue;
+    }
+    const OwnRequest& r = it->second;
+    if (decided->ok()) {
+      spdlog::info("committed {} ({} members acknowledged in {:.3f} s)", r.marker,
+                   r.awaited.size(), Seconds(now - r.posted_at));
+    } else {
+      spdlog::error("{}", decided->message());
+    }
+    outcomes.push_back({it->first, r.marker, *decided});
+    if (!r.awaited.empty()) to_remove_.insert(it->first);
+    it = own_.erase(it);
+  }
+  for (auto it = to_remove_.begin(); it != to_remove_.end();) {
+    it = RemoveRequest(*it) ? to_remove_.erase(it) : std::next(it);
+  }
+  if (membership_.state() == Membership::State::kJoined) ServeOthers();
+  PublishView();
+  return outcomes;
+}
+
+SharedCommits::SeenRequest SharedCommits::Examine(const std::string& id, const MemberId& self) {
+  SeenRequest seen;
+  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+  if (!dir.ok()) {
+    if (dir.status().err() == ENOENT) return seen;  // Gone meanwhile: forgotten next tick.
+    LogOnce(id, dir.status().ToString());
+    seen.state = SeenRequest::State::kUnreadable;
+    return seen;
+  }
+  Result<std::string> text = ReadSmallFile(env_, *dir, kRequestName, policy::kMaxRequestFileBytes);
+  env_.Close(*dir);
+  if (!text.ok() && text.status().err() == ENOENT) {
+    seen.state = SeenRequest::State::kNotPosted;
+    return seen;
+  }
+  std::optional<nlohmann::json> request = text.ok() ? ParseObject(*text) : std::nullopt;
+  policy::CommitIdParts parts;
+  std::string got_id, committer, incarnation;
+  std::vector<MemberId> awaited;
+  if (!request || !policy::ParseCommitId(id, &parts) ||
+      !JsonString(*request, "id", id.size(), &got_id) || got_id != id ||
+      !JsonString(*request, "committer", policy::kMaxNodeNameLength, &committer) ||
+      committer != parts.node ||
+      !JsonString(*request, "incarnation", policy::kIncarnationLength, &incarnation) ||
+      incarnation != parts.incarnation || !AwaitedMembers(*request, &awaited)) {
+    LogOnce(id, text.ok() ? "not a valid request" : text.status().ToString());
+    seen.state = SeenRequest::State::kUnreadable;
+    return seen;
+  }
+  auto mine = std::find_if(awaited.begin(), awaited.end(), [&](const MemberId& m) {
+    return m.node == self.node && membership_.IsOwnIncarnation(m.incarnation);
+  });
+  seen.state = mine != awaited.end() ? SeenRequest::State::kOwed : SeenRequest::State::kNotAwaited;
+  if (mine != awaited.end()) seen.ack_as = mine->incarnation;
+  return seen;
+}
+
+void SharedCommits::ServeOthers() {
+  Result<std::vector<std::string>> names = env_.ListDir(commits_fd_);
+  if (!names.ok()) {
+    LogOnce(".", "cannot list the shared commits directory: " + names.status().ToString());
+    return;
+  }
+  std::sort(names->begin(), names->end());
+  // The names that may be other members' requests, at most kMaxCommitRequests.
+  std::vector<std::pair<std::string, policy::CommitIdParts>> requests;
+  for (const std::string& id : *names) {
+    if (id.front() == '.' || own_.count(id) || to_remove_.count(id)) continue;
+    policy::CommitIdParts parts;
+    if (!policy::ParseCommitId(id, &parts)) {
+      LogOnce(id, "not a commit request id");
+    } else if (requests.size() < policy::kMaxCommitRequests) {
+      requests.emplace_back(id, std::move(parts));
+    }
+  }
+  const MemberId self = membership_.self();
+  const Clock::time_point now = clock_.Now();
+  // Read once, after the listing: a sealed point taken now covers every request listed.
+  std::optional<FlushProgress> progress;
+  auto local = [&]() -> const FlushProgress& {
+    if (!progress) progress = progress_();
+    return *progress;
+  };
+  std::set<std::string> listed;
+  for (const auto& [id, parts] : requests) {
+    listed.insert(id);
+    auto [it, fresh] = seen_.try_emplace(id);
+    SeenRequest& seen = it->second;
+    if (fresh) seen.first_seen = now;
+    const MemberId committer{parts.node, parts.incarnation};
+    std::string stale_why;
+    if (committer.node == self.node) {
+      stale_why = membership_.IsOwnIncarnation(committer.incarnation) ? "withdrawn"
+                                                                       : "of an earlier run";
+    } else {
+      Liveness l = membership_.Judge(committer);
+      if (l == Liveness::kDead || l == Liveness::kLeft) stale_why = LivenessName(l);
+      if (l == Liveness::kUnknown && policy::MemberDead(seen.first_seen, now, member_timeout_)) {
+        stale_why = "not beating";
+      }
+    }
+    if (!stale_why.empty()) {
+      if (RemoveRequest(id)) {
+        spdlog::info("removed commit request {}: its committer is {}", id, stale_why);
+        seen_.erase(it);
+        listed.erase(id);
+      }
+      continue;
+    }
+    if (fresh || seen.state == SeenRequest::State::kNotPosted) {
+      SeenRequest examined = Examine(id, self);
+      seen.state = examined.state;
+      seen.ack_as = examined.ack_as;
+      if (seen.state == SeenRequest::State::kOwed) seen.sealed_at_sight = local().sealed_seq;
+    }
+    if (seen.state != SeenRequest::State::kOwed ||
+        !policy::MayAcknowledge(local().durable_seq, seen.sealed_at_sight)) {
+      continue;
+    }
+    // For the incarnation awaited, which may be one this process rejoined from: its journal is
+    // this one, so the sealed point covers what that incarnation sealed.
+    nlohmann::json ack = {{"node", self.node},
+                          {"incarnation", seen.ack_as},
+                          {"sealed", seen.sealed_at_sight}};
+    Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+    Status acked = dir.status();
+    if (dir.ok()) {
+      acked = ReplaceFile(env_, *dir, kAckPrefix + self.node,
+                          ".ack." + self.node + "." + seen.ack_as + ".tmp", ack.dump());
+      env_.Close(*dir);
+    }
+    if (acked.ok()) {
+      seen.state = SeenRequest::State::kAcked;
+      logged_.erase(id);
+    } else if (acked.err() != ENOENT) {
+      LogOnce(id, "cannot acknowledge: " + acked.ToString());
+    }
+  }
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    it = listed.count(it->first) ? std::next(it) : seen_.erase(it);
+  }
+  for (auto it = logged_.begin(); it != logged_.end();) {
+    const std::string dir = it->first.substr(0, it->first.find('/'));
+    bool keep = dir == "." || own_.count(dir) || to_remove_.count(dir) ||
+                std::binary_search(names->begin(), names->end(), dir);
+    it = keep ? std::next(it) : logged_.erase(it);
+  }
+}
+
+bool SharedCommits::RemoveRequest(const std::string& id) {
+  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+  if (!dir.ok()) return dir.status().err() == ENOENT;
+  (void)env_.Unlink(*dir, kRequestName);
+  env_.Close(*dir);
+  Status removed = RemoveFlatDir(env_, commits_fd_, id);
+  if (removed.ok() || removed.err() == ENOENT) return true;
+  LogOnce(id, "cannot remove: " + removed.ToString());
+  return false;
+}
+
+void SharedCommits::LogOnce(const std::string& name, const std::string& what) {
+  auto [it, inserted] = logged_.emplace(name, what);
+  if (inserted && logged_.size() > kMaxLogged) {
+    logged_.erase(it);
+    return;
+  }
+  if (!inserted && it->second == what) return;
+  it->second = what;
+  spdlog::warn("shared commits: {}: {}", name, what);
+}
+
+std::vector<CommitOutcome> SharedCommits::Abandon() {
+  MutexLock lock(mu_);
+  std::vector<CommitOutcome> outcomes;
+  for (auto& [id, r] : own_) {
+    if (!r.awaited.empty() && !RemoveRequest(id)) to_remove_.insert(id);
+    Status withdrawn = Status::Error(ECANCELED, "commit of " + r.marker + " withdrawn: unmounting");
+    outcomes.push_back({id, r.marker, withdrawn});
+  }
+  own_.clear();
+  for (auto it = to_remove_.begin(); it != to_remove_.end();) {
+    it = RemoveRequest(*it) ? to_remove_.erase(it) : std::next(it);
+  }
+  PublishView();
+  return outcomes;
+}
+
+void SharedCommits::PublishView() {
+  const Clock::time_point now = clock_.Now();
+  std::vector<PendingCommit> pending;
+  for (const auto& [id, r] : own_) {
+    PendingCommit p{id, r.marker, {}, now - r.posted_at};
+    for (const MemberId& m : r.awaited) {
+      if (!r.acked.count(m.node)) p.waiting_for.push_back(m.node);
+    }
+    pending.push_back(std::move(p));
+  }
+  const size_t owed = static_cast<size_t>(std::count_if(
+      seen_.begin(), seen_.end(),
+      [](const auto& entry) { return entry.second.state == SeenRequest::State::kOwed; }));
+  MutexLock lock(view_mu_);
+  pending_view_ = std::move(pending);
+  acks_owed_view_ = owed;
+  view_at_ = now;
+}
+
+std::vector<PendingCommit> SharedCommits::Pending() const {
+  MutexLock lock(view_mu_);
+  const Clock::duration since = clock_.Now() - view_at_;
+  std::vector<PendingCommit> pending = pending_view_;
+  for (PendingCommit& p : pending) p.age += since;
+  return pending;
+}
+
+size_t SharedCommits::acks_owed() const {
+  MutexLock lock(view_mu_);
+  return acks_owed_view_;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,170 @@
+// SharedCommits: the commit of a marker (a tracker, `.metadata`) across the mounts that share one
+// backing directory. A marker may be published once every live member has made durable
+// everything it had sealed before the marker was sealed. The order is causal, never read off a
+// clock: the trainers' barrier puts every rank's closes before rank 0's marker; the committer
+// posts its request after the marker was sealed; each member, when it first sees the request,
+// takes its own sealed point then (which covers its closes before the barrier) and acknowledges
+// once everything up to that point is durable.
+//
+// On the backing store, under <backing>/.ckptfs/shared/commits/<id>/ (id: policy::MakeCommitId,
+// "<node>~<incarnation>~<counter>"):
+//   request        {"id", "committer", "incarnation", "marker", "awaited": [{"node",
+//                  "incarnation"}...]}: written as .request.tmp, then renamed
+//   ack.<node>     {"node", "incarnation", "sealed"}: written as .ack.<node>.<incarnation>.tmp,
+//                  then renamed; its member's sealed point at sight is durable
+//
+// Outcomes, for the committer: Committed when every awaited member acknowledged; Failed (errno
+// EHOSTDOWN, the message naming the member) when an awaited member can no longer acknowledge
+// (Membership::MayStillAcknowledge: it left, was replaced by another process, or was judged dead
+// member_timeout ago and has not come back). Time alone fails nothing: a slow member that still
+// beats only delays the commit. A request awaits the members then live and those judged dead within
+// member_timeout (Membership::AwaitedMembers); a member acknowledges for its own earlier
+// incarnations too. The committer itself is not awaited: its own data sealed before the marker is
+// its owner's to order (the flusher publishes in journal order).
+//
+// For the owner: a marker held back for its commit must not hold back the durable point its
+// ProgressFn reports, nor keep the entries sealed after it from becoming durable. Otherwise two
+// members committing at once would each wait for the other's acknowledgement forever: each one's
+// sealed point at sight includes its own held marker.
+//
+// Clean-up: the committer removes its request's directory once the outcome is known (request
+// first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
+// later ticks when it fails, e.g. an ack that landed meanwhile). Any member removes the request
+// directories of committers it judges dead or left, of earlier incarnations of its own node, and
+// of committers it has not seen beating within member_timeout of first seeing the request; a
+// member forgets a request when its directory is gone. Names in commits/ that are not request
+// ids, and requests or acks that do not parse, are ignored (logged once).
+//
+// Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
+// only the lock of their view), and the file I/O of Post and Tick is done with it held. The
+// ProgressFn is called with it held, so it may take the namespace lock, but Post and Tick must
+// not be called with the namespace lock held.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/base/clock.h"
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/shared/membership.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+// How one of this member's requests ended.
+struct CommitOutcome {
+  std::string id;
+  std::string marker;
+  Status status;  // Ok: the marker may be published. Otherwise why it must not be.
+};
+
+// One of this member's requests still waiting, for the status.
+struct PendingCommit {
+  std::string id;
+  std::string marker;
+  std::vector<std::string> waiting_for;  // Awaited members that have not acknowledged yet.
+  Clock::duration age{};                 // Since it was posted.
+};
+
+class SharedCommits {
+ public:
+  // Prepares <backing>/.ckptfs/shared/commits. `progress` gives this member's sealed and durable
+  // points; it is read after the requests are listed, so a sealed point taken for a request
+  // covers everything sealed before the request was posted. `env`, `membership`, `clock` and the
+  // directory `backing_fd` must outlive the SharedCommits.
+  static Result<std::unique_ptr<SharedCommits>> Open(Env& env, int backing_fd,
+                                                     Membership& membership, Clock& clock,
+                                                     std::chrono::milliseconds member_timeout,
+                                                     ProgressFn progress);
+  ~SharedCommits();
+  SharedCommits(const SharedCommits&) = delete;
+  SharedCommits& operator=(const SharedCommits&) = delete;
+
+  // Posts a request for `marker` (its path, for messages), to be called once the marker is
+  // sealed. Reads the members directory first and awaits every member then live, this one left
+  // out. Returns the request's id; Tick reports its outcome. ENOTCONN when this mount is not a
+  // joined member; the Env's error when the request cannot be written (nothing is left behind).
+  Result<std::string> Post(const std::string& marker) EXCLUDES(mu_);
+
+  // One step, every poll interval, from one thread, after Membership::Tick. As committer:
+  // collects the acks of its requests and returns the outcomes decided now (each exactly once).
+  // As member: lists the requests, takes its sealed point for each new one that awaits it,
+  // acknowledges those whose sealed point is durable, and removes stale requests.
+  std::vector<CommitOutcome> Tick() EXCLUDES(mu_);
+
+  // On a clean unmount, before Membership::Leave: withdraws this member's pending requests
+  // (outcomes ECANCELED) and removes them.
+  std::vector<CommitOutcome> Abandon() EXCLUDES(mu_);
+
+  // This member's requests still waiting, as the last Post, Tick or Abandon left them (never
+  // waits for the shared store).
+  std::vector<PendingCommit> Pending() const EXCLUDES(view_mu_);
+  // Requests of others that await this member and are not acknowledged yet, likewise.
+  size_t acks_owed() const EXCLUDES(view_mu_);
+
+ private:
+  struct OwnRequest {
+    std::string marker;
+    MemberId committer;  // This member's incarnation when it posted.
+    std::vector<MemberId> awaited;
+    std::set<std::string> acked;  // Node names.
+    Clock::time_point posted_at;
+  };
+  // A request of another member, as this member handles it.
+  struct SeenRequest {
+    enum class State {
+      kNotPosted,   // Its request file is not there yet: examined again on the next tick.
+      kOwed,        // Awaits this member, not acknowledged yet.
+      kAcked,
+      kNotAwaited,  // Posted before this member joined, or for another incarnation of it.
+      kUnreadable,  // Not a valid request (logged once).
+    } state = State::kNotPosted;
+    uint64_t sealed_at_sight = 0;
+    std::string ack_as;  // kOwed: the incarnation of this process it awaits.
+    Clock::time_point first_seen;
+  };
+
+  SharedCommits(Env& env, int commits_fd, Membership& membership, Clock& clock,
+                std::chrono::milliseconds member_timeout, ProgressFn progress);
+
+  // Collects the acks of request `id`; the outcome when it is decided.
+  std::optional<Status> Decide(const std::string& id, OwnRequest& r) REQUIRES(mu_);
+  // Handles the requests of others; `progress` is read at most once, after the listing.
+  void ServeOthers() REQUIRES(mu_);
+  // Reads the request `id` of another member and whether it awaits `self`.
+  SeenRequest Examine(const std::string& id, const MemberId& self) REQUIRES(mu_);
+  // Removes request directory `id` (request first); true when it is gone.
+  bool RemoveRequest(const std::string& id) REQUIRES(mu_);
+  // Copies what Pending() and acks_owed() show.
+  void PublishView() REQUIRES(mu_) EXCLUDES(view_mu_);
+  void LogOnce(const std::string& name, const std::string& what) REQUIRES(mu_);
+
+  Env& env_;
+  const int commits_fd_;
+  Membership& membership_;
+  Clock& clock_;
+  const std::chrono::milliseconds member_timeout_;
+  const ProgressFn progress_;
+
+  mutable Mutex mu_;
+  uint64_t counter_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, OwnRequest> own_ GUARDED_BY(mu_);
+  std::set<std::string> to_remove_ GUARDED_BY(mu_);  // Decided requests not removed yet.
+  std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> logged_ GUARDED_BY(mu_);  // Name -> what was logged.
+
+  // What Pending() and acks_owed() show, as of view_at_. Lock order: mu_ before view_mu_.
+  mutable Mutex view_mu_;
+  std::vector<PendingCommit> pending_view_ GUARDED_BY(view_mu_);
+  size_t acks_owed_view_ GUARDED_BY(view_mu_) = 0;
+  Clock::time_point view_at_ GUARDED_BY(view_mu_){};
+};
+
+}  // namespace ckptfs

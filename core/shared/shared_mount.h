@@ -1,0 +1,78 @@
+// SharedMount: a mount's part in the group of mounts over one shared backing directory (-o shared):
+// its membership (core/shared/membership.h), the commits of the markers its flusher holds
+// (core/shared/shared_commit.h, core/flush/held_markers.h), and the thread that beats, acknowledges
+// and collects commit outcomes every poll interval.
+//
+// Thread-safe. Lock order: nothing of the mount is locked when it calls the ProgressFn (which
+// reads the journal) or hands outcomes on.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/base/clock.h"
+#include "core/base/config.h"
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/shared/membership.h"
+#include "core/shared/shared_commit.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+class SharedMount {
+ public:
+  using DecidedFn = std::function<void(const std::vector<CommitOutcome>&)>;
+
+  // Joins the group under `backing_fd` as config.node (a resolved name: NodeNameOrHostName): at
+  // once, or, when a file holds that name, once its beat has stood still for member_timeout (a
+  // run that died elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is
+  // not decided within twice member_timeout of real time. `env`, `clock` and `backing_fd` must
+  // outlive it.
+  static Result<std::unique_ptr<SharedMount>> Join(const Config& config, Env& env, int backing_fd,
+                                                   Clock& clock, ProgressFn progress);
+  ~SharedMount();
+  SharedMount(const SharedMount&) = delete;
+  SharedMount& operator=(const SharedMount&) = delete;
+
+  // Asks every other live member to commit `marker` (a path, for messages); Step reports the
+  // outcome by the returned id.
+  Result<std::string> Post(const std::string& marker);
+  // One poll: beats, serves the requests of others, hands the outcomes decided now to `decided`,
+  // and calls `owing` while requests of others wait for this member's data (so that it flushes
+  // now, whatever its flush_delay: a commit never waits for another member's delay).
+  void Step(const DecidedFn& decided, const std::function<void()>& owing);
+  // Steps every poll interval on a thread of its own until Leave.
+  void Start(DecidedFn decided, std::function<void()> owing) EXCLUDES(mu_);
+  // After this member's durable point advanced: steps at once when requests of others wait for
+  // it, so that it acknowledges as soon as its data is durable rather than at the next poll.
+  void DataDurable() EXCLUDES(mu_);
+  // At unmount, once the flusher has drained: stops the thread, acknowledges the requests it sees
+  // then, withdraws this member's pending commits and leaves the group.
+  void Leave() EXCLUDES(mu_);
+
+  // Members, their heartbeat age and flush lag, pending commits (for stats and `ckptfs status`).
+  nlohmann::json StatusJson() const;
+
+ private:
+  SharedMount(std::unique_ptr<Membership> membership, std::unique_ptr<SharedCommits> commits,
+              std::chrono::milliseconds poll_interval);
+
+  std::unique_ptr<Membership> membership_;
+  std::unique_ptr<SharedCommits> commits_;
+  const std::chrono::milliseconds poll_interval_;
+  std::thread thread_;
+  Mutex mu_;
+  std::condition_variable_any wake_;  // With mu_: stop, or step now.
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool step_now_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,44 @@
+// Counters shown in .ckptfs/stats. Updated lock-free from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "core/stats/histogram.h"
+
+namespace ckptfs {
+
+struct Stats {
+  std::atomic<uint64_t> bytes_written{0};     // Accepted from clients.
+  std::atomic<uint64_t> bytes_read{0};        // Served to clients.
+  std::atomic<uint64_t> bytes_flushed{0};     // Of the file versions made durable (once each).
+  std::atomic<uint64_t> files_flushed{0};     // Versions published.
+  std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
+  std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
+  std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.
+  std::atomic<uint64_t> flush_batches{0};
+  std::atomic<uint64_t> flush_errors{0};
+  std::atomic<uint64_t> flush_busy_ns{0};     // Time spent in flush batches.
+  std::atomic<uint64_t> evicted_blocks{0};
+  std::atomic<uint64_t> spilled_blocks{0};   // Moved out of memory before their file was sealed.
+  std::atomic<uint64_t> spill_errors{0};     // Spills that failed (Flusher::spill_error).
+  // Unsealed bytes this worker took over from its predecessor: left in the shared memory of the
+  // cache, or read from handoff files.
+  std::atomic<uint64_t> taken_over_in_memory{0};
+  std::atomic<uint64_t> taken_over_from_files{0};
+  // Sealed versions a crashed predecessor had not made durable, recovered from the log.
+  std::atomic<uint64_t> recovered_versions{0};
+  std::atomic<uint64_t> recovered_bytes{0};
+  // Open handles a crashed predecessor had given the kernel, taken over; the bytes of the files
+  // among them open for writing.
+  std::atomic<uint64_t> recovered_handles{0};
+  std::atomic<uint64_t> recovered_open_bytes{0};
+  // Lookups and opens refused (ENFILE) because the kernel state record had no room for them.
+  std::atomic<uint64_t> kernel_record_refused{0};
+  // Per published file: from the flusher taking it to durable (the time of its batch), and from
+  // its sealing (close, fsync) to durable.
+  Histogram flush_seconds{kFlushBuckets};
+  Histogram save_to_durable_seconds{kFlushBuckets};
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,165 @@
+// Inode: one file, directory, symlink or special file as the mount shows it.
+//
+// Lock order: the namespace lock (core/tree/namespace.h) before Inode::mu. The namespace fields
+// (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
+// attributes and content by Inode::mu; the backing directory by a leaf lock of its own. Inode
+// numbers are never reused (64-bit counter), so the generation is always 0.
+#pragma once
+
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cstdint>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/memory/file_content.h"
+
+namespace ckptfs {
+
+struct JournalEntry;
+struct ZarrArray;
+struct ChunkView;
+
+// kSpecial: a FIFO, socket or device node; metadata only (the kernel opens it itself).
+enum class FileType { kRegular, kDirectory, kSymlink, kSpecial };
+
+// What getattr returns.
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // Type and permission bits.
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  uint64_t rdev = 0;  // Device nodes: the device.
+  timespec atime{}, mtime{}, ctime{};
+  bool no_blocks = false;  // Nothing stored: a view's file (du counts what is stored).
+};
+
+struct Inode {
+  struct Name {
+    std::shared_ptr<Inode> parent;
+    std::string name;
+    bool operator<(const Name& o) const {
+      return parent != o.parent ? parent < o.parent : name < o.name;
+    }
+  };
+
+  Inode(uint64_t ino_in, FileType type_in) : ino(ino_in), type(type_in) {}
+
+  const uint64_t ino;
+  const FileType type;
+  // kSpecial: S_IFIFO, S_IFSOCK, S_IFCHR or S_IFBLK, and the device of a device node. Set before
+  // the inode is shown, never changed.
+  uint32_t special_type = 0;
+  uint64_t rdev = 0;
+
+  // --- Guarded by the namespace lock ---
+  uint32_t nlink GUARDED_BY(ns_lock) = 1;
+  uint64_t lookups GUARDED_BY(ns_lock) = 0;
+  uint32_t open_handles GUARDED_BY(ns_lock) = 0;
+  // Open handles read by the kernel from the backing file, and the backing id they share (the
+  // kernel takes one backing file per inode).
+  uint32_t passthrough_handles GUARDED_BY(ns_lock) = 0;
+  int backing_id GUARDED_BY(ns_lock) = -1;
+  // Names of a non-directory (several with hard links); the one name of a directory.
+  std::set<Name> names GUARDED_BY(ns_lock);
+  // Present on the backing store under some name (found there, or published/created there).
+  bool on_backing GUARDED_BY(ns_lock) = false;
+  // A regular file whose content is only on the backing store and not opened (found there, or
+  // unloaded once durable): where to open it. Content holds just its size meanwhile.
+  std::shared_ptr<BackingFile> origin_dir GUARDED_BY(ns_lock);
+  std::string origin_name GUARDED_BY(ns_lock);
+  // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
+  std::weak_ptr<JournalEntry> last_entry GUARDED_BY(ns_lock);
+  // When its content was last sealed, and how long that version waits (policy::NextHold).
+  std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
+  std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
+  // Directory: children by name; names removed here that may still exist on the backing store,
+  // each with the journal seq through which its removals are journaled; and whether every
+  // backing entry has been loaded.
+  std::map<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
+  std::map<std::string, uint64_t> whiteouts GUARDED_BY(ns_lock);
+  bool complete GUARDED_BY(ns_lock) = false;
+  // Shared mode: when this inode last took what the backing store holds (a directory its
+  // listing, a regular file its attributes).
+  std::chrono::steady_clock::time_point backing_read_at GUARDED_BY(ns_lock){};
+  std::string symlink_target GUARDED_BY(ns_lock);
+  // Directory: the zarr array it holds, when served with a fine chunk grid
+  // (core/views/zarr_array.h).
+  std::shared_ptr<ZarrArray> zarr GUARDED_BY(ns_lock);
+
+  // --- Guarded by mu ---
+  // Regular file: a virtual chunk of a fine-grid zarr array; its bytes are a range of a real
+  // chunk file and `content` holds only its size. Changed with the namespace lock and mu held.
+  std::shared_ptr<const ChunkView> view GUARDED_BY(mu);
+  // With `view`: the file that holds its bytes (view->real), for the tree, which does not read
+  // views (Namespace::ContentOwner).
+  std::shared_ptr<Inode> content_owner GUARDED_BY(mu);
+  // The .zarray of a fine-grid array: the text clients read (`content` holds the real one).
+  std::string served_text GUARDED_BY(mu);
+  mutable Mutex mu;
+  uint32_t mode GUARDED_BY(mu) = 0;  // Permission bits only.
+  uint32_t uid GUARDED_BY(mu) = 0;
+  uint32_t gid GUARDED_BY(mu) = 0;
+  timespec atime GUARDED_BY(mu){};
+  timespec mtime GUARDED_BY(mu){};
+  timespec ctime GUARDED_BY(mu){};
+  FileContent content GUARDED_BY(mu);
+  uint64_t version GUARDED_BY(mu) = 0;          // Bumped by every change of content.
+  uint64_t sealed_version GUARDED_BY(mu) = 0;   // Version of the newest sealed snapshot.
+  uint64_t durable_version GUARDED_BY(mu) = 0;  // Version the backing store holds durably.
+  // Last failed flush of this file (cleared when one succeeds), and whether a close returned it.
+  Status flush_error GUARDED_BY(mu);
+  bool flush_error_reported GUARDED_BY(mu) = false;
+  // Open handles that use the kernel's page cache (Filesystem::OpenHandleLocked), and whether
+  // that cache may miss a change made through a handle that bypasses it, or (shared mode) made
+  // to the backing file by another mount.
+  uint32_t cached_handles GUARDED_BY(mu) = 0;
+  bool page_cache_stale GUARDED_BY(mu) = false;
+  // A read-only open had the backing file read ahead.
+  bool backing_prefetched GUARDED_BY(mu) = false;
+  // Its entry in the kernel state record (core/recovery/kernel_state_record.h), or -1, the node id
+  // that entry names it by (its own, or an earlier worker's that the kernel holds), and whether
+  // that entry records its content (a file open for writing). Changed with both locks held.
+  int record GUARDED_BY(mu) = -1;
+  uint64_t record_ino GUARDED_BY(mu) = 0;
+  bool content_recorded GUARDED_BY(mu) = false;
+
+  // Directory: its backing directory once it exists (null before). Set by lookup, or by the
+  // flusher when it creates the directory; any thread, with or without other locks.
+  std::shared_ptr<BackingFile> BackingDir() const EXCLUDES(backing_dir_mu_) {
+    MutexLock lock(backing_dir_mu_);
+    return backing_dir_;
+  }
+  void SetBackingDir(std::shared_ptr<BackingFile> dir) EXCLUDES(backing_dir_mu_) {
+    MutexLock lock(backing_dir_mu_);
+    backing_dir_ = std::move(dir);
+  }
+
+  uint32_t TypeBits() const {
+    switch (type) {
+      case FileType::kDirectory: return S_IFDIR;
+      case FileType::kSymlink: return S_IFLNK;
+      case FileType::kSpecial: return special_type;
+      default: return S_IFREG;
+    }
+  }
+
+ private:
+  // A leaf lock: nothing else is locked while it is held.
+  mutable Mutex backing_dir_mu_;
+  std::shared_ptr<BackingFile> backing_dir_ GUARDED_BY(backing_dir_mu_);
+};
+
+using InodeRef = std::shared_ptr<Inode>;
+
+}  // namespace ckptfs
