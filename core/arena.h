@@ -25,6 +25,7 @@
 
 #include "core/status.h"
 #include "core/thread_annotations.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 
@@ -182,7 +183,7 @@ class Arena {
   size_t mapped_ GUARDED_BY(mu_) = 0;
   size_t waiting_ GUARDED_BY(mu_) = 0;
   std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
-  std::vector<std::pair<void*, size_t>> slabs_ GUARDED_BY(mu_);
+  std::vector<SharedMapping> slabs_ GUARDED_BY(mu_);
   std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header, by slot.
 
   std::thread prefaulter_;

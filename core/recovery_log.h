@@ -32,6 +32,7 @@
 #include "core/namespace.h"
 #include "core/status.h"
 #include "core/thread_annotations.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 
@@ -83,7 +84,6 @@ class RecoveryLog {
   static Status Readable(char* memory, uint64_t length);
   // The same for the log at `offset` of the shared memory file `fd`, mapped read-only.
   static Status MappedReadable(int fd, uint64_t offset, uint64_t length);
-  ~RecoveryLog();
   RecoveryLog(const RecoveryLog&) = delete;
   RecoveryLog& operator=(const RecoveryLog&) = delete;
 
@@ -114,8 +114,7 @@ class RecoveryLog {
   void AppendRecordLocked(const std::string& record) REQUIRES(mu_);
   void EmptyLocked(Half& half) REQUIRES(mu_);
 
-  void* mapping_ = nullptr;  // Owned, when made by Map.
-  uint64_t mapping_length_ = 0;
+  SharedMapping mapping_;  // When made by Map.
   Header* header_;
   char* halves_[2];
   uint64_t half_bytes_;
