@@ -1,4 +1,4 @@
-// FaultInjectingEnv: wraps another Env and fails, splits or delays chosen calls, so that tests
+// FaultInjectingEnv: an EnvWrapper that fails, splits or delays chosen calls, so that tests
 // can drive ckptfs through ENOSPC, EIO, short writes, a failing rename or mkdir and slow storage
 // on a real backing store.
 //
