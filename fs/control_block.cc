@@ -6,13 +6,14 @@
 
 #include <new>
 
+#include "iouring/shared_mapping.h"
+
 namespace ckptfs {
 namespace {
 
-Result<ControlBlock*> Map(int fd) {
-  void* p = mmap(nullptr, kControlMappingSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status::FromErrno("mmap of the control block");
-  return static_cast<ControlBlock*>(p);
+Result<SharedMapping> Map(int fd) {
+  return SharedMapping::OfFile(fd, 0, kControlMappingSize, SharedMapping::Access::kReadWrite,
+                               "mmap of the control block");
 }
 
 }  // namespace
@@ -25,12 +26,13 @@ Result<ControlMapping> CreateControlBlock() {
     close(fd);
     return st;
   }
-  Result<ControlBlock*> block = Map(fd);
-  if (!block.ok()) {
+  Result<SharedMapping> mapping = Map(fd);
+  if (!mapping.ok()) {
     close(fd);
-    return block.status();
+    return mapping.status();
   }
-  ControlBlock* b = new (*block) ControlBlock();
+  // Mapped for the life of the process.
+  ControlBlock* b = new (mapping->Release()) ControlBlock();
   b->magic = ControlBlock::kMagic;
   b->layout = ControlBlock::kLayout;
   return ControlMapping{fd, b};
@@ -42,14 +44,15 @@ Result<ControlMapping> MapControlBlock(int fd) {
   if (static_cast<uint64_t>(st.st_size) != kControlMappingSize) {
     return Status::Error(EINVAL, "descriptor " + std::to_string(fd) + " is no control block");
   }
-  Result<ControlBlock*> block = Map(fd);
-  if (!block.ok()) return block.status();
-  if ((*block)->magic != ControlBlock::kMagic || (*block)->layout != ControlBlock::kLayout) {
-    munmap(*block, kControlMappingSize);
+  Result<SharedMapping> mapping = Map(fd);
+  if (!mapping.ok()) return mapping.status();
+  const auto* block = reinterpret_cast<const ControlBlock*>(mapping->data());
+  if (block->magic != ControlBlock::kMagic || block->layout != ControlBlock::kLayout) {
     return Status::Error(EINVAL, "the control block has another layout (a binary of another "
                                  "version of ckptfs cannot take over this mount)");
   }
-  return ControlMapping{fd, *block};
+  // Mapped for the life of the process.
+  return ControlMapping{fd, reinterpret_cast<ControlBlock*>(mapping->Release())};
 }
 
 }  // namespace ckptfs

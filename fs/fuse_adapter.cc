@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <vector>
-#include <unistd.h>
 
 #include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
@@ -230,19 +228,6 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         [&] { ReplyOpen(req, fi, Fs(req).Open(ino, fi->flags, CallerOf(req)), false); });
 }
 
-// Reads [offset, offset+length) of `fd` into `dst`; returns bytes read (short only at EOF).
-ssize_t PreadFull(int fd, char* dst, size_t length, off_t offset) {
-  size_t done = 0;
-  while (done < length) {
-    ssize_t n = pread(fd, dst + done, length - done, offset + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -1;
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return static_cast<ssize_t>(done);
-}
-
 // True when the reply has backing ranges and each lies within its file as it is now, so
 // splicing them yields every byte (an external truncation of a backing file must read as zeros,
 // not as an early EOF).
@@ -251,7 +236,7 @@ bool SpliceableFromBacking(const std::vector<ReadSegment>& segments) {
   for (const ReadSegment& s : segments) {
     if (s.kind != ReadSegment::Kind::kBacking) continue;
     struct stat st {};
-    if (fstat(s.file->fd(), &st) != 0 ||
+    if (!s.file->Stat(&st).ok() ||
         s.file_offset + s.length > static_cast<uint64_t>(st.st_size)) {
       return false;
     }
@@ -320,14 +305,12 @@ void ReplyCopied(fuse_req_t req, const std::vector<ReadSegment>& segments) {
       return;
     }
     if (err != 0) return;
-    ssize_t n = PreadFull(s.file->fd(), staging.data() + used, length,
-                          static_cast<off_t>(s.file_offset));
-    if (n < 0) {
-      err = errno;
+    // Bytes past the end of the backing file read as zeros.
+    Status read = s.file->Read(staging.data() + used, length, s.file_offset);
+    if (!read.ok()) {
+      err = read.err();
       return;
     }
-    // Bytes past the end of the backing file read as zeros.
-    std::memset(staging.data() + used + n, 0, length - static_cast<size_t>(n));
     iov.push_back({staging.data() + used, length});
     used += length;
   });

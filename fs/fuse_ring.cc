@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "fs/session_hooks.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 namespace {
@@ -103,8 +103,7 @@ struct FuseRing::Queue final : RingReply {
   uint16_t qid = 0;
   size_t payload_bytes = 0;
   std::vector<Entry> entries;
-  char* memory = nullptr;
-  size_t memory_bytes = 0;
+  SharedMapping memory;  // Every entry's header page and payload buffer.
   io_uring ring{};
   bool ring_made = false;
   int wake_fd = -1;
@@ -118,21 +117,19 @@ struct FuseRing::Queue final : RingReply {
   ~Queue() {
     if (ring_made) io_uring_queue_exit(&ring);
     if (wake_fd >= 0) close(wake_fd);
-    if (memory) munmap(memory, memory_bytes);
   }
 
   Status Make(unsigned depth) {
     const size_t stride = kHeaderPage + payload_bytes;
-    memory_bytes = stride * depth;
-    void* m = mmap(nullptr, memory_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-    if (m == MAP_FAILED) return Status::FromErrno("mapping the FUSE ring's buffers");
-    memory = static_cast<char*>(m);
+    Result<SharedMapping> mapped =
+        SharedMapping::Anonymous(stride * depth, "mapping the FUSE ring's buffers");
+    if (!mapped.ok()) return mapped.status();
+    memory = std::move(*mapped);
     entries.resize(depth);
     for (unsigned i = 0; i < depth; ++i) {
       Entry& e = entries[i];
-      e.header = reinterpret_cast<RingRequestHeader*>(memory + i * stride);
-      e.payload = memory + i * stride + kHeaderPage;
+      e.header = reinterpret_cast<RingRequestHeader*>(memory.data() + i * stride);
+      e.payload = memory.data() + i * stride + kHeaderPage;
       e.buffers[0] = {e.header, sizeof(RingRequestHeader)};
       e.buffers[1] = {e.payload, payload_bytes};
     }

@@ -3,8 +3,9 @@
 // change of a backing file or directory goes through it, so that a test can fail any of them.
 //
 // Implementations: the io_uring Env (batched writes and syncs, many in flight), the POSIX Env
-// (pwritev/fdatasync one at a time; its single calls serve the io_uring Env too) and
-// FaultInjectingEnv (wraps another Env and fails, splits or delays chosen calls; for tests).
+// (pwritev/fdatasync one at a time; its single calls serve the io_uring Env too), EnvWrapper
+// (forwards every call to another Env: the base of wrappers) and FaultInjectingEnv (an
+// EnvWrapper that fails, splits or delays chosen calls; for tests).
 //
 // Names are relative to a directory descriptor (the *at calls); an empty name means the
 // descriptor itself. Symbolic links are not followed (Open: unless its flags say so). Every

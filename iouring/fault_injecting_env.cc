@@ -45,9 +45,9 @@ void ForwardWrites(Env& env, const std::vector<WriteRequest>& requests,
 }  // namespace
 
 FaultInjectingEnv::FaultInjectingEnv(std::unique_ptr<Env> inner)
-    : inner_(std::move(inner)), calls_(static_cast<size_t>(Op::kSetTimes) + 1, 0) {}
+    : EnvWrapper(std::move(inner)), calls_(static_cast<size_t>(Op::kSetTimes) + 1, 0) {}
 
-std::string FaultInjectingEnv::Name() const { return "fault(" + inner_->Name() + ")"; }
+std::string FaultInjectingEnv::Name() const { return "fault(" + target().Name() + ")"; }
 
 Status FaultInjectingEnv::Judge(Op op, std::initializer_list<std::string_view> names,
                                 std::chrono::milliseconds* delay) {
@@ -70,20 +70,11 @@ Status FaultInjectingEnv::Judge(Op op, std::initializer_list<std::string_view> n
   return verdict;
 }
 
-void FaultInjectingEnv::Wait(Op op) {
-  std::chrono::milliseconds delay{0};
-  (void)Judge(op, {}, &delay);
-  if (delay.count() > 0) std::this_thread::sleep_for(delay);
-}
-
-template <typename Forward>
-auto FaultInjectingEnv::Pass(Op op, std::initializer_list<std::string_view> names,
-                             Forward forward) -> decltype(forward()) {
+Status FaultInjectingEnv::BeforeCall(Op op, std::initializer_list<std::string_view> names) {
   std::chrono::milliseconds delay{0};
   Status verdict = Judge(op, names, &delay);
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
-  if (!verdict.ok()) return verdict;
-  return forward();
+  return verdict;
 }
 
 std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> requests) {
@@ -126,7 +117,7 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
     tails.push_back(std::move(tail));
     tail_slots.push_back(i);
   }
-  ForwardWrites(*inner_, heads, head_slots, results);
+  ForwardWrites(target(), heads, head_slots, results);
 
   std::vector<WriteRequest> rest;
   std::vector<size_t> rest_slots;
@@ -135,7 +126,7 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
     rest.push_back(std::move(tails[i]));
     rest_slots.push_back(tail_slots[i]);
   }
-  ForwardWrites(*inner_, rest, rest_slots, results);
+  ForwardWrites(target(), rest, rest_slots, results);
   return results;
 }
 
@@ -156,106 +147,9 @@ std::vector<Status> FaultInjectingEnv::Sync(std::span<const int> fds, bool data_
   }
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
   if (forwarded.empty()) return results;
-  std::vector<Status> statuses = inner_->Sync(forwarded, data_only);
+  std::vector<Status> statuses = target().Sync(forwarded, data_only);
   for (size_t i = 0; i < slots.size(); ++i) results[slots[i]] = std::move(statuses[i]);
   return results;
-}
-
-Result<int> FaultInjectingEnv::Open(int dir, const std::string& name, int flags, mode_t mode) {
-  return Pass(Op::kOpen, {name},
-              [&]() -> Result<int> { return inner_->Open(dir, name, flags, mode); });
-}
-
-void FaultInjectingEnv::Close(int fd) {
-  Wait(Op::kClose);
-  inner_->Close(fd);
-}
-
-Status FaultInjectingEnv::Stat(int dir, const std::string& name, struct stat* st) {
-  return Pass(Op::kStat, {name}, [&] { return inner_->Stat(dir, name, st); });
-}
-
-Status FaultInjectingEnv::StatFs(int fd, struct statvfs* st) {
-  return Pass(Op::kStatFs, {}, [&] { return inner_->StatFs(fd, st); });
-}
-
-Result<std::string> FaultInjectingEnv::ReadLink(int dir, const std::string& name) {
-  return Pass(Op::kReadLink, {name},
-              [&]() -> Result<std::string> { return inner_->ReadLink(dir, name); });
-}
-
-Result<std::vector<std::string>> FaultInjectingEnv::ListDir(int dir) {
-  return Pass(Op::kListDir, {},
-              [&]() -> Result<std::vector<std::string>> { return inner_->ListDir(dir); });
-}
-
-Status FaultInjectingEnv::Read(int fd, char* dst, size_t length, uint64_t offset) {
-  return Pass(Op::kRead, {}, [&] { return inner_->Read(fd, dst, length, offset); });
-}
-
-Status FaultInjectingEnv::WriteAt(int fd, const char* src, size_t length, uint64_t offset) {
-  return Pass(Op::kWriteAt, {}, [&] { return inner_->WriteAt(fd, src, length, offset); });
-}
-
-Status FaultInjectingEnv::Copy(int from, int to, uint64_t length) {
-  return Pass(Op::kCopy, {}, [&] { return inner_->Copy(from, to, length); });
-}
-
-Status FaultInjectingEnv::Truncate(int fd, uint64_t size) {
-  return Pass(Op::kTruncate, {}, [&] { return inner_->Truncate(fd, size); });
-}
-
-Status FaultInjectingEnv::Allocate(int fd, uint64_t offset, uint64_t length) {
-  return Pass(Op::kAllocate, {}, [&] { return inner_->Allocate(fd, offset, length); });
-}
-
-void FaultInjectingEnv::Advise(int fd, uint64_t offset, uint64_t length) {
-  Wait(Op::kAdvise);
-  inner_->Advise(fd, offset, length);
-}
-
-Status FaultInjectingEnv::SyncFs(int fd) {
-  return Pass(Op::kSyncFs, {}, [&] { return inner_->SyncFs(fd); });
-}
-
-Status FaultInjectingEnv::Mkdir(int dir, const std::string& name, mode_t mode) {
-  return Pass(Op::kMkdir, {name}, [&] { return inner_->Mkdir(dir, name, mode); });
-}
-
-Status FaultInjectingEnv::Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) {
-  return Pass(Op::kMknod, {name}, [&] { return inner_->Mknod(dir, name, mode, dev); });
-}
-
-Status FaultInjectingEnv::Symlink(const std::string& target, int dir, const std::string& name) {
-  return Pass(Op::kSymlink, {name}, [&] { return inner_->Symlink(target, dir, name); });
-}
-
-Status FaultInjectingEnv::Link(int dir, const std::string& name, int new_dir,
-                               const std::string& new_name) {
-  return Pass(Op::kLink, {name, new_name},
-              [&] { return inner_->Link(dir, name, new_dir, new_name); });
-}
-
-Status FaultInjectingEnv::Rename(int dir, const std::string& name, int new_dir,
-                                 const std::string& new_name, unsigned flags) {
-  return Pass(Op::kRename, {name, new_name},
-              [&] { return inner_->Rename(dir, name, new_dir, new_name, flags); });
-}
-
-Status FaultInjectingEnv::Unlink(int dir, const std::string& name, bool directory) {
-  return Pass(Op::kUnlink, {name}, [&] { return inner_->Unlink(dir, name, directory); });
-}
-
-Status FaultInjectingEnv::Chmod(int dir, const std::string& name, mode_t mode) {
-  return Pass(Op::kChmod, {name}, [&] { return inner_->Chmod(dir, name, mode); });
-}
-
-Status FaultInjectingEnv::Chown(int dir, const std::string& name, uid_t uid, gid_t gid) {
-  return Pass(Op::kChown, {name}, [&] { return inner_->Chown(dir, name, uid, gid); });
-}
-
-Status FaultInjectingEnv::SetTimes(int dir, const std::string& name, const timespec times[2]) {
-  return Pass(Op::kSetTimes, {name}, [&] { return inner_->SetTimes(dir, name, times); });
 }
 
 void FaultInjectingEnv::Inject(Fault fault) {

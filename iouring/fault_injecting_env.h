@@ -1,4 +1,4 @@
-// FaultInjectingEnv: wraps another Env and fails, splits or delays chosen calls, so that tests
+// FaultInjectingEnv: an EnvWrapper that fails, splits or delays chosen calls, so that tests
 // can drive ckptfs through ENOSPC, EIO, short writes, a failing rename or mkdir and slow storage
 // on a real backing store.
 //
@@ -20,10 +20,11 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "iouring/env.h"
+#include "iouring/env_wrapper.h"
 
 namespace ckptfs {
 
-class FaultInjectingEnv final : public Env {
+class FaultInjectingEnv final : public EnvWrapper {
  public:
   // Calls of `op` whose name is `name` (either name of a rename or link; for Sync, "fdatasync" or
   // "fsync"; any call when empty; Write has no names): from now on, the first `skip` of them pass,
@@ -80,31 +81,11 @@ class FaultInjectingEnv final : public Env {
   // A failed fd is not synced and reports Status::Error(err, "<sync that failed> (injected)").
   std::vector<Status> Sync(std::span<const int> fds, bool data_only) override;
 
-  Result<int> Open(int dir, const std::string& name, int flags, mode_t mode) override;
-  // A fault only delays it: the descriptor is closed in any case.
-  void Close(int fd) override;
-  Status Stat(int dir, const std::string& name, struct stat* st) override;
-  Status StatFs(int fd, struct statvfs* st) override;
-  Result<std::string> ReadLink(int dir, const std::string& name) override;
-  Result<std::vector<std::string>> ListDir(int dir) override;
-  Status Read(int fd, char* dst, size_t length, uint64_t offset) override;
-  Status WriteAt(int fd, const char* src, size_t length, uint64_t offset) override;
-  Status Copy(int from, int to, uint64_t length) override;
-  Status Truncate(int fd, uint64_t size) override;
-  Status Allocate(int fd, uint64_t offset, uint64_t length) override;
-  // A hint: a fault only delays it.
-  void Advise(int fd, uint64_t offset, uint64_t length) override;
-  Status SyncFs(int fd) override;
-  Status Mkdir(int dir, const std::string& name, mode_t mode) override;
-  Status Mknod(int dir, const std::string& name, mode_t mode, dev_t dev) override;
-  Status Symlink(const std::string& target, int dir, const std::string& name) override;
-  Status Link(int dir, const std::string& name, int new_dir, const std::string& new_name) override;
-  Status Rename(int dir, const std::string& name, int new_dir, const std::string& new_name,
-                unsigned flags) override;
-  Status Unlink(int dir, const std::string& name, bool directory) override;
-  Status Chmod(int dir, const std::string& name, mode_t mode) override;
-  Status Chown(int dir, const std::string& name, uid_t uid, gid_t gid) override;
-  Status SetTimes(int dir, const std::string& name, const timespec times[2]) override;
+ protected:
+  // Counts the call and applies the faults in force: waits their delay, then fails the call
+  // with their error (a failed call does not reach the wrapped Env). Close and Advise, which
+  // cannot fail, are only delayed.
+  Status BeforeCall(Op op, std::initializer_list<std::string_view> names) override;
 
  private:
   struct ActiveFault {
@@ -115,15 +96,7 @@ class FaultInjectingEnv final : public Env {
   // (ok: forward it), and how long to wait first.
   Status Judge(Op op, std::initializer_list<std::string_view> names,
                std::chrono::milliseconds* delay);
-  // Judges a single call, waits, then fails it or runs `forward`.
-  // Judges a call that cannot fail (Close, Advise): counts it and waits its delay.
-  void Wait(Op op);
-  template <typename Forward>
-  auto Pass(Op op, std::initializer_list<std::string_view> names, Forward forward)
-      -> decltype(forward());
   void RemoveFaults(Op op) REQUIRES(mu_);
-
-  const std::unique_ptr<Env> inner_;
 
   mutable Mutex mu_;
   std::vector<ActiveFault> faults_ GUARDED_BY(mu_);

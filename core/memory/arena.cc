@@ -87,7 +87,6 @@ Arena::Arena(uint64_t capacity_bytes, int memory_fd)
 
 Arena::~Arena() {
   StopPrefault();
-  for (auto [addr, len] : slabs_) munmap(addr, len);
   for (Block* b : headers_) delete b;
 }
 
@@ -136,14 +135,14 @@ Result<Reservation> Arena::Reserve(size_t count, const Interrupted& interrupted)
 void Arena::MapSlabLocked() {
   size_t blocks = std::min(kSlabBytes / kBlockSize, capacity_blocks_ - mapped_);
   size_t len = blocks * kBlockSize;
-  void* addr = shared()
-                   ? mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, memory_fd_,
-                          static_cast<off_t>(mapped_ * kBlockSize))
-                   : mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (addr == MAP_FAILED) throw std::bad_alloc();
-  madvise(addr, len, MADV_HUGEPAGE);
-  slabs_.emplace_back(addr, len);
-  char* base = static_cast<char*>(addr);
+  Result<SharedMapping> slab =
+      shared() ? SharedMapping::OfFile(memory_fd_, mapped_ * kBlockSize, len,
+                                       SharedMapping::Access::kReadWrite, "cache memory")
+               : SharedMapping::Anonymous(len, "cache memory");
+  if (!slab.ok()) throw std::bad_alloc();
+  char* base = slab->data();
+  madvise(base, len, MADV_HUGEPAGE);
+  slabs_.push_back(std::move(*slab));
   for (size_t i = 0; i < blocks; ++i) {
     auto* b = new Block;
     b->data = base + i * kBlockSize;
@@ -184,7 +183,7 @@ void Arena::Prefault(std::function<bool()> may_run) {
   {
     MutexLock lock(mu_);
     while (mapped_ < capacity_blocks_) MapSlabLocked();
-    slabs = slabs_;
+    for (const SharedMapping& slab : slabs_) slabs.emplace_back(slab.data(), slab.size());
   }
   prefaulter_ = std::thread([this, slabs = std::move(slabs), may_run = std::move(may_run)] {
     PrefaultSlabs(slabs, may_run);

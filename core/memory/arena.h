@@ -26,6 +26,7 @@
 
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 
@@ -165,7 +166,7 @@ class Arena {
   size_t mapped_ GUARDED_BY(mu_) = 0;
   size_t waiting_ GUARDED_BY(mu_) = 0;
   std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
-  std::vector<std::pair<void*, size_t>> slabs_ GUARDED_BY(mu_);
+  std::vector<SharedMapping> slabs_ GUARDED_BY(mu_);
   std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header, by slot.
 
   std::thread prefaulter_;

@@ -55,6 +55,8 @@ class BackingFile {
   Status Read(char* dst, size_t length, uint64_t offset) const {
     return env_.Read(fd_, dst, length, offset);
   }
+  // fstat of the descriptor: the file as it is now.
+  Status Stat(struct stat* st) const { return env_.Stat(fd_, "", st); }
   // Copies its first `length` bytes to the same offsets of `to`.
   Status CopyPrefixTo(int to, uint64_t length) const { return env_.Copy(fd_, to, length); }
 

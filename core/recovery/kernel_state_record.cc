@@ -1,7 +1,6 @@
 #include "core/recovery/kernel_state_record.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -136,17 +135,12 @@ int KernelStateRecord::TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& 
 Result<std::unique_ptr<KernelStateRecord>> KernelStateRecord::Map(int fd, uint64_t offset,
                                                                   uint64_t capacity_blocks) {
   const uint64_t length = Bytes(capacity_blocks);
-  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                      static_cast<off_t>(offset));
-  if (memory == MAP_FAILED) return Status::FromErrno("mapping the kernel state record");
-  auto record = std::make_unique<KernelStateRecord>(static_cast<char*>(memory), capacity_blocks);
-  record->mapping_ = memory;
-  record->mapping_length_ = length;
+  Result<SharedMapping> mapping = SharedMapping::OfFile(
+      fd, offset, length, SharedMapping::Access::kReadWrite, "mapping the kernel state record");
+  if (!mapping.ok()) return mapping.status();
+  auto record = std::make_unique<KernelStateRecord>(mapping->data(), capacity_blocks);
+  record->mapping_ = std::move(*mapping);
   return record;
-}
-
-KernelStateRecord::~KernelStateRecord() {
-  if (mapping_) munmap(mapping_, mapping_length_);
 }
 
 bool KernelStateRecord::HasRoom(size_t nodes, size_t handles) const {

@@ -37,6 +37,7 @@
 
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 
@@ -55,7 +56,6 @@ class KernelStateRecord {
   // The record at `offset` of the shared memory file `fd`, mapped (and unmapped with it).
   static Result<std::unique_ptr<KernelStateRecord>> Map(int fd, uint64_t offset,
                                                         uint64_t capacity_blocks);
-  ~KernelStateRecord();
   KernelStateRecord(const KernelStateRecord&) = delete;
   KernelStateRecord& operator=(const KernelStateRecord&) = delete;
 
@@ -151,8 +151,7 @@ class KernelStateRecord {
   // A free entry of a table of `capacity` of which `used` were ever used, or -1 (mu_ held).
   static int TakeEntry(std::vector<int>& free, std::atomic<uint32_t>& used, size_t capacity);
 
-  void* mapping_ = nullptr;  // Owned, when made by Map.
-  uint64_t mapping_length_ = 0;
+  SharedMapping mapping_;  // When made by Map.
   Header* header_;
   NodeEntry* nodes_;
   HandleEntry* handles_;

@@ -1,7 +1,5 @@
 #include "core/recovery/recovery_log.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -203,12 +201,11 @@ RecoveryLog::RecoveryLog(char* memory, uint64_t length)
 }
 
 Result<std::unique_ptr<RecoveryLog>> RecoveryLog::Map(int fd, uint64_t offset, uint64_t length) {
-  void* memory = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                      static_cast<off_t>(offset));
-  if (memory == MAP_FAILED) return Status::FromErrno("mapping the recovery log");
-  auto log = std::make_unique<RecoveryLog>(static_cast<char*>(memory), length);
-  log->mapping_ = memory;
-  log->mapping_length_ = length;
+  Result<SharedMapping> mapping = SharedMapping::OfFile(
+      fd, offset, length, SharedMapping::Access::kReadWrite, "mapping the recovery log");
+  if (!mapping.ok()) return mapping.status();
+  auto log = std::make_unique<RecoveryLog>(mapping->data(), length);
+  log->mapping_ = std::move(*mapping);
   return log;
 }
 
@@ -223,15 +220,10 @@ Status RecoveryLog::Readable(char* memory, uint64_t length) {
 }
 
 Status RecoveryLog::MappedReadable(int fd, uint64_t offset, uint64_t length) {
-  void* memory = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset));
-  if (memory == MAP_FAILED) return Status::FromErrno("mapping the recovery log");
-  Status readable = Readable(static_cast<char*>(memory), length);
-  munmap(memory, length);
-  return readable;
-}
-
-RecoveryLog::~RecoveryLog() {
-  if (mapping_) munmap(mapping_, mapping_length_);
+  Result<SharedMapping> mapping = SharedMapping::OfFile(
+      fd, offset, length, SharedMapping::Access::kReadOnly, "mapping the recovery log");
+  if (!mapping.ok()) return mapping.status();
+  return Readable(mapping->data(), length);
 }
 
 RecoveryLog::Half& RecoveryLog::Writing() const { return header_->halves[writing_]; }

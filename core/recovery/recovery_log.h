@@ -32,6 +32,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/tree/journal.h"
 #include "core/tree/logged_entry.h"
+#include "iouring/shared_mapping.h"
 
 namespace ckptfs {
 
@@ -55,7 +56,6 @@ class RecoveryLog final : public EntryLog {
   static Status Readable(char* memory, uint64_t length);
   // The same for the log at `offset` of the shared memory file `fd`, mapped read-only.
   static Status MappedReadable(int fd, uint64_t offset, uint64_t length);
-  ~RecoveryLog();
   RecoveryLog(const RecoveryLog&) = delete;
   RecoveryLog& operator=(const RecoveryLog&) = delete;
 
@@ -86,8 +86,7 @@ class RecoveryLog final : public EntryLog {
   void AppendRecordLocked(const std::string& record) REQUIRES(mu_);
   void EmptyLocked(Half& half) REQUIRES(mu_);
 
-  void* mapping_ = nullptr;  // Owned, when made by Map.
-  uint64_t mapping_length_ = 0;
+  SharedMapping mapping_;  // When made by Map.
   Header* header_;
   char* halves_[2];
   uint64_t half_bytes_;

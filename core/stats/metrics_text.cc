@@ -319,6 +319,12 @@ std::string MetricsText(const nlohmann::json& stats, const std::string& mountpoi
   return w.text();
 }
 
+std::vector<std::string> MetricsTextKeys() {
+  std::vector<std::string> keys;
+  for (const Field& f : kFields) keys.emplace_back(f.key);
+  return keys;
+}
+
 std::string MetricsDownText(const std::string& mountpoint) {
   Writer w(mountpoint);
   w.Header("ckptfs_up", "gauge", "1 when the mount's figures could be read.");

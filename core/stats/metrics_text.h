@@ -18,6 +18,10 @@ inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; c
 std::string MetricsText(const nlohmann::json& stats, const std::string& mountpoint,
                         std::vector<std::string>* unknown = nullptr);
 
+// The stats keys MetricsText knows, named as in *unknown (core/stats/stats_schema.json lists the
+// same).
+std::vector<std::string> MetricsTextKeys();
+
 // The metrics of a mount that cannot be read now (its worker is being replaced, or the mount is
 // gone): only ckptfs_up 0 and why, so that a scrape tells "down" from "no data".
 std::string MetricsDownText(const std::string& mountpoint);

@@ -1,4 +1,4 @@
-// Tests of the io_uring and POSIX Envs against real files, and of FaultInjectingEnv
+// Tests of the io_uring and POSIX Envs against real files, and of EnvWrapper and FaultInjectingEnv
 // wrapped around each of them. File contents are always checked by reading the files back.
 #include "iouring/env.h"
 
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "iouring/env_wrapper.h"
 #include "iouring/fault_injecting_env.h"
 
 namespace ckptfs {
@@ -499,7 +500,66 @@ TEST_P(EnvTest, FileCallsReadWriteCopyAndChangeAttributes) {
   EXPECT_EQ(env_->Open(dir, "nothing", O_RDONLY).status().err(), ENOENT);
 }
 
-// FaultInjectingEnv around each real Env.
+// The FUSE adapter's reads of backing files: a stat and reads of an open descriptor see the file
+// as it is now, after its name is gone and after another process truncated it.
+TEST_P(EnvTest, AnOpenFileIsStatedAndReadAsItIsNow) {
+  int fd = Create("open");
+  Bytes data = Pattern(7, 10'000);
+  ASSERT_TRUE(env_->WriteAt(fd, reinterpret_cast<const char*>(data.data()), data.size(), 0).ok());
+  struct stat st {};
+  ASSERT_TRUE(env_->Stat(fd, "", &st).ok());
+  EXPECT_EQ(st.st_size, 10'000);
+  ASSERT_EQ(truncate(Path("open").c_str(), 4'000), 0) << std::strerror(errno);
+  ASSERT_EQ(unlink(Path("open").c_str()), 0) << std::strerror(errno);
+  ASSERT_TRUE(env_->Stat(fd, "", &st).ok());
+  EXPECT_EQ(st.st_size, 4'000);
+  EXPECT_EQ(st.st_nlink, 0u);
+  std::string back(2'000, 'x');
+  ASSERT_TRUE(env_->Read(fd, back.data(), back.size(), 3'000).ok());
+  EXPECT_EQ(back.substr(0, 1'000),
+            std::string(reinterpret_cast<const char*>(&data[3'000]), 1'000));
+  EXPECT_EQ(back.substr(1'000), std::string(1'000, '\0'));
+  EXPECT_EQ(env_->Stat(-1, "", &st).err(), EBADF);
+  EXPECT_EQ(env_->Read(-1, back.data(), back.size(), 0).err(), EBADF);
+}
+
+// A wrapper that changes one call: unlinks fail with EROFS; everything else reaches the Env.
+class NoUnlinkEnv final : public EnvWrapper {
+ public:
+  using EnvWrapper::EnvWrapper;
+  std::vector<std::string> seen;
+
+ protected:
+  Status BeforeCall(Op op, std::initializer_list<std::string_view> names) override {
+    std::string call = OpName(op);
+    for (std::string_view name : names) call += " " + std::string(name);
+    seen.push_back(call);
+    return op == Op::kUnlink ? Status::Error(EROFS, "no unlink") : Status::Ok();
+  }
+};
+
+TEST_P(EnvTest, AWrapperForwardsEveryCallItDoesNotChange) {
+  int dir = DirFd();
+  NoUnlinkEnv wrapper(std::move(env_));
+  Env& env = wrapper;
+  EXPECT_EQ(env.Name(), GetParam() == Kind::kUring ? "io_uring" : "posix");
+  Result<int> fd = env.Open(dir, "a", O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  Bytes data = Pattern(3, 5'000);
+  std::vector<WriteRequest> requests{WriteRequest{*fd, 0, Slice(data, {5'000})}};
+  ExpectAllOk(env.Write(requests));
+  ExpectAllOk(env.Sync(std::vector<int>{*fd}, /*data_only=*/true));
+  struct stat st {};
+  ASSERT_TRUE(env.Stat(*fd, "", &st).ok());
+  EXPECT_EQ(st.st_size, 5'000);
+  ASSERT_TRUE(env.Rename(dir, "a", dir, "b").ok());
+  EXPECT_EQ(env.Unlink(dir, "b").err(), EROFS);
+  env.Close(*fd);
+  EXPECT_TRUE(SameBytes(ReadFile(Path("b")), data));
+  EXPECT_EQ(wrapper.seen,
+            (std::vector<std::string>{"open a", "stat ", "rename a b", "unlink b", "close"}));
+}
+
 class FaultInjectionTest : public EnvTest {
  protected:
   void SetUp() override {
@@ -788,6 +848,24 @@ TEST_P(FaultInjectionTest, ADelayedCallWaitsAndThenRuns) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, kDelay);
   struct stat st {};
   EXPECT_EQ(stat(Path("slow").c_str(), &st), 0);
+}
+
+TEST_P(FaultInjectionTest, ReadsAndStatsOfAnOpenFileFailWithoutReachingTheDisk) {
+  int fd = Create("open");
+  ASSERT_TRUE(fault_->WriteAt(fd, "abc", 3, 0).ok());
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kRead, EIO).Times(1));
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kStat, EIO).Times(1));
+  std::string back(3, 'x');
+  EXPECT_EQ(fault_->Read(fd, back.data(), back.size(), 0).err(), EIO);
+  EXPECT_EQ(back, "xxx");
+  struct stat st {};
+  EXPECT_EQ(fault_->Stat(fd, "", &st).err(), EIO);
+  EXPECT_EQ(counting_->calls(Env::Op::kRead), 0u);
+  EXPECT_EQ(counting_->calls(Env::Op::kStat), 0u);
+  ASSERT_TRUE(fault_->Read(fd, back.data(), back.size(), 0).ok());
+  EXPECT_EQ(back, "abc");
+  ASSERT_TRUE(fault_->Stat(fd, "", &st).ok());
+  EXPECT_EQ(st.st_size, 3);
 }
 
 TEST(MakeUringEnvTest, RejectsZeroQueueDepth) {

@@ -16,7 +16,6 @@ import ctypes
 import fcntl
 import glob
 import hashlib
-import json
 import os
 import re
 import resource
@@ -24,6 +23,8 @@ import signal
 import stat
 import subprocess
 import time
+
+from .stats import read_stats
 
 SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -218,8 +219,8 @@ class CkptfsDaemon:
         return r
 
     def stats(self):
-        with open(os.path.join(self.mnt, ".ckptfs", "stats")) as f:
-            return json.load(f)
+        """The mount's stats, checked against core/stats/stats_schema.json (stats.read_stats)."""
+        return read_stats(os.path.join(self.mnt, ".ckptfs", "stats"))
 
     def path(self, *parts):
         return os.path.join(self.mnt, *parts)

@@ -1,0 +1,58 @@
+"""The stats keys are defined once, in core/stats/stats_schema.json: a mount's stats, under the default
+options and in the shared mode, hold exactly its keys with its types (every d.stats() of every
+test checks this too, through ckptfs_testing.stats), and the check names each key that is
+renamed, added, retyped or missing."""
+
+import copy
+import unittest
+
+from ckptfs_testing.harness import CkptfsMount, require_fuse
+from ckptfs_testing.stats import differences, load_schema, read_stats
+
+
+class StatsSchemaTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+
+    def saved_stats(self, options):
+        with CkptfsMount(options=options) as m:
+            with open(m.path("model.pt"), "wb") as f:
+                f.write(b"x" * (1 << 20))
+            m.sync()
+            return read_stats(m.path(".ckptfs", "stats"))
+
+    def test_a_mount_under_the_default_options_writes_the_schemas_keys(self):
+        stats = self.saved_stats([])
+        self.assertEqual(differences(stats), [])
+        self.assertIn("worker", stats)
+        self.assertIn("fuse_request_seconds", stats)
+        self.assertEqual(stats["bytes_written"], 1 << 20)
+
+    def test_a_shared_mount_writes_every_key_of_the_schema(self):
+        stats = self.saved_stats(["shared", "node=n0"])
+        self.assertEqual(differences(stats), [])
+        for key, spec in load_schema()["keys"].items():
+            self.assertIn(key, stats)
+            if spec["type"] == "object":
+                self.assertEqual(sorted(stats[key]), sorted(spec["keys"]), key)
+
+    def test_each_key_renamed_added_retyped_or_missing_is_named(self):
+        stats = self.saved_stats(["shared", "node=n0"])
+        changed = copy.deepcopy(stats)
+        changed["bytes_writen"] = changed.pop("bytes_written")
+        changed["shared"]["held_markers"] = "2"
+        changed["shared"]["members"][0]["beat_age"] = 1
+        del changed["worker"]["pid"]
+        changed["flush_seconds"]["counts"].pop()
+        found = differences(changed)
+        expected = ["bytes_writen is not in the schema", "bytes_written is missing",
+                    "flush_seconds is not of type histogram",
+                    "shared.held_markers is not of type integer",
+                    "shared.members[].beat_age is not in the schema", "worker.pid is missing"]
+        self.assertEqual(len(found), len(expected), found)
+        for difference in expected:
+            self.assertTrue(any(f.startswith(difference) for f in found), (difference, found))
+
+
+if __name__ == "__main__":
+    unittest.main()
