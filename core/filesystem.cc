@@ -33,11 +33,6 @@ uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
   return mode;
 }
 
-Status UnknownHandle(uint64_t handle) {
-  return Status::Error(EBADF, "handle " + std::to_string(handle) +
-                                  " was opened by a worker that stopped without handing it over");
-}
-
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -102,11 +97,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       tensors_(ns_, *env_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
       control_(*this, start_time_),
-      handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {
-  {
-    NamespaceLock lock(ns_.mutex());
-    last_open_or_release_ = clock_.Now();
-  }
+      handles_(config.worker, clock_) {
   flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
@@ -148,7 +139,7 @@ Filesystem::~Filesystem() {
   flusher_.reset();
   shared_.reset();
   NamespaceLock lock(ns_.mutex());
-  handles_.clear();  // Files the kernel never released (the mount went away).
+  handles_.ClearLocked();  // Files the kernel never released (the mount went away).
   reclaimer_.ClearLocked();
   env_->Close(staging_fd_);
   env_->Close(root_fd_);
@@ -174,51 +165,21 @@ void Filesystem::Start() {
 // Open handles.
 
 void Filesystem::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
-  if (h->inode) {
-    h->inode->open_handles++;
-    ++open_files_;
-    last_open_or_release_ = clock_.Now();
-  }
-  h->number = number;
-  restored_handles_.emplace(number, h.get());
-  handles_.emplace(h.get(), std::move(h));
-}
-
-uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
-  Handle* h = handle.get();
-  const auto address = reinterpret_cast<uint64_t>(h);
-  if (address >> kHandleTagShift != 0) {
-    spdlog::critical("a handle at {:#x} leaves no room for the worker's tag", address);
-    std::abort();
-  }
-  if (h->inode) {
-    ++open_files_;
-    last_open_or_release_ = clock_.Now();
-  }
-  h->number = address | handle_tag_;
-  handles_.emplace(h, std::move(handle));
-  return h->number;
-}
-
-Filesystem::Handle* Filesystem::HandleOf(uint64_t handle) const {
-  if ((handle & ~kHandleAddressMask) == handle_tag_) {
-    return reinterpret_cast<Handle*>(handle & kHandleAddressMask);
-  }
-  auto it = restored_handles_.find(handle);
-  return it == restored_handles_.end() ? nullptr : it->second;
+  if (FileHandle* f = h->file()) f->inode->open_handles++;
+  handles_.AddEarlierLocked(std::move(h), number);
 }
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
-  return open_files_ == 0 && clock_.Now() - last_open_or_release_ >= quiet;
+  return handles_.NoFileOpenForLocked(quiet);
 }
 
-void Filesystem::SealHandleLocked(Handle* h) {
-  InodeRef owner = ns_.ContentOwner(h->inode);
+void Filesystem::SealHandleLocked(FileHandle& f) {
+  InodeRef owner = ns_.ContentOwner(f.inode);
   bool changed;
   {
     MutexLock lock(owner->mu);
-    changed = h->wrote_version > owner->sealed_version;
+    changed = f.wrote_version > owner->sealed_version;
   }
   if (changed) ns_.SealLocked(owner);
 }
@@ -299,7 +260,9 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     RecordContentLocked(*inode);
     inode->version++;
     inode->mtime = inode->ctime = now;
-    if (Handle* h = handle != 0 ? HandleOf(handle) : nullptr) h->wrote_version = inode->version;
+    if (Handle* h = handle != 0 ? handles_.Find(handle) : nullptr; h && h->file()) {
+      h->file()->wrote_version = inode->version;
+    }
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
@@ -517,17 +480,13 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
 }
 
 std::optional<OpenFile> Filesystem::OpenedBeforeLocked(const Caller& c, const char* op) {
-  if (c.request == 0) return std::nullopt;
-  auto it = opened_by_request_.find(c.request);
-  if (it == opened_by_request_.end()) return std::nullopt;
-  auto restored = restored_handles_.find(it->second);
-  opened_by_request_.erase(it);
-  if (restored == restored_handles_.end() || !restored->second->inode) return std::nullopt;
-  const Handle& h = *restored->second;
-  NoteAppliedBefore(op, ns_.PathLocked(h.inode));
-  OpenFile out{ns_.AttrOf(*h.inode)};
-  out.handle = h.number;
-  out.direct_io = h.direct;
+  const Handle* h = handles_.TakeOpenedByLocked(c.request);
+  if (!h || !h->file()) return std::nullopt;
+  const FileHandle& f = *h->file();
+  NoteAppliedBefore(op, ns_.PathLocked(f.inode));
+  OpenFile out{ns_.AttrOf(*f.inode)};
+  out.handle = h->number;
+  out.direct_io = f.direct;
   return out;
 }
 
@@ -700,9 +659,9 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
         MutexLock ilock(inode->mu);
         inode->version = 1;  // A new file is a change even when nothing is written to it.
       }
-      auto h = std::make_unique<Handle>(inode, flags);
-      h->wrote_version = 1;
-      h->request = c.request;
+      auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+      h->file()->wrote_version = 1;
+      h->file()->request = c.request;
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
@@ -715,22 +674,20 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
   if (IsControl(ino)) {
     Result<ControlFiles::OpenFile> opened = control_.Open(ino, flags);
     if (!opened.ok()) return opened.status();
-    auto h = std::make_unique<Handle>();
-    h->control = std::move(*opened);
+    auto h = std::make_unique<Handle>(ControlHandle{std::move(*opened)}, flags);
     NamespaceLock lock(ns_.mutex());
-    return OpenFile{control_.AttrOf(ino), AdoptHandleLocked(std::move(h)), true};
+    return OpenFile{control_.AttrOf(ino), handles_.AddLocked(std::move(h)), true};
   }
   if (IsTensorViewIno(ino)) {
     Result<std::shared_ptr<const TensorViews::OpenView>> opened = tensors_.Open(ino, flags);
     if (!opened.ok()) return opened.status();
-    auto h = std::make_unique<Handle>();
-    h->tensor = std::move(*opened);
-    const Attr attr = TensorViews::AttrOf(*h->tensor);
+    const Attr attr = TensorViews::AttrOf(**opened);
     // A view's file never changes (a changed checkpoint gets new nodes): cached pages stay
     // right; info.json is made at each open.
-    const bool generated = TensorViews::Generated(*h->tensor);
+    const bool generated = TensorViews::Generated(**opened);
+    auto h = std::make_unique<Handle>(TensorViewHandle{std::move(*opened)}, flags);
     NamespaceLock lock(ns_.mutex());
-    return OpenFile{attr, AdoptHandleLocked(std::move(h)), generated, !generated};
+    return OpenFile{attr, handles_.AddLocked(std::move(h)), generated, !generated};
   }
   if (c.resent) {
     NamespaceLock lock(ns_.mutex());
@@ -770,14 +727,14 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
   if (IsZarrView(*inode)) {
     Result<ZarrViews::Opened> opened = zarr_.OpenLocked(inode, flags, reservation, more);
     if (!opened.ok() || more > 0) return opened.status();
-    auto h = std::make_unique<Handle>(inode, flags);
-    h->wrote_version = opened->wrote_version;
-    h->request = c.request;
+    auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+    h->file()->wrote_version = opened->wrote_version;
+    h->file()->request = c.request;
     if (opened->text) {
       // Its reads bypass the page cache, which may hold the text written before the array was
       // served with a fine grid.
       inode->open_handles++;
-      return OpenFile{ns_.AttrOf(*inode), AdoptHandleLocked(std::move(h)), true};
+      return OpenFile{ns_.AttrOf(*inode), handles_.AddLocked(std::move(h)), true};
     }
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
@@ -805,17 +762,18 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
-  auto h = std::make_unique<Handle>(inode, flags);
-  h->request = c.request;
+  auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+  h->file()->request = c.request;
   if (flags & O_TRUNC) {
     MutexLock ilock(inode->mu);
-    h->wrote_version = inode->version;
+    h->file()->wrote_version = inode->version;
   }
   return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
 }
 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
-  Inode* inode = h->inode.get();
+  FileHandle& f = *h->file();
+  Inode* inode = f.inode.get();
   OpenFile out{ns_.AttrOf(*inode)};
   MutexLock ilock(inode->mu);
   const FileContent* c = &inode->content;
@@ -838,28 +796,28 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   }
   if (choice.register_passthrough) inode->backing_id = open_backing_(c->base()->fd());
   // Only readers get here while passthrough handles are open (OpenReserved).
-  h->passthrough = inode->backing_id >= 0;
-  if (h->passthrough) {
+  f.passthrough = inode->backing_id >= 0;
+  if (f.passthrough) {
     inode->passthrough_handles++;
     out.backing_id = inode->backing_id;
   } else {
-    h->direct = choice.direct;
-    if (!h->direct) {
+    f.direct = choice.direct;
+    if (!f.direct) {
       inode->cached_handles++;
       out.keep_cache = !inode->page_cache_stale;
       inode->page_cache_stale = false;
     }
-    out.direct_io = h->direct;
+    out.direct_io = f.direct;
   }
   inode->open_handles++;
   ilock.Unlock();
-  Handle* opened = h.get();
-  out.handle = AdoptHandleLocked(std::move(h));
+  Handle& opened = *h;
+  out.handle = handles_.AddLocked(std::move(h));
   RecordHandleLocked(opened);
   return out;
 }
 
-Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, size_t size) {
+Filesystem::ReadAhead Filesystem::ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) {
   const FileContent* c = &h.inode->content;
   const bool sequential = offset == h.next_read;
   h.next_read = offset + size;
@@ -875,11 +833,16 @@ Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, si
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
   ReadData out;
-  if (h->tensor) return tensors_.Read(*h->tensor, offset, size);
-  if (!h->inode) return control_.Read(h->control, offset, size);
+  if (auto* t = std::get_if<TensorViewHandle>(&found->kind)) {
+    return tensors_.Read(*t->view, offset, size);
+  }
+  if (auto* control = std::get_if<ControlHandle>(&found->kind)) {
+    return control_.Read(control->file, offset, size);
+  }
+  FileHandle* h = found->file();
   // One lock for a plain file's read: the hot path of loads.
   bool viewed;
   ReadAhead ahead;
@@ -905,10 +868,15 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
                                  size_t size, const Caller& c) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (h->tensor) return Status::Error(EBADF, "a view of a checkpoint is read-only");
-  if (!h->inode) return control_.Write(h->control, std::string_view(data, size));
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  if (std::holds_alternative<TensorViewHandle>(found->kind)) {
+    return Status::Error(EBADF, "a view of a checkpoint is read-only");
+  }
+  if (auto* control = std::get_if<ControlHandle>(&found->kind)) {
+    return control_.Write(control->file, std::string_view(data, size));
+  }
+  FileHandle* h = found->file();
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;
@@ -965,17 +933,18 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
 }
 
 Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Ok();
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Ok();
   NamespaceLock lock(ns_.mutex());
   {
     InodeRef owner = ns_.ContentOwner(h->inode);
     MutexLock ilock(owner->mu);
     if (!h->writers.Closes(lock_owner)) return Status::Ok();  // Sealed at the writer's close.
   }
-  SealHandleLocked(h);
-  if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
+  SealHandleLocked(*h);
+  if ((found->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
   MutexLock ilock(h->inode->mu);
   if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
     h->inode->flush_error_reported = true;
@@ -985,11 +954,11 @@ Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
 }
 
 Status Filesystem::Release(uint64_t handle) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
   NamespaceLock lock(ns_.mutex());
-  if (h->inode) {
-    SealHandleLocked(h);
+  if (FileHandle* h = found->file()) {
+    SealHandleLocked(*h);
     if (h->passthrough) {
       if (--h->inode->passthrough_handles == 0) {
         close_backing_(h->inode->backing_id);
@@ -1000,15 +969,13 @@ Status Filesystem::Release(uint64_t handle) {
       MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
-    UnrecordHandleLocked(h);
-    if (!opened_by_request_.empty()) opened_by_request_.erase(h->request);
+    UnrecordHandleLocked(*h);
+    handles_.ForgetOpenedByLocked(h->request);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     ns_.MaybeDropLocked(h->inode);
-    --open_files_;
-    last_open_or_release_ = clock_.Now();
   }
-  handles_.erase(h);
+  handles_.RemoveLocked(found);
   return Status::Ok();
 }
 
@@ -1024,9 +991,10 @@ void Filesystem::CloseOneLocked(const InodeRef& inode) {
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Ok();
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Ok();
   uint64_t seq;
   {
     NamespaceLock lock(ns_.mutex());
@@ -1046,9 +1014,10 @@ Status Filesystem::Fsync(uint64_t handle) {
 }
 
 Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Error(EBADF, "control file");
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Error(EBADF, "control file");
   if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
   MutexLock lock(h->inode->mu);
   if (h->inode->view) return Status::Error(EOPNOTSUPP, "fallocate of a zarr chunk");
@@ -1064,50 +1033,31 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
 }
 
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
-  auto dh = std::make_unique<DirHandle>();
-  if (ino == kControlDirIno) {
-    dh->entries = control_.List();
-    return AdoptDirHandle(std::move(dh));
-  }
+  if (ino == kControlDirIno) return handles_.AddDir(control_.List());
   if (IsTensorViewIno(ino)) {
     Result<std::vector<DirEntry>> entries = tensors_.List(ino);
     if (!entries.ok()) return entries.status();
-    dh->entries = std::move(*entries);
-    return AdoptDirHandle(std::move(dh));
+    return handles_.AddDir(std::move(*entries));
   }
+  std::vector<DirEntry> entries;
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) return dir.status();
   ns_.LoadDirLocked(*dir);
   uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
-  dh->entries.push_back({".", ino, S_IFDIR});
-  dh->entries.push_back({"..", parent_ino, S_IFDIR});
+  entries.push_back({".", ino, S_IFDIR});
+  entries.push_back({"..", parent_ino, S_IFDIR});
   for (const auto& [name, child] : (*dir)->children) {
-    dh->entries.push_back({name, child->ino, child->TypeBits()});
+    entries.push_back({name, child->ino, child->TypeBits()});
   }
-  return AdoptDirHandle(std::move(dh));
-}
-
-uint64_t Filesystem::AdoptDirHandle(std::unique_ptr<DirHandle> dh) {
-  MutexLock lock(dir_handles_mu_);
-  uint64_t handle = handle_tag_ | next_dir_handle_++;
-  dir_handles_.emplace(handle, std::move(dh));
-  return handle;
+  return handles_.AddDir(std::move(entries));
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {
-  MutexLock lock(dir_handles_mu_);
-  auto it = dir_handles_.find(dir_handle);
-  if (it == dir_handles_.end()) return UnknownHandle(dir_handle);
-  const std::vector<DirEntry>& entries = it->second->entries;
-  if (offset >= entries.size()) return std::vector<DirEntry>{};
-  return std::vector<DirEntry>(entries.begin() + static_cast<ptrdiff_t>(offset), entries.end());
+  return handles_.ReadDir(dir_handle, offset);
 }
 
-void Filesystem::ReleaseDir(uint64_t dir_handle) {
-  MutexLock lock(dir_handles_mu_);
-  dir_handles_.erase(dir_handle);
-}
+void Filesystem::ReleaseDir(uint64_t dir_handle) { handles_.ReleaseDir(dir_handle); }
 
 Status Filesystem::FsyncDir(uint64_t ino) {
   if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();

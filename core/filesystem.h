@@ -33,6 +33,7 @@
 #include "core/config.h"
 #include "core/control_files.h"
 #include "core/flusher.h"
+#include "core/handle_table.h"
 #include "core/handoff.h"
 #include "core/inode.h"
 #include "core/journal.h"
@@ -44,7 +45,6 @@
 #include "core/stats.h"
 #include "core/tensor_view/tensor_views.h"
 #include "core/thread_annotations.h"
-#include "core/writer_owners.h"
 #include "core/zarr_views.h"
 #include "iouring/env.h"
 
@@ -215,34 +215,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
   // the file right after reading it would otherwise find it still open.
   void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
-  struct Handle {
-    Handle() = default;
-    Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
-    InodeRef inode;  // Null for control files and tensor views.
-    ControlFiles::OpenFile control;
-    std::shared_ptr<const TensorViews::OpenView> tensor;  // A file of a tensor view.
-    uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
-    int flags = 0;
-    bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
-    bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
-    // The file's version after this handle's latest change. Its close seals the file only when
-    // that change is not sealed yet: a reader's close, or the late release of an earlier open,
-    // never publishes a version another handle is still writing. Guarded by the mu of the
-    // inode that holds the content (ContentOwner(inode), the real chunk of a virtual one), which
-    // a view may change: not an expression the annotations can name.
-    uint64_t wrote_version = 0;
-    WriterOwners writers;  // Who wrote through it. Guarded as wrote_version.
-    // Direct reads: where the next sequential read starts, and how far the backing file has
-    // been asked to be read ahead.
-    uint64_t next_read GUARDED_BY(inode->mu) = 0;
-    uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
-    int record = -1;  // Its entry in the kernel state record, or -1. Guarded by the ns_lock.
-    uint64_t request = 0;  // The kernel's id of the open or create that made it (Caller).
-  };
-  struct DirHandle {
-    std::vector<DirEntry> entries;
-  };
-
   Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
              Clock& clock);
 
@@ -295,8 +267,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
                                 size_t& more) EXCLUDES(ns_lock);
 
-  // Takes ownership of an open file; returns its handle number.
-  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
   // Takes ownership of an open file an earlier worker gave the kernel as `number` (Restore,
   // Recover), counted as open on its file.
   void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
@@ -315,9 +285,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     uint64_t offset = 0;
     uint64_t length = 0;
   };
-  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
-  // Seals the file of `h` if a change made through `h` is not sealed yet.
-  void SealHandleLocked(Handle* h) REQUIRES(ns_lock);
+  ReadAhead ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
+  // Seals the file of `f` if a change made through `f` is not sealed yet.
+  void SealHandleLocked(FileHandle& f) REQUIRES(ns_lock);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
@@ -354,9 +324,9 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // RecordNodeLocked of a node whose directory is recorded (or has no name).
   void RecordOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
-  void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  void RecordHandleLocked(Handle& h) REQUIRES(ns_lock);
   // Handle `h` is released (before its inode's open count goes down).
-  void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);
+  void UnrecordHandleLocked(FileHandle& f) REQUIRES(ns_lock);
   // The kernel forgot `inode` (a directory), or its last handle is released.
   void UnrecordNodeLocked(Inode& inode) REQUIRES(ns_lock);
   // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
@@ -401,10 +371,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // and not durable yet named before it (the first 100 of them).
   Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
   Status RequestUpgrade(const std::string& binary) override;
-  // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
-  // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).
-  Handle* HandleOf(uint64_t handle) const;
-  uint64_t AdoptDirHandle(std::unique_ptr<DirHandle> dh) EXCLUDES(dir_handles_mu_);
 
   const Config config_;
   // Declared first: every BackingFile closes its descriptor through it.
@@ -434,27 +400,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   TensorViews tensors_;
   Reclaimer reclaimer_;
   ControlFiles control_;
-  // Open files, owned here until released. The handle numbers given to the kernel are their
-  // addresses with this worker's tag in the top bits; directory handles are numbered from 1,
-  // tagged the same way.
-  static constexpr unsigned kHandleTagShift = 48;
-  static constexpr uint64_t kHandleAddressMask = (uint64_t{1} << kHandleTagShift) - 1;
-  const uint64_t handle_tag_;
-  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
-  // Handles of an earlier worker (Restore), by their numbers; set before the first request and
-  // only read afterwards. An entry outlives its handle's release: the kernel never sends a
-  // released handle again.
-  std::unordered_map<uint64_t, Handle*> restored_handles_;
-  // The handles a crashed worker made, by the kernel's id of the open or create that made them:
-  // one whose answer the kernel never got is asked for again by the same request, resent.
-  std::unordered_map<uint64_t, uint64_t> opened_by_request_ GUARDED_BY(ns_lock);
-  mutable Mutex dir_handles_mu_;  // A leaf lock.
-  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_ GUARDED_BY(dir_handles_mu_);
-  uint64_t next_dir_handle_ GUARDED_BY(dir_handles_mu_) = 1;
-  // Open handles of files (control files aside), and when one was last opened or released
-  // (mount time before that).
-  size_t open_files_ GUARDED_BY(ns_lock) = 0;
-  Clock::time_point last_open_or_release_ GUARDED_BY(ns_lock);
+  HandleTable handles_;
   std::unique_ptr<Flusher> flusher_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.

@@ -26,10 +26,12 @@ size_t Depth(const Inode& inode) REQUIRES(ns_lock) {
 Result<HandoffImage> Filesystem::Handoff() {
   {
     NamespaceLock lock(ns_.mutex());
-    for (const auto& [address, h] : handles_) {
-      if (h->inode && IsZarrView(*h->inode)) {
-        return Status::Error(EAGAIN, ns_.PathLocked(h->inode) + ", a view of a zarr array, is open");
-      }
+    InodeRef open_view;
+    handles_.ForEachLocked([&](const Handle& h) {
+      if (h.file() && IsZarrView(*h.file()->inode)) open_view = h.file()->inode;
+    });
+    if (open_view) {
+      return Status::Error(EAGAIN, ns_.PathLocked(open_view) + ", a view of a zarr array, is open");
     }
     ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
       if (inode->open_handles == 0) ns_.SealLocked(inode);
@@ -100,27 +102,25 @@ Result<HandoffImage> Filesystem::Handoff() {
     }
     image.inodes.push_back(std::move(r));
   }
-  for (const auto& [address, h] : handles_) {
-    if (h->tensor) continue;  // Its reads fail after the handoff (EBADF): it is opened again.
+  handles_.ForEachLocked([&](const Handle& h) {
+    // A tensor view's reads fail after the handoff (EBADF): it is opened again.
+    if (std::holds_alternative<TensorViewHandle>(h.kind)) return;
     HandoffImage::HandleRecord r;
-    r.fh = h->number;
-    r.flags = h->flags;
-    if (h->inode) {
-      MutexLock ilock(h->inode->mu);
-      r.ino = h->inode->ino;
-      r.direct = h->direct;
-      r.passthrough = h->passthrough;
-      r.backing_id = h->passthrough ? h->inode->backing_id : -1;
-      r.wrote = h->wrote_version > h->inode->durable_version;
+    r.fh = h.number;
+    r.flags = h.flags;
+    if (const FileHandle* f = h.file()) {
+      MutexLock ilock(f->inode->mu);
+      r.ino = f->inode->ino;
+      r.direct = f->direct;
+      r.passthrough = f->passthrough;
+      r.backing_id = f->passthrough ? f->inode->backing_id : -1;
+      r.wrote = f->wrote_version > f->inode->durable_version;
     } else {
-      r.ino = h->control.ino;
+      r.ino = std::get<ControlHandle>(h.kind).file.ino;
     }
     image.handles.push_back(r);
-  }
-  {
-    MutexLock dlock(dir_handles_mu_);
-    for (const auto& [fh, dh] : dir_handles_) image.dir_handles.push_back({fh, dh->entries});
-  }
+  });
+  for (auto& [fh, entries] : handles_.Dirs()) image.dir_handles.push_back({fh, std::move(entries)});
   return image;
 }
 
@@ -235,12 +235,11 @@ Status Filesystem::Restore(const HandoffImage& image) {
     inode->version = inode->sealed_version + 1;
   }
   for (const HandoffImage::HandleRecord& r : image.handles) {
-    auto h = std::make_unique<Handle>();
-    h->flags = r.flags;
+    std::unique_ptr<Handle> h;
     if (IsControl(r.ino)) {
       auto opened = control_files.find(r.fh);
       if (opened == control_files.end()) continue;
-      h->control = std::move(opened->second);
+      h = std::make_unique<Handle>(ControlHandle{std::move(opened->second)}, r.flags);
     } else {
       InodeRef inode = ns_.FindLocked(r.ino);
       if (!inode || inode->type != FileType::kRegular) continue;
@@ -248,27 +247,23 @@ Status Filesystem::Restore(const HandoffImage& image) {
         spdlog::warn("handoff: {}: {}", ns_.PathLocked(inode), loaded.ToString());
         continue;
       }
-      h->inode = inode;
-      h->direct = r.direct;
-      h->passthrough = r.passthrough && r.backing_id >= 0;
+      h = std::make_unique<Handle>(FileHandle(inode), r.flags);
+      FileHandle& f = *h->file();
+      f.direct = r.direct;
+      f.passthrough = r.passthrough && r.backing_id >= 0;
       MutexLock ilock(inode->mu);
-      if (r.wrote) h->wrote_version = inode->version;
-      if (h->passthrough) {
+      if (r.wrote) f.wrote_version = inode->version;
+      if (f.passthrough) {
         inode->backing_id = r.backing_id;
         inode->passthrough_handles++;
-      } else if (!h->direct) {
+      } else if (!f.direct) {
         inode->cached_handles++;
       }
     }
     AdoptEarlierHandleLocked(std::move(h), r.fh);
   }
-  {
-    MutexLock dlock(dir_handles_mu_);
-    for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
-      auto dh = std::make_unique<DirHandle>();
-      dh->entries = r.entries;
-      dir_handles_.emplace(r.fh, std::move(dh));
-    }
+  for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
+    handles_.AddEarlierDir(r.fh, r.entries);
   }
   RecordAllLocked();
   // The previous worker's spill files are not needed (what lay in them went to handoff files).

@@ -119,10 +119,11 @@ void Filesystem::RecordAliasLocked(uint64_t ino, const InodeRef& inode) {
   if (entry >= 0) alias_records_[ino] = entry;
 }
 
-void Filesystem::RecordHandleLocked(Handle* h) {
-  if (!kernel_record_ || !h->inode || IsZarrView(*h->inode)) return;
+void Filesystem::RecordHandleLocked(Handle& handle) {
+  FileHandle* h = handle.file();
+  if (!kernel_record_ || !h || IsZarrView(*h->inode)) return;
   RecordNodeLocked(h->inode);
-  if (Writable(h->flags)) {
+  if (Writable(handle.flags)) {
     MutexLock ilock(h->inode->mu);
     if (h->inode->record >= 0) {
       h->inode->content_recorded = true;
@@ -134,16 +135,16 @@ void Filesystem::RecordHandleLocked(Handle* h) {
     MutexLock ilock(h->inode->mu);
     ino = h->inode->record >= 0 ? h->inode->record_ino : h->inode->ino;
   }
-  h->record = kernel_record_->AddHandle(h->number, ino, h->flags, h->request);
+  h->record = kernel_record_->AddHandle(handle.number, ino, handle.flags, h->request);
   if (h->record < 0) WarnRecordFull();
 }
 
-void Filesystem::UnrecordHandleLocked(Handle* h) {
-  if (!kernel_record_ || !h->inode) return;
-  if (h->record >= 0) kernel_record_->RemoveHandle(h->record);
-  h->record = -1;
+void Filesystem::UnrecordHandleLocked(FileHandle& h) {
+  if (!kernel_record_) return;
+  if (h.record >= 0) kernel_record_->RemoveHandle(h.record);
+  h.record = -1;
   // Its last handle: a closed file's node id needs no record (the kernel looks it up again).
-  if (h->inode->open_handles == 1) UnrecordNodeLocked(*h->inode);
+  if (h.inode->open_handles == 1) UnrecordNodeLocked(*h.inode);
 }
 
 void Filesystem::UnrecordNodeLocked(Inode& inode) {
@@ -238,7 +239,7 @@ void Filesystem::RecordAllLocked() {
   ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
     if (inode->type == FileType::kDirectory && inode->lookups > 0) RecordNodeLocked(inode);
   });
-  for (auto& [address, h] : handles_) RecordHandleLocked(h.get());
+  handles_.ForEachLocked([&](Handle& h) REQUIRES(ns_lock) { RecordHandleLocked(h); });
   kernel_record_->Remove(before);
 }
 
@@ -374,18 +375,18 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
   for (const KernelStateRecord::Handle& r : state.handles) {
     auto node = nodes.find(r.ino);
     if (node == nodes.end() || node->second->type != FileType::kRegular ||
-        restored_handles_.count(r.fh) > 0) {
+        handles_.IsEarlier(r.fh)) {
       ++lost_handles;
       continue;
     }
     const InodeRef& inode = node->second;
-    auto h = std::make_unique<Handle>(inode, r.flags);
-    h->number = r.fh;
-    h->request = r.request;
-    if (r.request != 0) opened_by_request_[r.request] = r.fh;
+    auto h = std::make_unique<Handle>(FileHandle(inode), r.flags);
+    FileHandle& f = *h->file();
+    f.request = r.request;
+    if (r.request != 0) handles_.NoteOpenedByLocked(r.request, r.fh);
     {
       MutexLock ilock(inode->mu);
-      if (Writable(r.flags)) h->wrote_version = inode->version;
+      if (Writable(r.flags)) f.wrote_version = inode->version;
       inode->cached_handles++;
     }
     AdoptEarlierHandleLocked(std::move(h), r.fh);

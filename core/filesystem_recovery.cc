@@ -76,7 +76,7 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
   for (const auto& [index, slot] : e.blocks) content.emplace_back(index, adopted.blocks[slot]);
   {
     NamespaceLock lock(ns_.mutex());
-    Handle* h = HandleOf(opened->handle);
+    FileHandle* h = handles_.Find(opened->handle)->file();
     const InodeRef inode = h->inode;
     MutexLock ilock(inode->mu);
     inode->content = FileContent(e.size, std::move(content), std::move(spill), e.base_len);
