@@ -96,8 +96,10 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       zarr_(config_, *env_, ns_),
       tensors_(ns_, *env_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
-      control_(*this, start_time_),
       handles_(config.worker, clock_) {
+  specials_.Add(
+      std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), start_time_));
+  specials_.Add(std::make_unique<TensorViewNodes>(tensors_));
   flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
@@ -189,9 +191,9 @@ void Filesystem::SealHandleLocked(FileHandle& f) {
 
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   if (Status bad = CheckName(name); !bad.ok()) return bad;
-  if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
-  if (parent == kControlDirIno) return control_.Lookup(name);
-  if (IsTensorViewIno(parent)) return tensors_.Lookup(parent, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Lookup(parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -214,7 +216,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
-  if (ino < kFirstIno || IsTensorViewIno(ino)) return;
+  if (ino == kRootIno || specials_.ForNode(ino)) return;
   NamespaceLock lock(ns_.mutex());
   if (ForgetAliasLocked(ino)) return;
   InodeRef inode = ns_.FindLocked(ino);
@@ -225,8 +227,7 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
 }
 
 Result<Attr> Filesystem::GetAttr(uint64_t ino) {
-  if (IsControl(ino)) return control_.AttrOf(ino);
-  if (IsTensorViewIno(ino)) return tensors_.GetAttr(ino);
+  if (SpecialNodes* special = specials_.ForNode(ino)) return special->GetAttr(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
@@ -236,7 +237,9 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
 }
 
 Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t handle) {
-  if (IsControl(ino)) return Status::Error(EPERM, "control files are fixed");
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    return special->Refuse(SpecialNodes::Change::kSetAttr, ino, "");
+  }
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
   if (req.size) WaitPassthroughReleased(ino);
@@ -309,7 +312,9 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller
 
 Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
                                   Reservation& reservation, size_t& more) {
-  if (IsControlEntry(parent, name)) return Status::Error(EPERM, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kUnlink, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -342,8 +347,9 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
 }
 
 Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
-  if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kRmdir, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -392,7 +398,9 @@ Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uin
   if (device && !device_nodes_) {
     return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
   }
-  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kMknod, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
@@ -504,8 +512,11 @@ bool Filesystem::HasEntry(uint64_t parent, const std::string& name) {
 Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
                                   const std::string& new_name, unsigned flags,
                                   Reservation& reservation, size_t& more) {
-  if (IsControlEntry(parent, name) || IsControlEntry(new_parent, new_name)) {
-    return Status::Error(EPERM, "the control directory cannot be renamed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kRename, parent, name);
+  }
+  if (SpecialNodes* special = specials_.ForEntry(new_parent, new_name)) {
+    return special->Refuse(SpecialNodes::Change::kRename, new_parent, new_name);
   }
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Status::Error(EINVAL, "only RENAME_NOREPLACE is supported");
@@ -595,8 +606,12 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
 
 Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
                                   const std::string& new_name) {
-  if (ino < kFirstIno) return Status::Error(EPERM, "hard link of a control file");
-  if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    return special->Refuse(SpecialNodes::Change::kLink, ino, "");
+  }
+  if (SpecialNodes* special = specials_.ForEntry(new_parent, new_name)) {
+    return special->Refuse(SpecialNodes::Change::kLinkInto, new_parent, new_name);
+  }
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
   NamespaceLock lock(ns_.mutex());
@@ -631,8 +646,9 @@ Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
 
 Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name,
                                         uint32_t mode, int flags, const Caller& c) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
-  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kCreate, parent, name);
+  }
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
   uint64_t existing_ino = 0;
@@ -671,23 +687,13 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
 }
 
 Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
-  if (IsControl(ino)) {
-    Result<ControlFiles::OpenFile> opened = control_.Open(ino, flags);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    Result<SpecialNodes::Opened> opened = special->Open(ino, flags);
     if (!opened.ok()) return opened.status();
-    auto h = std::make_unique<Handle>(ControlHandle{std::move(*opened)}, flags);
+    auto h = std::make_unique<Handle>(SpecialHandle{std::move(opened->file)}, flags);
     NamespaceLock lock(ns_.mutex());
-    return OpenFile{control_.AttrOf(ino), handles_.AddLocked(std::move(h)), true};
-  }
-  if (IsTensorViewIno(ino)) {
-    Result<std::shared_ptr<const TensorViews::OpenView>> opened = tensors_.Open(ino, flags);
-    if (!opened.ok()) return opened.status();
-    const Attr attr = TensorViews::AttrOf(**opened);
-    // A view's file never changes (a changed checkpoint gets new nodes): cached pages stay
-    // right; info.json is made at each open.
-    const bool generated = TensorViews::Generated(**opened);
-    auto h = std::make_unique<Handle>(TensorViewHandle{std::move(*opened)}, flags);
-    NamespaceLock lock(ns_.mutex());
-    return OpenFile{attr, handles_.AddLocked(std::move(h)), generated, !generated};
+    return OpenFile{opened->attr, handles_.AddLocked(std::move(h)), opened->direct_io,
+                    opened->keep_cache};
   }
   if (c.resent) {
     NamespaceLock lock(ns_.mutex());
@@ -836,12 +842,7 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
   ReadData out;
-  if (auto* t = std::get_if<TensorViewHandle>(&found->kind)) {
-    return tensors_.Read(*t->view, offset, size);
-  }
-  if (auto* control = std::get_if<ControlHandle>(&found->kind)) {
-    return control_.Read(control->file, offset, size);
-  }
+  if (SpecialFile* special = found->special()) return special->Read(offset, size);
   FileHandle* h = found->file();
   // One lock for a plain file's read: the hot path of loads.
   bool viewed;
@@ -870,11 +871,8 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
                                  size_t size, const Caller& c) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
-  if (std::holds_alternative<TensorViewHandle>(found->kind)) {
-    return Status::Error(EBADF, "a view of a checkpoint is read-only");
-  }
-  if (auto* control = std::get_if<ControlHandle>(&found->kind)) {
-    return control_.Write(control->file, std::string_view(data, size));
+  if (SpecialFile* special = found->special()) {
+    return special->Write(std::string_view(data, size));
   }
   FileHandle* h = found->file();
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
@@ -1033,9 +1031,8 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
 }
 
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
-  if (ino == kControlDirIno) return handles_.AddDir(control_.List());
-  if (IsTensorViewIno(ino)) {
-    Result<std::vector<DirEntry>> entries = tensors_.List(ino);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    Result<std::vector<DirEntry>> entries = special->List(ino);
     if (!entries.ok()) return entries.status();
     return handles_.AddDir(std::move(*entries));
   }

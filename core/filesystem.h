@@ -4,9 +4,11 @@
 // The namespace (core/namespace.h) is the backing directory, looked up lazily, overlaid with what
 // clients changed through the mount. Data written through the mount is held in the Arena; sealed
 // versions and namespace changes go to the Journal, which the Flusher replays on the backing
-// store in order. Each open is served as policy::ChooseOpen says (core/open_mode.h); zarr
-// fine-grid views (core/zarr_views.h) and the control files each have their own home, chosen
-// by the node's kind; memory runs short through the Reclaimer (core/reclaim.h).
+// store in order. Each open is served as policy::ChooseOpen says (core/open_mode.h) and kept in
+// the HandleTable (core/handle_table.h); zarr fine-grid views (core/zarr_views.h) are files of
+// the namespace whose content is a range of another; the nodes the namespace does not hold (the
+// control files, the tensor views' nodes) are their providers' (core/special_nodes.h), found
+// once per operation by number; memory runs short through the Reclaimer (core/reclaim.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
 // Inode::mu, then the flusher's lock, then the journal's lock.
@@ -32,6 +34,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/control_files.h"
+#include "core/special_nodes.h"
 #include "core/flusher.h"
 #include "core/handle_table.h"
 #include "core/handoff.h"
@@ -399,7 +402,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   ZarrViews zarr_;
   TensorViews tensors_;
   Reclaimer reclaimer_;
-  ControlFiles control_;
+  // The control files and the tensor views' nodes.
+  SpecialNodeRegistry specials_;
   HandleTable handles_;
   std::unique_ptr<Flusher> flusher_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit

@@ -103,8 +103,9 @@ Result<HandoffImage> Filesystem::Handoff() {
     image.inodes.push_back(std::move(r));
   }
   handles_.ForEachLocked([&](const Handle& h) {
-    // A tensor view's reads fail after the handoff (EBADF): it is opened again.
-    if (std::holds_alternative<TensorViewHandle>(h.kind)) return;
+    const std::optional<uint64_t> special =
+        h.special() ? h.special()->HandedOverIno() : std::nullopt;
+    if (h.special() && !special) return;
     HandoffImage::HandleRecord r;
     r.fh = h.number;
     r.flags = h.flags;
@@ -116,7 +117,7 @@ Result<HandoffImage> Filesystem::Handoff() {
       r.backing_id = f->passthrough ? f->inode->backing_id : -1;
       r.wrote = f->wrote_version > f->inode->durable_version;
     } else {
-      r.ino = std::get<ControlHandle>(h.kind).file.ino;
+      r.ino = *special;
     }
     image.handles.push_back(r);
   });
@@ -131,11 +132,12 @@ void Filesystem::Retire() {
 Status Filesystem::Restore(const HandoffImage& image) {
   if (log_) log_->Reset();  // Everything sealed was durable before the handoff.
   // Opened before the namespace lock is taken: the stats file is generated at its open.
-  std::unordered_map<uint64_t, ControlFiles::OpenFile> control_files;
+  std::unordered_map<uint64_t, std::unique_ptr<SpecialFile>> special_files;
   for (const HandoffImage::HandleRecord& r : image.handles) {
-    if (!IsControl(r.ino)) continue;
-    Result<ControlFiles::OpenFile> opened = control_.Open(r.ino, r.flags);
-    if (opened.ok()) control_files.emplace(r.fh, std::move(*opened));
+    SpecialNodes* special = specials_.ForNode(r.ino);
+    if (!special) continue;
+    Result<SpecialNodes::Opened> opened = special->Open(r.ino, r.flags);
+    if (opened.ok()) special_files.emplace(r.fh, std::move(opened->file));
   }
   // Every block named, adopted at once (contents may share blocks).
   std::unordered_map<uint64_t, BlockRef> adopted;
@@ -236,10 +238,10 @@ Status Filesystem::Restore(const HandoffImage& image) {
   }
   for (const HandoffImage::HandleRecord& r : image.handles) {
     std::unique_ptr<Handle> h;
-    if (IsControl(r.ino)) {
-      auto opened = control_files.find(r.fh);
-      if (opened == control_files.end()) continue;
-      h = std::make_unique<Handle>(ControlHandle{std::move(opened->second)}, r.flags);
+    if (specials_.ForNode(r.ino)) {
+      auto opened = special_files.find(r.fh);
+      if (opened == special_files.end()) continue;
+      h = std::make_unique<Handle>(SpecialHandle{std::move(opened->second)}, r.flags);
     } else {
       InodeRef inode = ns_.FindLocked(r.ino);
       if (!inode || inode->type != FileType::kRegular) continue;

@@ -1,7 +1,7 @@
 // HandleTable: the files and directories the kernel holds open, by the numbers it knows them by.
 //
 // A handle is one kind of open file: a regular file of the namespace (a zarr view's included),
-// a control file, or a file of a tensor view. This worker's handle numbers are their addresses
+// or a file of a special node (core/special_nodes.h: a control file, a file of a tensor view). This worker's handle numbers are their addresses
 // with the worker's tag in the top bits; handles of an earlier worker (Restore, Recover) keep
 // the numbers it gave. Directory handles are numbered from 1, tagged the same way.
 //
@@ -18,11 +18,10 @@
 #include <vector>
 
 #include "core/clock.h"
-#include "core/control_files.h"
 #include "core/inode.h"
 #include "core/namespace.h"
+#include "core/special_nodes.h"
 #include "core/status.h"
-#include "core/tensor_view/tensor_views.h"
 #include "core/thread_annotations.h"
 #include "core/writer_owners.h"
 
@@ -52,24 +51,25 @@ struct FileHandle {
   uint64_t request = 0;  // The kernel's id of the open or create that made it (Caller).
 };
 
-// An open control file (core/control_files.h).
-struct ControlHandle {
-  ControlFiles::OpenFile file;
-};
-
-// An open file of a tensor view (core/tensor_view/tensor_views.h).
-struct TensorViewHandle {
-  std::shared_ptr<const TensorViews::OpenView> view;
+// An open file of a special node.
+struct SpecialHandle {
+  std::unique_ptr<SpecialFile> file;
 };
 
 struct Handle {
-  Handle(std::variant<FileHandle, ControlHandle, TensorViewHandle> what, int open_flags)
+  Handle(std::variant<FileHandle, SpecialHandle> what, int open_flags)
       : kind(std::move(what)), flags(open_flags) {}
   // The regular file open, or null for another kind.
   FileHandle* file() { return std::get_if<FileHandle>(&kind); }
   const FileHandle* file() const { return std::get_if<FileHandle>(&kind); }
 
-  std::variant<FileHandle, ControlHandle, TensorViewHandle> kind;
+  // The special file open, or null for a regular file.
+  SpecialFile* special() const {
+    const auto* s = std::get_if<SpecialHandle>(&kind);
+    return s ? s->file.get() : nullptr;
+  }
+
+  std::variant<FileHandle, SpecialHandle> kind;
   int flags = 0;
   uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
 };

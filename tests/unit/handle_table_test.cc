@@ -18,10 +18,15 @@ std::unique_ptr<Handle> FileOf(uint64_t ino) {
                                   O_RDWR);
 }
 
+class StatsFile final : public SpecialFile {
+ public:
+  Result<ReadData> Read(uint64_t, size_t) override { return ReadData{}; }
+  Result<size_t> Write(std::string_view) override { return Status::Error(EBADF, "read-only"); }
+  std::optional<uint64_t> HandedOverIno() const override { return kStatsIno; }
+};
+
 std::unique_ptr<Handle> ControlFile() {
-  ControlFiles::OpenFile stats;
-  stats.ino = kStatsIno;
-  return std::make_unique<Handle>(ControlHandle{stats}, O_RDONLY);
+  return std::make_unique<Handle>(SpecialHandle{std::make_unique<StatsFile>()}, O_RDONLY);
 }
 
 class HandleTableTest : public ::testing::Test {
@@ -48,8 +53,10 @@ TEST_F(HandleTableTest, AHandleIsFoundByTheNumberItWasGivenUntilItIsRemoved) {
   EXPECT_EQ(table_.Find(file)->number, file);
   ASSERT_NE(table_.Find(file)->file(), nullptr);
   EXPECT_EQ(table_.Find(file)->file()->inode->ino, 20u);
+  EXPECT_EQ(table_.Find(file)->special(), nullptr);
   EXPECT_EQ(table_.Find(control)->file(), nullptr);
-  EXPECT_EQ(std::get<ControlHandle>(table_.Find(control)->kind).file.ino, kStatsIno);
+  ASSERT_NE(table_.Find(control)->special(), nullptr);
+  EXPECT_EQ(table_.Find(control)->special()->HandedOverIno(), kStatsIno);
   int seen = 0;
   table_.ForEachLocked([&](Handle&) { ++seen; });
   EXPECT_EQ(seen, 2);
