@@ -544,59 +544,9 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
     if (victim) RecordPlaceLocked(victim);
   }
   if (!viewed.ok() || more > 0 || handled) return viewed;
-  if (child->type == FileType::kDirectory) {
-    for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
-         cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
-      if (cur == child.get()) return Status::Error(EINVAL, "directory moved into itself");
-    }
-    if (victim) {
-      if (victim->type != FileType::kDirectory) return Status::Error(ENOTDIR, new_name);
-      ns_.LoadDirLocked(victim);
-      if (!victim->children.empty()) return Status::Error(ENOTEMPTY, new_name);
-    }
-  } else if (victim && victim->type == FileType::kDirectory) {
-    return Status::Error(EISDIR, new_name);
-  }
-  Status st = ns_.LoadOriginLocked(child);
-  if (!st.ok()) return st;
-  if (victim && (victim->nlink > 1 || victim->open_handles > 0 || victim->lookups > 0)) {
-    st = ns_.LoadOriginLocked(victim);
-    if (!st.ok()) return st;
-  }
-  if (ns_.JournaledLocked(child)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kRename;
-    e->inode = child;
-    e->parent = *src;
-    e->name = name;
-    e->new_parent = *dst;
-    e->new_name = new_name;
-    e->victim = victim;
-    ns_.AppendLocked(std::move(e));
-  }
-  const timespec now = WallTime();
-  ns_.RemoveNameLocked(*src, name, child, /*journal=*/false);
-  if (victim) {
-    // Unless the rename itself replaces it on the backing store, the old file must go there now:
-    // the new one reaches the backing store only at its seal.
-    ns_.RemoveNameLocked(*dst, new_name, victim, /*journal=*/!ns_.JournaledLocked(child));
-    victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
-    if (victim->type == FileType::kDirectory) (*dst)->nlink--;
-    MutexLock ilock(victim->mu);
-    victim->ctime = now;  // It lost a link, as its other names show.
-  }
-  ns_.AddNameLocked(*dst, new_name, child);
-  if (child->type == FileType::kDirectory && *src != *dst) {
-    (*src)->nlink--;
-    (*dst)->nlink++;
-  }
-  {
-    MutexLock ilock(child->mu);
-    child->ctime = now;
-  }
-  if (victim && victim->nlink == 0) {
-    ns_.CancelUnsentLocked(victim);
-    ns_.MaybeDropLocked(victim);
+  if (Status renamed = ns_.RenameLocked(*src, name, child, *dst, new_name, victim);
+      !renamed.ok()) {
+    return renamed;
   }
   RecordPlaceLocked(child);
   if (victim) RecordPlaceLocked(victim);
@@ -617,30 +567,9 @@ Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
-  if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
-  Result<InodeRef> dst = ns_.DirLocked(new_parent);
-  if (!dst.ok()) return dst.status();
-  if (Status absent = ns_.CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
-  if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
   if (IsZarrView(*inode)) return Status::Error(EPERM, "hard link of a view of a zarr array");
-  ns_.SealLocked(inode);
-  if (ns_.JournaledLocked(inode)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kLink;
-    e->inode = inode;
-    e->parent = inode->names.begin()->parent;
-    e->name = inode->names.begin()->name;
-    e->new_parent = *dst;
-    e->new_name = new_name;
-    ns_.AppendLocked(std::move(e));
-  }
-  ns_.AddNameLocked(*dst, new_name, inode);
-  inode->nlink++;
+  if (Status linked = ns_.LinkLocked(inode, new_parent, new_name); !linked.ok()) return linked;
   inode->lookups++;
-  {
-    MutexLock ilock(inode->mu);
-    inode->ctime = WallTime();
-  }
   return ns_.AttrOf(*inode);
 }
 
