@@ -96,7 +96,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       zarr_(config_, *env_, ns_),
       tensors_(ns_, *env_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
-      handles_(config.worker, clock_) {
+      handles_(config.worker, clock_),
+      kernel_state_(nullptr, ns_, handles_, stats_) {
   specials_.Add(
       std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), start_time_));
   specials_.Add(std::make_unique<TensorViewNodes>(tensors_));
@@ -104,7 +105,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
   reclaimer_.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {
-    RecordContentLocked(inode);
+    kernel_state_.RecordContentLocked(inode);
   });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
   if (arena_.shared()) {
@@ -119,7 +120,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
           config.arena_fd, ArenaKernelStateOffset(config.cache_size), arena_.capacity_blocks());
       if (record.ok()) {
-        kernel_record_ = std::move(*record);
+        kernel_state_.SetRecord(std::move(*record));
       } else {
         unrecoverable_ = Status::Error(record.status().err(),
                                        "no kernel state record in the cache's shared memory (" +
@@ -208,21 +209,23 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   }
   if (!child.ok()) return child.status();
   if ((*child)->type == FileType::kDirectory) {
-    if (Status full = RoomInRecordLocked(child->get(), 0); !full.ok()) return full;
+    if (Status full = kernel_state_.RoomLocked(child->get(), 0); !full.ok()) return full;
   }
   (*child)->lookups++;
-  if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
+  if ((*child)->type == FileType::kDirectory) kernel_state_.RecordNodeLocked(*child);
   return ns_.AttrOf(**child);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (ino == kRootIno || specials_.ForNode(ino)) return;
   NamespaceLock lock(ns_.mutex());
-  if (ForgetAliasLocked(ino)) return;
+  if (kernel_state_.ForgetAliasLocked(ino)) return;
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
-  if (inode->lookups == 0 && inode->type == FileType::kDirectory) UnrecordNodeLocked(*inode);
+  if (inode->lookups == 0 && inode->type == FileType::kDirectory) {
+    kernel_state_.UnrecordNodeLocked(*inode);
+  }
   ns_.MaybeDropLocked(inode);
 }
 
@@ -260,7 +263,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (!st.ok()) return st;
     MutexLock ilock(inode->mu);
     inode->content.Truncate(*req.size, reservation);
-    RecordContentLocked(*inode);
+    kernel_state_.RecordContentLocked(*inode);
     inode->version++;
     inode->mtime = inode->ctime = now;
     if (Handle* h = handle != 0 ? handles_.Find(handle) : nullptr; h && h->file()) {
@@ -289,7 +292,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
 Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
-  if (Status full = RoomInRecordLocked(nullptr, 0); !full.ok()) return full;
+  if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
   if (!e.ok()) return e.status();
@@ -297,7 +300,7 @@ Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uin
   inode->complete = true;
   (*e)->parent->nlink++;
   ns_.AppendLocked(std::move(*e));
-  RecordNodeLocked(inode);
+  kernel_state_.RecordNodeLocked(inode);
   return ns_.AttrOf(*inode);
 }
 
@@ -324,7 +327,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
   if (ns_.ContentOwner(inode) != inode) {
     Status removed = zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
-    if (removed.ok() && more == 0) RecordPlaceLocked(inode);
+    if (removed.ok() && more == 0) kernel_state_.RecordPlaceLocked(inode);
     return removed;
   }
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
@@ -341,7 +344,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     ns_.CancelUnsentLocked(inode);
     ns_.MaybeDropLocked(inode);
   }
-  RecordPlaceLocked(inode);
+  kernel_state_.RecordPlaceLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
@@ -365,7 +368,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   (*dir)->nlink--;
   ns_.CancelUnsentLocked(inode);
   ns_.MaybeDropLocked(inode);
-  RecordPlaceLocked(inode);
+  kernel_state_.RecordPlaceLocked(inode);
   return Status::Ok();
 }
 
@@ -540,16 +543,16 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   Status viewed = zarr_.RenameLocked(*src, name, child, *dst, new_name, &handled, reservation, more);
   if (viewed.ok() && more == 0 && handled) {
     // A zarr chunk renamed into a fine grid: the names it changed are recorded as well.
-    RecordPlaceLocked(child);
-    if (victim) RecordPlaceLocked(victim);
+    kernel_state_.RecordPlaceLocked(child);
+    if (victim) kernel_state_.RecordPlaceLocked(victim);
   }
   if (!viewed.ok() || more > 0 || handled) return viewed;
   if (Status renamed = ns_.RenameLocked(*src, name, child, *dst, new_name, victim);
       !renamed.ok()) {
     return renamed;
   }
-  RecordPlaceLocked(child);
-  if (victim) RecordPlaceLocked(victim);
+  kernel_state_.RecordPlaceLocked(child);
+  if (victim) kernel_state_.RecordPlaceLocked(victim);
   zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
@@ -594,7 +597,7 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       return existing.status();
     } else if (Status refused = zarr_.MayCreateLocked(*dir, name); !refused.ok()) {
       return refused;
-    } else if (Status full = RoomInRecordLocked(nullptr, 1); !full.ok()) {
+    } else if (Status full = kernel_state_.RoomLocked(nullptr, 1); !full.ok()) {
       return full;
     } else {
       InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
@@ -673,7 +676,7 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     }
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
-  if (Status full = RoomInRecordLocked(inode.get(), 1); !full.ok()) return full;
+  if (Status full = kernel_state_.RoomLocked(inode.get(), 1); !full.ok()) return full;
   if (truncate && reservation.count() == 0) {
     more = 1;
     return Status::Ok();
@@ -748,7 +751,7 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
   ilock.Unlock();
   Handle& opened = *h;
   out.handle = handles_.AddLocked(std::move(h));
-  RecordHandleLocked(opened);
+  kernel_state_.RecordHandleLocked(opened);
   return out;
 }
 
@@ -833,7 +836,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
       Status st = inode->content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
-      if (!view) RecordWriteLocked(*inode, target_offset, target_size);
+      if (!view) kernel_state_.RecordWriteLocked(*inode, target_offset, target_size);
       break;
     }
     lock.unlock();
@@ -896,7 +899,7 @@ Status Filesystem::Release(uint64_t handle) {
       MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
-    UnrecordHandleLocked(*h);
+    kernel_state_.UnrecordHandleLocked(*h);
     handles_.ForgetOpenedByLocked(h->request);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
@@ -951,7 +954,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
   if (offset + length > h->inode->content.size()) {
     Reservation none;
     h->inode->content.Truncate(offset + length, none);
-    RecordWriteLocked(*h->inode, offset, length);
+    kernel_state_.RecordWriteLocked(*h->inode, offset, length);
     h->inode->version++;
     h->wrote_version = h->inode->version;
     h->inode->mtime = h->inode->ctime = WallTime();

@@ -40,6 +40,7 @@
 #include "core/handoff.h"
 #include "core/inode.h"
 #include "core/journal.h"
+#include "core/kernel_state_keeper.h"
 #include "core/kernel_state_record.h"
 #include "core/namespace.h"
 #include "core/reclaim.h"
@@ -318,36 +319,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // Replays the pending entries of the log (their blocks adopted).
   Status Replay(const LoggedState& state, Adopted& adopted) EXCLUDES(ns_lock);
 
-  // The kernel state record (core/filesystem_kernel_state.cc); each does nothing without one.
-  // ENFILE (logged, counted) when the record has no room for node `node` (null: a new one)
-  // unless it is recorded, and `handles` more handles: called before an operation that gives
-  // the kernel those changes anything.
-  Status RoomInRecordLocked(const Inode* node, size_t handles) REQUIRES(ns_lock);
-  // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
-  void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
-  // RecordNodeLocked of a node whose directory is recorded (or has no name).
-  void RecordOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
-  void RecordHandleLocked(Handle& h) REQUIRES(ns_lock);
-  // Handle `h` is released (before its inode's open count goes down).
-  void UnrecordHandleLocked(FileHandle& f) REQUIRES(ns_lock);
-  // The kernel forgot `inode` (a directory), or its last handle is released.
-  void UnrecordNodeLocked(Inode& inode) REQUIRES(ns_lock);
-  // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
-  // has changed in [offset, offset + length).
-  void RecordContentLocked(Inode& inode) REQUIRES(inode.mu);
-  void RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
-  // `changed` was renamed or removed: its recorded place is made current.
-  void RecordPlaceLocked(const InodeRef& changed) REQUIRES(ns_lock);
-  // A node entry for node id `ino` (the inode's own, or an earlier worker's alias of it) at the
-  // inode's place, its directory recorded first; -1 when the record is full.
-  int AddRecordLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
-  // The node id under which directory `dir` is recorded (recorded now when it is not).
-  uint64_t RecordedDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
-  void RecordAliasLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
-  // Records what this worker holds (after taking over), then removes the entries found there.
-  void RecordAllLocked() REQUIRES(ns_lock);
-  // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
-  bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);
+  // Taking over the kernel state record after a crash (core/filesystem_kernel_state.cc).
   // The spill file `name` of the staging directory, opened once.
   Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
   // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
@@ -387,16 +359,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Arena arena_;
   // With a shared arena: the recovery log in its memory file (core/recovery_log.h); else null.
   std::unique_ptr<RecoveryLog> log_;
-  // With a shared arena: what the kernel holds of this worker (core/kernel_state_record.h),
-  // its entries in use (entry -> the inode whose place it keeps), the entries of nodes an
-  // earlier worker gave (node -> entry), and a node id an earlier worker gave of each inode
-  // that has one (its children are recorded in it while the kernel holds only that one).
-  std::unique_ptr<KernelStateRecord> kernel_record_;
   // Why a shared arena's recovery log or kernel state record could not be mapped (Make fails).
   Status unrecoverable_;
-  std::unordered_map<int, InodeRef> recorded_ GUARDED_BY(ns_lock);
-  std::unordered_map<uint64_t, int> alias_records_ GUARDED_BY(ns_lock);
-  std::unordered_map<const Inode*, uint64_t> alias_ids_ GUARDED_BY(ns_lock);
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;
@@ -405,6 +369,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // The control files and the tensor views' nodes.
   SpecialNodeRegistry specials_;
   HandleTable handles_;
+  // With a shared arena: the record of what the kernel holds of this worker, kept current.
+  KernelStateKeeper kernel_state_;
   std::unique_ptr<Flusher> flusher_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.

@@ -102,7 +102,7 @@ Result<HandoffImage> Filesystem::Handoff() {
     }
     image.inodes.push_back(std::move(r));
   }
-  handles_.ForEachLocked([&](const Handle& h) {
+  handles_.ForEachLocked([&](const Handle& h) REQUIRES(ns_lock) {
     const std::optional<uint64_t> special =
         h.special() ? h.special()->HandedOverIno() : std::nullopt;
     if (h.special() && !special) return;
@@ -267,7 +267,7 @@ Status Filesystem::Restore(const HandoffImage& image) {
   for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
     handles_.AddEarlierDir(r.fh, r.entries);
   }
-  RecordAllLocked();
+  kernel_state_.RecordAllLocked();
   // The previous worker's spill files are not needed (what lay in them went to handoff files).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return taken_spills.count(name) > 0; });

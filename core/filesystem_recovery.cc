@@ -159,8 +159,8 @@ Status Filesystem::Recover(Recovery kind) {
     log_->Reset();
     state = LoggedState{};
   }
-  const KernelStateRecord::State kernel =
-      kernel_record_ ? kernel_record_->Read() : KernelStateRecord::State{};
+  KernelStateRecord* const record = kernel_state_.record();
+  const KernelStateRecord::State kernel = record ? record->Read() : KernelStateRecord::State{};
   // Every block named, adopted at once (sealed versions and open files share blocks).
   Adopted adopted;
   std::vector<uint64_t> slots;
@@ -179,20 +179,18 @@ Status Filesystem::Recover(Recovery kind) {
     spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
                   "worker had not made durable is lost", blocks.status().ToString());
     log_->Reset();
-    if (kernel_record_) kernel_record_->Clear();
+    if (record) record->Clear();
     RemoveSpillFiles(*env_, staging_fd_);
     return blocks.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
-  if (kernel_record_ && kind == Recovery::kEarlierMount) {
+  if (record && kind == Recovery::kEarlierMount) {
     // Before the replay, which a failure here leaves to a later try.
     if (Status rescued = RescueOpenFiles(kernel, adopted); !rescued.ok()) return rescued;
   }
   // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
-  std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
-  Status replayed = Replay(*state, adopted);
-  kernel_record_ = std::move(record);
-  if (kernel_record_ && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
+  Status replayed = kernel_state_.Unrecorded([&] { return Replay(*state, adopted); });
+  if (record && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
   // Spill files nothing names any more go (those taken over go with their last reference).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return adopted.spills.count(name) > 0; });
