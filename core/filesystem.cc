@@ -15,6 +15,7 @@
 #include "core/open_mode.h"
 #include "core/policy.h"
 #include "core/rescue.h"
+#include "core/worker_takeover.h"
 
 namespace ckptfs {
 namespace {
@@ -134,6 +135,10 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
                                          "): a crash would lose what is sealed");
     }
   }
+  takeover_ = std::make_unique<WorkerTakeover>(
+      *this, WorkerTakeover::Parts{config_, *env_, root_fd_, staging_fd_, stats_, arena_,
+                                   log_.get(), journal_, ns_, handles_, kernel_state_, specials_,
+                                   *flusher_});
 }
 
 Filesystem::~Filesystem() {
@@ -147,6 +152,16 @@ Filesystem::~Filesystem() {
   env_->Close(staging_fd_);
   env_->Close(root_fd_);
 }
+
+Result<HandoffImage> Filesystem::Handoff() { return takeover_->Handoff(); }
+
+void Filesystem::Retire() {
+  if (shared_) shared_->Leave();
+}
+
+Status Filesystem::Restore(const HandoffImage& image) { return takeover_->Restore(image); }
+
+Status Filesystem::Recover(Recovery kind) { return takeover_->Recover(kind); }
 
 void Filesystem::Start() {
   if (config_.prefault) {
@@ -166,11 +181,6 @@ void Filesystem::Start() {
 
 // ---------------------------------------------------------------------------------------------
 // Open handles.
-
-void Filesystem::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
-  if (FileHandle* f = h->file()) f->inode->open_handles++;
-  handles_.AddEarlierLocked(std::move(h), number);
-}
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
@@ -638,7 +648,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
 }
 
 void Filesystem::WaitPassthroughReleased(uint64_t ino) {
-  if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
+  if (!hooks_.open_backing) return;  // Passthrough is off: no handle to wait for.
   NamespaceLock lock(ns_.mutex());
   passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&]() REQUIRES(ns_lock) {
     InodeRef inode = ns_.FindLocked(ino);
@@ -722,17 +732,17 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
       .whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
                           c->base_len() == c->size(),
       .prefetched = inode->backing_prefetched,
-      .passthrough_on = static_cast<bool>(open_backing_),
+      .passthrough_on = static_cast<bool>(hooks_.open_backing),
       .passthrough_readers = inode->passthrough_handles > 0,
       .open = inode->open_handles > 0,
       .cached_open = inode->cached_handles > 0,
-      .direct_reads = direct_reads_,
+      .direct_reads = hooks_.direct_reads,
   });
   if (choice.prefetch) {
     inode->backing_prefetched = true;
     env_->Advise(c->base()->fd(), 0, c->size());
   }
-  if (choice.register_passthrough) inode->backing_id = open_backing_(c->base()->fd());
+  if (choice.register_passthrough) inode->backing_id = hooks_.open_backing(c->base()->fd());
   // Only readers get here while passthrough handles are open (OpenReserved).
   f.passthrough = inode->backing_id >= 0;
   if (f.passthrough) {
@@ -856,7 +866,9 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
       inode->page_cache_stale = true;
     } else {
       lock.unlock();
-      if (invalidate_page_cache_) invalidate_page_cache_(h->inode->ino, offset, size);
+      if (hooks_.invalidate_page_cache) {
+        hooks_.invalidate_page_cache(h->inode->ino, offset, size);
+      }
     }
   }
   return size;
@@ -891,7 +903,7 @@ Status Filesystem::Release(uint64_t handle) {
     SealHandleLocked(*h);
     if (h->passthrough) {
       if (--h->inode->passthrough_handles == 0) {
-        close_backing_(h->inode->backing_id);
+        hooks_.close_backing(h->inode->backing_id);
         h->inode->backing_id = -1;
         passthrough_released_.notify_all();
       }
@@ -1052,7 +1064,7 @@ std::string Filesystem::StatsJson() {
   j["tensor_views"] = tensors_.size();
   j["flush_seconds"] = stats_.flush_seconds.ToJson();
   j["save_to_durable_seconds"] = stats_.save_to_durable_seconds.ToJson();
-  if (request_stats_) j["fuse_request_seconds"] = request_stats_();
+  if (hooks_.request_stats) j["fuse_request_seconds"] = hooks_.request_stats();
   if (shared_) {
     nlohmann::json shared = shared_->StatusJson();
     shared["held_markers"] = flusher_->held_markers();
@@ -1062,8 +1074,9 @@ std::string Filesystem::StatsJson() {
     shared["last_commit_error"] = failure.ok() ? "" : failure.ToString();
     j["shared"] = std::move(shared);
   }
-  if (worker_info_) {
-    j["worker"] = nlohmann::json::parse(worker_info_(), nullptr, /*allow_exceptions=*/false);
+  if (hooks_.worker_info) {
+    j["worker"] =
+        nlohmann::json::parse(hooks_.worker_info(), nullptr, /*allow_exceptions=*/false);
   }
   return j.dump(2) + "\n";
 }
@@ -1130,8 +1143,8 @@ Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {
 }
 
 Status Filesystem::RequestUpgrade(const std::string& binary) {
-  if (!upgrade_handler_) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
-  return upgrade_handler_(binary);
+  if (!hooks_.upgrade) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
+  return hooks_.upgrade(binary);
 }
 
 std::string Filesystem::PathOf(const EntryRef& entry) {

@@ -8,7 +8,9 @@
 // the HandleTable (core/handle_table.h); zarr fine-grid views (core/zarr_views.h) are files of
 // the namespace whose content is a range of another; the nodes the namespace does not hold (the
 // control files, the tensor views' nodes) are their providers' (core/special_nodes.h), found
-// once per operation by number; memory runs short through the Reclaimer (core/reclaim.h).
+// once per operation by number; memory runs short through the Reclaimer (core/reclaim.h). What
+// the kernel holds is recorded by the KernelStateKeeper (core/kernel_state_keeper.h), which this
+// class notifies; Handoff, Restore and Recover are WorkerTakeover's (core/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
 // Inode::mu, then the flusher's lock, then the journal's lock.
@@ -49,6 +51,7 @@
 #include "core/stats.h"
 #include "core/tensor_view/tensor_views.h"
 #include "core/thread_annotations.h"
+#include "core/worker_takeover.h"
 #include "core/zarr_views.h"
 #include "iouring/env.h"
 
@@ -86,7 +89,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // How a write that bypassed the page cache drops the kernel's cached pages of that range
   // (ino, offset, length) while other handles of the file use the cache. Set before any write.
   void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
-    invalidate_page_cache_ = std::move(invalidate);
+    hooks_.invalidate_page_cache = std::move(invalidate);
   }
   // How read-only opens of files held whole by a backing file let the kernel read that file
   // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
@@ -94,29 +97,31 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // fail with ETXTBSY (the kernel cannot mix it with other opens). Set before the first open.
   void SetPassthrough(std::function<int(int fd)> open_backing,
                       std::function<void(int backing_id)> close_backing) {
-    open_backing_ = std::move(open_backing);
-    close_backing_ = std::move(close_backing);
+    hooks_.open_backing = std::move(open_backing);
+    hooks_.close_backing = std::move(close_backing);
   }
   // Who replaces this worker when asked through the control file `upgrade` (the supervisor's
   // side of the worker, fs/worker.h); without one, upgrades fail with EOPNOTSUPP. Set before
   // the first request.
   void SetUpgradeHandler(std::function<Status(const std::string& binary)> handler) {
-    upgrade_handler_ = std::move(handler);
+    hooks_.upgrade = std::move(handler);
   }
   // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
   // before the first request.
-  void SetWorkerInfo(std::function<std::string()> info) { worker_info_ = std::move(info); }
+  void SetWorkerInfo(std::function<std::string()> info) {
+    hooks_.worker_info = std::move(info);
+  }
   // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation. Set
   // before the first request.
   void SetRequestStats(std::function<nlohmann::json()> stats) {
-    request_stats_ = std::move(stats);
+    hooks_.request_stats = std::move(stats);
   }
   // Read-only opens of large files held whole by a backing file bypass the page cache too:
   // the daemon splices their reads from the backing file straight into the reader's buffer,
   // rather than the kernel copying them into pages of its own (a second cached copy of the
   // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
   // first open.
-  void EnableDirectReads() { direct_reads_ = true; }
+  void EnableDirectReads() { hooks_.direct_reads = true; }
   // --- Replacing the worker without unmounting (core/handoff.h) ---
   // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
   // waits until everything sealed is durable (in shared mode, its markers committed), names the
@@ -132,9 +137,8 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
   // over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
-  // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
-  // connection), or that of an earlier mount of the backing store whose daemon died.
-  enum class Recovery { kTakeover, kEarlierMount };
+  // Whose shared memory Recover reads (core/worker_takeover.h).
+  using Recovery = ckptfs::Recovery;
   // Before Start, on a worker that took over by no handoff (after a crash): replays what the
   // recovery log holds pending, so that everything its predecessor had sealed is in the
   // namespace again and on its way to the backing store; says what it did. Nothing to do with
@@ -271,9 +275,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
                                 size_t& more) EXCLUDES(ns_lock);
 
-  // Takes ownership of an open file an earlier worker gave the kernel as `number` (Restore,
-  // Recover), counted as open on its file.
-  void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
@@ -294,44 +295,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   void SealHandleLocked(FileHandle& f) REQUIRES(ns_lock);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
-
-  // Recovery (core/filesystem_recovery.cc): where a logged path is, and one logged entry made
-  // again through the operations a client would call.
-  // The directory holding a path and the path's last name.
-  struct PathParent {
-    uint64_t dir = 0;
-    std::string name;
-  };
-  // The inode at `path` (from the root), looked up as a client would; the directory holding it
-  // and its last name; and the inode's number.
-  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
-  Result<PathParent> ParentOfLocked(const std::string& path) REQUIRES(ns_lock);
-  Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
-  Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
-  // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
-  // the spill files (name -> file) its log and record name.
-  struct Adopted {
-    std::unordered_map<uint64_t, BlockRef> blocks;
-    std::unordered_map<std::string, std::shared_ptr<BackingFile>> spills;
-  };
-  Status ReplayEntry(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
-  Status ReplayPublish(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
-  // Replays the pending entries of the log (their blocks adopted).
-  Status Replay(const LoggedState& state, Adopted& adopted) EXCLUDES(ns_lock);
-
-  // Taking over the kernel state record after a crash (core/filesystem_kernel_state.cc).
-  // The spill file `name` of the staging directory, opened once.
-  Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
-  // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
-  // Then records them again.
-  void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
-      EXCLUDES(ns_lock);
-  // The content a node of the record held (its blocks adopted, its spill file taken), or why not.
-  Result<FileContent> RecordedContent(const KernelStateRecord::Node& n, Adopted& adopted);
-  // Recover of an earlier mount: the content of the files it had open for writing, saved to a
-  // rescue directory (never published: they were not closed); the record emptied.
-  Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)
-      EXCLUDES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
@@ -372,18 +335,24 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // With a shared arena: the record of what the kernel holds of this worker, kept current.
   KernelStateKeeper kernel_state_;
   std::unique_ptr<Flusher> flusher_;
+  // Handoff, Restore and Recover, made at construction.
+  std::unique_ptr<WorkerTakeover> takeover_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
-  std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
-  std::atomic<bool> direct_reads_{false};
-  std::function<int(int)> open_backing_;
+  // What the daemon around the core sets before the first request (the setters above).
+  struct DaemonHooks {
+    std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache;
+    std::atomic<bool> direct_reads{false};
+    std::function<int(int)> open_backing;
+    std::function<void(int)> close_backing;
+    std::function<Status(const std::string&)> upgrade;
+    std::function<std::string()> worker_info;
+    std::function<nlohmann::json()> request_stats;
+  };
+  DaemonHooks hooks_;
   // With the namespace lock: a file's last passthrough handle closed.
   std::condition_variable_any passthrough_released_;
-  std::function<void(int)> close_backing_;
-  std::function<Status(const std::string&)> upgrade_handler_;
-  std::function<std::string()> worker_info_;
-  std::function<nlohmann::json()> request_stats_;
 };
 
 }  // namespace ckptfs

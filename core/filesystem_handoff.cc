@@ -1,5 +1,5 @@
-// Filesystem::Handoff and Filesystem::Restore: one worker of a mount hands its inodes and handles
-// to the next (core/handoff.h).
+// WorkerTakeover::Handoff and WorkerTakeover::Restore: one worker of a mount hands its inodes and
+// handles to the next (core/handoff.h).
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +9,7 @@
 
 #include "core/backing_store.h"
 #include "core/filesystem.h"
+#include "core/worker_takeover.h"
 #include "core/handoff.h"
 
 namespace ckptfs {
@@ -23,7 +24,7 @@ size_t Depth(const Inode& inode) REQUIRES(ns_lock) {
 
 }  // namespace
 
-Result<HandoffImage> Filesystem::Handoff() {
+Result<HandoffImage> WorkerTakeover::Handoff() {
   {
     NamespaceLock lock(ns_.mutex());
     InodeRef open_view;
@@ -38,7 +39,7 @@ Result<HandoffImage> Filesystem::Handoff() {
     });
   }
   flusher_->Hurry();
-  const uint64_t point = SyncPoint();
+  const uint64_t point = journal_.last_seq();
   if (Status durable = flusher_->WaitDurable(point); !durable.ok()) return durable;
   // Markers held for their commits: decided either way afterwards (a failed commit's marker is
   // never published, which is what its outcome says, not a reason to keep this worker).
@@ -125,11 +126,12 @@ Result<HandoffImage> Filesystem::Handoff() {
   return image;
 }
 
-void Filesystem::Retire() {
-  if (shared_) shared_->Leave();
+void WorkerTakeover::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
+  if (FileHandle* f = h->file()) f->inode->open_handles++;
+  handles_.AddEarlierLocked(std::move(h), number);
 }
 
-Status Filesystem::Restore(const HandoffImage& image) {
+Status WorkerTakeover::Restore(const HandoffImage& image) {
   if (log_) log_->Reset();  // Everything sealed was durable before the handoff.
   // Opened before the namespace lock is taken: the stats file is generated at its open.
   std::unordered_map<uint64_t, std::unique_ptr<SpecialFile>> special_files;

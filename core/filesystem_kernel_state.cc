@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/filesystem.h"
+#include "core/worker_takeover.h"
 #include "core/rescue.h"
 
 namespace ckptfs {
@@ -16,7 +17,7 @@ bool Writable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
 }  // namespace
 
-void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted) {
+void WorkerTakeover::RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted) {
   NamespaceLock lock(ns_.mutex());
   std::unordered_map<uint64_t, InodeRef> nodes;  // The crashed worker's node -> the inode now.
   size_t files = 0, lost = 0;
@@ -157,7 +158,7 @@ void Filesystem::RecoverKernelState(const KernelStateRecord::State& state, Adopt
                    : "");
 }
 
-Result<FileContent> Filesystem::RecordedContent(const KernelStateRecord::Node& n,
+Result<FileContent> WorkerTakeover::RecordedContent(const KernelStateRecord::Node& n,
                                                 Adopted& adopted) {
   if (n.base.other_file) {
     return Status::Error(EIO, "what was written to it while open was partly in a file that "
@@ -176,7 +177,7 @@ Result<FileContent> Filesystem::RecordedContent(const KernelStateRecord::Node& n
   return FileContent(n.size, std::move(blocks), std::move(spill), n.base.length);
 }
 
-Status Filesystem::RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted) {
+Status WorkerTakeover::RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted) {
   std::vector<UnflushedFile> files;
   uint64_t bytes = 0;
   for (const KernelStateRecord::Node& n : state.nodes) {
