@@ -14,6 +14,7 @@
 
 #include "core/base/serve_policy.h"
 #include "core/filesystem/open_mode.h"
+#include "core/filesystem/worker_takeover.h"
 #include "core/recovery/cache_memory_layout.h"
 #include "core/recovery/rescue.h"
 
@@ -32,11 +33,6 @@ uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
   mode &= ~static_cast<uint32_t>(S_ISUID);
   if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
   return mode;
-}
-
-Status UnknownHandle(uint64_t handle) {
-  return Status::Error(EBADF, "handle " + std::to_string(handle) +
-                                  " was opened by a worker that stopped without handing it over");
 }
 
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
@@ -102,17 +98,16 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       zarr_(config_, *env_, ns_),
       tensors_(ns_, *env_),
       reclaimer_(ns_, stats_, staging_fd_, config.worker),
-      control_(*this, start_time_),
-      handle_tag_((uint64_t{config.worker % 0xFFFF} + 1) << kHandleTagShift) {
-  {
-    NamespaceLock lock(ns_.mutex());
-    last_open_or_release_ = clock_.Now();
-  }
+      handles_(config.worker, clock_),
+      kernel_state_(nullptr, ns_, handles_, stats_) {
+  specials_.Add(
+      std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), start_time_));
+  specials_.Add(std::make_unique<TensorViewNodes>(tensors_));
   flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
                                        static_cast<FlushClient&>(*this));
   arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
   reclaimer_.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {
-    RecordContentLocked(inode);
+    kernel_state_.RecordContentLocked(inode);
   });
   arena_.SetPressureCallback([this] { flusher_->Hurry(); });
   if (arena_.shared()) {
@@ -127,7 +122,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
           config.arena_fd, ArenaKernelStateOffset(config.cache_size), arena_.capacity_blocks());
       if (record.ok()) {
-        kernel_record_ = std::move(*record);
+        kernel_state_.SetRecord(std::move(*record));
       } else {
         unrecoverable_ = Status::Error(record.status().err(),
                                        "no kernel state record in the cache's shared memory (" +
@@ -141,6 +136,10 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
                                          "): a crash would lose what is sealed");
     }
   }
+  takeover_ = std::make_unique<WorkerTakeover>(
+      *this, WorkerTakeover::Parts{config_, *env_, root_fd_, staging_fd_, stats_, arena_,
+                                   log_.get(), journal_, ns_, handles_, kernel_state_, specials_,
+                                   *flusher_});
 }
 
 Filesystem::~Filesystem() {
@@ -149,11 +148,21 @@ Filesystem::~Filesystem() {
   flusher_.reset();
   shared_.reset();
   NamespaceLock lock(ns_.mutex());
-  handles_.clear();  // Files the kernel never released (the mount went away).
+  handles_.ClearLocked();  // Files the kernel never released (the mount went away).
   reclaimer_.ClearLocked();
   env_->Close(staging_fd_);
   env_->Close(root_fd_);
 }
+
+Result<HandoffImage> Filesystem::Handoff() { return takeover_->Handoff(); }
+
+void Filesystem::Retire() {
+  if (shared_) shared_->Leave();
+}
+
+Status Filesystem::Restore(const HandoffImage& image) { return takeover_->Restore(image); }
+
+Status Filesystem::Recover(Recovery kind) { return takeover_->Recover(kind); }
 
 void Filesystem::Start() {
   if (config_.prefault) {
@@ -174,52 +183,17 @@ void Filesystem::Start() {
 // ---------------------------------------------------------------------------------------------
 // Open handles.
 
-void Filesystem::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
-  if (h->inode) {
-    h->inode->open_handles++;
-    ++open_files_;
-    last_open_or_release_ = clock_.Now();
-  }
-  h->number = number;
-  restored_handles_.emplace(number, h.get());
-  handles_.emplace(h.get(), std::move(h));
-}
-
-uint64_t Filesystem::AdoptHandleLocked(std::unique_ptr<Handle> handle) {
-  Handle* h = handle.get();
-  const auto address = reinterpret_cast<uint64_t>(h);
-  if (address >> kHandleTagShift != 0) {
-    spdlog::critical("a handle at {:#x} leaves no room for the worker's tag", address);
-    std::abort();
-  }
-  if (h->inode) {
-    ++open_files_;
-    last_open_or_release_ = clock_.Now();
-  }
-  h->number = address | handle_tag_;
-  handles_.emplace(h, std::move(handle));
-  return h->number;
-}
-
-Filesystem::Handle* Filesystem::HandleOf(uint64_t handle) const {
-  if ((handle & ~kHandleAddressMask) == handle_tag_) {
-    return reinterpret_cast<Handle*>(handle & kHandleAddressMask);
-  }
-  auto it = restored_handles_.find(handle);
-  return it == restored_handles_.end() ? nullptr : it->second;
-}
-
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
-  return open_files_ == 0 && clock_.Now() - last_open_or_release_ >= quiet;
+  return handles_.NoFileOpenForLocked(quiet);
 }
 
-void Filesystem::SealHandleLocked(Handle* h) {
-  InodeRef owner = ns_.ContentOwner(h->inode);
+void Filesystem::SealHandleLocked(FileHandle& f) {
+  InodeRef owner = ns_.ContentOwner(f.inode);
   bool changed;
   {
     MutexLock lock(owner->mu);
-    changed = h->wrote_version > owner->sealed_version;
+    changed = f.wrote_version > owner->sealed_version;
   }
   if (changed) ns_.SealLocked(owner);
 }
@@ -229,9 +203,9 @@ void Filesystem::SealHandleLocked(Handle* h) {
 
 Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   if (Status bad = CheckName(name); !bad.ok()) return bad;
-  if (parent == kRootIno && name == kReservedName) return control_.AttrOf(kControlDirIno);
-  if (parent == kControlDirIno) return control_.Lookup(name);
-  if (IsTensorViewIno(parent)) return tensors_.Lookup(parent, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Lookup(parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -246,27 +220,28 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   }
   if (!child.ok()) return child.status();
   if ((*child)->type == FileType::kDirectory) {
-    if (Status full = RoomInRecordLocked(child->get(), 0); !full.ok()) return full;
+    if (Status full = kernel_state_.RoomLocked(child->get(), 0); !full.ok()) return full;
   }
   (*child)->lookups++;
-  if ((*child)->type == FileType::kDirectory) RecordNodeLocked(*child);
+  if ((*child)->type == FileType::kDirectory) kernel_state_.RecordNodeLocked(*child);
   return ns_.AttrOf(**child);
 }
 
 void Filesystem::Forget(uint64_t ino, uint64_t count) {
-  if (ino < kFirstIno || IsTensorViewIno(ino)) return;
+  if (ino == kRootIno || specials_.ForNode(ino)) return;
   NamespaceLock lock(ns_.mutex());
-  if (ForgetAliasLocked(ino)) return;
+  if (kernel_state_.ForgetAliasLocked(ino)) return;
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return;
   inode->lookups -= std::min(inode->lookups, count);
-  if (inode->lookups == 0 && inode->type == FileType::kDirectory) UnrecordNodeLocked(*inode);
+  if (inode->lookups == 0 && inode->type == FileType::kDirectory) {
+    kernel_state_.UnrecordNodeLocked(*inode);
+  }
   ns_.MaybeDropLocked(inode);
 }
 
 Result<Attr> Filesystem::GetAttr(uint64_t ino) {
-  if (IsControl(ino)) return control_.AttrOf(ino);
-  if (IsTensorViewIno(ino)) return tensors_.GetAttr(ino);
+  if (SpecialNodes* special = specials_.ForNode(ino)) return special->GetAttr(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
@@ -276,7 +251,9 @@ Result<Attr> Filesystem::GetAttr(uint64_t ino) {
 }
 
 Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64_t handle) {
-  if (IsControl(ino)) return Status::Error(EPERM, "control files are fixed");
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    return special->Refuse(SpecialNodes::Change::kSetAttr, ino, "");
+  }
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
   if (req.size) WaitPassthroughReleased(ino);
@@ -297,10 +274,12 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
     if (!st.ok()) return st;
     MutexLock ilock(inode->mu);
     inode->content.Truncate(*req.size, reservation);
-    RecordContentLocked(*inode);
+    kernel_state_.RecordContentLocked(*inode);
     inode->version++;
     inode->mtime = inode->ctime = now;
-    if (Handle* h = handle != 0 ? HandleOf(handle) : nullptr) h->wrote_version = inode->version;
+    if (Handle* h = handle != 0 ? handles_.Find(handle) : nullptr; h && h->file()) {
+      h->file()->wrote_version = inode->version;
+    }
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
@@ -324,7 +303,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
 Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
-  if (Status full = RoomInRecordLocked(nullptr, 0); !full.ok()) return full;
+  if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
   if (!e.ok()) return e.status();
@@ -332,7 +311,7 @@ Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uin
   inode->complete = true;
   (*e)->parent->nlink++;
   ns_.AppendLocked(std::move(*e));
-  RecordNodeLocked(inode);
+  kernel_state_.RecordNodeLocked(inode);
   return ns_.AttrOf(*inode);
 }
 
@@ -347,7 +326,9 @@ Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller
 
 Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
                                   Reservation& reservation, size_t& more) {
-  if (IsControlEntry(parent, name)) return Status::Error(EPERM, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kUnlink, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -357,7 +338,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, name);
   if (ns_.ContentOwner(inode) != inode) {
     Status removed = zarr_.UnlinkLocked(*dir, name, inode, reservation, more);
-    if (removed.ok() && more == 0) RecordPlaceLocked(inode);
+    if (removed.ok() && more == 0) kernel_state_.RecordPlaceLocked(inode);
     return removed;
   }
   if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
@@ -374,14 +355,15 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     ns_.CancelUnsentLocked(inode);
     ns_.MaybeDropLocked(inode);
   }
-  RecordPlaceLocked(inode);
+  kernel_state_.RecordPlaceLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
 }
 
 Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EPERM, name);
-  if (parent == kControlDirIno) return Status::Error(ENOTDIR, name);
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kRmdir, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -397,7 +379,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   (*dir)->nlink--;
   ns_.CancelUnsentLocked(inode);
   ns_.MaybeDropLocked(inode);
-  RecordPlaceLocked(inode);
+  kernel_state_.RecordPlaceLocked(inode);
   return Status::Ok();
 }
 
@@ -430,7 +412,9 @@ Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uin
   if (device && !device_nodes_) {
     return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
   }
-  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kMknod, parent, name);
+  }
   NamespaceLock lock(ns_.mutex());
   Result<EntryRef> e =
       ns_.AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
@@ -518,17 +502,13 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
 }
 
 std::optional<OpenFile> Filesystem::OpenedBeforeLocked(const Caller& c, const char* op) {
-  if (c.request == 0) return std::nullopt;
-  auto it = opened_by_request_.find(c.request);
-  if (it == opened_by_request_.end()) return std::nullopt;
-  auto restored = restored_handles_.find(it->second);
-  opened_by_request_.erase(it);
-  if (restored == restored_handles_.end() || !restored->second->inode) return std::nullopt;
-  const Handle& h = *restored->second;
-  NoteAppliedBefore(op, ns_.PathLocked(h.inode));
-  OpenFile out{ns_.AttrOf(*h.inode)};
-  out.handle = h.number;
-  out.direct_io = h.direct;
+  const Handle* h = handles_.TakeOpenedByLocked(c.request);
+  if (!h || !h->file()) return std::nullopt;
+  const FileHandle& f = *h->file();
+  NoteAppliedBefore(op, ns_.PathLocked(f.inode));
+  OpenFile out{ns_.AttrOf(*f.inode)};
+  out.handle = h->number;
+  out.direct_io = f.direct;
   return out;
 }
 
@@ -546,8 +526,11 @@ bool Filesystem::HasEntry(uint64_t parent, const std::string& name) {
 Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint64_t new_parent,
                                   const std::string& new_name, unsigned flags,
                                   Reservation& reservation, size_t& more) {
-  if (IsControlEntry(parent, name) || IsControlEntry(new_parent, new_name)) {
-    return Status::Error(EPERM, "the control directory cannot be renamed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kRename, parent, name);
+  }
+  if (SpecialNodes* special = specials_.ForEntry(new_parent, new_name)) {
+    return special->Refuse(SpecialNodes::Change::kRename, new_parent, new_name);
   }
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Status::Error(EINVAL, "only RENAME_NOREPLACE is supported");
@@ -571,110 +554,44 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   Status viewed = zarr_.RenameLocked(*src, name, child, *dst, new_name, &handled, reservation, more);
   if (viewed.ok() && more == 0 && handled) {
     // A zarr chunk renamed into a fine grid: the names it changed are recorded as well.
-    RecordPlaceLocked(child);
-    if (victim) RecordPlaceLocked(victim);
+    kernel_state_.RecordPlaceLocked(child);
+    if (victim) kernel_state_.RecordPlaceLocked(victim);
   }
   if (!viewed.ok() || more > 0 || handled) return viewed;
-  if (child->type == FileType::kDirectory) {
-    for (const Inode* cur = dst->get(); cur && cur->ino != kRootIno;
-         cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
-      if (cur == child.get()) return Status::Error(EINVAL, "directory moved into itself");
-    }
-    if (victim) {
-      if (victim->type != FileType::kDirectory) return Status::Error(ENOTDIR, new_name);
-      ns_.LoadDirLocked(victim);
-      if (!victim->children.empty()) return Status::Error(ENOTEMPTY, new_name);
-    }
-  } else if (victim && victim->type == FileType::kDirectory) {
-    return Status::Error(EISDIR, new_name);
+  if (Status renamed = ns_.RenameLocked(*src, name, child, *dst, new_name, victim);
+      !renamed.ok()) {
+    return renamed;
   }
-  Status st = ns_.LoadOriginLocked(child);
-  if (!st.ok()) return st;
-  if (victim && (victim->nlink > 1 || victim->open_handles > 0 || victim->lookups > 0)) {
-    st = ns_.LoadOriginLocked(victim);
-    if (!st.ok()) return st;
-  }
-  if (ns_.JournaledLocked(child)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kRename;
-    e->inode = child;
-    e->parent = *src;
-    e->name = name;
-    e->new_parent = *dst;
-    e->new_name = new_name;
-    e->victim = victim;
-    ns_.AppendLocked(std::move(e));
-  }
-  const timespec now = WallTime();
-  ns_.RemoveNameLocked(*src, name, child, /*journal=*/false);
-  if (victim) {
-    // Unless the rename itself replaces it on the backing store, the old file must go there now:
-    // the new one reaches the backing store only at its seal.
-    ns_.RemoveNameLocked(*dst, new_name, victim, /*journal=*/!ns_.JournaledLocked(child));
-    victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
-    if (victim->type == FileType::kDirectory) (*dst)->nlink--;
-    MutexLock ilock(victim->mu);
-    victim->ctime = now;  // It lost a link, as its other names show.
-  }
-  ns_.AddNameLocked(*dst, new_name, child);
-  if (child->type == FileType::kDirectory && *src != *dst) {
-    (*src)->nlink--;
-    (*dst)->nlink++;
-  }
-  {
-    MutexLock ilock(child->mu);
-    child->ctime = now;
-  }
-  if (victim && victim->nlink == 0) {
-    ns_.CancelUnsentLocked(victim);
-    ns_.MaybeDropLocked(victim);
-  }
-  RecordPlaceLocked(child);
-  if (victim) RecordPlaceLocked(victim);
+  kernel_state_.RecordPlaceLocked(child);
+  if (victim) kernel_state_.RecordPlaceLocked(victim);
   zarr_.RenamedLocked(*src, name, child, *dst, new_name, reservation);
   return Status::Ok();
 }
 
 Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
                                   const std::string& new_name) {
-  if (ino < kFirstIno) return Status::Error(EPERM, "hard link of a control file");
-  if (new_parent == kRootIno && new_name == kReservedName) return Status::Error(EEXIST, new_name);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    return special->Refuse(SpecialNodes::Change::kLink, ino, "");
+  }
+  if (SpecialNodes* special = specials_.ForEntry(new_parent, new_name)) {
+    return special->Refuse(SpecialNodes::Change::kLinkInto, new_parent, new_name);
+  }
   Status bad = CheckName(new_name);
   if (!bad.ok()) return bad;
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
-  if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
-  Result<InodeRef> dst = ns_.DirLocked(new_parent);
-  if (!dst.ok()) return dst.status();
-  if (Status absent = ns_.CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
-  if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
   if (IsZarrView(*inode)) return Status::Error(EPERM, "hard link of a view of a zarr array");
-  ns_.SealLocked(inode);
-  if (ns_.JournaledLocked(inode)) {
-    auto e = std::make_shared<JournalEntry>();
-    e->kind = JournalEntry::Kind::kLink;
-    e->inode = inode;
-    e->parent = inode->names.begin()->parent;
-    e->name = inode->names.begin()->name;
-    e->new_parent = *dst;
-    e->new_name = new_name;
-    ns_.AppendLocked(std::move(e));
-  }
-  ns_.AddNameLocked(*dst, new_name, inode);
-  inode->nlink++;
+  if (Status linked = ns_.LinkLocked(inode, new_parent, new_name); !linked.ok()) return linked;
   inode->lookups++;
-  {
-    MutexLock ilock(inode->mu);
-    inode->ctime = WallTime();
-  }
   return ns_.AttrOf(*inode);
 }
 
 Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name,
                                         uint32_t mode, int flags, const Caller& c) {
-  if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
-  if (parent == kControlDirIno) return Status::Error(EPERM, "the control directory is fixed");
+  if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
+    return special->Refuse(SpecialNodes::Change::kCreate, parent, name);
+  }
   Status bad = CheckName(name);
   if (!bad.ok()) return bad;
   uint64_t existing_ino = 0;
@@ -691,7 +608,7 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       return existing.status();
     } else if (Status refused = zarr_.MayCreateLocked(*dir, name); !refused.ok()) {
       return refused;
-    } else if (Status full = RoomInRecordLocked(nullptr, 1); !full.ok()) {
+    } else if (Status full = kernel_state_.RoomLocked(nullptr, 1); !full.ok()) {
       return full;
     } else {
       InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
@@ -701,9 +618,9 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
         MutexLock ilock(inode->mu);
         inode->version = 1;  // A new file is a change even when nothing is written to it.
       }
-      auto h = std::make_unique<Handle>(inode, flags);
-      h->wrote_version = 1;
-      h->request = c.request;
+      auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+      h->file()->wrote_version = 1;
+      h->file()->request = c.request;
       return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
@@ -713,25 +630,13 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
 }
 
 Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
-  if (IsControl(ino)) {
-    Result<ControlFiles::OpenFile> opened = control_.Open(ino, flags);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    Result<SpecialNodes::Opened> opened = special->Open(ino, flags);
     if (!opened.ok()) return opened.status();
-    auto h = std::make_unique<Handle>();
-    h->control = std::move(*opened);
+    auto h = std::make_unique<Handle>(SpecialHandle{std::move(opened->file)}, flags);
     NamespaceLock lock(ns_.mutex());
-    return OpenFile{control_.AttrOf(ino), AdoptHandleLocked(std::move(h)), true};
-  }
-  if (IsTensorViewIno(ino)) {
-    Result<std::shared_ptr<const TensorViews::OpenView>> opened = tensors_.Open(ino, flags);
-    if (!opened.ok()) return opened.status();
-    auto h = std::make_unique<Handle>();
-    h->tensor = std::move(*opened);
-    const Attr attr = TensorViews::AttrOf(*h->tensor);
-    // A view's file never changes (a changed checkpoint gets new nodes): cached pages stay
-    // right; info.json is made at each open.
-    const bool generated = TensorViews::Generated(*h->tensor);
-    NamespaceLock lock(ns_.mutex());
-    return OpenFile{attr, AdoptHandleLocked(std::move(h)), generated, !generated};
+    return OpenFile{opened->attr, handles_.AddLocked(std::move(h)), opened->direct_io,
+                    opened->keep_cache};
   }
   if (c.resent) {
     NamespaceLock lock(ns_.mutex());
@@ -744,7 +649,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
 }
 
 void Filesystem::WaitPassthroughReleased(uint64_t ino) {
-  if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
+  if (!hooks_.open_backing) return;  // Passthrough is off: no handle to wait for.
   NamespaceLock lock(ns_.mutex());
   passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&]() REQUIRES(ns_lock) {
     InodeRef inode = ns_.FindLocked(ino);
@@ -771,18 +676,18 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
   if (IsZarrView(*inode)) {
     Result<ZarrViews::Opened> opened = zarr_.OpenLocked(inode, flags, reservation, more);
     if (!opened.ok() || more > 0) return opened.status();
-    auto h = std::make_unique<Handle>(inode, flags);
-    h->wrote_version = opened->wrote_version;
-    h->request = c.request;
+    auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+    h->file()->wrote_version = opened->wrote_version;
+    h->file()->request = c.request;
     if (opened->text) {
       // Its reads bypass the page cache, which may hold the text written before the array was
       // served with a fine grid.
       inode->open_handles++;
-      return OpenFile{ns_.AttrOf(*inode), AdoptHandleLocked(std::move(h)), true};
+      return OpenFile{ns_.AttrOf(*inode), handles_.AddLocked(std::move(h)), true};
     }
     return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
   }
-  if (Status full = RoomInRecordLocked(inode.get(), 1); !full.ok()) return full;
+  if (Status full = kernel_state_.RoomLocked(inode.get(), 1); !full.ok()) return full;
   if (truncate && reservation.count() == 0) {
     more = 1;
     return Status::Ok();
@@ -806,17 +711,18 @@ Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller&
     Status st = ns_.LoadOriginLocked(inode);
     if (!st.ok()) return st;
   }
-  auto h = std::make_unique<Handle>(inode, flags);
-  h->request = c.request;
+  auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+  h->file()->request = c.request;
   if (flags & O_TRUNC) {
     MutexLock ilock(inode->mu);
-    h->wrote_version = inode->version;
+    h->file()->wrote_version = inode->version;
   }
   return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
 }
 
 OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
-  Inode* inode = h->inode.get();
+  FileHandle& f = *h->file();
+  Inode* inode = f.inode.get();
   OpenFile out{ns_.AttrOf(*inode)};
   MutexLock ilock(inode->mu);
   const FileContent* c = &inode->content;
@@ -827,40 +733,40 @@ OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass
       .whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
                           c->base_len() == c->size(),
       .prefetched = inode->backing_prefetched,
-      .passthrough_on = static_cast<bool>(open_backing_),
+      .passthrough_on = static_cast<bool>(hooks_.open_backing),
       .passthrough_readers = inode->passthrough_handles > 0,
       .open = inode->open_handles > 0,
       .cached_open = inode->cached_handles > 0,
-      .direct_reads = direct_reads_,
+      .direct_reads = hooks_.direct_reads,
   });
   if (choice.prefetch) {
     inode->backing_prefetched = true;
     env_->Advise(c->base()->fd(), 0, c->size());
   }
-  if (choice.register_passthrough) inode->backing_id = open_backing_(c->base()->fd());
+  if (choice.register_passthrough) inode->backing_id = hooks_.open_backing(c->base()->fd());
   // Only readers get here while passthrough handles are open (OpenReserved).
-  h->passthrough = inode->backing_id >= 0;
-  if (h->passthrough) {
+  f.passthrough = inode->backing_id >= 0;
+  if (f.passthrough) {
     inode->passthrough_handles++;
     out.backing_id = inode->backing_id;
   } else {
-    h->direct = choice.direct;
-    if (!h->direct) {
+    f.direct = choice.direct;
+    if (!f.direct) {
       inode->cached_handles++;
       out.keep_cache = !inode->page_cache_stale;
       inode->page_cache_stale = false;
     }
-    out.direct_io = h->direct;
+    out.direct_io = f.direct;
   }
   inode->open_handles++;
   ilock.Unlock();
-  Handle* opened = h.get();
-  out.handle = AdoptHandleLocked(std::move(h));
-  RecordHandleLocked(opened);
+  Handle& opened = *h;
+  out.handle = handles_.AddLocked(std::move(h));
+  kernel_state_.RecordHandleLocked(opened);
   return out;
 }
 
-Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, size_t size) {
+Filesystem::ReadAhead Filesystem::ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) {
   const FileContent* c = &h.inode->content;
   const bool sequential = offset == h.next_read;
   h.next_read = offset + size;
@@ -876,11 +782,11 @@ Filesystem::ReadAhead Filesystem::ReadAheadLocked(Handle& h, uint64_t offset, si
 }
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
   ReadData out;
-  if (h->tensor) return tensors_.Read(*h->tensor, offset, size);
-  if (!h->inode) return control_.Read(h->control, offset, size);
+  if (SpecialFile* special = found->special()) return special->Read(offset, size);
+  FileHandle* h = found->file();
   // One lock for a plain file's read: the hot path of loads.
   bool viewed;
   ReadAhead ahead;
@@ -906,10 +812,12 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
 
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
                                  size_t size, const Caller& c) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (h->tensor) return Status::Error(EBADF, "a view of a checkpoint is read-only");
-  if (!h->inode) return control_.Write(h->control, std::string_view(data, size));
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  if (SpecialFile* special = found->special()) {
+    return special->Write(std::string_view(data, size));
+  }
+  FileHandle* h = found->file();
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;
@@ -939,7 +847,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
       Status st = inode->content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
-      if (!view) RecordWriteLocked(*inode, target_offset, target_size);
+      if (!view) kernel_state_.RecordWriteLocked(*inode, target_offset, target_size);
       break;
     }
     lock.unlock();
@@ -959,24 +867,27 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
       inode->page_cache_stale = true;
     } else {
       lock.unlock();
-      if (invalidate_page_cache_) invalidate_page_cache_(h->inode->ino, offset, size);
+      if (hooks_.invalidate_page_cache) {
+        hooks_.invalidate_page_cache(h->inode->ino, offset, size);
+      }
     }
   }
   return size;
 }
 
 Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Ok();
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Ok();
   NamespaceLock lock(ns_.mutex());
   {
     InodeRef owner = ns_.ContentOwner(h->inode);
     MutexLock ilock(owner->mu);
     if (!h->writers.Closes(lock_owner)) return Status::Ok();  // Sealed at the writer's close.
   }
-  SealHandleLocked(h);
-  if ((h->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
+  SealHandleLocked(*h);
+  if ((found->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
   MutexLock ilock(h->inode->mu);
   if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
     h->inode->flush_error_reported = true;
@@ -986,14 +897,14 @@ Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
 }
 
 Status Filesystem::Release(uint64_t handle) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
   NamespaceLock lock(ns_.mutex());
-  if (h->inode) {
-    SealHandleLocked(h);
+  if (FileHandle* h = found->file()) {
+    SealHandleLocked(*h);
     if (h->passthrough) {
       if (--h->inode->passthrough_handles == 0) {
-        close_backing_(h->inode->backing_id);
+        hooks_.close_backing(h->inode->backing_id);
         h->inode->backing_id = -1;
         passthrough_released_.notify_all();
       }
@@ -1001,15 +912,13 @@ Status Filesystem::Release(uint64_t handle) {
       MutexLock ilock(h->inode->mu);
       h->inode->cached_handles--;
     }
-    UnrecordHandleLocked(h);
-    if (!opened_by_request_.empty()) opened_by_request_.erase(h->request);
+    kernel_state_.UnrecordHandleLocked(*h);
+    handles_.ForgetOpenedByLocked(h->request);
     if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
     CloseOneLocked(h->inode);
     ns_.MaybeDropLocked(h->inode);
-    --open_files_;
-    last_open_or_release_ = clock_.Now();
   }
-  handles_.erase(h);
+  handles_.RemoveLocked(found);
   return Status::Ok();
 }
 
@@ -1025,9 +934,10 @@ void Filesystem::CloseOneLocked(const InodeRef& inode) {
 }
 
 Status Filesystem::Fsync(uint64_t handle) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Ok();
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Ok();
   uint64_t seq;
   {
     NamespaceLock lock(ns_.mutex());
@@ -1047,16 +957,17 @@ Status Filesystem::Fsync(uint64_t handle) {
 }
 
 Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) {
-  Handle* h = HandleOf(handle);
-  if (!h) return UnknownHandle(handle);
-  if (!h->inode) return Status::Error(EBADF, "control file");
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  FileHandle* h = found->file();
+  if (!h) return Status::Error(EBADF, "control file");
   if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
   MutexLock lock(h->inode->mu);
   if (h->inode->view) return Status::Error(EOPNOTSUPP, "fallocate of a zarr chunk");
   if (offset + length > h->inode->content.size()) {
     Reservation none;
     h->inode->content.Truncate(offset + length, none);
-    RecordWriteLocked(*h->inode, offset, length);
+    kernel_state_.RecordWriteLocked(*h->inode, offset, length);
     h->inode->version++;
     h->wrote_version = h->inode->version;
     h->inode->mtime = h->inode->ctime = WallTime();
@@ -1065,50 +976,30 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
 }
 
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
-  auto dh = std::make_unique<DirHandle>();
-  if (ino == kControlDirIno) {
-    dh->entries = control_.List();
-    return AdoptDirHandle(std::move(dh));
-  }
-  if (IsTensorViewIno(ino)) {
-    Result<std::vector<DirEntry>> entries = tensors_.List(ino);
+  if (SpecialNodes* special = specials_.ForNode(ino)) {
+    Result<std::vector<DirEntry>> entries = special->List(ino);
     if (!entries.ok()) return entries.status();
-    dh->entries = std::move(*entries);
-    return AdoptDirHandle(std::move(dh));
+    return handles_.AddDir(std::move(*entries));
   }
+  std::vector<DirEntry> entries;
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) return dir.status();
   ns_.LoadDirLocked(*dir);
   uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
-  dh->entries.push_back({".", ino, S_IFDIR});
-  dh->entries.push_back({"..", parent_ino, S_IFDIR});
+  entries.push_back({".", ino, S_IFDIR});
+  entries.push_back({"..", parent_ino, S_IFDIR});
   for (const auto& [name, child] : (*dir)->children) {
-    dh->entries.push_back({name, child->ino, child->TypeBits()});
+    entries.push_back({name, child->ino, child->TypeBits()});
   }
-  return AdoptDirHandle(std::move(dh));
-}
-
-uint64_t Filesystem::AdoptDirHandle(std::unique_ptr<DirHandle> dh) {
-  MutexLock lock(dir_handles_mu_);
-  uint64_t handle = handle_tag_ | next_dir_handle_++;
-  dir_handles_.emplace(handle, std::move(dh));
-  return handle;
+  return handles_.AddDir(std::move(entries));
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {
-  MutexLock lock(dir_handles_mu_);
-  auto it = dir_handles_.find(dir_handle);
-  if (it == dir_handles_.end()) return UnknownHandle(dir_handle);
-  const std::vector<DirEntry>& entries = it->second->entries;
-  if (offset >= entries.size()) return std::vector<DirEntry>{};
-  return std::vector<DirEntry>(entries.begin() + static_cast<ptrdiff_t>(offset), entries.end());
+  return handles_.ReadDir(dir_handle, offset);
 }
 
-void Filesystem::ReleaseDir(uint64_t dir_handle) {
-  MutexLock lock(dir_handles_mu_);
-  dir_handles_.erase(dir_handle);
-}
+void Filesystem::ReleaseDir(uint64_t dir_handle) { handles_.ReleaseDir(dir_handle); }
 
 Status Filesystem::FsyncDir(uint64_t ino) {
   if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();
@@ -1174,7 +1065,7 @@ std::string Filesystem::StatsJson() {
   j["tensor_views"] = tensors_.size();
   j["flush_seconds"] = stats_.flush_seconds.ToJson();
   j["save_to_durable_seconds"] = stats_.save_to_durable_seconds.ToJson();
-  if (request_stats_) j["fuse_request_seconds"] = request_stats_();
+  if (hooks_.request_stats) j["fuse_request_seconds"] = hooks_.request_stats();
   if (shared_) {
     nlohmann::json shared = shared_->StatusJson();
     shared["held_markers"] = flusher_->held_markers();
@@ -1184,8 +1075,9 @@ std::string Filesystem::StatsJson() {
     shared["last_commit_error"] = failure.ok() ? "" : failure.ToString();
     j["shared"] = std::move(shared);
   }
-  if (worker_info_) {
-    j["worker"] = nlohmann::json::parse(worker_info_(), nullptr, /*allow_exceptions=*/false);
+  if (hooks_.worker_info) {
+    j["worker"] =
+        nlohmann::json::parse(hooks_.worker_info(), nullptr, /*allow_exceptions=*/false);
   }
   return j.dump(2) + "\n";
 }
@@ -1252,8 +1144,8 @@ Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {
 }
 
 Status Filesystem::RequestUpgrade(const std::string& binary) {
-  if (!upgrade_handler_) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
-  return upgrade_handler_(binary);
+  if (!hooks_.upgrade) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
+  return hooks_.upgrade(binary);
 }
 
 std::string Filesystem::PathOf(const EntryRef& entry) {

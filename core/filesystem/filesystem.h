@@ -1,12 +1,16 @@
 // Filesystem: ckptfs without FUSE. Every FUSE operation is one call here; the adapter only
 // decodes requests and replies with what these calls return (values or the exact errno).
 //
-// The namespace (core/tree/namespace.h) is the backing directory, looked up lazily, overlaid with
-// what clients changed through the mount. Data written through the mount is held in the Arena;
-// sealed versions and namespace changes go to the Journal, which the Flusher replays on the backing
-// store in order. Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h);
-// zarr fine-grid views (core/views/zarr_views.h) and the control files each have their own home,
-// chosen by the node's kind; memory runs short through the Reclaimer (core/flush/reclaim.h).
+// The namespace (core/tree/namespace.h) is the backing directory, looked up lazily, overlaid with what
+// clients changed through the mount. Data written through the mount is held in the Arena; sealed
+// versions and namespace changes go to the Journal, which the Flusher replays on the backing
+// store in order. Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h) and kept in
+// the HandleTable (core/filesystem/handle_table.h); zarr fine-grid views (core/views/zarr_views.h) are files of
+// the namespace whose content is a range of another; the nodes the namespace does not hold (the
+// control files, the tensor views' nodes) are their providers' (core/filesystem/special_nodes.h), found
+// once per operation by number; memory runs short through the Reclaimer (core/flush/reclaim.h). What
+// the kernel holds is recorded by the KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this
+// class notifies; Handoff, Restore and Recover are WorkerTakeover's (core/filesystem/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
 // Inode::mu, then the flusher's lock, then the journal's lock.
@@ -31,6 +35,10 @@
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/thread_annotations.h"
+#include "core/filesystem/handle_table.h"
+#include "core/filesystem/kernel_state_keeper.h"
+#include "core/filesystem/special_nodes.h"
+#include "core/filesystem/worker_takeover.h"
 #include "core/flush/flusher.h"
 #include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
@@ -42,7 +50,6 @@
 #include "core/tree/inode.h"
 #include "core/tree/journal.h"
 #include "core/tree/namespace.h"
-#include "core/tree/writer_owners.h"
 #include "core/views/control_files.h"
 #include "core/views/tensor_view/tensor_views.h"
 #include "core/views/zarr_views.h"
@@ -82,7 +89,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // How a write that bypassed the page cache drops the kernel's cached pages of that range
   // (ino, offset, length) while other handles of the file use the cache. Set before any write.
   void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
-    invalidate_page_cache_ = std::move(invalidate);
+    hooks_.invalidate_page_cache = std::move(invalidate);
   }
   // How read-only opens of files held whole by a backing file let the kernel read that file
   // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
@@ -90,29 +97,31 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // fail with ETXTBSY (the kernel cannot mix it with other opens). Set before the first open.
   void SetPassthrough(std::function<int(int fd)> open_backing,
                       std::function<void(int backing_id)> close_backing) {
-    open_backing_ = std::move(open_backing);
-    close_backing_ = std::move(close_backing);
+    hooks_.open_backing = std::move(open_backing);
+    hooks_.close_backing = std::move(close_backing);
   }
   // Who replaces this worker when asked through the control file `upgrade` (the supervisor's
   // side of the worker, fs/worker.h); without one, upgrades fail with EOPNOTSUPP. Set before
   // the first request.
   void SetUpgradeHandler(std::function<Status(const std::string& binary)> handler) {
-    upgrade_handler_ = std::move(handler);
+    hooks_.upgrade = std::move(handler);
   }
   // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
   // before the first request.
-  void SetWorkerInfo(std::function<std::string()> info) { worker_info_ = std::move(info); }
+  void SetWorkerInfo(std::function<std::string()> info) {
+    hooks_.worker_info = std::move(info);
+  }
   // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation. Set
   // before the first request.
   void SetRequestStats(std::function<nlohmann::json()> stats) {
-    request_stats_ = std::move(stats);
+    hooks_.request_stats = std::move(stats);
   }
   // Read-only opens of large files held whole by a backing file bypass the page cache too:
   // the daemon splices their reads from the backing file straight into the reader's buffer,
   // rather than the kernel copying them into pages of its own (a second cached copy of the
   // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
   // first open.
-  void EnableDirectReads() { direct_reads_ = true; }
+  void EnableDirectReads() { hooks_.direct_reads = true; }
   // --- Replacing the worker without unmounting (core/recovery/handoff.h) ---
   // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
   // waits until everything sealed is durable (in shared mode, its markers committed), names the
@@ -128,17 +137,16 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
   // over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
-  // Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
-  // connection), or that of an earlier mount of the backing store whose daemon died.
-  enum class Recovery { kTakeover, kEarlierMount };
+  // Whose shared memory Recover reads (core/filesystem/worker_takeover.h).
+  using Recovery = ckptfs::Recovery;
   // Before Start, on a worker that took over by no handoff (after a crash): replays what the
-  // recovery log holds pending, so that everything its predecessor had sealed is in the namespace
-  // again and on its way to the backing store; says what it did. Nothing to do with a private
-  // arena. EIO when some versions could not be recovered (the rest is). Then, for a takeover, takes
-  // over the nodes and open handles the kernel holds of the predecessor, with what the files open
-  // for writing held (core/recovery/kernel_state_record.h); for an earlier mount, whose files
-  // nobody closed, first saves what those files held to a rescue directory instead (an error when
-  // that fails, before anything is replayed).
+  // recovery log holds pending, so that everything its predecessor had sealed is in the
+  // namespace again and on its way to the backing store; says what it did. Nothing to do with
+  // a private arena. EIO when some versions could not be recovered (the rest is). Then, for a
+  // takeover, takes over the nodes and open handles the kernel holds of the predecessor, with
+  // what the files open for writing held (core/recovery/kernel_state_record.h); for an earlier mount,
+  // whose files nobody closed, first saves what those files held to a rescue directory instead
+  // (an error when that fails, before anything is replayed).
   Status Recover(Recovery kind = Recovery::kTakeover) EXCLUDES(ns_lock);
 
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
@@ -215,34 +223,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
   // the file right after reading it would otherwise find it still open.
   void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
-  struct Handle {
-    Handle() = default;
-    Handle(InodeRef file, int open_flags) : inode(std::move(file)), flags(open_flags) {}
-    InodeRef inode;  // Null for control files and tensor views.
-    ControlFiles::OpenFile control;
-    std::shared_ptr<const TensorViews::OpenView> tensor;  // A file of a tensor view.
-    uint64_t number = 0;  // What the kernel calls it (this worker's, or an earlier worker's).
-    int flags = 0;
-    bool direct = false;  // Bypasses the kernel's page cache (else counted in cached_handles).
-    bool passthrough = false;  // Read by the kernel (counted in passthrough_handles).
-    // The file's version after this handle's latest change. Its close seals the file only when
-    // that change is not sealed yet: a reader's close, or the late release of an earlier open,
-    // never publishes a version another handle is still writing. Guarded by the mu of the
-    // inode that holds the content (ContentOwner(inode), the real chunk of a virtual one), which
-    // a view may change: not an expression the annotations can name.
-    uint64_t wrote_version = 0;
-    WriterOwners writers;  // Who wrote through it. Guarded as wrote_version.
-    // Direct reads: where the next sequential read starts, and how far the backing file has
-    // been asked to be read ahead.
-    uint64_t next_read GUARDED_BY(inode->mu) = 0;
-    uint64_t read_ahead_until GUARDED_BY(inode->mu) = 0;
-    int record = -1;  // Its entry in the kernel state record, or -1. Guarded by the ns_lock.
-    uint64_t request = 0;  // The kernel's id of the open or create that made it (Caller).
-  };
-  struct DirHandle {
-    std::vector<DirEntry> entries;
-  };
-
   Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
              Clock& clock);
 
@@ -295,16 +275,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
                                 size_t& more) EXCLUDES(ns_lock);
 
-  // Takes ownership of an open file; returns its handle number.
-  uint64_t AdoptHandleLocked(std::unique_ptr<Handle> handle) REQUIRES(ns_lock);
-  // Takes ownership of an open file an earlier worker gave the kernel as `number` (Restore,
-  // Recover), counted as open on its file.
-  void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
-  // (core/filesystem/open_mode.h); only `may_bypass` handles may skip the page cache. The page
-  // cache never goes stale under a reader: a cached open drops the pages older than a direct write
+  // (core/filesystem/open_mode.h); only `may_bypass` handles may skip the page cache. The page cache never
+  // goes stale under a reader: a cached open drops the pages older than a direct write
   // (keep_cache false), and a direct write while cached handles are open invalidates its range
   // (SetPageCacheInvalidator).
   OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
@@ -315,78 +290,11 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
     uint64_t offset = 0;
     uint64_t length = 0;
   };
-  ReadAhead ReadAheadLocked(Handle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
-  // Seals the file of `h` if a change made through `h` is not sealed yet.
-  void SealHandleLocked(Handle* h) REQUIRES(ns_lock);
+  ReadAhead ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
+  // Seals the file of `f` if a change made through `f` is not sealed yet.
+  void SealHandleLocked(FileHandle& f) REQUIRES(ns_lock);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
-
-  // Recovery (core/filesystem/filesystem_recovery.cc): where a logged path is, and one logged entry
-  // made again through the operations a client would call. The directory holding a path and the
-  // path's last name.
-  struct PathParent {
-    uint64_t dir = 0;
-    std::string name;
-  };
-  // The inode at `path` (from the root), looked up as a client would; the directory holding it
-  // and its last name; and the inode's number.
-  Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
-  Result<PathParent> ParentOfLocked(const std::string& path) REQUIRES(ns_lock);
-  Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);
-  Result<uint64_t> InodeAt(const std::string& path) EXCLUDES(ns_lock);
-  // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
-  // the spill files (name -> file) its log and record name.
-  struct Adopted {
-    std::unordered_map<uint64_t, BlockRef> blocks;
-    std::unordered_map<std::string, std::shared_ptr<BackingFile>> spills;
-  };
-  Status ReplayEntry(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
-  Status ReplayPublish(const LoggedEntry& e, Adopted& adopted) EXCLUDES(ns_lock);
-  // Replays the pending entries of the log (their blocks adopted).
-  Status Replay(const LoggedState& state, Adopted& adopted) EXCLUDES(ns_lock);
-
-  // The kernel state record (core/filesystem/filesystem_kernel_state.cc); each does nothing without
-  // one. ENFILE (logged, counted) when the record has no room for node `node` (null: a new one)
-  // unless it is recorded, and `handles` more handles: called before an operation that gives the
-  // kernel those changes anything.
-  Status RoomInRecordLocked(const Inode* node, size_t handles) REQUIRES(ns_lock);
-  // The kernel got node `inode` (a directory), or opened handle `h` of a regular file.
-  void RecordNodeLocked(const InodeRef& inode) REQUIRES(ns_lock);
-  // RecordNodeLocked of a node whose directory is recorded (or has no name).
-  void RecordOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
-  void RecordHandleLocked(Handle* h) REQUIRES(ns_lock);
-  // Handle `h` is released (before its inode's open count goes down).
-  void UnrecordHandleLocked(Handle* h) REQUIRES(ns_lock);
-  // The kernel forgot `inode` (a directory), or its last handle is released.
-  void UnrecordNodeLocked(Inode& inode) REQUIRES(ns_lock);
-  // The recorded file `inode`'s content is recorded whole again (after it dropped blocks), or
-  // has changed in [offset, offset + length).
-  void RecordContentLocked(Inode& inode) REQUIRES(inode.mu);
-  void RecordWriteLocked(Inode& inode, uint64_t offset, uint64_t length) REQUIRES(inode.mu);
-  // `changed` was renamed or removed: its recorded place is made current.
-  void RecordPlaceLocked(const InodeRef& changed) REQUIRES(ns_lock);
-  // A node entry for node id `ino` (the inode's own, or an earlier worker's alias of it) at the
-  // inode's place, its directory recorded first; -1 when the record is full.
-  int AddRecordLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
-  // The node id under which directory `dir` is recorded (recorded now when it is not).
-  uint64_t RecordedDirLocked(const InodeRef& dir) REQUIRES(ns_lock);
-  void RecordAliasLocked(uint64_t ino, const InodeRef& inode) REQUIRES(ns_lock);
-  // Records what this worker holds (after taking over), then removes the entries found there.
-  void RecordAllLocked() REQUIRES(ns_lock);
-  // The kernel forgot node `ino`; false when it is not one an earlier worker gave.
-  bool ForgetAliasLocked(uint64_t ino) REQUIRES(ns_lock);
-  // The spill file `name` of the staging directory, opened once.
-  Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
-  // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
-  // Then records them again.
-  void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
-      EXCLUDES(ns_lock);
-  // The content a node of the record held (its blocks adopted, its spill file taken), or why not.
-  Result<FileContent> RecordedContent(const KernelStateRecord::Node& n, Adopted& adopted);
-  // Recover of an earlier mount: the content of the files it had open for writing, saved to a
-  // rescue directory (never published: they were not closed); the record emptied.
-  Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)
-      EXCLUDES(ns_lock);
 
   // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
@@ -401,10 +309,6 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // and not durable yet named before it (the first 100 of them).
   Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
   Status RequestUpgrade(const std::string& binary) override;
-  // The open file of `handle`: one of this worker's, whose tag it carries, or one handed over by
-  // an earlier worker (Restore). Null for any other (of a worker that stopped without a handoff).
-  Handle* HandleOf(uint64_t handle) const;
-  uint64_t AdoptDirHandle(std::unique_ptr<DirHandle> dh) EXCLUDES(dir_handles_mu_);
 
   const Config config_;
   // Declared first: every BackingFile closes its descriptor through it.
@@ -416,60 +320,39 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   const timespec start_time_;
   Stats stats_;
   Arena arena_;
-  // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h); else
-  // null.
+  // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h); else null.
   std::unique_ptr<RecoveryLog> log_;
-  // With a shared arena: what the kernel holds of this worker
-  // (core/recovery/kernel_state_record.h), its entries in use (entry -> the inode whose place it
-  // keeps), the entries of nodes an earlier worker gave (node -> entry), and a node id an earlier
-  // worker gave of each inode that has one (its children are recorded in it while the kernel holds
-  // only that one).
-  std::unique_ptr<KernelStateRecord> kernel_record_;
   // Why a shared arena's recovery log or kernel state record could not be mapped (Make fails).
   Status unrecoverable_;
-  std::unordered_map<int, InodeRef> recorded_ GUARDED_BY(ns_lock);
-  std::unordered_map<uint64_t, int> alias_records_ GUARDED_BY(ns_lock);
-  std::unordered_map<const Inode*, uint64_t> alias_ids_ GUARDED_BY(ns_lock);
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;
   TensorViews tensors_;
   Reclaimer reclaimer_;
-  ControlFiles control_;
-  // Open files, owned here until released. The handle numbers given to the kernel are their
-  // addresses with this worker's tag in the top bits; directory handles are numbered from 1,
-  // tagged the same way.
-  static constexpr unsigned kHandleTagShift = 48;
-  static constexpr uint64_t kHandleAddressMask = (uint64_t{1} << kHandleTagShift) - 1;
-  const uint64_t handle_tag_;
-  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles_ GUARDED_BY(ns_lock);
-  // Handles of an earlier worker (Restore), by their numbers; set before the first request and
-  // only read afterwards. An entry outlives its handle's release: the kernel never sends a
-  // released handle again.
-  std::unordered_map<uint64_t, Handle*> restored_handles_;
-  // The handles a crashed worker made, by the kernel's id of the open or create that made them:
-  // one whose answer the kernel never got is asked for again by the same request, resent.
-  std::unordered_map<uint64_t, uint64_t> opened_by_request_ GUARDED_BY(ns_lock);
-  mutable Mutex dir_handles_mu_;  // A leaf lock.
-  std::unordered_map<uint64_t, std::unique_ptr<DirHandle>> dir_handles_ GUARDED_BY(dir_handles_mu_);
-  uint64_t next_dir_handle_ GUARDED_BY(dir_handles_mu_) = 1;
-  // Open handles of files (control files aside), and when one was last opened or released
-  // (mount time before that).
-  size_t open_files_ GUARDED_BY(ns_lock) = 0;
-  Clock::time_point last_open_or_release_ GUARDED_BY(ns_lock);
+  // The control files and the tensor views' nodes.
+  SpecialNodeRegistry specials_;
+  HandleTable handles_;
+  // With a shared arena: the record of what the kernel holds of this worker, kept current.
+  KernelStateKeeper kernel_state_;
   std::unique_ptr<Flusher> flusher_;
+  // Handoff, Restore and Recover, made at construction.
+  std::unique_ptr<WorkerTakeover> takeover_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
-  std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
-  std::atomic<bool> direct_reads_{false};
-  std::function<int(int)> open_backing_;
+  // What the daemon around the core sets before the first request (the setters above).
+  struct DaemonHooks {
+    std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache;
+    std::atomic<bool> direct_reads{false};
+    std::function<int(int)> open_backing;
+    std::function<void(int)> close_backing;
+    std::function<Status(const std::string&)> upgrade;
+    std::function<std::string()> worker_info;
+    std::function<nlohmann::json()> request_stats;
+  };
+  DaemonHooks hooks_;
   // With the namespace lock: a file's last passthrough handle closed.
   std::condition_variable_any passthrough_released_;
-  std::function<void(int)> close_backing_;
-  std::function<Status(const std::string&)> upgrade_handler_;
-  std::function<std::string()> worker_info_;
-  std::function<nlohmann::json()> request_stats_;
 };
 
 }  // namespace ckptfs

@@ -445,6 +445,93 @@ void Namespace::RemoveNameLocked(const InodeRef& dir, const std::string& name,
   dir->mtime = dir->ctime = WallTime();
 }
 
+Status Namespace::RenameLocked(const InodeRef& src, const std::string& name,
+                               const InodeRef& child, const InodeRef& dst,
+                               const std::string& new_name, const InodeRef& victim) {
+  if (child->type == FileType::kDirectory) {
+    for (const Inode* cur = dst.get(); cur && cur->ino != kRootIno;
+         cur = cur->names.empty() ? nullptr : cur->names.begin()->parent.get()) {
+      if (cur == child.get()) return Status::Error(EINVAL, "directory moved into itself");
+    }
+    if (victim) {
+      if (victim->type != FileType::kDirectory) return Status::Error(ENOTDIR, new_name);
+      LoadDirLocked(victim);
+      if (!victim->children.empty()) return Status::Error(ENOTEMPTY, new_name);
+    }
+  } else if (victim && victim->type == FileType::kDirectory) {
+    return Status::Error(EISDIR, new_name);
+  }
+  Status st = LoadOriginLocked(child);
+  if (!st.ok()) return st;
+  if (victim && (victim->nlink > 1 || victim->open_handles > 0 || victim->lookups > 0)) {
+    st = LoadOriginLocked(victim);
+    if (!st.ok()) return st;
+  }
+  if (JournaledLocked(child)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kRename;
+    e->inode = child;
+    e->parent = src;
+    e->name = name;
+    e->new_parent = dst;
+    e->new_name = new_name;
+    e->victim = victim;
+    AppendLocked(std::move(e));
+  }
+  const timespec now = WallTime();
+  RemoveNameLocked(src, name, child, /*journal=*/false);
+  if (victim) {
+    // Unless the rename itself replaces it on the backing store, the old file must go there now:
+    // the new one reaches the backing store only at its seal.
+    RemoveNameLocked(dst, new_name, victim, /*journal=*/!JournaledLocked(child));
+    victim->nlink = victim->type == FileType::kDirectory ? 0 : victim->nlink - 1;
+    if (victim->type == FileType::kDirectory) dst->nlink--;
+    MutexLock ilock(victim->mu);
+    victim->ctime = now;  // It lost a link, as its other names show.
+  }
+  AddNameLocked(dst, new_name, child);
+  if (child->type == FileType::kDirectory && src != dst) {
+    src->nlink--;
+    dst->nlink++;
+  }
+  {
+    MutexLock ilock(child->mu);
+    child->ctime = now;
+  }
+  if (victim && victim->nlink == 0) {
+    CancelUnsentLocked(victim);
+    MaybeDropLocked(victim);
+  }
+  return Status::Ok();
+}
+
+Status Namespace::LinkLocked(const InodeRef& inode, uint64_t new_parent,
+                             const std::string& new_name) {
+  if (inode->type == FileType::kDirectory) return Status::Error(EPERM, "hard link of a directory");
+  Result<InodeRef> dst = DirLocked(new_parent);
+  if (!dst.ok()) return dst.status();
+  if (Status absent = CheckAbsentLocked(*dst, new_name); !absent.ok()) return absent;
+  if (inode->names.empty()) return Status::Error(ENOENT, "link of a deleted file");
+  SealLocked(inode);
+  if (JournaledLocked(inode)) {
+    auto e = std::make_shared<JournalEntry>();
+    e->kind = JournalEntry::Kind::kLink;
+    e->inode = inode;
+    e->parent = inode->names.begin()->parent;
+    e->name = inode->names.begin()->name;
+    e->new_parent = *dst;
+    e->new_name = new_name;
+    AppendLocked(std::move(e));
+  }
+  AddNameLocked(*dst, new_name, inode);
+  inode->nlink++;
+  {
+    MutexLock ilock(inode->mu);
+    inode->ctime = WallTime();
+  }
+  return Status::Ok();
+}
+
 std::string Namespace::PathLocked(const InodeRef& inode) const {
   std::vector<std::string> parts;
   const Inode* cur = inode.get();

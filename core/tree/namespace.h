@@ -199,6 +199,20 @@ class Namespace {
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
   void RemoveNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode,
                         bool journal = true) REQUIRES(ns_lock);
+  // Renames entry `name` of `src`, file `child`, to `new_name` of `dst`, replacing `victim` (null:
+  // none there; not `child`): the names and link counts change, the rename is journaled when
+  // `child` is on the backing store or on its way, and a replaced file that lost its last name
+  // goes. EINVAL for a directory moved into itself; ENOTDIR, EISDIR or ENOTEMPTY for a victim
+  // it cannot replace; an error of loading what a backing file held. Nothing changes on error.
+  Status RenameLocked(const InodeRef& src, const std::string& name, const InodeRef& child,
+                      const InodeRef& dst, const std::string& new_name, const InodeRef& victim)
+      REQUIRES(ns_lock);
+  // Adds the name `new_name` of directory `new_parent` to file `inode` (sealed first), journaled
+  // when the file is on the backing store or on its way. EPERM for a directory; the errors of
+  // DirLocked and CheckAbsentLocked; ENOENT for a file with no name left. Nothing changes on
+  // error.
+  Status LinkLocked(const InodeRef& inode, uint64_t new_parent, const std::string& new_name)
+      REQUIRES(ns_lock);
   std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
   // The inode whose content a file's reads and writes reach: its real chunk for a virtual

@@ -126,6 +126,78 @@ TEST_F(NamespaceTest, ADeletedClosedFileIsForgottenOnceTheKernelForgetsIt) {
   EXPECT_EQ(ns_->FindLocked(file->ino), nullptr);
 }
 
+TEST_F(NamespaceTest, ARenameMovesTheNameJournalsItAndTheFileItReplacesGoesWithItsLastName) {
+  WriteHostFile(backing_ / "a", "new");
+  WriteHostFile(backing_ / "b", "old");
+  InodeRef a = ChildOfRoot("a");
+  InodeRef b = ChildOfRoot("b");
+  ASSERT_TRUE(a && b);
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  const uint64_t victim_ino = b->ino;
+  ASSERT_TRUE(ns_->RenameLocked(root, "a", a, root, "b", b).ok());
+  EXPECT_EQ(ns_->ChildLocked(root, "a").status().err(), ENOENT);
+  EXPECT_EQ(*ns_->ChildLocked(root, "b"), a);
+  EXPECT_EQ(ns_->PathLocked(a), "b");
+  EXPECT_EQ(b->nlink, 0u);
+  EXPECT_EQ(ns_->FindLocked(victim_ino), nullptr) << "nobody holds the replaced file";
+  ASSERT_EQ(journal_.pending_entries(), 1u);
+  const EntryRef e = journal_.Unflushed().back();
+  EXPECT_EQ(e->kind, JournalEntry::Kind::kRename);
+  EXPECT_EQ(e->name, "a");
+  EXPECT_EQ(e->new_name, "b");
+  EXPECT_EQ(e->victim, b);
+}
+
+TEST_F(NamespaceTest, ADirectoryMovesWithItsLinkCountsButNeverIntoItselfOrOverAFileOrAFullOne) {
+  ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((backing_ / "d/sub").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((backing_ / "full").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "full/x", "x");
+  ASSERT_EQ(mkdir((backing_ / "e").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "f", "f");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  InodeRef d = *ns_->ChildLocked(root, "d");
+  InodeRef sub = *ns_->ChildLocked(d, "sub");
+  InodeRef full = *ns_->ChildLocked(root, "full");
+  InodeRef e = *ns_->ChildLocked(root, "e");
+  InodeRef f = *ns_->ChildLocked(root, "f");
+  EXPECT_EQ(ns_->RenameLocked(root, "d", d, sub, "d", nullptr).err(), EINVAL);
+  EXPECT_EQ(ns_->RenameLocked(root, "d", d, root, "f", f).err(), ENOTDIR);
+  EXPECT_EQ(ns_->RenameLocked(root, "f", f, root, "d", d).err(), EISDIR);
+  EXPECT_EQ(ns_->RenameLocked(root, "d", d, root, "full", full).err(), ENOTEMPTY);
+  EXPECT_EQ(journal_.pending_entries(), 0u) << "a refused rename changes nothing";
+  EXPECT_EQ(ns_->PathLocked(d), "d");
+  const uint32_t root_links = root->nlink;
+  const uint32_t e_links = e->nlink;
+  ASSERT_TRUE(ns_->RenameLocked(root, "d", d, e, "d", nullptr).ok());
+  EXPECT_EQ(ns_->PathLocked(sub), "e/d/sub");
+  EXPECT_EQ(root->nlink, root_links - 1);
+  EXPECT_EQ(e->nlink, e_links + 1);
+}
+
+TEST_F(NamespaceTest, ALinkAddsAJournaledNameButNotToADirectoryATakenNameOrADeletedFile) {
+  WriteHostFile(backing_ / "a", "x");
+  ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  InodeRef a = *ns_->ChildLocked(root, "a");
+  InodeRef d = *ns_->ChildLocked(root, "d");
+  const uint32_t links = a->nlink;
+  ASSERT_TRUE(ns_->LinkLocked(a, d->ino, "b").ok());
+  EXPECT_EQ(a->nlink, links + 1);
+  EXPECT_EQ(*ns_->ChildLocked(d, "b"), a);
+  ASSERT_EQ(journal_.pending_entries(), 1u);
+  EXPECT_EQ(journal_.Unflushed().back()->kind, JournalEntry::Kind::kLink);
+  EXPECT_EQ(journal_.Unflushed().back()->new_name, "b");
+  EXPECT_EQ(ns_->LinkLocked(a, d->ino, "b").err(), EEXIST);
+  EXPECT_EQ(ns_->LinkLocked(d, kRootIno, "d2").err(), EPERM);
+  InodeRef deleted = ns_->NewInodeLocked(FileType::kRegular, 0644, testing_util::Me());
+  EXPECT_EQ(ns_->LinkLocked(deleted, kRootIno, "c").err(), ENOENT);
+  EXPECT_EQ(a->nlink, links + 1) << "refused links change nothing";
+}
+
 // Shared mode: other mounts change the backing directory; here the test does, on the host.
 class SharedNamespaceTest : public NamespaceTest {
  protected:

@@ -1,5 +1,5 @@
-// Filesystem::Handoff and Filesystem::Restore: one worker of a mount hands its inodes and handles
-// to the next (core/recovery/handoff.h).
+// WorkerTakeover::Handoff and WorkerTakeover::Restore: one worker of a mount hands its inodes and
+// handles to the next (core/recovery/handoff.h).
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
@@ -9,6 +9,7 @@
 
 #include "core/backing/backing_store.h"
 #include "core/filesystem/filesystem.h"
+#include "core/filesystem/worker_takeover.h"
 #include "core/recovery/handoff.h"
 
 namespace ckptfs {
@@ -23,20 +24,22 @@ size_t Depth(const Inode& inode) REQUIRES(ns_lock) {
 
 }  // namespace
 
-Result<HandoffImage> Filesystem::Handoff() {
+Result<HandoffImage> WorkerTakeover::Handoff() {
   {
     NamespaceLock lock(ns_.mutex());
-    for (const auto& [address, h] : handles_) {
-      if (h->inode && IsZarrView(*h->inode)) {
-        return Status::Error(EAGAIN, ns_.PathLocked(h->inode) + ", a view of a zarr array, is open");
-      }
+    InodeRef open_view;
+    handles_.ForEachLocked([&](const Handle& h) {
+      if (h.file() && IsZarrView(*h.file()->inode)) open_view = h.file()->inode;
+    });
+    if (open_view) {
+      return Status::Error(EAGAIN, ns_.PathLocked(open_view) + ", a view of a zarr array, is open");
     }
     ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) {
       if (inode->open_handles == 0) ns_.SealLocked(inode);
     });
   }
   flusher_->Hurry();
-  const uint64_t point = SyncPoint();
+  const uint64_t point = journal_.last_seq();
   if (Status durable = flusher_->WaitDurable(point); !durable.ok()) return durable;
   // Markers held for their commits: decided either way afterwards (a failed commit's marker is
   // never published, which is what its outcome says, not a reason to keep this worker).
@@ -100,42 +103,43 @@ Result<HandoffImage> Filesystem::Handoff() {
     }
     image.inodes.push_back(std::move(r));
   }
-  for (const auto& [address, h] : handles_) {
-    if (h->tensor) continue;  // Its reads fail after the handoff (EBADF): it is opened again.
+  handles_.ForEachLocked([&](const Handle& h) REQUIRES(ns_lock) {
+    const std::optional<uint64_t> special =
+        h.special() ? h.special()->HandedOverIno() : std::nullopt;
+    if (h.special() && !special) return;
     HandoffImage::HandleRecord r;
-    r.fh = h->number;
-    r.flags = h->flags;
-    if (h->inode) {
-      MutexLock ilock(h->inode->mu);
-      r.ino = h->inode->ino;
-      r.direct = h->direct;
-      r.passthrough = h->passthrough;
-      r.backing_id = h->passthrough ? h->inode->backing_id : -1;
-      r.wrote = h->wrote_version > h->inode->durable_version;
+    r.fh = h.number;
+    r.flags = h.flags;
+    if (const FileHandle* f = h.file()) {
+      MutexLock ilock(f->inode->mu);
+      r.ino = f->inode->ino;
+      r.direct = f->direct;
+      r.passthrough = f->passthrough;
+      r.backing_id = f->passthrough ? f->inode->backing_id : -1;
+      r.wrote = f->wrote_version > f->inode->durable_version;
     } else {
-      r.ino = h->control.ino;
+      r.ino = *special;
     }
     image.handles.push_back(r);
-  }
-  {
-    MutexLock dlock(dir_handles_mu_);
-    for (const auto& [fh, dh] : dir_handles_) image.dir_handles.push_back({fh, dh->entries});
-  }
+  });
+  for (auto& [fh, entries] : handles_.Dirs()) image.dir_handles.push_back({fh, std::move(entries)});
   return image;
 }
 
-void Filesystem::Retire() {
-  if (shared_) shared_->Leave();
+void WorkerTakeover::AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) {
+  if (FileHandle* f = h->file()) f->inode->open_handles++;
+  handles_.AddEarlierLocked(std::move(h), number);
 }
 
-Status Filesystem::Restore(const HandoffImage& image) {
+Status WorkerTakeover::Restore(const HandoffImage& image) {
   if (log_) log_->Reset();  // Everything sealed was durable before the handoff.
   // Opened before the namespace lock is taken: the stats file is generated at its open.
-  std::unordered_map<uint64_t, ControlFiles::OpenFile> control_files;
+  std::unordered_map<uint64_t, std::unique_ptr<SpecialFile>> special_files;
   for (const HandoffImage::HandleRecord& r : image.handles) {
-    if (!IsControl(r.ino)) continue;
-    Result<ControlFiles::OpenFile> opened = control_.Open(r.ino, r.flags);
-    if (opened.ok()) control_files.emplace(r.fh, std::move(*opened));
+    SpecialNodes* special = specials_.ForNode(r.ino);
+    if (!special) continue;
+    Result<SpecialNodes::Opened> opened = special->Open(r.ino, r.flags);
+    if (opened.ok()) special_files.emplace(r.fh, std::move(opened->file));
   }
   // Every block named, adopted at once (contents may share blocks).
   std::unordered_map<uint64_t, BlockRef> adopted;
@@ -235,12 +239,11 @@ Status Filesystem::Restore(const HandoffImage& image) {
     inode->version = inode->sealed_version + 1;
   }
   for (const HandoffImage::HandleRecord& r : image.handles) {
-    auto h = std::make_unique<Handle>();
-    h->flags = r.flags;
-    if (IsControl(r.ino)) {
-      auto opened = control_files.find(r.fh);
-      if (opened == control_files.end()) continue;
-      h->control = std::move(opened->second);
+    std::unique_ptr<Handle> h;
+    if (specials_.ForNode(r.ino)) {
+      auto opened = special_files.find(r.fh);
+      if (opened == special_files.end()) continue;
+      h = std::make_unique<Handle>(SpecialHandle{std::move(opened->second)}, r.flags);
     } else {
       InodeRef inode = ns_.FindLocked(r.ino);
       if (!inode || inode->type != FileType::kRegular) continue;
@@ -248,29 +251,25 @@ Status Filesystem::Restore(const HandoffImage& image) {
         spdlog::warn("handoff: {}: {}", ns_.PathLocked(inode), loaded.ToString());
         continue;
       }
-      h->inode = inode;
-      h->direct = r.direct;
-      h->passthrough = r.passthrough && r.backing_id >= 0;
+      h = std::make_unique<Handle>(FileHandle(inode), r.flags);
+      FileHandle& f = *h->file();
+      f.direct = r.direct;
+      f.passthrough = r.passthrough && r.backing_id >= 0;
       MutexLock ilock(inode->mu);
-      if (r.wrote) h->wrote_version = inode->version;
-      if (h->passthrough) {
+      if (r.wrote) f.wrote_version = inode->version;
+      if (f.passthrough) {
         inode->backing_id = r.backing_id;
         inode->passthrough_handles++;
-      } else if (!h->direct) {
+      } else if (!f.direct) {
         inode->cached_handles++;
       }
     }
     AdoptEarlierHandleLocked(std::move(h), r.fh);
   }
-  {
-    MutexLock dlock(dir_handles_mu_);
-    for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
-      auto dh = std::make_unique<DirHandle>();
-      dh->entries = r.entries;
-      dir_handles_.emplace(r.fh, std::move(dh));
-    }
+  for (const HandoffImage::DirHandleRecord& r : image.dir_handles) {
+    handles_.AddEarlierDir(r.fh, r.entries);
   }
-  RecordAllLocked();
+  kernel_state_.RecordAllLocked();
   // The previous worker's spill files are not needed (what lay in them went to handoff files).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return taken_spills.count(name) > 0; });

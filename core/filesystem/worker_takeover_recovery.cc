@@ -1,5 +1,5 @@
-// Filesystem::Recover: a worker that took over after a crash replays what the recovery log holds
-// pending (core/recovery/recovery_log.h) through the operations a client would have made, so that
+// WorkerTakeover::Recover: a worker that took over after a crash replays what the recovery log
+// holds pending (core/recovery/recovery_log.h) through the operations a client would have made, so that
 // its journal publishes them in the same order.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +8,7 @@
 
 #include "core/backing/backing_store.h"
 #include "core/filesystem/filesystem.h"
+#include "core/filesystem/worker_takeover.h"
 
 namespace ckptfs {
 namespace {
@@ -17,7 +18,23 @@ bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == E
 
 }  // namespace
 
-Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
+WorkerTakeover::WorkerTakeover(Filesystem& fs, const Parts& parts)
+    : fs_(fs),
+      config_(parts.config),
+      env_(&parts.env),
+      root_fd_(parts.root_fd),
+      staging_fd_(parts.staging_fd),
+      stats_(parts.stats),
+      arena_(parts.arena),
+      log_(parts.log),
+      journal_(parts.journal),
+      ns_(parts.ns),
+      handles_(parts.handles),
+      kernel_state_(parts.kernel_state),
+      specials_(parts.specials),
+      flusher_(&parts.flusher) {}
+
+Result<InodeRef> WorkerTakeover::ResolveLocked(const std::string& path) {
   InodeRef at = ns_.FindLocked(kRootIno);
   size_t start = 0;
   while (true) {
@@ -32,7 +49,7 @@ Result<InodeRef> Filesystem::ResolveLocked(const std::string& path) {
   }
 }
 
-Result<Filesystem::PathParent> Filesystem::ParentOfLocked(const std::string& path) {
+Result<WorkerTakeover::PathParent> WorkerTakeover::ParentOfLocked(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return PathParent{kRootIno, path};
   Result<InodeRef> dir = ResolveLocked(path.substr(0, slash));
@@ -41,19 +58,19 @@ Result<Filesystem::PathParent> Filesystem::ParentOfLocked(const std::string& pat
   return PathParent{(*dir)->ino, path.substr(slash + 1)};
 }
 
-Result<Filesystem::PathParent> Filesystem::ParentOf(const std::string& path) {
+Result<WorkerTakeover::PathParent> WorkerTakeover::ParentOf(const std::string& path) {
   NamespaceLock lock(ns_.mutex());
   return ParentOfLocked(path);
 }
 
-Result<uint64_t> Filesystem::InodeAt(const std::string& path) {
+Result<uint64_t> WorkerTakeover::InodeAt(const std::string& path) {
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> found = ResolveLocked(path);
   if (!found.ok()) return found.status();
   return (*found)->ino;
 }
 
-Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
+Status WorkerTakeover::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
   std::shared_ptr<BackingFile> spill;
   if (!e.in_memory) {
     if (e.spill_file.empty()) {
@@ -68,15 +85,15 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
   if (!at.ok()) return at.status();
   Result<uint64_t> existing = InodeAt(e.names[0]);
   Result<OpenFile> opened =
-      existing.ok() ? Open(*existing, O_WRONLY | O_TRUNC, owner)
-                    : Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
+      existing.ok() ? fs_.Open(*existing, O_WRONLY | O_TRUNC, owner)
+                    : fs_.Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
   if (!opened.ok()) return opened.status();
-  if (!existing.ok()) Forget(opened->attr.ino, 1);
+  if (!existing.ok()) fs_.Forget(opened->attr.ino, 1);
   std::vector<std::pair<uint64_t, BlockRef>> content;
   for (const auto& [index, slot] : e.blocks) content.emplace_back(index, adopted.blocks[slot]);
   {
     NamespaceLock lock(ns_.mutex());
-    Handle* h = HandleOf(opened->handle);
+    FileHandle* h = handles_.Find(opened->handle)->file();
     const InodeRef inode = h->inode;
     MutexLock ilock(inode->mu);
     inode->content = FileContent(e.size, std::move(content), std::move(spill), e.base_len);
@@ -89,17 +106,17 @@ Status Filesystem::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
     inode->mtime = FromNanos(e.mtime_ns);
   }
   const uint64_t ino = opened->attr.ino;
-  Status closed = Release(opened->handle);  // Seals the version.
+  Status closed = fs_.Release(opened->handle);  // Seals the version.
   for (size_t i = 1; i < e.names.size() && closed.ok(); ++i) {
     Result<PathParent> link_at = ParentOf(e.names[i]);
     if (!link_at.ok()) return link_at.status();
-    Result<Attr> linked = Link(ino, link_at->dir, link_at->name);
-    if (linked.ok()) Forget(ino, 1);
+    Result<Attr> linked = fs_.Link(ino, link_at->dir, link_at->name);
+    if (linked.ok()) fs_.Forget(ino, 1);
   }
   return closed;
 }
 
-Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
+Status WorkerTakeover::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
   using Kind = JournalEntry::Kind;
   if (e.kind == Kind::kPublish) return ReplayPublish(e, adopted);
   const Caller owner{e.uid, e.gid, 0};
@@ -107,26 +124,27 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
   if (!at.ok()) return at.status();
   // An entry made by an operation the kernel got an answer for: its node is forgotten again.
   auto made = [&](const Result<Attr>& attr) {
-    if (attr.ok()) Forget(attr->ino, 1);
+    if (attr.ok()) fs_.Forget(attr->ino, 1);
     return attr.status();
   };
   switch (e.kind) {
-    case Kind::kMkdir: return made(Mkdir(at->dir, at->name, e.mode, owner));
-    case Kind::kSymlink: return made(Symlink(at->dir, at->name, e.symlink_target, owner));
-    case Kind::kMknod: return made(Mknod(at->dir, at->name, e.node_type | e.mode, e.rdev, owner));
-    case Kind::kUnlink: return Unlink(at->dir, at->name);
-    case Kind::kRmdir: return Rmdir(at->dir, at->name);
+    case Kind::kMkdir: return made(fs_.Mkdir(at->dir, at->name, e.mode, owner));
+    case Kind::kSymlink: return made(fs_.Symlink(at->dir, at->name, e.symlink_target, owner));
+    case Kind::kMknod:
+      return made(fs_.Mknod(at->dir, at->name, e.node_type | e.mode, e.rdev, owner));
+    case Kind::kUnlink: return fs_.Unlink(at->dir, at->name);
+    case Kind::kRmdir: return fs_.Rmdir(at->dir, at->name);
     case Kind::kRename: {
       Result<PathParent> to = ParentOf(e.new_path);
       if (!to.ok()) return to.status();
-      return Rename(at->dir, at->name, to->dir, to->name, e.rename_flags);
+      return fs_.Rename(at->dir, at->name, to->dir, to->name, e.rename_flags);
     }
     case Kind::kLink: {
       Result<uint64_t> ino = InodeAt(e.path);
       Result<PathParent> to = ParentOf(e.new_path);
       if (!ino.ok()) return ino.status();
       if (!to.ok()) return to.status();
-      return made(Link(*ino, to->dir, to->name));
+      return made(fs_.Link(*ino, to->dir, to->name));
     }
     case Kind::kSetAttr: {
       Result<uint64_t> ino = InodeAt(e.path);
@@ -141,14 +159,14 @@ Status Filesystem::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
         r.atime = FromNanos(e.atime_ns);
         r.mtime = FromNanos(e.mtime_ns);
       }
-      return SetAttr(*ino, r).status();
+      return fs_.SetAttr(*ino, r).status();
     }
     case Kind::kPublish: break;
   }
   return Status::Ok();
 }
 
-Status Filesystem::Recover(Recovery kind) {
+Status WorkerTakeover::Recover(Recovery kind) {
   if (!log_) {
     RemoveSpillFiles(*env_, staging_fd_);
     return Status::Ok();
@@ -159,8 +177,8 @@ Status Filesystem::Recover(Recovery kind) {
     log_->Reset();
     state = LoggedState{};
   }
-  const KernelStateRecord::State kernel =
-      kernel_record_ ? kernel_record_->Read() : KernelStateRecord::State{};
+  KernelStateRecord* const record = kernel_state_.record();
+  const KernelStateRecord::State kernel = record ? record->Read() : KernelStateRecord::State{};
   // Every block named, adopted at once (sealed versions and open files share blocks).
   Adopted adopted;
   std::vector<uint64_t> slots;
@@ -179,27 +197,25 @@ Status Filesystem::Recover(Recovery kind) {
     spdlog::error("recovery: the cache's blocks cannot be taken over ({}): what the previous "
                   "worker had not made durable is lost", blocks.status().ToString());
     log_->Reset();
-    if (kernel_record_) kernel_record_->Clear();
+    if (record) record->Clear();
     RemoveSpillFiles(*env_, staging_fd_);
     return blocks.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
-  if (kernel_record_ && kind == Recovery::kEarlierMount) {
+  if (record && kind == Recovery::kEarlierMount) {
     // Before the replay, which a failure here leaves to a later try.
     if (Status rescued = RescueOpenFiles(kernel, adopted); !rescued.ok()) return rescued;
   }
   // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
-  std::unique_ptr<KernelStateRecord> record = std::move(kernel_record_);
-  Status replayed = Replay(*state, adopted);
-  kernel_record_ = std::move(record);
-  if (kernel_record_ && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
+  Status replayed = kernel_state_.Unrecorded([&] { return Replay(*state, adopted); });
+  if (record && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
   // Spill files nothing names any more go (those taken over go with their last reference).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return adopted.spills.count(name) > 0; });
   return replayed;
 }
 
-Result<std::shared_ptr<BackingFile>> Filesystem::AdoptSpillFile(const std::string& name,
+Result<std::shared_ptr<BackingFile>> WorkerTakeover::AdoptSpillFile(const std::string& name,
                                                                 Adopted& adopted) {
   if (auto it = adopted.spills.find(name); it != adopted.spills.end()) return it->second;
   Result<int> fd = env_->Open(staging_fd_, name, O_RDWR | O_NOFOLLOW);
@@ -209,7 +225,7 @@ Result<std::shared_ptr<BackingFile>> Filesystem::AdoptSpillFile(const std::strin
   return file;
 }
 
-Status Filesystem::Replay(const LoggedState& state, Adopted& adopted) {
+Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
   if (state.entries.empty()) {
     log_->Reset();
     return Status::Ok();
