@@ -99,7 +99,7 @@ Result<BackingStore> OpenBackingStore(Env& env, const Config& config) {
   };
   Result<int> own = OpenOwnDir(env, *root, kReservedName);
   if (!own.ok()) return fail(own.status(), "cannot create .ckptfs");
-  Result<int> staging = OpenOwnDir(env, *own, "staging");
+  Result<int> staging = OpenOwnDir(env, *own, kStagingDirName);
   env.Close(*own);
   if (!staging.ok()) return fail(staging.status(), "cannot create .ckptfs/staging");
   if (config.shared) {

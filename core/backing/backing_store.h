@@ -8,19 +8,11 @@
 #include <string_view>
 
 #include "core/base/config.h"
+#include "core/backing/backing_paths.h"
 #include "core/base/status.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
-
-// The reserved name at the root: the control directory in the mount, ckptfs' own files
-// (staging, rescue) in the backing directory.
-inline constexpr const char* kReservedName = ".ckptfs";
-// Names of the staging directory's handoff files (core/recovery/handoff.h): "handoff-<ino>".
-inline constexpr std::string_view kHandoffPrefix = "handoff-";
-// Names of the staging directory's spill files (core/flush/reclaim.h): "spill-<worker>-<n>".
-inline constexpr std::string_view kSpillPrefix = "spill-";
-inline constexpr size_t kMaxSpillName = 64;
 
 struct BackingStore {
   int root_fd = -1;     // The backing directory.

@@ -1091,7 +1091,7 @@ Status Filesystem::Shutdown() {
   if (shared_) shared_->Leave();
   if (st.ok() && config_.shared) {
     // A member's own staging directory goes with it (it stays when something is left in it).
-    (void)env_->Unlink(root_fd_, std::string(kReservedName) + "/staging/" + config_.node, true);
+    (void)env_->Unlink(root_fd_, std::string(kReservedName) + "/" + kStagingDirName + "/" + config_.node, true);
   }
   if (st.ok()) return st;
   std::vector<UnflushedFile> files;

@@ -66,7 +66,7 @@ Result<std::string> SaveToRescueDirectory(Env& env, int root_fd, const std::stri
   char stamp[32];
   time_t t = time(nullptr);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&t));
-  std::string name = std::string("rescue-") + stamp + "-" + std::to_string(getpid());
+  std::string name = std::string(kRescuePrefix) + stamp + "-" + std::to_string(getpid());
   // The backing directory first; when it cannot hold the files (full, failing), /var/tmp.
   struct Place {
     int base_fd;

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "core/backing/backing_paths.h"
 #include "core/shared/shared_dir.h"
 #include "core/shared/shared_policy.h"
 
@@ -99,7 +100,7 @@ Result<std::unique_ptr<Membership>> Membership::Open(Env& env, int backing_fd,
   if (!policy::IsValidNodeName(settings.node)) {
     return Status::Error(EINVAL, "node name '" + settings.node + "' is not valid");
   }
-  Result<int> members = OpenSharedSubdir(env, backing_fd, "members");
+  Result<int> members = OpenSharedSubdir(env, backing_fd, kMembersDirName);
   if (!members.ok()) return members.status();
   return std::unique_ptr<Membership>(new Membership(env, *members, std::move(settings), clock,
                                                     std::move(progress), HostName()));

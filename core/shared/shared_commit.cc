@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "core/backing/backing_paths.h"
 #include "core/shared/shared_dir.h"
 #include "core/shared/shared_policy.h"
 
@@ -44,7 +45,7 @@ Result<std::unique_ptr<SharedCommits>> SharedCommits::Open(Env& env, int backing
                                                            Membership& membership, Clock& clock,
                                                            std::chrono::milliseconds member_timeout,
                                                            ProgressFn progress) {
-  Result<int> commits = OpenSharedSubdir(env, backing_fd, "commits");
+  Result<int> commits = OpenSharedSubdir(env, backing_fd, kCommitsDirName);
   if (!commits.ok()) return commits.status();
   return std::unique_ptr<SharedCommits>(new SharedCommits(env, *commits, membership, clock,
                                                           member_timeout, std::move(progress)));

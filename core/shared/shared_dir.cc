@@ -21,7 +21,7 @@ Result<int> OpenOrMakeDir(Env& env, int dir, const std::string& name) {
 
 Result<int> OpenSharedSubdir(Env& env, int backing_fd, const std::string& sub) {
   int dir = backing_fd;
-  for (const char* name : {kReservedName, "shared", sub.c_str()}) {
+  for (const char* name : {kReservedName, kSharedDirName, sub.c_str()}) {
     Result<int> next = OpenOrMakeDir(env, dir, name);
     if (dir != backing_fd) env.Close(dir);
     if (!next.ok()) {

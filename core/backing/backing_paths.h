@@ -1,0 +1,34 @@
+// Every path ckptfs keeps under the backing directory, named in one place:
+//
+//   BACKING/.ckptfs/                       the reserved name (in the mount: the control directory)
+//     staging/                             versions written before they are published
+//       spill-<worker>-<n>                 a file's bytes spilled while memory was short
+//                                          (core/flush/reclaim.h)
+//       handoff-<ino>                      an open file handed to the next worker at an upgrade
+//                                          (core/recovery/handoff.h)
+//       <node>/                            -o shared: a member's own staging directory
+//     shared/                              -o shared (core/shared/shared_dir.h):
+//       members/<node>                     each member's heartbeat file (core/shared/membership.h)
+//       commits/<id>/                      a marker's commit: request, ack.<node>
+//                                          (core/shared/shared_commit.h)
+//     rescue-<time>-<pid>/                 files that could not be flushed at unmount
+//                                          (core/recovery/rescue.h; /var/tmp/ckptfs-rescue-... when
+//                                          the backing directory cannot hold them)
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace ckptfs {
+
+inline constexpr const char* kReservedName = ".ckptfs";
+inline constexpr const char* kStagingDirName = "staging";
+inline constexpr const char* kSharedDirName = "shared";
+inline constexpr const char* kMembersDirName = "members";
+inline constexpr const char* kCommitsDirName = "commits";
+inline constexpr std::string_view kHandoffPrefix = "handoff-";
+inline constexpr std::string_view kSpillPrefix = "spill-";
+inline constexpr size_t kMaxSpillName = 64;
+inline constexpr std::string_view kRescuePrefix = "rescue-";
+
+}  // namespace ckptfs
