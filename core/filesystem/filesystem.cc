@@ -10,13 +10,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
 #include "core/base/serve_policy.h"
-#include "core/filesystem/open_mode.h"
+#include "core/filesystem/stats_report.h"
 #include "core/filesystem/worker_takeover.h"
 #include "core/recovery/cache_memory_layout.h"
-#include "core/recovery/rescue.h"
 
 namespace ckptfs {
 namespace {
@@ -24,21 +22,6 @@ namespace {
 Config WithFlushIo(Config config, FlushIo flush_io) {
   config.flush_io = flush_io;
   return config;
-}
-
-// The mode a write or truncation by `c` leaves (the kernel's file_remove_privs): a caller
-// without CAP_FSETID clears set-user-ID, and set-group-ID when group execute is set.
-uint32_t ModeAfterChangeBy(uint32_t mode, const Caller& c) {
-  if (c.uid == 0) return mode;
-  mode &= ~static_cast<uint32_t>(S_ISUID);
-  if (mode & S_IXGRP) mode &= ~static_cast<uint32_t>(S_ISGID);
-  return mode;
-}
-
-// Blocks a write of [offset, offset+length) may need, whatever the file holds.
-size_t WorstCaseBlocks(uint64_t offset, size_t length) {
-  if (length == 0) return 0;
-  return (offset + length - 1) / kBlockSize - offset / kBlockSize + 1;
 }
 
 }  // namespace
@@ -55,30 +38,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
   // A worker whose death would lose what it holds does not serve with the cache shared.
-  if (!fs->unrecoverable_.ok()) return fs->unrecoverable_;
+  if (Status mapped = fs->MapRecoveryMemory(); !mapped.ok()) return mapped;
   if (config.shared) {
-    Journal& journal = fs->journal_;
-    Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
-        fs->config_, *fs->env_, fs->root_fd_, clock, [&journal] {
-          return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
-        });
-    if (!shared.ok()) {
-      return Status::Error(shared.status().err(),
-                           "cannot join the mounts sharing the backing directory: " +
-                               shared.status().message());
-    }
-    fs->shared_ = std::move(*shared);
-    RemoveStagingLeftovers(*fs->env_, fs->staging_fd_, TakesOverStagedFiles(config));
-    SharedMount* mount = fs->shared_.get();
-    fs->flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
-                              [mount] { mount->DataDurable(); });
-    if (config.recovers_earlier_mount) {
-      // Other members may have published a newer marker of the same name since the dead mount
-      // sealed its own: no clock tells which is newer, so what is there stays.
-      fs->flusher_->DropMarkersOverTakenNames(
-          "recovered from a mount whose daemon died before its commit, and the name is taken on "
-          "the backing store (by a marker that may be newer); the files beside it are published");
-    }
+    if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
   }
   return fs;
 }
@@ -87,97 +49,83 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
                        Clock& clock)
     : config_(WithFlushIo(config, store.flush_io)),
       env_(std::move(env)),
-      device_nodes_(store.device_nodes),
-      clock_(clock),
-      root_fd_(store.root_fd),
-      staging_fd_(store.staging_fd),
-      start_time_(WallTime()),
+      store_(store),
       arena_(config.cache_size, config.arena_fd),
-      ns_(config_, *env_, clock_, stats_, journal_, root_fd_,
-          [this] { flusher_->Notify(); }),
+      ns_(config_, *env_, clock, stats_, journal_, store_.root_fd,
+          [this] { durability_.flusher().Notify(); }),
       zarr_(config_, *env_, ns_),
       tensors_(ns_, *env_),
-      reclaimer_(ns_, stats_, staging_fd_, config.worker),
-      handles_(config.worker, clock_),
-      kernel_state_(nullptr, ns_, handles_, stats_) {
+      handles_(config.worker, clock),
+      kernel_state_(nullptr, ns_, handles_, stats_),
+      durability_({config_, *env_, store_, clock, stats_, arena_, journal_, ns_}),
+      files_({*env_, stats_, arena_, ns_, zarr_, handles_, kernel_state_,
+              durability_.reclaimer()}) {
   specials_.Add(
-      std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), start_time_));
+      std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), WallTime()));
   specials_.Add(std::make_unique<TensorViewNodes>(tensors_));
-  flusher_ = std::make_unique<Flusher>(config_, *env_, clock_, staging_fd_, journal_, stats_,
-                                       static_cast<FlushClient&>(*this));
-  arena_.SetReclaimer([this](size_t wanted) { return reclaimer_.Reclaim(wanted); });
-  reclaimer_.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {
+  Reclaimer& reclaimer = durability_.reclaimer();
+  arena_.SetReclaimer([&reclaimer](size_t wanted) { return reclaimer.Reclaim(wanted); });
+  reclaimer.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {
     kernel_state_.RecordContentLocked(inode);
   });
-  arena_.SetPressureCallback([this] { flusher_->Hurry(); });
-  if (arena_.shared()) {
-    Result<std::unique_ptr<RecoveryLog>> log = RecoveryLog::Map(
-        config.arena_fd, ArenaLogOffset(config.cache_size), kArenaLogBytes);
-    if (log.ok()) {
-      log_ = std::move(*log);
-      RecoveryLog* l = log_.get();
-      journal_.SetObservers([l](uint64_t seq) { l->Durable(seq); },
-                            [l](uint64_t seq) { l->Cancelled(seq); });
-      ns_.SetRecoveryLog(l);
-      Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
-          config.arena_fd, ArenaKernelStateOffset(config.cache_size), arena_.capacity_blocks());
-      if (record.ok()) {
-        kernel_state_.SetRecord(std::move(*record));
-      } else {
-        unrecoverable_ = Status::Error(record.status().err(),
-                                       "no kernel state record in the cache's shared memory (" +
-                                           record.status().ToString() +
-                                           "): a crash would lose the open files");
-      }
-    } else {
-      unrecoverable_ = Status::Error(log.status().err(),
-                                     "no recovery log in the cache's shared memory (" +
-                                         log.status().ToString() +
-                                         "): a crash would lose what is sealed");
-    }
+  arena_.SetPressureCallback([this] { durability_.flusher().Hurry(); });
+}
+
+Status Filesystem::MapRecoveryMemory() {
+  if (!arena_.shared()) return Status::Ok();
+  Result<std::unique_ptr<RecoveryLog>> log = RecoveryLog::Map(
+      config_.arena_fd, ArenaLogOffset(config_.cache_size), kArenaLogBytes);
+  if (!log.ok()) {
+    return Status::Error(log.status().err(), "no recovery log in the cache's shared memory (" +
+                                                 log.status().ToString() +
+                                                 "): a crash would lose what is sealed");
   }
-  takeover_ = std::make_unique<WorkerTakeover>(
-      *this, WorkerTakeover::Parts{config_, *env_, root_fd_, staging_fd_, stats_, arena_,
-                                   log_.get(), journal_, ns_, handles_, kernel_state_, specials_,
-                                   *flusher_});
+  log_ = std::move(*log);
+  RecoveryLog* l = log_.get();
+  journal_.SetObservers([l](uint64_t seq) { l->Durable(seq); },
+                        [l](uint64_t seq) { l->Cancelled(seq); });
+  ns_.SetRecoveryLog(l);
+  Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
+      config_.arena_fd, ArenaKernelStateOffset(config_.cache_size), arena_.capacity_blocks());
+  if (!record.ok()) {
+    return Status::Error(record.status().err(),
+                         "no kernel state record in the cache's shared memory (" +
+                             record.status().ToString() + "): a crash would lose the open files");
+  }
+  kernel_state_.SetRecord(std::move(*record));
+  return Status::Ok();
+}
+
+WorkerTakeover Filesystem::Takeover() {
+  return WorkerTakeover(
+      *this, WorkerTakeover::Parts{config_, *env_, store_.root_fd, store_.staging_fd, stats_,
+                                   arena_, log_.get(), journal_, ns_, handles_, kernel_state_,
+                                   specials_, durability_.flusher()});
 }
 
 Filesystem::~Filesystem() {
   arena_.StopPrefault();
-  if (shared_) shared_->Leave();
-  flusher_.reset();
-  shared_.reset();
+  durability_.Stop();
   NamespaceLock lock(ns_.mutex());
   handles_.ClearLocked();  // Files the kernel never released (the mount went away).
-  reclaimer_.ClearLocked();
-  env_->Close(staging_fd_);
-  env_->Close(root_fd_);
+  durability_.reclaimer().ClearLocked();
+  env_->Close(store_.staging_fd);
+  env_->Close(store_.root_fd);
 }
 
-Result<HandoffImage> Filesystem::Handoff() { return takeover_->Handoff(); }
+Result<HandoffImage> Filesystem::Handoff() { return Takeover().Handoff(); }
 
-void Filesystem::Retire() {
-  if (shared_) shared_->Leave();
-}
+void Filesystem::Retire() { durability_.LeaveSharedMount(); }
 
-Status Filesystem::Restore(const HandoffImage& image) { return takeover_->Restore(image); }
+Status Filesystem::Restore(const HandoffImage& image) { return Takeover().Restore(image); }
 
-Status Filesystem::Recover(Recovery kind) { return takeover_->Recover(kind); }
+Status Filesystem::Recover(Recovery kind) { return Takeover().Recover(kind); }
 
 void Filesystem::Start() {
   if (config_.prefault) {
     arena_.Prefault([this] { return NoFileOpenFor(policy::kPrefaultQuiet); });
   }
-  flusher_->Start();
-  spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
-  if (shared_) {
-    Flusher* flusher = flusher_.get();
-    shared_->Start(
-        [flusher](const std::vector<CommitOutcome>& outcomes) {
-          flusher->CommitsDecided(outcomes);
-        },
-        [flusher] { flusher->Hurry(); });
-  }
+  durability_.Start();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,15 +136,6 @@ bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   return handles_.NoFileOpenForLocked(quiet);
 }
 
-void Filesystem::SealHandleLocked(FileHandle& f) {
-  InodeRef owner = ns_.ContentOwner(f.inode);
-  bool changed;
-  {
-    MutexLock lock(owner->mu);
-    changed = f.wrote_version > owner->sealed_version;
-  }
-  if (changed) ns_.SealLocked(owner);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Operations.
@@ -256,7 +195,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   }
   Reservation reservation;
   if (req.size) reservation = arena_.Reserve(1);
-  if (req.size) WaitPassthroughReleased(ino);
+  if (req.size) files_.WaitPassthroughReleased(ino);
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
@@ -409,7 +348,7 @@ Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uin
   }
   const bool device = type == S_IFCHR || type == S_IFBLK;
   if (!device && type != S_IFIFO && type != S_IFSOCK) return Status::Error(EINVAL, "mknod type");
-  if (device && !device_nodes_) {
+  if (device && !store_.device_nodes) {
     return Status::Error(EPERM, name + ": the backing directory takes no device nodes");
   }
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
@@ -621,7 +560,7 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
       auto h = std::make_unique<Handle>(FileHandle(inode), flags);
       h->file()->wrote_version = 1;
       h->file()->request = c.request;
-      return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+      return files_.OpenHandleLocked(std::move(h), /*may_bypass=*/true);
     }
   }
   Result<OpenFile> opened = Open(existing_ino, flags, c);
@@ -642,172 +581,21 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     NamespaceLock lock(ns_.mutex());
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
-  if ((flags & O_ACCMODE) != O_RDONLY) WaitPassthroughReleased(ino);
+  if ((flags & O_ACCMODE) != O_RDONLY) files_.WaitPassthroughReleased(ino);
   return Reserving(c, [&](Reservation& reservation, size_t& more) {
-    return OpenReserved(ino, flags, c, reservation, more);
+    return files_.Open(ino, flags, c, reservation, more);
   });
 }
 
-void Filesystem::WaitPassthroughReleased(uint64_t ino) {
-  if (!hooks_.open_backing) return;  // Passthrough is off: no handle to wait for.
-  NamespaceLock lock(ns_.mutex());
-  passthrough_released_.wait_for(lock, policy::kPassthroughReleaseWait, [&]() REQUIRES(ns_lock) {
-    InodeRef inode = ns_.FindLocked(ino);
-    return !inode || inode->passthrough_handles == 0;
-  });
-}
 
-Result<OpenFile> Filesystem::OpenReserved(uint64_t ino, int flags, const Caller& c,
-                                          Reservation& reservation, size_t& more) {
-  NamespaceLock lock(ns_.mutex());
-  InodeRef inode = ns_.FindLocked(ino);
-  if (!inode) return UnknownInode(ino);
-  if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
-  if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
-  if (inode->type != FileType::kRegular) {
-    return Status::Error(ENXIO, "open of a special file (the kernel opens those itself)");
-  }
-  const bool truncate = (flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY;
-  if (inode->passthrough_handles > 0 && (flags & O_ACCMODE) != O_RDONLY) {
-    spdlog::warn("{}: refused to open for writing (ETXTBSY) while it is read through FUSE "
-                 "passthrough; -o passthrough=off lets such writers in", ns_.PathLocked(inode));
-    return Status::Error(ETXTBSY, "open for writing while read through FUSE passthrough");
-  }
-  if (IsZarrView(*inode)) {
-    Result<ZarrViews::Opened> opened = zarr_.OpenLocked(inode, flags, reservation, more);
-    if (!opened.ok() || more > 0) return opened.status();
-    auto h = std::make_unique<Handle>(FileHandle(inode), flags);
-    h->file()->wrote_version = opened->wrote_version;
-    h->file()->request = c.request;
-    if (opened->text) {
-      // Its reads bypass the page cache, which may hold the text written before the array was
-      // served with a fine grid.
-      inode->open_handles++;
-      return OpenFile{ns_.AttrOf(*inode), handles_.AddLocked(std::move(h)), true};
-    }
-    return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
-  }
-  if (Status full = kernel_state_.RoomLocked(inode.get(), 1); !full.ok()) return full;
-  if (truncate && reservation.count() == 0) {
-    more = 1;
-    return Status::Ok();
-  }
-  if (truncate) {
-    bool mode_changed;
-    {
-      MutexLock ilock(inode->mu);
-      if (inode->content.size() > 0 || inode->origin_dir) {
-        inode->content = FileContent();
-        inode->version++;
-        inode->mtime = inode->ctime = WallTime();
-      }
-      inode->origin_dir.reset();
-      const uint32_t mode = ModeAfterChangeBy(inode->mode, c);
-      mode_changed = mode != inode->mode;
-      inode->mode = mode;
-    }
-    if (mode_changed) ns_.JournalAttrsLocked(inode, /*set_mode=*/true, false, false);
-  } else {
-    Status st = ns_.LoadOriginLocked(inode);
-    if (!st.ok()) return st;
-  }
-  auto h = std::make_unique<Handle>(FileHandle(inode), flags);
-  h->file()->request = c.request;
-  if (flags & O_TRUNC) {
-    MutexLock ilock(inode->mu);
-    h->file()->wrote_version = inode->version;
-  }
-  return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
-}
 
-OpenFile Filesystem::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
-  FileHandle& f = *h->file();
-  Inode* inode = f.inode.get();
-  OpenFile out{ns_.AttrOf(*inode)};
-  MutexLock ilock(inode->mu);
-  const FileContent* c = &inode->content;
-  const policy::OpenChoice choice = policy::ChooseOpen({
-      .may_bypass = may_bypass,
-      .access = h->flags & O_ACCMODE,
-      .size = c->size(),
-      .whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
-                          c->base_len() == c->size(),
-      .prefetched = inode->backing_prefetched,
-      .passthrough_on = static_cast<bool>(hooks_.open_backing),
-      .passthrough_readers = inode->passthrough_handles > 0,
-      .open = inode->open_handles > 0,
-      .cached_open = inode->cached_handles > 0,
-      .direct_reads = hooks_.direct_reads,
-  });
-  if (choice.prefetch) {
-    inode->backing_prefetched = true;
-    env_->Advise(c->base()->fd(), 0, c->size());
-  }
-  if (choice.register_passthrough) inode->backing_id = hooks_.open_backing(c->base()->fd());
-  // Only readers get here while passthrough handles are open (OpenReserved).
-  f.passthrough = inode->backing_id >= 0;
-  if (f.passthrough) {
-    inode->passthrough_handles++;
-    out.backing_id = inode->backing_id;
-  } else {
-    f.direct = choice.direct;
-    if (!f.direct) {
-      inode->cached_handles++;
-      out.keep_cache = !inode->page_cache_stale;
-      inode->page_cache_stale = false;
-    }
-    out.direct_io = f.direct;
-  }
-  inode->open_handles++;
-  ilock.Unlock();
-  Handle& opened = *h;
-  out.handle = handles_.AddLocked(std::move(h));
-  kernel_state_.RecordHandleLocked(opened);
-  return out;
-}
 
-Filesystem::ReadAhead Filesystem::ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) {
-  const FileContent* c = &h.inode->content;
-  const bool sequential = offset == h.next_read;
-  h.next_read = offset + size;
-  if (!sequential || !c->base() || offset + size >= c->base_len()) return {};
-  uint64_t from = std::max(h.read_ahead_until, offset + size);
-  uint64_t to = std::min(c->base_len(), offset + size + policy::kBackingReadAheadBytes);
-  // Asks again once the reader has consumed half of what was asked for (or for the rest).
-  if (to <= from || (to - from < policy::kBackingReadAheadBytes / 2 && to < c->base_len())) {
-    return {};
-  }
-  h.read_ahead_until = to;
-  return {c->base(), from, to - from};
-}
 
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
-  ReadData out;
   if (SpecialFile* special = found->special()) return special->Read(offset, size);
-  FileHandle* h = found->file();
-  // One lock for a plain file's read: the hot path of loads.
-  bool viewed;
-  ReadAhead ahead;
-  {
-    MutexLock lock(h->inode->mu);
-    viewed = IsZarrViewLocked(*h->inode);
-    if (!viewed) {
-      out.segments = h->inode->content.Read(offset, size);
-      if (h->direct) ahead = ReadAheadLocked(*h, offset, size);
-    }
-  }
-  if (viewed) {
-    Result<ReadData> view_data = ZarrViews::Read(*h->inode, offset, size);
-    if (!view_data.ok()) return view_data.status();
-    out = std::move(*view_data);
-  } else if (ahead.file) {
-    env_->Advise(ahead.file->fd(), ahead.offset, ahead.length);
-  }
-  stats_.bytes_read += out.owned.size();
-  for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;
-  return out;
+  return files_.Read(*found->file(), offset, size);
 }
 
 Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* data,
@@ -817,62 +605,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   if (SpecialFile* special = found->special()) {
     return special->Write(std::string_view(data, size));
   }
-  FileHandle* h = found->file();
-  // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
-  // are padding beyond the array's shape and are not stored.
-  std::shared_ptr<const ChunkView> view;
-  {
-    MutexLock lock(h->inode->mu);
-    view = h->inode->view;
-    if (view) h->inode->mtime = h->inode->ctime = WallTime();
-    // Reaches the backing store with the version this write makes, at its seal.
-    h->inode->mode = ModeAfterChangeBy(h->inode->mode, c);
-  }
-  ZarrViews::Target target{offset, size};
-  if (view) {
-    Result<ZarrViews::Target> in_real = ZarrViews::WriteTarget(*view, offset, size);
-    if (!in_real.ok()) return in_real.status();
-    target = *in_real;
-  }
-  const uint64_t target_offset = target.offset;
-  const size_t target_size = target.size;
-  Inode* inode = view ? view->real.get() : h->inode.get();
-  Reservation reservation;
-  MutexLock lock(inode->mu);
-  while (true) {
-    // The kernel places O_APPEND writes at the end itself; write-back of mmap'ed pages through
-    // such a descriptor comes at the pages' own offsets.
-    size_t needed = inode->content.BlocksNeededForWrite(target_offset, target_size);
-    if (reservation.count() >= needed ||
-        arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = inode->content.Write(target_offset, data, target_size, reservation);
-      if (!st.ok()) return st;
-      if (!view) kernel_state_.RecordWriteLocked(*inode, target_offset, target_size);
-      break;
-    }
-    lock.unlock();
-    Result<Reservation> got =
-        arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)), c.interrupted);
-    if (!got.ok()) return got.status();
-    reservation = std::move(*got);
-    lock.lock();
-  }
-  inode->version++;
-  inode->mtime = inode->ctime = WallTime();
-  h->wrote_version = inode->version;
-  h->writers.Wrote(c.lock_owner);
-  stats_.bytes_written += size;
-  if (h->direct) {
-    if (inode->cached_handles == 0) {
-      inode->page_cache_stale = true;
-    } else {
-      lock.unlock();
-      if (hooks_.invalidate_page_cache) {
-        hooks_.invalidate_page_cache(h->inode->ino, offset, size);
-      }
-    }
-  }
-  return size;
+  return files_.Write(*found->file(), offset, data, size, c);
 }
 
 Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
@@ -880,58 +613,18 @@ Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
   if (!found) return UnknownHandle(handle);
   FileHandle* h = found->file();
   if (!h) return Status::Ok();
-  NamespaceLock lock(ns_.mutex());
-  {
-    InodeRef owner = ns_.ContentOwner(h->inode);
-    MutexLock ilock(owner->mu);
-    if (!h->writers.Closes(lock_owner)) return Status::Ok();  // Sealed at the writer's close.
-  }
-  SealHandleLocked(*h);
-  if ((found->flags & O_ACCMODE) == O_RDONLY) return Status::Ok();  // Readers are not told.
-  MutexLock ilock(h->inode->mu);
-  if (!h->inode->flush_error.ok() && !h->inode->flush_error_reported) {
-    h->inode->flush_error_reported = true;
-    return h->inode->flush_error;
-  }
-  return Status::Ok();
+  return files_.Flush(*h, found->flags, lock_owner);
 }
 
 Status Filesystem::Release(uint64_t handle) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
   NamespaceLock lock(ns_.mutex());
-  if (FileHandle* h = found->file()) {
-    SealHandleLocked(*h);
-    if (h->passthrough) {
-      if (--h->inode->passthrough_handles == 0) {
-        hooks_.close_backing(h->inode->backing_id);
-        h->inode->backing_id = -1;
-        passthrough_released_.notify_all();
-      }
-    } else if (!h->direct) {
-      MutexLock ilock(h->inode->mu);
-      h->inode->cached_handles--;
-    }
-    kernel_state_.UnrecordHandleLocked(*h);
-    handles_.ForgetOpenedByLocked(h->request);
-    if (InodeRef real = ns_.ContentOwner(h->inode); real != h->inode) CloseOneLocked(real);
-    CloseOneLocked(h->inode);
-    ns_.MaybeDropLocked(h->inode);
-  }
+  if (FileHandle* h = found->file()) files_.ReleaseLocked(*h);
   handles_.RemoveLocked(found);
   return Status::Ok();
 }
 
-void Filesystem::CloseOneLocked(const InodeRef& inode) {
-  inode->open_handles--;
-  // A file read from the backing store and left unchanged gives its descriptor back; a durable
-  // one that reads from a spill file gives back the spill file's disk space (as at its flush).
-  MutexLock ilock(inode->mu);
-  const std::shared_ptr<BackingFile>& base = inode->content.base();
-  if (inode->content.memory_blocks() == 0 || (base && base->spill())) {
-    reclaimer_.UnloadLocked(inode);
-  }
-}
 
 Status Filesystem::Fsync(uint64_t handle) {
   Handle* found = handles_.Find(handle);
@@ -948,7 +641,7 @@ Status Filesystem::Fsync(uint64_t handle) {
     MutexLock ilock(h->inode->mu);
     return h->inode->flush_error;
   }
-  Status st = flusher_->WaitDurable(seq);
+  Status st = durability_.flusher().WaitDurable(seq);
   if (!st.ok()) {
     MutexLock ilock(h->inode->mu);
     if (!h->inode->flush_error.ok()) return h->inode->flush_error;
@@ -961,18 +654,7 @@ Status Filesystem::Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_
   if (!found) return UnknownHandle(handle);
   FileHandle* h = found->file();
   if (!h) return Status::Error(EBADF, "control file");
-  if (mode != 0) return Status::Error(EOPNOTSUPP, "only plain fallocate is supported");
-  MutexLock lock(h->inode->mu);
-  if (h->inode->view) return Status::Error(EOPNOTSUPP, "fallocate of a zarr chunk");
-  if (offset + length > h->inode->content.size()) {
-    Reservation none;
-    h->inode->content.Truncate(offset + length, none);
-    kernel_state_.RecordWriteLocked(*h->inode, offset, length);
-    h->inode->version++;
-    h->wrote_version = h->inode->version;
-    h->inode->mtime = h->inode->ctime = WallTime();
-  }
-  return Status::Ok();
+  return files_.Fallocate(*h, mode, offset, length);
 }
 
 Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
@@ -1008,7 +690,7 @@ Status Filesystem::FsyncDir(uint64_t ino) {
 
 Result<struct statvfs> Filesystem::StatFs() {
   struct statvfs st {};
-  if (Status got = env_->StatFs(root_fd_, &st); !got.ok()) {
+  if (Status got = env_->StatFs(store_.root_fd, &st); !got.ok()) {
     return Status::Error(got.err(), "statfs of backing directory");
   }
   return st;
@@ -1017,183 +699,26 @@ Result<struct statvfs> Filesystem::StatFs() {
 Status Filesystem::Sync() { return WaitDurable(SyncPoint()); }
 
 std::string Filesystem::StatsJson() {
-  nlohmann::json j;
-  uint64_t pending_bytes, pending_entries;
-  std::string last_error;
-  nlohmann::json zarr_arrays;
-  {
-    NamespaceLock lock(ns_.mutex());
-    zarr_arrays = zarr_.StatsLocked();
-    pending_bytes = journal_.pending_bytes();
-    pending_entries = journal_.pending_entries();
-    Status flush_error = flusher_->last_error();
-    last_error = flush_error.ok() ? "" : flush_error.ToString();
-  }
-  double busy_s = static_cast<double>(stats_.flush_busy_ns.load()) / 1e9;
-  j["backend"] = flusher_->backend_name();
-  j["cache_size"] = config_.cache_size;
-  j["memory_used"] = arena_.used_blocks() * kBlockSize;
-  j["memory_mapped"] = arena_.mapped_blocks() * kBlockSize;
-  j["memory_prefaulted"] = arena_.prefaulted_bytes();
-  j["prefault_running"] = config_.prefault && !arena_.prefault_done();
-  j["writers_waiting"] = arena_.waiting_writers();
-  j["dirty_bytes"] = pending_bytes;
-  j["pending_entries"] = pending_entries;
-  j["bytes_written"] = stats_.bytes_written.load();
-  j["bytes_read"] = stats_.bytes_read.load();
-  j["bytes_flushed"] = stats_.bytes_flushed.load();
-  j["files_flushed"] = stats_.files_flushed.load();
-  j["versions_skipped"] = stats_.versions_skipped.load();
-  j["flush_batches"] = stats_.flush_batches.load();
-  j["flush_errors"] = stats_.flush_errors.load();
-  j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats_.bytes_flushed.load()) / busy_s : 0.0;
-  j["evicted_bytes"] = stats_.evicted_blocks.load() * kBlockSize;
-  j["spilled_bytes"] = stats_.spilled_blocks.load() * kBlockSize;
-  j["spill_errors"] = stats_.spill_errors.load();
-  const Status spill_error = flusher_->spill_error();
-  j["spill_error"] = spill_error.ok() ? "" : spill_error.ToString();
-  j["cache_shared"] = arena_.shared();
-  j["taken_over_in_memory"] = stats_.taken_over_in_memory.load();
-  j["taken_over_from_files"] = stats_.taken_over_from_files.load();
-  j["recovered_versions"] = stats_.recovered_versions.load();
-  j["recovered_bytes"] = stats_.recovered_bytes.load();
-  j["recovered_handles"] = stats_.recovered_handles.load();
-  j["recovered_open_bytes"] = stats_.recovered_open_bytes.load();
-  j["kernel_record_refused"] = stats_.kernel_record_refused.load();
-  j["last_error"] = last_error;
-  j["zarr_fine_grid"] = zarr_arrays;
-  j["tensor_views"] = tensors_.size();
-  j["flush_seconds"] = stats_.flush_seconds.ToJson();
-  j["save_to_durable_seconds"] = stats_.save_to_durable_seconds.ToJson();
-  if (hooks_.request_stats) j["fuse_request_seconds"] = hooks_.request_stats();
-  if (shared_) {
-    nlohmann::json shared = shared_->StatusJson();
-    shared["held_markers"] = flusher_->held_markers();
-    shared["commits_published"] = stats_.commits_published.load();
-    shared["commits_failed"] = stats_.commits_failed.load();
-    Status failure = flusher_->last_commit_failure();
-    shared["last_commit_error"] = failure.ok() ? "" : failure.ToString();
-    j["shared"] = std::move(shared);
-  }
-  if (hooks_.worker_info) {
-    j["worker"] =
-        nlohmann::json::parse(hooks_.worker_info(), nullptr, /*allow_exceptions=*/false);
-  }
-  return j.dump(2) + "\n";
+  const Durability& d = durability_;
+  return StatsReport{config_, stats_, arena_, journal_, ns_, zarr_, tensors_, d.flusher(),
+                     d.shared_mount(), control_hooks_.request_stats, control_hooks_.worker_info}
+      .Json();
 }
 
-Status Filesystem::Shutdown() {
-  {
-    NamespaceLock lock(ns_.mutex());
-    ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns_.SealLocked(inode); });
-  }
-  Status st = flusher_->Drain(config_.unmount_retry);
-  if (shared_) shared_->Leave();
-  if (st.ok() && config_.shared) {
-    // A member's own staging directory goes with it (it stays when something is left in it).
-    (void)env_->Unlink(root_fd_, std::string(kReservedName) + "/" + kStagingDirName + "/" + config_.node, true);
-  }
-  if (st.ok()) return st;
-  std::vector<UnflushedFile> files;
-  {
-    NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.Unflushed()) {
-      if (e->kind != JournalEntry::Kind::kPublish) continue;
-      files.push_back({e->names.empty() ? e->name : ns_.PathLocked(e->inode), e->snapshot});
-    }
-  }
-  Result<std::string> where = SaveToRescueDirectory(*env_, root_fd_, config_.backing_dir, files);
-  std::string list;
-  for (const UnflushedFile& f : files) list += (list.empty() ? "" : ", ") + f.path;
-  if (!where.ok()) {
-    return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
-                                       ") and could not save them: " + where.status().ToString());
-  }
-  return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
-                                     "); their contents were saved to " + *where);
-}
+Status Filesystem::Shutdown() { return durability_.Drain(); }
 
 uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
-Status Filesystem::WaitDurable(uint64_t point) {
-  if (Status st = flusher_->WaitCommitted(point); !st.ok()) return NamingUnflushed(st, point);
-  // Nothing of what was closed is missing, but writers are stuck: a sync says so too.
-  return flusher_->spill_error();
-}
+Status Filesystem::WaitDurable(uint64_t point) { return durability_.WaitDurable(point); }
 
-Status Filesystem::NamingUnflushed(const Status& error, uint64_t point) {
-  constexpr size_t kNamed = 100;
-  std::vector<std::string> paths;
-  std::unordered_set<std::string> seen;
-  {
-    NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.Unflushed()) {
-      if (e->seq > point || e->kind != JournalEntry::Kind::kPublish) continue;
-      std::string path = e->names.empty() ? e->name : ns_.PathLocked(e->inode);
-      if (seen.insert(path).second) paths.push_back(std::move(path));
-    }
-  }
-  if (paths.empty()) return error;
-  std::string list;
-  for (size_t i = 0; i < std::min(paths.size(), kNamed); ++i) {
-    list += (i == 0 ? "" : ", ") + paths[i];
-  }
-  if (paths.size() > kNamed) list += ", and " + std::to_string(paths.size() - kNamed) + " more";
-  return Status::Error(error.err(), std::to_string(paths.size()) + " files are not durable (" +
-                                        list + "); the first failure: " + error.message());
-}
 
 Status Filesystem::RequestUpgrade(const std::string& binary) {
-  if (!hooks_.upgrade) return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
-  return hooks_.upgrade(binary);
+  if (!control_hooks_.upgrade) {
+    return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
+  }
+  return control_hooks_.upgrade(binary);
 }
 
-std::string Filesystem::PathOf(const EntryRef& entry) {
-  NamespaceLock lock(ns_.mutex());
-  return ns_.PathLocked(entry->inode);
-}
 
-Status Filesystem::Flushed(const FlushReport& report) {
-  NamespaceLock lock(ns_.mutex());
-  for (const EntryRef& e : report.applied) e->inode->on_backing = true;
-  for (const EntryRef& e : report.durable) {
-    // A held marker is not on the backing store under its names yet (core/flush/held_markers.h).
-    if (shared_ && journal_.StateOf(e).held) continue;
-    e->inode->on_backing = true;
-    // Durable: no longer the inode's pending entry, though the journal completes it only after
-    // this report (Reclaimer::UnloadLocked would otherwise refuse a clean file in between).
-    if (e->inode->last_entry.lock() == e) e->inode->last_entry.reset();
-    if (e->kind != JournalEntry::Kind::kPublish) continue;
-    bool clean;
-    {
-      Inode* inode = e->inode.get();
-      MutexLock ilock(inode->mu);
-      inode->durable_version = std::max(inode->durable_version, e->version);
-      inode->flush_error = Status::Ok();
-      clean = inode->durable_version == inode->version;
-    }
-    if (!clean) continue;
-    reclaimer_.AddCandidateLocked(e->inode);
-    // A spill file is disk space in the staging directory: given back once the file is durable
-    // (and closed).
-    MutexLock ilock(e->inode->mu);
-    const std::shared_ptr<BackingFile>& base = e->inode->content.base();
-    if (base && base->spill()) reclaimer_.UnloadLocked(e->inode);
-  }
-  if (!report.failed) return Status::Ok();
-  const EntryRef& failed = report.failed;
-  Status st = Status::Error(report.error.err(),
-                            ns_.PathLocked(failed->inode) + ": " + report.error.message() +
-                                (report.backing_gone ? " (the backing directory, or its .ckptfs, "
-                                                       "was removed; unmount saves the data to "
-                                                       "a rescue directory)"
-                                                     : ""));
-  if (failed->kind == JournalEntry::Kind::kPublish) {
-    MutexLock ilock(failed->inode->mu);
-    failed->inode->flush_error = st;
-    failed->inode->flush_error_reported = false;
-  }
-  return st;
-}
 
 }  // namespace ckptfs

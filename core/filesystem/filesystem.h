@@ -5,11 +5,12 @@
 // clients changed through the mount. Data written through the mount is held in the Arena; sealed
 // versions and namespace changes go to the Journal, which the Flusher replays on the backing
 // store in order. Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h) and kept in
-// the HandleTable (core/filesystem/handle_table.h); zarr fine-grid views (core/views/zarr_views.h) are files of
+// the HandleTable (core/filesystem/handle_table.h); OpenFiles (core/filesystem/open_files.h) serves
+// the open regular files; zarr fine-grid views (core/views/zarr_views.h) are files of
 // the namespace whose content is a range of another; the nodes the namespace does not hold (the
 // control files, the tensor views' nodes) are their providers' (core/filesystem/special_nodes.h), found
-// once per operation by number; memory runs short through the Reclaimer (core/flush/reclaim.h). What
-// the kernel holds is recorded by the KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this
+// once per operation by number. Durability (core/filesystem/durability.h) owns the flusher, the
+// Reclaimer (memory given back) and the shared mount, and answers syncs. What the kernel holds is recorded by the KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this
 // class notifies; Handoff, Restore and Recover are WorkerTakeover's (core/filesystem/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
@@ -18,34 +19,27 @@
 
 #include <sys/statvfs.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <type_traits>
 #include <string>
-#include <string_view>
-#include <unordered_map>
+#include <type_traits>
 #include <vector>
 
 #include "core/backing/backing_store.h"
 #include "core/base/clock.h"
 #include "core/base/config.h"
 #include "core/base/thread_annotations.h"
+#include "core/filesystem/durability.h"
 #include "core/filesystem/handle_table.h"
 #include "core/filesystem/kernel_state_keeper.h"
+#include "core/filesystem/open_files.h"
 #include "core/filesystem/special_nodes.h"
 #include "core/filesystem/worker_takeover.h"
-#include "core/flush/flusher.h"
-#include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
 #include "core/recovery/handoff.h"
-#include "core/recovery/kernel_state_record.h"
 #include "core/recovery/recovery_log.h"
-#include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/inode.h"
 #include "core/tree/journal.h"
@@ -67,15 +61,7 @@ struct SetAttrRequest {
   std::optional<timespec> mtime;
 };
 
-struct OpenFile {
-  Attr attr;
-  uint64_t handle = 0;
-  bool direct_io = false;   // The kernel sends every read and write of this handle here.
-  bool keep_cache = false;  // The kernel's cached pages of the file are still right.
-  int backing_id = -1;      // The kernel reads this backing file itself (FUSE passthrough).
-};
-
-class Filesystem final : private ControlFiles::Source, private FlushClient {
+class Filesystem final : private ControlFiles::Source {
  public:
   // Opens the backing store through `env` (OpenBackingStore), which every later call on the
   // backing store goes through too. Does not start threads.
@@ -89,7 +75,7 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // How a write that bypassed the page cache drops the kernel's cached pages of that range
   // (ino, offset, length) while other handles of the file use the cache. Set before any write.
   void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
-    hooks_.invalidate_page_cache = std::move(invalidate);
+    files_.SetPageCacheInvalidator(std::move(invalidate));
   }
   // How read-only opens of files held whole by a backing file let the kernel read that file
   // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
@@ -97,31 +83,30 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   // fail with ETXTBSY (the kernel cannot mix it with other opens). Set before the first open.
   void SetPassthrough(std::function<int(int fd)> open_backing,
                       std::function<void(int backing_id)> close_backing) {
-    hooks_.open_backing = std::move(open_backing);
-    hooks_.close_backing = std::move(close_backing);
+    files_.SetPassthrough(std::move(open_backing), std::move(close_backing));
   }
   // Who replaces this worker when asked through the control file `upgrade` (the supervisor's
   // side of the worker, fs/worker.h); without one, upgrades fail with EOPNOTSUPP. Set before
   // the first request.
   void SetUpgradeHandler(std::function<Status(const std::string& binary)> handler) {
-    hooks_.upgrade = std::move(handler);
+    control_hooks_.upgrade = std::move(handler);
   }
   // A JSON object about the process serving the mount, shown as "worker" in the stats. Set
   // before the first request.
   void SetWorkerInfo(std::function<std::string()> info) {
-    hooks_.worker_info = std::move(info);
+    control_hooks_.worker_info = std::move(info);
   }
   // The stats' "fuse_request_seconds": the latency histograms of FUSE requests by operation. Set
   // before the first request.
   void SetRequestStats(std::function<nlohmann::json()> stats) {
-    hooks_.request_stats = std::move(stats);
+    control_hooks_.request_stats = std::move(stats);
   }
   // Read-only opens of large files held whole by a backing file bypass the page cache too:
   // the daemon splices their reads from the backing file straight into the reader's buffer,
   // rather than the kernel copying them into pages of its own (a second cached copy of the
   // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
   // first open.
-  void EnableDirectReads() { hooks_.direct_reads = true; }
+  void EnableDirectReads() { files_.EnableDirectReads(); }
   // --- Replacing the worker without unmounting (core/recovery/handoff.h) ---
   // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
   // waits until everything sealed is durable (in shared mode, its markers committed), names the
@@ -214,17 +199,19 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
   Status Sync() EXCLUDES(ns_lock);
   // Bytes of sealed versions not durable yet.
   uint64_t UnflushedBytes() const { return journal_.pending_bytes(); }
-  std::string backend_name() const { return flusher_->backend_name(); }
+  std::string backend_name() const { return durability_.flusher().backend_name(); }
   // JSON figures for .ckptfs/stats.
   std::string StatsJson() override EXCLUDES(ns_lock);
 
  private:
-  // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
-  // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
-  // the file right after reading it would otherwise find it still open.
-  void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
   Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
              Clock& clock);
+  // With a shared arena: maps the recovery log and the kernel state record of its memory file
+  // and keeps both current from now on; an error when either cannot be mapped (a crash would
+  // lose what the worker holds).
+  Status MapRecoveryMemory();
+  // Handoff, Restore and Recover, on this Filesystem and its parts.
+  WorkerTakeover Takeover();
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
   // changed nothing and is run again with that many blocks reserved (taken without the
@@ -272,87 +259,43 @@ class Filesystem final : private ControlFiles::Source, private FlushClient {
                         size_t& more) EXCLUDES(ns_lock);
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
                         size_t& more) EXCLUDES(ns_lock);
-  Result<OpenFile> OpenReserved(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
-                                size_t& more) EXCLUDES(ns_lock);
 
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
-  // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses
-  // (core/filesystem/open_mode.h); only `may_bypass` handles may skip the page cache. The page cache never
-  // goes stale under a reader: a cached open drops the pages older than a direct write
-  // (keep_cache false), and a direct write while cached handles are open invalidates its range
-  // (SetPageCacheInvalidator).
-  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
-  // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
-  // reader (none: no file), asked for outside the lock.
-  struct ReadAhead {
-    std::shared_ptr<BackingFile> file;
-    uint64_t offset = 0;
-    uint64_t length = 0;
-  };
-  ReadAhead ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
-  // Seals the file of `f` if a change made through `f` is not sealed yet.
-  void SealHandleLocked(FileHandle& f) REQUIRES(ns_lock);
-  // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
-  void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
-  // FlushClient: a flushed batch's entries are on the backing store, durable or failed.
-  Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
-  size_t WritersWaiting() override { return arena_.waiting_writers(); }
-  Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
-  std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
   // ControlFiles::Source: a sync waits for everything journaled so far (and, in shared mode, for
   // the commits of the markers among it, returning a failed one).
   uint64_t SyncPoint() override EXCLUDES(ns_lock);
   Status WaitDurable(uint64_t point) override EXCLUDES(ns_lock);
-  // `error`, the failure of a sync up to journal point `point`, with every file sealed by then
-  // and not durable yet named before it (the first 100 of them).
-  Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
   Status RequestUpgrade(const std::string& binary) override;
 
   const Config config_;
   // Declared first: every BackingFile closes its descriptor through it.
   const std::unique_ptr<Env> env_;
-  const bool device_nodes_;  // The backing store takes device nodes.
-  Clock& clock_;
-  const int root_fd_;
-  const int staging_fd_;
-  const timespec start_time_;
+  const BackingStore store_;
   Stats stats_;
   Arena arena_;
   // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h); else null.
   std::unique_ptr<RecoveryLog> log_;
-  // Why a shared arena's recovery log or kernel state record could not be mapped (Make fails).
-  Status unrecoverable_;
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;
   ZarrViews zarr_;
   TensorViews tensors_;
-  Reclaimer reclaimer_;
   // The control files and the tensor views' nodes.
   SpecialNodeRegistry specials_;
   HandleTable handles_;
   // With a shared arena: the record of what the kernel holds of this worker, kept current.
   KernelStateKeeper kernel_state_;
-  std::unique_ptr<Flusher> flusher_;
-  // Handoff, Restore and Recover, made at construction.
-  std::unique_ptr<WorkerTakeover> takeover_;
-  // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
-  // outcomes to the flusher, whose thread posts commits through it.
-  std::unique_ptr<SharedMount> shared_;
-  // What the daemon around the core sets before the first request (the setters above).
-  struct DaemonHooks {
-    std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache;
-    std::atomic<bool> direct_reads{false};
-    std::function<int(int)> open_backing;
-    std::function<void(int)> close_backing;
+  Durability durability_;
+  OpenFiles files_;
+  // What the daemon around the core sets for the control files before the first request (the
+  // setters above).
+  struct ControlHooks {
     std::function<Status(const std::string&)> upgrade;
     std::function<std::string()> worker_info;
     std::function<nlohmann::json()> request_stats;
   };
-  DaemonHooks hooks_;
-  // With the namespace lock: a file's last passthrough handle closed.
-  std::condition_variable_any passthrough_released_;
+  ControlHooks control_hooks_;
 };
 
 }  // namespace ckptfs

@@ -1,0 +1,186 @@
+#include "core/filesystem/durability.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_set>
+#include <vector>
+
+#include "core/backing/backing_paths.h"
+#include "core/recovery/rescue.h"
+
+namespace ckptfs {
+
+Durability::Durability(const Parts& parts)
+    : config_(parts.config),
+      env_(parts.env),
+      store_(parts.store),
+      clock_(parts.clock),
+      stats_(parts.stats),
+      arena_(parts.arena),
+      journal_(parts.journal),
+      ns_(parts.ns),
+      reclaimer_(parts.ns, parts.stats, parts.store.staging_fd, parts.config.worker),
+      flusher_(std::make_unique<Flusher>(config_, env_, clock_, store_.staging_fd, journal_,
+                                         stats_, static_cast<FlushClient&>(*this))) {}
+
+Status Durability::JoinSharedMount() {
+  Journal& journal = journal_;
+  Result<std::unique_ptr<SharedMount>> shared =
+      SharedMount::Join(config_, env_, store_.root_fd, clock_, [&journal] {
+        return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
+      });
+  if (!shared.ok()) {
+    return Status::Error(shared.status().err(),
+                         "cannot join the mounts sharing the backing directory: " +
+                             shared.status().message());
+  }
+  shared_ = std::move(*shared);
+  RemoveStagingLeftovers(env_, store_.staging_fd, TakesOverStagedFiles(config_));
+  SharedMount* mount = shared_.get();
+  flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
+                        [mount] { mount->DataDurable(); });
+  if (config_.recovers_earlier_mount) {
+    // Other members may have published a newer marker of the same name since the dead mount
+    // sealed its own: no clock tells which is newer, so what is there stays.
+    flusher_->DropMarkersOverTakenNames(
+        "recovered from a mount whose daemon died before its commit, and the name is taken on "
+        "the backing store (by a marker that may be newer); the files beside it are published");
+  }
+  return Status::Ok();
+}
+
+void Durability::Start() {
+  flusher_->Start();
+  spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
+  if (shared_) {
+    Flusher* flusher = flusher_.get();
+    shared_->Start(
+        [flusher](const std::vector<CommitOutcome>& outcomes) {
+          flusher->CommitsDecided(outcomes);
+        },
+        [flusher] { flusher->Hurry(); });
+  }
+}
+
+void Durability::LeaveSharedMount() {
+  if (shared_) shared_->Leave();
+}
+
+void Durability::Stop() {
+  LeaveSharedMount();
+  flusher_.reset();
+  shared_.reset();
+}
+
+Status Durability::WaitDurable(uint64_t point) {
+  if (Status st = flusher_->WaitCommitted(point); !st.ok()) return NamingUnflushed(st, point);
+  // Nothing of what was closed is missing, but writers are stuck: a sync says so too.
+  return flusher_->spill_error();
+}
+
+Status Durability::NamingUnflushed(const Status& error, uint64_t point) {
+  constexpr size_t kNamed = 100;
+  std::vector<std::string> paths;
+  std::unordered_set<std::string> seen;
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->seq > point || e->kind != JournalEntry::Kind::kPublish) continue;
+      std::string path = e->names.empty() ? e->name : ns_.PathLocked(e->inode);
+      if (seen.insert(path).second) paths.push_back(std::move(path));
+    }
+  }
+  if (paths.empty()) return error;
+  std::string list;
+  for (size_t i = 0; i < std::min(paths.size(), kNamed); ++i) {
+    list += (i == 0 ? "" : ", ") + paths[i];
+  }
+  if (paths.size() > kNamed) list += ", and " + std::to_string(paths.size() - kNamed) + " more";
+  return Status::Error(error.err(), std::to_string(paths.size()) + " files are not durable (" +
+                                        list + "); the first failure: " + error.message());
+}
+
+Status Durability::Drain() {
+  {
+    NamespaceLock lock(ns_.mutex());
+    ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns_.SealLocked(inode); });
+  }
+  Status st = flusher_->Drain(config_.unmount_retry);
+  LeaveSharedMount();
+  if (st.ok() && config_.shared) {
+    // A member's own staging directory goes with it (it stays when something is left in it).
+    (void)env_.Unlink(store_.root_fd,
+                      std::string(kReservedName) + "/" + kStagingDirName + "/" + config_.node,
+                      true);
+  }
+  if (st.ok()) return st;
+  std::vector<UnflushedFile> files;
+  {
+    NamespaceLock lock(ns_.mutex());
+    for (const EntryRef& e : journal_.Unflushed()) {
+      if (e->kind != JournalEntry::Kind::kPublish) continue;
+      files.push_back({e->names.empty() ? e->name : ns_.PathLocked(e->inode), e->snapshot});
+    }
+  }
+  Result<std::string> where =
+      SaveToRescueDirectory(env_, store_.root_fd, config_.backing_dir, files);
+  std::string list;
+  for (const UnflushedFile& f : files) list += (list.empty() ? "" : ", ") + f.path;
+  if (!where.ok()) {
+    return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                       ") and could not save them: " + where.status().ToString());
+  }
+  return Status::Error(st.err(), "could not write " + list + " (" + st.message() +
+                                     "); their contents were saved to " + *where);
+}
+
+std::string Durability::PathOf(const EntryRef& entry) {
+  NamespaceLock lock(ns_.mutex());
+  return ns_.PathLocked(entry->inode);
+}
+
+Status Durability::Flushed(const FlushReport& report) {
+  NamespaceLock lock(ns_.mutex());
+  for (const EntryRef& e : report.applied) e->inode->on_backing = true;
+  for (const EntryRef& e : report.durable) {
+    // A held marker is not on the backing store under its names yet (core/flush/held_markers.h).
+    if (shared_ && journal_.StateOf(e).held) continue;
+    e->inode->on_backing = true;
+    // Durable: no longer the inode's pending entry, though the journal completes it only after
+    // this report (Reclaimer::UnloadLocked would otherwise refuse a clean file in between).
+    if (e->inode->last_entry.lock() == e) e->inode->last_entry.reset();
+    if (e->kind != JournalEntry::Kind::kPublish) continue;
+    bool clean;
+    {
+      Inode* inode = e->inode.get();
+      MutexLock ilock(inode->mu);
+      inode->durable_version = std::max(inode->durable_version, e->version);
+      inode->flush_error = Status::Ok();
+      clean = inode->durable_version == inode->version;
+    }
+    if (!clean) continue;
+    reclaimer_.AddCandidateLocked(e->inode);
+    // A spill file is disk space in the staging directory: given back once the file is durable
+    // (and closed).
+    MutexLock ilock(e->inode->mu);
+    const std::shared_ptr<BackingFile>& base = e->inode->content.base();
+    if (base && base->spill()) reclaimer_.UnloadLocked(e->inode);
+  }
+  if (!report.failed) return Status::Ok();
+  const EntryRef& failed = report.failed;
+  Status st = Status::Error(report.error.err(),
+                            ns_.PathLocked(failed->inode) + ": " + report.error.message() +
+                                (report.backing_gone ? " (the backing directory, or its .ckptfs, "
+                                                       "was removed; unmount saves the data to "
+                                                       "a rescue directory)"
+                                                     : ""));
+  if (failed->kind == JournalEntry::Kind::kPublish) {
+    MutexLock ilock(failed->inode->mu);
+    failed->inode->flush_error = st;
+    failed->inode->flush_error_reported = false;
+  }
+  return st;
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,97 @@
+// Durability: what is sealed made durable on the backing store. Owns the Flusher (the journal
+// replayed on the backing store), the Reclaimer (memory given back: durable files evicted, others
+// spilled) and, in shared mode, the SharedMount (markers committed with the other mounts). It is
+// the flusher's FlushClient: each flush report is applied to its inodes (on the backing store,
+// durable versions, flush errors, files to evict). A sync waits here and names the files not
+// durable; at unmount everything is drained or saved to a rescue directory.
+//
+// Thread-safe: any thread may call any method but Start, Stop and JoinSharedMount (before Start,
+// at destruction); flush reports come on the flusher's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/backing/backing_store.h"
+#include "core/base/clock.h"
+#include "core/base/config.h"
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/flush/flusher.h"
+#include "core/flush/reclaim.h"
+#include "core/memory/arena.h"
+#include "core/shared/shared_mount.h"
+#include "core/stats/stats.h"
+#include "core/tree/journal.h"
+#include "core/tree/namespace.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+class Durability final : private FlushClient {
+ public:
+  // What it works on; all must outlive it. The flush policy runs on `clock`.
+  struct Parts {
+    const Config& config;
+    Env& env;
+    const BackingStore& store;
+    Clock& clock;
+    Stats& stats;
+    Arena& arena;
+    Journal& journal;
+    Namespace& ns;
+  };
+  explicit Durability(const Parts& parts);
+
+  // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
+  // held until the group commits them (core/flush/held_markers.h).
+  Status JoinSharedMount() EXCLUDES(ns_lock);
+  // Starts the flusher thread (and the shared mount's).
+  void Start();
+  // Leaves the shared mount, if any: its markers are no longer committed.
+  void LeaveSharedMount();
+  // Stops the flusher and leaves the shared mount (at destruction, before the namespace goes).
+  void Stop();
+
+  Flusher& flusher() const { return *flusher_; }
+  Reclaimer& reclaimer() { return reclaimer_; }
+  // Null unless shared mode.
+  SharedMount* shared_mount() const { return shared_.get(); }
+
+  // Waits until everything journaled up to `point` is durable (in shared mode, its markers
+  // committed): the error names every file sealed by then and not durable (the first 100). Ok
+  // but a spill failure when writers are stuck on memory.
+  Status WaitDurable(uint64_t point) EXCLUDES(ns_lock);
+  // Unmount: seals every file and flushes everything; when that fails for
+  // `config.unmount_retry`, saves every unflushed file to a rescue directory and returns an error
+  // naming the files and where they went.
+  Status Drain() EXCLUDES(ns_lock);
+
+ private:
+  // FlushClient.
+  Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
+  size_t WritersWaiting() override { return arena_.waiting_writers(); }
+  Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
+  std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
+
+  // `error`, the failure of a sync up to journal point `point`, with every file sealed by then
+  // and not durable yet named before it (the first 100 of them).
+  Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
+
+  const Config& config_;
+  Env& env_;
+  const BackingStore& store_;
+  Clock& clock_;
+  Stats& stats_;
+  Arena& arena_;
+  Journal& journal_;
+  Namespace& ns_;
+  Reclaimer reclaimer_;
+  std::unique_ptr<Flusher> flusher_;
+  // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
+  // outcomes to the flusher, whose thread posts commits through it.
+  std::unique_ptr<SharedMount> shared_;
+};
+
+}  // namespace ckptfs

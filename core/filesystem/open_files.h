@@ -1,0 +1,126 @@
+// OpenFiles: the regular files of the namespace open through the mount (a zarr view's
+// included). Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h):
+// through the kernel's page cache, direct, or by FUSE passthrough; this class carries the choice
+// out, serves the handles' reads and writes, seals at their closes, and keeps the counts of each
+// kind of handle on the inode. The page cache never goes stale under a reader: a cached open
+// drops the pages older than a direct write (keep_cache false), and a direct write while cached
+// handles are open invalidates its range (SetPageCacheInvalidator).
+//
+// Thread-safe as Filesystem: the *Locked methods under the namespace lock, the others take what
+// they need. Lock order: the namespace lock, then Inode::mu.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/filesystem/handle_table.h"
+#include "core/filesystem/kernel_state_keeper.h"
+#include "core/flush/reclaim.h"
+#include "core/memory/arena.h"
+#include "core/stats/stats.h"
+#include "core/tree/inode.h"
+#include "core/tree/namespace.h"
+#include "core/views/zarr_views.h"
+#include "iouring/env.h"
+
+namespace ckptfs {
+
+// What an open gives the kernel.
+struct OpenFile {
+  Attr attr;
+  uint64_t handle = 0;
+  bool direct_io = false;   // The kernel sends every read and write of this handle here.
+  bool keep_cache = false;  // The kernel's cached pages of the file are still right.
+  int backing_id = -1;      // The kernel reads this backing file itself (FUSE passthrough).
+};
+
+class OpenFiles {
+ public:
+  // What it works on; all must outlive it.
+  struct Parts {
+    Env& env;
+    Stats& stats;
+    Arena& arena;
+    Namespace& ns;
+    ZarrViews& zarr;
+    HandleTable& handles;
+    KernelStateKeeper& kernel_state;
+    Reclaimer& reclaimer;
+  };
+  explicit OpenFiles(const Parts& parts);
+
+  // The daemon's hooks (Filesystem's setters of the same names say what each does). Set before
+  // the first open.
+  void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
+    invalidate_page_cache_ = std::move(invalidate);
+  }
+  void SetPassthrough(std::function<int(int fd)> open_backing,
+                      std::function<void(int backing_id)> close_backing) {
+    open_backing_ = std::move(open_backing);
+    close_backing_ = std::move(close_backing);
+  }
+  void EnableDirectReads() { direct_reads_ = true; }
+
+  // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
+  // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
+  // the file right after reading it would otherwise find it still open.
+  void WaitPassthroughReleased(uint64_t ino) EXCLUDES(ns_lock);
+  // Opens regular file `ino` of the namespace for `flags` (O_TRUNC empties it) on behalf of
+  // `c`. When the open needs memory that `reservation` lacks, sets `more` to the blocks it needs
+  // and changes nothing. ETXTBSY for an open for writing while passthrough readers hold it.
+  Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
+                        size_t& more) EXCLUDES(ns_lock);
+  // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses;
+  // only `may_bypass` handles may skip the page cache.
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
+
+  Result<ReadData> Read(FileHandle& h, uint64_t offset, size_t size);
+  // Writes into the file's memory (a virtual zarr chunk: into its range of the real chunk),
+  // waiting for memory as long as it takes; EINTR when `c` is killed meanwhile.
+  Result<size_t> Write(FileHandle& h, uint64_t offset, const char* data, size_t size,
+                       const Caller& c);
+  // Extends the file to offset + length (mode 0 only).
+  Status Fallocate(FileHandle& h, int mode, uint64_t offset, uint64_t length);
+  // close() by `lock_owner` of handle `h` opened with `flags`: seals the file when the closer
+  // is one that wrote through it; a writer also gets a flush error not reported yet.
+  Status Flush(FileHandle& h, int flags, uint64_t lock_owner) EXCLUDES(ns_lock);
+  // Seals the file of `h` if a change made through `h` is not sealed yet.
+  void SealLocked(FileHandle& h) REQUIRES(ns_lock);
+  // The last close of handle `h`: sealed, its counts and passthrough id given back (the table
+  // removes it after).
+  void ReleaseLocked(FileHandle& h) REQUIRES(ns_lock);
+
+ private:
+  // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
+  // reader (none: no file), asked for outside the lock.
+  struct ReadAhead {
+    std::shared_ptr<BackingFile> file;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  ReadAhead ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
+  // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
+  void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
+
+  Env& env_;
+  Stats& stats_;
+  Arena& arena_;
+  Namespace& ns_;
+  ZarrViews& zarr_;
+  HandleTable& handles_;
+  KernelStateKeeper& kernel_state_;
+  Reclaimer& reclaimer_;
+  std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
+  std::function<int(int)> open_backing_;
+  std::function<void(int)> close_backing_;
+  std::atomic<bool> direct_reads_{false};
+  // With the namespace lock: a file's last passthrough handle closed.
+  std::condition_variable_any passthrough_released_;
+};
+
+}  // namespace ckptfs
