@@ -38,7 +38,7 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   if (!store.ok()) return store.status();
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
   // A worker whose death would lose what it holds does not serve with the cache shared.
-  if (Status mapped = fs->MapRecoveryMemory(); !mapped.ok()) return mapped;
+  if (Status mapped = fs->UseRecoveryMemory(); !mapped.ok()) return mapped;
   if (config.shared) {
     if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
   }
@@ -71,28 +71,16 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
   arena_.SetPressureCallback([this] { durability_.flusher().Hurry(); });
 }
 
-Status Filesystem::MapRecoveryMemory() {
+Status Filesystem::UseRecoveryMemory() {
   if (!arena_.shared()) return Status::Ok();
-  Result<std::unique_ptr<RecoveryLog>> log = RecoveryLog::Map(
-      config_.arena_fd, ArenaLogOffset(config_.cache_size), kArenaLogBytes);
-  if (!log.ok()) {
-    return Status::Error(log.status().err(), "no recovery log in the cache's shared memory (" +
-                                                 log.status().ToString() +
-                                                 "): a crash would lose what is sealed");
-  }
-  log_ = std::move(*log);
+  Result<RecoveryMemory> memory = MapRecoveryMemory(config_.arena_fd, config_.cache_size);
+  if (!memory.ok()) return memory.status();
+  log_ = std::move(memory->log);
   RecoveryLog* l = log_.get();
   journal_.SetObservers([l](uint64_t seq) { l->Durable(seq); },
                         [l](uint64_t seq) { l->Cancelled(seq); });
   ns_.SetRecoveryLog(l);
-  Result<std::unique_ptr<KernelStateRecord>> record = KernelStateRecord::Map(
-      config_.arena_fd, ArenaKernelStateOffset(config_.cache_size), arena_.capacity_blocks());
-  if (!record.ok()) {
-    return Status::Error(record.status().err(),
-                         "no kernel state record in the cache's shared memory (" +
-                             record.status().ToString() + "): a crash would lose the open files");
-  }
-  kernel_state_.SetRecord(std::move(*record));
+  kernel_state_.SetRecord(std::move(memory->record));
   return Status::Ok();
 }
 
@@ -128,14 +116,10 @@ void Filesystem::Start() {
   durability_.Start();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Open handles.
-
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
   NamespaceLock lock(ns_.mutex());
   return handles_.NoFileOpenForLocked(quiet);
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Operations.
@@ -201,24 +185,8 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (!inode) return UnknownInode(ino);
   timespec now = WallTime();
   if (req.size) {
-    if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
-    if (inode->type != FileType::kRegular) {
-      return Status::Error(EINVAL, "truncate of a symlink or special file");
-    }
-    if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
-    if (inode->passthrough_handles > 0) {
-      return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
-    }
-    Status st = ns_.LoadOriginLocked(inode);
+    Status st = files_.TruncateLocked(inode, *req.size, handle, now, reservation);
     if (!st.ok()) return st;
-    MutexLock ilock(inode->mu);
-    inode->content.Truncate(*req.size, reservation);
-    kernel_state_.RecordContentLocked(*inode);
-    inode->version++;
-    inode->mtime = inode->ctime = now;
-    if (Handle* h = handle != 0 ? handles_.Find(handle) : nullptr; h && h->file()) {
-      h->file()->wrote_version = inode->version;
-    }
   }
   bool meta = req.mode || req.uid || req.gid || req.atime || req.mtime;
   if (meta) {
@@ -243,15 +211,10 @@ Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uin
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
   if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
-  Result<EntryRef> e =
-      ns_.AddNewLocked(parent, name, FileType::kDirectory, mode, c, JournalEntry::Kind::kMkdir);
-  if (!e.ok()) return e.status();
-  InodeRef inode = (*e)->inode;
-  inode->complete = true;
-  (*e)->parent->nlink++;
-  ns_.AppendLocked(std::move(*e));
-  kernel_state_.RecordNodeLocked(inode);
-  return ns_.AttrOf(*inode);
+  Result<InodeRef> made = ns_.MkdirLocked(parent, name, mode, c);
+  if (!made.ok()) return made.status();
+  kernel_state_.RecordNodeLocked(*made);
+  return ns_.AttrOf(**made);
 }
 
 Status Filesystem::Unlink(uint64_t parent, const std::string& name, const Caller& c) {
@@ -280,20 +243,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
     if (removed.ok() && more == 0) kernel_state_.RecordPlaceLocked(inode);
     return removed;
   }
-  if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
-    Status st = ns_.LoadOriginLocked(inode);
-    if (!st.ok()) return st;
-  }
-  ns_.RemoveNameLocked(*dir, name, inode);
-  inode->nlink--;
-  {
-    MutexLock ilock(inode->mu);
-    inode->ctime = WallTime();
-  }
-  if (inode->nlink == 0) {
-    ns_.CancelUnsentLocked(inode);
-    ns_.MaybeDropLocked(inode);
-  }
+  if (Status removed = ns_.UnlinkLocked(*dir, name, inode); !removed.ok()) return removed;
   kernel_state_.RecordPlaceLocked(inode);
   zarr_.ForgetIfGoneLocked(*dir);
   return Status::Ok();
@@ -313,11 +263,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   ns_.LoadDirLocked(inode);
   if (!inode->children.empty()) return Status::Error(ENOTEMPTY, name);
   if (Status st = zarr_.RmdirLocked(inode); !st.ok()) return Status::Error(st.err(), name);
-  ns_.RemoveNameLocked(*dir, name, inode);
-  inode->nlink = 0;
-  (*dir)->nlink--;
-  ns_.CancelUnsentLocked(inode);
-  ns_.MaybeDropLocked(inode);
+  ns_.RmdirLocked(*dir, name, inode);
   kernel_state_.RecordPlaceLocked(inode);
   return Status::Ok();
 }
@@ -326,14 +272,9 @@ Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
                                      const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_.mutex());
-  Result<EntryRef> e =
-      ns_.AddNewLocked(parent, name, FileType::kSymlink, 0777, c, JournalEntry::Kind::kSymlink);
-  if (!e.ok()) return e.status();
-  InodeRef inode = (*e)->inode;
-  inode->symlink_target = target;
-  (*e)->symlink_target = target;
-  ns_.AppendLocked(std::move(*e));
-  return ns_.AttrOf(*inode);
+  Result<InodeRef> made = ns_.SymlinkLocked(parent, name, target, c);
+  if (!made.ok()) return made.status();
+  return ns_.AttrOf(**made);
 }
 
 Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uint32_t mode,
@@ -355,16 +296,9 @@ Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uin
     return special->Refuse(SpecialNodes::Change::kMknod, parent, name);
   }
   NamespaceLock lock(ns_.mutex());
-  Result<EntryRef> e =
-      ns_.AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
-  if (!e.ok()) return e.status();
-  InodeRef inode = (*e)->inode;
-  inode->special_type = type;
-  inode->rdev = device ? rdev : 0;
-  (*e)->node_type = type;
-  (*e)->rdev = inode->rdev;
-  ns_.AppendLocked(std::move(*e));
-  return ns_.AttrOf(*inode);
+  Result<InodeRef> made = ns_.MknodLocked(parent, name, mode, rdev, c);
+  if (!made.ok()) return made.status();
+  return ns_.AttrOf(**made);
 }
 
 Result<std::string> Filesystem::Readlink(uint64_t ino) {
@@ -550,17 +484,7 @@ Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name
     } else if (Status full = kernel_state_.RoomLocked(nullptr, 1); !full.ok()) {
       return full;
     } else {
-      InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
-      ns_.AddNameLocked(*dir, name, inode);
-      inode->lookups++;
-      {
-        MutexLock ilock(inode->mu);
-        inode->version = 1;  // A new file is a change even when nothing is written to it.
-      }
-      auto h = std::make_unique<Handle>(FileHandle(inode), flags);
-      h->file()->wrote_version = 1;
-      h->file()->request = c.request;
-      return files_.OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+      return files_.CreateLocked(*dir, name, mode, flags, c);
     }
   }
   Result<OpenFile> opened = Open(existing_ino, flags, c);
@@ -663,18 +587,10 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
     if (!entries.ok()) return entries.status();
     return handles_.AddDir(std::move(*entries));
   }
-  std::vector<DirEntry> entries;
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) return dir.status();
-  ns_.LoadDirLocked(*dir);
-  uint64_t parent_ino = (*dir)->names.empty() ? kRootIno : (*dir)->names.begin()->parent->ino;
-  entries.push_back({".", ino, S_IFDIR});
-  entries.push_back({"..", parent_ino, S_IFDIR});
-  for (const auto& [name, child] : (*dir)->children) {
-    entries.push_back({name, child->ino, child->TypeBits()});
-  }
-  return handles_.AddDir(std::move(entries));
+  return handles_.AddDir(ns_.ListLocked(*dir, ino));
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {

@@ -207,9 +207,9 @@ class Filesystem final : private ControlFiles::Source {
   Filesystem(const Config& config, const BackingStore& store, std::unique_ptr<Env> env,
              Clock& clock);
   // With a shared arena: maps the recovery log and the kernel state record of its memory file
-  // and keeps both current from now on; an error when either cannot be mapped (a crash would
-  // lose what the worker holds).
-  Status MapRecoveryMemory();
+  // (MapRecoveryMemory) and keeps both current from now on; an error when either cannot be
+  // mapped (a crash would lose what the worker holds).
+  Status UseRecoveryMemory();
   // Handoff, Restore and Recover, on this Filesystem and its parts.
   WorkerTakeover Takeover();
 

@@ -111,6 +111,21 @@ Result<OpenFile> OpenFiles::Open(uint64_t ino, int flags, const Caller& c,
   return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
 }
 
+Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string& name,
+                                         uint32_t mode, int flags, const Caller& c) {
+  InodeRef inode = ns_.NewInodeLocked(FileType::kRegular, mode, c);
+  ns_.AddNameLocked(dir, name, inode);
+  inode->lookups++;
+  {
+    MutexLock ilock(inode->mu);
+    inode->version = 1;  // A new file is a change even when nothing is written to it.
+  }
+  auto h = std::make_unique<Handle>(FileHandle(inode), flags);
+  h->file()->wrote_version = 1;
+  h->file()->request = c.request;
+  return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+}
+
 OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
   FileHandle& f = *h->file();
   Inode* inode = f.inode.get();
@@ -254,6 +269,29 @@ Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data
     }
   }
   return size;
+}
+
+Status OpenFiles::TruncateLocked(const InodeRef& inode, uint64_t size, uint64_t handle,
+                                 timespec now, Reservation& reservation) {
+  if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "truncate of a directory");
+  if (inode->type != FileType::kRegular) {
+    return Status::Error(EINVAL, "truncate of a symlink or special file");
+  }
+  if (IsZarrView(*inode)) return Status::Error(EPERM, "a view of a zarr array has a fixed size");
+  if (inode->passthrough_handles > 0) {
+    return Status::Error(ETXTBSY, "truncate while read through FUSE passthrough");
+  }
+  Status st = ns_.LoadOriginLocked(inode);
+  if (!st.ok()) return st;
+  MutexLock ilock(inode->mu);
+  inode->content.Truncate(size, reservation);
+  kernel_state_.RecordContentLocked(*inode);
+  inode->version++;
+  inode->mtime = inode->ctime = now;
+  if (Handle* h = handle != 0 ? handles_.Find(handle) : nullptr; h && h->file()) {
+    h->file()->wrote_version = inode->version;
+  }
+  return Status::Ok();
 }
 
 Status OpenFiles::Fallocate(FileHandle& h, int mode, uint64_t offset, uint64_t length) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
@@ -75,6 +76,9 @@ class OpenFiles {
   // and changes nothing. ETXTBSY for an open for writing while passthrough readers hold it.
   Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
                         size_t& more) EXCLUDES(ns_lock);
+  // Creates regular file `name` (not there) in `dir`, open for `flags`, looked up once.
+  Result<OpenFile> CreateLocked(const InodeRef& dir, const std::string& name, uint32_t mode,
+                                int flags, const Caller& c) REQUIRES(ns_lock);
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses;
   // only `may_bypass` handles may skip the page cache.
   OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
@@ -86,6 +90,12 @@ class OpenFiles {
                        const Caller& c);
   // Extends the file to offset + length (mode 0 only).
   Status Fallocate(FileHandle& h, int mode, uint64_t offset, uint64_t length);
+  // Truncation of `inode` to `size` at time `now`, by path (`handle` 0) or through open file
+  // `handle`, whose close then seals it; `reservation` holds the block it may cut. EISDIR or
+  // EINVAL for what is not a regular file; EPERM for a zarr view (its size is fixed); ETXTBSY
+  // while the file is read through passthrough.
+  Status TruncateLocked(const InodeRef& inode, uint64_t size, uint64_t handle, timespec now,
+                        Reservation& reservation) REQUIRES(ns_lock);
   // close() by `lock_owner` of handle `h` opened with `flags`: seals the file when the closer
   // is one that wrote through it; a writer also gets a flush error not reported yet.
   Status Flush(FileHandle& h, int flags, uint64_t lock_owner) EXCLUDES(ns_lock);

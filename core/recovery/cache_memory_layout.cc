@@ -19,6 +19,25 @@ uint64_t ArenaMemoryBytes(uint64_t capacity_bytes) {
          KernelStateRecord::Bytes(ArenaLogOffset(capacity_bytes) / kBlockSize);
 }
 
+Result<RecoveryMemory> MapRecoveryMemory(int memory_fd, uint64_t capacity_bytes) {
+  Result<std::unique_ptr<RecoveryLog>> log =
+      RecoveryLog::Map(memory_fd, ArenaLogOffset(capacity_bytes), kArenaLogBytes);
+  if (!log.ok()) {
+    return Status::Error(log.status().err(), "no recovery log in the cache's shared memory (" +
+                                                 log.status().ToString() +
+                                                 "): a crash would lose what is sealed");
+  }
+  Result<std::unique_ptr<KernelStateRecord>> record =
+      KernelStateRecord::Map(memory_fd, ArenaKernelStateOffset(capacity_bytes),
+                             ArenaLogOffset(capacity_bytes) / kBlockSize);
+  if (!record.ok()) {
+    return Status::Error(record.status().err(),
+                         "no kernel state record in the cache's shared memory (" +
+                             record.status().ToString() + "): a crash would lose the open files");
+  }
+  return RecoveryMemory{std::move(*log), std::move(*record)};
+}
+
 Result<uint64_t> ArenaCapacityOf(uint64_t memory_bytes) {
   const uint64_t fixed = kArenaLogBytes + KernelStateRecord::Bytes(0);
   const uint64_t per_block = kBlockSize + KernelStateRecord::Bytes(1) - KernelStateRecord::Bytes(0);

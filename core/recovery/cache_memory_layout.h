@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/base/status.h"
 #include "core/memory/arena.h"
+#include "core/recovery/kernel_state_record.h"
+#include "core/recovery/recovery_log.h"
 
 namespace ckptfs {
 
@@ -24,6 +27,16 @@ uint64_t ArenaMemoryBytes(uint64_t capacity_bytes);
 // The capacity_bytes whose memory file is `memory_bytes` long (the inverse of ArenaMemoryBytes),
 // or EINVAL when no capacity gives that size.
 Result<uint64_t> ArenaCapacityOf(uint64_t memory_bytes);
+
+// What outlives a worker in the memory file of a shared arena: its recovery log and its kernel
+// state record, mapped.
+struct RecoveryMemory {
+  std::unique_ptr<RecoveryLog> log;
+  std::unique_ptr<KernelStateRecord> record;
+};
+// Maps both from the memory file `memory_fd` of an arena of `capacity_bytes`; when either cannot
+// be mapped, the error says what a crash would lose.
+Result<RecoveryMemory> MapRecoveryMemory(int memory_fd, uint64_t capacity_bytes);
 
 // A file of shared memory for an arena of `capacity_bytes` and its recovery log (memfd,
 // close-on-exec; zeros until written, taking memory only once touched).

@@ -532,6 +532,84 @@ Status Namespace::LinkLocked(const InodeRef& inode, uint64_t new_parent,
   return Status::Ok();
 }
 
+Result<InodeRef> Namespace::MkdirLocked(uint64_t parent, const std::string& name, uint32_t mode,
+                                        const Caller& c) {
+  Result<EntryRef> e = AddNewLocked(parent, name, FileType::kDirectory, mode, c,
+                                    JournalEntry::Kind::kMkdir);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
+  inode->complete = true;
+  (*e)->parent->nlink++;
+  AppendLocked(std::move(*e));
+  return inode;
+}
+
+Result<InodeRef> Namespace::SymlinkLocked(uint64_t parent, const std::string& name,
+                                          const std::string& target, const Caller& c) {
+  Result<EntryRef> e =
+      AddNewLocked(parent, name, FileType::kSymlink, 0777, c, JournalEntry::Kind::kSymlink);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
+  inode->symlink_target = target;
+  (*e)->symlink_target = target;
+  AppendLocked(std::move(*e));
+  return inode;
+}
+
+Result<InodeRef> Namespace::MknodLocked(uint64_t parent, const std::string& name, uint32_t mode,
+                                        uint64_t rdev, const Caller& c) {
+  const uint32_t type = mode & S_IFMT;
+  Result<EntryRef> e =
+      AddNewLocked(parent, name, FileType::kSpecial, mode, c, JournalEntry::Kind::kMknod);
+  if (!e.ok()) return e.status();
+  InodeRef inode = (*e)->inode;
+  inode->special_type = type;
+  inode->rdev = type == S_IFCHR || type == S_IFBLK ? rdev : 0;
+  (*e)->node_type = type;
+  (*e)->rdev = inode->rdev;
+  AppendLocked(std::move(*e));
+  return inode;
+}
+
+Status Namespace::UnlinkLocked(const InodeRef& dir, const std::string& name,
+                               const InodeRef& inode) {
+  if (inode->nlink > 1 || inode->open_handles > 0 || inode->lookups > 0) {
+    Status st = LoadOriginLocked(inode);
+    if (!st.ok()) return st;
+  }
+  RemoveNameLocked(dir, name, inode);
+  inode->nlink--;
+  {
+    MutexLock ilock(inode->mu);
+    inode->ctime = WallTime();
+  }
+  if (inode->nlink == 0) {
+    CancelUnsentLocked(inode);
+    MaybeDropLocked(inode);
+  }
+  return Status::Ok();
+}
+
+void Namespace::RmdirLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode) {
+  RemoveNameLocked(dir, name, inode);
+  inode->nlink = 0;
+  dir->nlink--;
+  CancelUnsentLocked(inode);
+  MaybeDropLocked(inode);
+}
+
+std::vector<DirEntry> Namespace::ListLocked(const InodeRef& dir, uint64_t ino) {
+  LoadDirLocked(dir);
+  uint64_t parent_ino = dir->names.empty() ? kRootIno : dir->names.begin()->parent->ino;
+  std::vector<DirEntry> entries;
+  entries.push_back({".", ino, S_IFDIR});
+  entries.push_back({"..", parent_ino, S_IFDIR});
+  for (const auto& [name, child] : dir->children) {
+    entries.push_back({name, child->ino, child->TypeBits()});
+  }
+  return entries;
+}
+
 std::string Namespace::PathLocked(const InodeRef& inode) const {
   std::vector<std::string> parts;
   const Inode* cur = inode.get();

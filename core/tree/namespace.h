@@ -194,6 +194,15 @@ class Namespace {
   Result<EntryRef> AddNewLocked(uint64_t parent, const std::string& name, FileType type,
                                 uint32_t mode, const Caller& c, JournalEntry::Kind kind)
       REQUIRES(ns_lock);
+  // New entries made and journaled (AddNewLocked): directory, symlink to `target`, or special
+  // file (`mode`'s type bits: a FIFO, socket or device node; `rdev` kept for a device). The
+  // errors of AddNewLocked; nothing is made on error.
+  Result<InodeRef> MkdirLocked(uint64_t parent, const std::string& name, uint32_t mode,
+                               const Caller& c) REQUIRES(ns_lock);
+  Result<InodeRef> SymlinkLocked(uint64_t parent, const std::string& name,
+                                 const std::string& target, const Caller& c) REQUIRES(ns_lock);
+  Result<InodeRef> MknodLocked(uint64_t parent, const std::string& name, uint32_t mode,
+                               uint64_t rdev, const Caller& c) REQUIRES(ns_lock);
   void AddNameLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
       REQUIRES(ns_lock);
   // Removes a name; with `journal`, also from the backing store (when the inode may be there).
@@ -207,6 +216,19 @@ class Namespace {
   Status RenameLocked(const InodeRef& src, const std::string& name, const InodeRef& child,
                       const InodeRef& dst, const std::string& new_name, const InodeRef& victim)
       REQUIRES(ns_lock);
+  // Removes entry `name` of `dir`, file `inode` (not a directory): the removal is journaled, the
+  // link count drops, and a file with no name left goes once nothing holds it open or looked up.
+  // A file that keeps a name, a handle or a lookup first takes in what its backing file held
+  // (an error of that loading changes nothing).
+  Status UnlinkLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
+  // Removes entry `name` of `dir`, the empty directory `inode`: the removal is journaled and the
+  // directory goes once the kernel forgets it.
+  void RmdirLocked(const InodeRef& dir, const std::string& name, const InodeRef& inode)
+      REQUIRES(ns_lock);
+  // The entries of directory `dir` (loaded from the backing store first), "." (named `ino`, the
+  // number the kernel asked by) and ".." included.
+  std::vector<DirEntry> ListLocked(const InodeRef& dir, uint64_t ino) REQUIRES(ns_lock);
   // Adds the name `new_name` of directory `new_parent` to file `inode` (sealed first), journaled
   // when the file is on the backing store or on its way. EPERM for a directory; the errors of
   // DirLocked and CheckAbsentLocked; ENOENT for a file with no name left. Nothing changes on
