@@ -177,6 +177,78 @@ TEST_F(NamespaceTest, ADirectoryMovesWithItsLinkCountsButNeverIntoItselfOrOverAF
   EXPECT_EQ(e->nlink, e_links + 1);
 }
 
+TEST_F(NamespaceTest, MkdirSymlinkAndMknodMakeJournaledNodesWithWhatEachKindCarries) {
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  const uint32_t root_links = root->nlink;
+  Result<InodeRef> dir = ns_->MkdirLocked(kRootIno, "d", 0750, testing_util::Me());
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  EXPECT_TRUE((*dir)->complete) << "a new directory has nothing on the backing store to load";
+  EXPECT_EQ(root->nlink, root_links + 1);
+  Result<InodeRef> link = ns_->SymlinkLocked(kRootIno, "l", "d/target", testing_util::Me());
+  ASSERT_TRUE(link.ok());
+  EXPECT_EQ((*link)->symlink_target, "d/target");
+  Result<InodeRef> fifo = ns_->MknodLocked(kRootIno, "p", S_IFIFO | 0600, 77, testing_util::Me());
+  ASSERT_TRUE(fifo.ok());
+  EXPECT_EQ((*fifo)->TypeBits(), static_cast<uint32_t>(S_IFIFO));
+  EXPECT_EQ((*fifo)->rdev, 0u) << "only a device keeps its device number";
+  Result<InodeRef> device =
+      ns_->MknodLocked(kRootIno, "c", S_IFCHR | 0600, 77, testing_util::Me());
+  ASSERT_TRUE(device.ok());
+  EXPECT_EQ((*device)->rdev, 77u);
+  std::vector<JournalEntry::Kind> kinds;
+  for (const EntryRef& e : journal_.Unflushed()) kinds.push_back(e->kind);
+  EXPECT_EQ(kinds, (std::vector<JournalEntry::Kind>{JournalEntry::Kind::kMkdir,
+                                                    JournalEntry::Kind::kSymlink,
+                                                    JournalEntry::Kind::kMknod,
+                                                    JournalEntry::Kind::kMknod}));
+  EXPECT_EQ(journal_.Unflushed().back()->rdev, 77u);
+  EXPECT_EQ(ns_->MkdirLocked(kRootIno, "l", 0755, testing_util::Me()).status().err(), EEXIST);
+  EXPECT_EQ(journal_.pending_entries(), 4u) << "a refused entry is not journaled";
+}
+
+TEST_F(NamespaceTest, AnUnlinkedFileGoesWithItsLastNameUnlessTheKernelStillHoldsIt) {
+  WriteHostFile(backing_ / "a", "x");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  InodeRef a = *ns_->ChildLocked(root, "a");
+  ASSERT_TRUE(ns_->LinkLocked(a, kRootIno, "b").ok());
+  ASSERT_TRUE(ns_->UnlinkLocked(root, "a", a).ok());
+  EXPECT_EQ(a->nlink, 1u);
+  EXPECT_EQ(ns_->ChildLocked(root, "a").status().err(), ENOENT);
+  EXPECT_EQ(ns_->FindLocked(a->ino), a) << "its other name keeps it";
+  a->lookups = 1;
+  ASSERT_TRUE(ns_->UnlinkLocked(root, "b", a).ok());
+  EXPECT_EQ(a->nlink, 0u);
+  EXPECT_EQ(ns_->FindLocked(a->ino), a) << "the kernel still knows it";
+  EXPECT_EQ(journal_.Unflushed().back()->kind, JournalEntry::Kind::kUnlink);
+  a->lookups = 0;
+  ns_->MaybeDropLocked(a);
+  EXPECT_EQ(ns_->FindLocked(a->ino), nullptr);
+}
+
+TEST_F(NamespaceTest, ARemovedDirectoryLeavesItsParentsLinkCountAndTheListing) {
+  ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
+  WriteHostFile(backing_ / "f", "x");
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  std::vector<DirEntry> listed = ns_->ListLocked(root, kRootIno);
+  std::set<std::string> names;
+  for (const DirEntry& e : listed) names.insert(e.name);
+  EXPECT_EQ(names, (std::set<std::string>{".", "..", "d", "f"}));
+  EXPECT_EQ(listed[0].name, ".");
+  EXPECT_EQ(listed[1].name, "..");
+  InodeRef d = *ns_->ChildLocked(root, "d");
+  const uint32_t root_links = root->nlink;
+  ns_->RmdirLocked(root, "d", d);
+  EXPECT_EQ(d->nlink, 0u);
+  EXPECT_EQ(root->nlink, root_links - 1);
+  EXPECT_EQ(journal_.Unflushed().back()->kind, JournalEntry::Kind::kRmdir);
+  names.clear();
+  for (const DirEntry& e : ns_->ListLocked(root, kRootIno)) names.insert(e.name);
+  EXPECT_EQ(names, (std::set<std::string>{".", "..", "f"}));
+}
+
 TEST_F(NamespaceTest, ALinkAddsAJournaledNameButNotToADirectoryATakenNameOrADeletedFile) {
   WriteHostFile(backing_ / "a", "x");
   ASSERT_EQ(mkdir((backing_ / "d").c_str(), 0755), 0);
