@@ -12,22 +12,16 @@
 namespace ckptfs {
 
 Durability::Durability(const Parts& parts)
-    : config_(parts.config),
-      env_(parts.env),
-      store_(parts.store),
-      clock_(parts.clock),
-      stats_(parts.stats),
-      arena_(parts.arena),
-      journal_(parts.journal),
-      ns_(parts.ns),
+    : parts_(parts),
       reclaimer_(parts.ns, parts.stats, parts.store.staging_fd, parts.config.worker),
-      flusher_(std::make_unique<Flusher>(config_, env_, clock_, store_.staging_fd, journal_,
-                                         stats_, static_cast<FlushClient&>(*this))) {}
+      flusher_(std::make_unique<Flusher>(parts.config, parts.env, parts.clock,
+                                         parts.store.staging_fd, parts.journal, parts.stats,
+                                         static_cast<FlushClient&>(*this))) {}
 
 Status Durability::JoinSharedMount() {
-  Journal& journal = journal_;
-  Result<std::unique_ptr<SharedMount>> shared =
-      SharedMount::Join(config_, env_, store_.root_fd, clock_, [&journal] {
+  Journal& journal = parts_.journal;
+  Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
+      parts_.config, parts_.env, parts_.store.root_fd, parts_.clock, [&journal] {
         return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
       });
   if (!shared.ok()) {
@@ -36,11 +30,12 @@ Status Durability::JoinSharedMount() {
                              shared.status().message());
   }
   shared_ = std::move(*shared);
-  RemoveStagingLeftovers(env_, store_.staging_fd, TakesOverStagedFiles(config_));
+  RemoveStagingLeftovers(parts_.env, parts_.store.staging_fd,
+                         TakesOverStagedFiles(parts_.config));
   SharedMount* mount = shared_.get();
   flusher_->HoldMarkers([mount](const std::string& marker) { return mount->Post(marker); },
                         [mount] { mount->DataDurable(); });
-  if (config_.recovers_earlier_mount) {
+  if (parts_.config.recovers_earlier_mount) {
     // Other members may have published a newer marker of the same name since the dead mount
     // sealed its own: no clock tells which is newer, so what is there stays.
     flusher_->DropMarkersOverTakenNames(
@@ -84,10 +79,10 @@ Status Durability::NamingUnflushed(const Status& error, uint64_t point) {
   std::vector<std::string> paths;
   std::unordered_set<std::string> seen;
   {
-    NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.Unflushed()) {
+    NamespaceLock lock(parts_.ns.mutex());
+    for (const EntryRef& e : parts_.journal.Unflushed()) {
       if (e->seq > point || e->kind != JournalEntry::Kind::kPublish) continue;
-      std::string path = e->names.empty() ? e->name : ns_.PathLocked(e->inode);
+      std::string path = e->names.empty() ? e->name : parts_.ns.PathLocked(e->inode);
       if (seen.insert(path).second) paths.push_back(std::move(path));
     }
   }
@@ -103,28 +98,30 @@ Status Durability::NamingUnflushed(const Status& error, uint64_t point) {
 
 Status Durability::Drain() {
   {
-    NamespaceLock lock(ns_.mutex());
-    ns_.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns_.SealLocked(inode); });
+    NamespaceLock lock(parts_.ns.mutex());
+    Namespace& ns = parts_.ns;
+    ns.ForEachLocked([&](const InodeRef& inode) REQUIRES(ns_lock) { ns.SealLocked(inode); });
   }
-  Status st = flusher_->Drain(config_.unmount_retry);
+  Status st = flusher_->Drain(parts_.config.unmount_retry);
   LeaveSharedMount();
-  if (st.ok() && config_.shared) {
+  if (st.ok() && parts_.config.shared) {
     // A member's own staging directory goes with it (it stays when something is left in it).
-    (void)env_.Unlink(store_.root_fd,
-                      std::string(kReservedName) + "/" + kStagingDirName + "/" + config_.node,
-                      true);
+    (void)parts_.env.Unlink(
+        parts_.store.root_fd,
+        std::string(kReservedName) + "/" + kStagingDirName + "/" + parts_.config.node, true);
   }
   if (st.ok()) return st;
   std::vector<UnflushedFile> files;
   {
-    NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.Unflushed()) {
+    NamespaceLock lock(parts_.ns.mutex());
+    for (const EntryRef& e : parts_.journal.Unflushed()) {
       if (e->kind != JournalEntry::Kind::kPublish) continue;
-      files.push_back({e->names.empty() ? e->name : ns_.PathLocked(e->inode), e->snapshot});
+      files.push_back(
+          {e->names.empty() ? e->name : parts_.ns.PathLocked(e->inode), e->snapshot});
     }
   }
   Result<std::string> where =
-      SaveToRescueDirectory(env_, store_.root_fd, config_.backing_dir, files);
+      SaveToRescueDirectory(parts_.env, parts_.store.root_fd, parts_.config.backing_dir, files);
   std::string list;
   for (const UnflushedFile& f : files) list += (list.empty() ? "" : ", ") + f.path;
   if (!where.ok()) {
@@ -136,16 +133,16 @@ Status Durability::Drain() {
 }
 
 std::string Durability::PathOf(const EntryRef& entry) {
-  NamespaceLock lock(ns_.mutex());
-  return ns_.PathLocked(entry->inode);
+  NamespaceLock lock(parts_.ns.mutex());
+  return parts_.ns.PathLocked(entry->inode);
 }
 
 Status Durability::Flushed(const FlushReport& report) {
-  NamespaceLock lock(ns_.mutex());
+  NamespaceLock lock(parts_.ns.mutex());
   for (const EntryRef& e : report.applied) e->inode->on_backing = true;
   for (const EntryRef& e : report.durable) {
     // A held marker is not on the backing store under its names yet (core/flush/held_markers.h).
-    if (shared_ && journal_.StateOf(e).held) continue;
+    if (shared_ && parts_.journal.StateOf(e).held) continue;
     e->inode->on_backing = true;
     // Durable: no longer the inode's pending entry, though the journal completes it only after
     // this report (Reclaimer::UnloadLocked would otherwise refuse a clean file in between).
@@ -170,7 +167,7 @@ Status Durability::Flushed(const FlushReport& report) {
   if (!report.failed) return Status::Ok();
   const EntryRef& failed = report.failed;
   Status st = Status::Error(report.error.err(),
-                            ns_.PathLocked(failed->inode) + ": " + report.error.message() +
+                            parts_.ns.PathLocked(failed->inode) + ": " + report.error.message() +
                                 (report.backing_gone ? " (the backing directory, or its .ckptfs, "
                                                        "was removed; unmount saves the data to "
                                                        "a rescue directory)"

@@ -71,7 +71,7 @@ class Durability final : private FlushClient {
  private:
   // FlushClient.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
-  size_t WritersWaiting() override { return arena_.waiting_writers(); }
+  size_t WritersWaiting() override { return parts_.arena.waiting_writers(); }
   Result<size_t> Spill(Env& env) override { return reclaimer_.Spill(env); }
   std::string PathOf(const EntryRef& entry) override EXCLUDES(ns_lock);
 
@@ -79,14 +79,7 @@ class Durability final : private FlushClient {
   // and not durable yet named before it (the first 100 of them).
   Status NamingUnflushed(const Status& error, uint64_t point) EXCLUDES(ns_lock);
 
-  const Config& config_;
-  Env& env_;
-  const BackingStore& store_;
-  Clock& clock_;
-  Stats& stats_;
-  Arena& arena_;
-  Journal& journal_;
-  Namespace& ns_;
+  const Parts parts_;
   Reclaimer reclaimer_;
   std::unique_ptr<Flusher> flusher_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit

@@ -1,17 +1,19 @@
 // Filesystem: ckptfs without FUSE. Every FUSE operation is one call here; the adapter only
 // decodes requests and replies with what these calls return (values or the exact errno).
 //
-// The namespace (core/tree/namespace.h) is the backing directory, looked up lazily, overlaid with what
-// clients changed through the mount. Data written through the mount is held in the Arena; sealed
-// versions and namespace changes go to the Journal, which the Flusher replays on the backing
-// store in order. Each open is served as policy::ChooseOpen says (core/filesystem/open_mode.h) and kept in
-// the HandleTable (core/filesystem/handle_table.h); OpenFiles (core/filesystem/open_files.h) serves
-// the open regular files; zarr fine-grid views (core/views/zarr_views.h) are files of
-// the namespace whose content is a range of another; the nodes the namespace does not hold (the
-// control files, the tensor views' nodes) are their providers' (core/filesystem/special_nodes.h), found
-// once per operation by number. Durability (core/filesystem/durability.h) owns the flusher, the
-// Reclaimer (memory given back) and the shared mount, and answers syncs. What the kernel holds is recorded by the KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this
-// class notifies; Handoff, Restore and Recover are WorkerTakeover's (core/filesystem/worker_takeover.h).
+// The namespace (core/tree/namespace.h) is the backing directory, looked up lazily, overlaid
+// with what clients changed through the mount. Data written through the mount is held in the
+// Arena; sealed versions and namespace changes go to the Journal, which Durability
+// (core/filesystem/durability.h: the flusher, the reclaimer, the shared mount) replays on the
+// backing store in order. Each open is kept in the HandleTable (core/filesystem/handle_table.h);
+// OpenFiles (core/filesystem/open_files.h) serves the open regular files as policy::ChooseOpen
+// says (core/filesystem/open_mode.h); zarr fine-grid views (core/views/zarr_views.h) are files
+// of the namespace whose content is a range of another; the nodes the namespace does not hold
+// (the control files, the tensor views' nodes) are their providers'
+// (core/filesystem/special_nodes.h), found once per operation by number; `.ckptfs/stats` is a
+// StatsReport (core/filesystem/stats_report.h). What the kernel holds is recorded by the
+// KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this class notifies; Handoff,
+// Restore and Recover are WorkerTakeover's (core/filesystem/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
 // Inode::mu, then the flusher's lock, then the journal's lock.
@@ -275,7 +277,8 @@ class Filesystem final : private ControlFiles::Source {
   const BackingStore store_;
   Stats stats_;
   Arena arena_;
-  // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h); else null.
+  // With a shared arena: the recovery log in its memory file (core/recovery/recovery_log.h);
+  // else null.
   std::unique_ptr<RecoveryLog> log_;
   Journal journal_;  // Its own lock, taken after the namespace lock.
   Namespace ns_;

@@ -247,8 +247,8 @@ Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data
       break;
     }
     lock.unlock();
-    Result<Reservation> got =
-        arena_.Reserve(std::max(needed, WorstCaseBlocks(target_offset, target_size)), c.interrupted);
+    Result<Reservation> got = arena_.Reserve(
+        std::max(needed, WorstCaseBlocks(target_offset, target_size)), c.interrupted);
     if (!got.ok()) return got.status();
     reservation = std::move(*got);
     lock.lock();

@@ -1,6 +1,32 @@
 #include "core/filesystem/stats_report.h"
 
+#include <atomic>
+#include <cstdint>
+#include <utility>
+
 namespace ckptfs {
+namespace {
+
+// The stats' counters reported as they are, by key.
+constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
+    {"bytes_written", &Stats::bytes_written},
+    {"bytes_read", &Stats::bytes_read},
+    {"bytes_flushed", &Stats::bytes_flushed},
+    {"files_flushed", &Stats::files_flushed},
+    {"versions_skipped", &Stats::versions_skipped},
+    {"flush_batches", &Stats::flush_batches},
+    {"flush_errors", &Stats::flush_errors},
+    {"spill_errors", &Stats::spill_errors},
+    {"taken_over_in_memory", &Stats::taken_over_in_memory},
+    {"taken_over_from_files", &Stats::taken_over_from_files},
+    {"recovered_versions", &Stats::recovered_versions},
+    {"recovered_bytes", &Stats::recovered_bytes},
+    {"recovered_handles", &Stats::recovered_handles},
+    {"recovered_open_bytes", &Stats::recovered_open_bytes},
+    {"kernel_record_refused", &Stats::kernel_record_refused},
+};
+
+}  // namespace
 
 std::string StatsReport::Json() const {
   nlohmann::json j;
@@ -25,27 +51,14 @@ std::string StatsReport::Json() const {
   j["writers_waiting"] = arena.waiting_writers();
   j["dirty_bytes"] = pending_bytes;
   j["pending_entries"] = pending_entries;
-  j["bytes_written"] = stats.bytes_written.load();
-  j["bytes_read"] = stats.bytes_read.load();
-  j["bytes_flushed"] = stats.bytes_flushed.load();
-  j["files_flushed"] = stats.files_flushed.load();
-  j["versions_skipped"] = stats.versions_skipped.load();
-  j["flush_batches"] = stats.flush_batches.load();
-  j["flush_errors"] = stats.flush_errors.load();
-  j["flush_throughput"] = busy_s > 0 ? static_cast<double>(stats.bytes_flushed.load()) / busy_s : 0.0;
+  j["flush_throughput"] =
+      busy_s > 0 ? static_cast<double>(stats.bytes_flushed.load()) / busy_s : 0.0;
   j["evicted_bytes"] = stats.evicted_blocks.load() * kBlockSize;
   j["spilled_bytes"] = stats.spilled_blocks.load() * kBlockSize;
-  j["spill_errors"] = stats.spill_errors.load();
   const Status spill_error = flusher.spill_error();
   j["spill_error"] = spill_error.ok() ? "" : spill_error.ToString();
   j["cache_shared"] = arena.shared();
-  j["taken_over_in_memory"] = stats.taken_over_in_memory.load();
-  j["taken_over_from_files"] = stats.taken_over_from_files.load();
-  j["recovered_versions"] = stats.recovered_versions.load();
-  j["recovered_bytes"] = stats.recovered_bytes.load();
-  j["recovered_handles"] = stats.recovered_handles.load();
-  j["recovered_open_bytes"] = stats.recovered_open_bytes.load();
-  j["kernel_record_refused"] = stats.kernel_record_refused.load();
+  for (const auto& [key, counter] : kCounters) j[key] = (stats.*counter).load();
   j["last_error"] = last_error;
   j["zarr_fine_grid"] = zarr_arrays;
   j["tensor_views"] = tensors.size();
@@ -62,8 +75,7 @@ std::string StatsReport::Json() const {
     j["shared"] = std::move(group);
   }
   if (worker_info) {
-    j["worker"] =
-        nlohmann::json::parse(worker_info(), nullptr, /*allow_exceptions=*/false);
+    j["worker"] = nlohmann::json::parse(worker_info(), nullptr, /*allow_exceptions=*/false);
   }
   return j.dump(2) + "\n";
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -24,16 +25,12 @@ class DurabilityTest : public testing_util::NamespaceTest {
     NamespaceTest::SetUp();
     config_.flush_delay = 0ms;
     config_.unmount_retry = 200ms;
-    Result<BackingStore> store = OpenBackingStore(env_, config_);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    store_ = *store;
+    OpenStore();
   }
   void TearDown() override {
     if (durability_) durability_->Stop();
     durability_.reset();
     NamespaceTest::TearDown();
-    env_.Close(store_.staging_fd);
-    env_.Close(store_.root_fd);
   }
   // A started Durability whose flusher writes through `faulty_env_`, its policy on the steady
   // clock (an unmount gives up after config_.unmount_retry of it).
@@ -44,20 +41,12 @@ class DurabilityTest : public testing_util::NamespaceTest {
   }
   // A closed file `name` in the root holding `bytes`, sealed; its journal point.
   uint64_t SealedFile(const std::string& name, const std::string& bytes) {
-    NamespaceLock lock(ns_->mutex());
-    InodeRef file = ns_->NewInodeLocked(FileType::kRegular, 0644, testing_util::Me());
-    ns_->AddNameLocked(RootLocked(), name, file);
-    Reservation reservation = arena_.Reserve((bytes.size() + kBlockSize - 1) / kBlockSize);
-    {
-      MutexLock ilock(file->mu);
-      EXPECT_TRUE(file->content.Write(0, bytes.data(), bytes.size(), reservation).ok());
-      file->version = 1;
-    }
+    InodeRef file = FileInMemory(name, bytes, /*version=*/1);
     files_[name] = file;
+    NamespaceLock lock(ns_->mutex());
     return ns_->SealLocked(file);
   }
 
-  BackingStore store_;
   FaultInjectingEnv faulty_env_{MakePosixEnv()};
   std::map<std::string, InodeRef> files_;
   std::unique_ptr<Durability> durability_;

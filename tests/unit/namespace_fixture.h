@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/backing/backing_store.h"
 #include "core/memory/arena.h"
 #include "core/tree/namespace.h"
 #include "core_test_util.h"
@@ -30,8 +31,28 @@ class NamespaceTest : public ::testing::Test {
   void TearDown() override {
     ns_.reset();
     close(root_fd_);
+    if (store_.staging_fd >= 0) close(store_.staging_fd);
+    if (store_.root_fd >= 0) close(store_.root_fd);
+  }
+  // Opens the backing directory as a mount does (OpenBackingStore: the staging directory made)
+  // into store_, which TearDown closes.
+  void OpenStore() {
+    Result<BackingStore> store = OpenBackingStore(env_, config_);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    store_ = *store;
   }
   InodeRef RootLocked() REQUIRES(ns_lock) { return ns_->FindLocked(kRootIno); }
+  // A file `name` in the root holding `bytes` in memory, changed `version` times.
+  InodeRef FileInMemory(const std::string& name, const std::string& bytes, uint64_t version) {
+    NamespaceLock lock(ns_->mutex());
+    InodeRef file = ns_->NewInodeLocked(FileType::kRegular, 0644, Me());
+    ns_->AddNameLocked(RootLocked(), name, file);
+    Reservation reservation = arena_.Reserve((bytes.size() + kBlockSize - 1) / kBlockSize);
+    MutexLock ilock(file->mu);
+    EXPECT_TRUE(file->content.Write(0, bytes.data(), bytes.size(), reservation).ok());
+    file->version = version;
+    return file;
+  }
   // The inode at `name` in the root, or null.
   InodeRef ChildOfRoot(const std::string& name) {
     NamespaceLock lock(ns_->mutex());
@@ -47,6 +68,7 @@ class NamespaceTest : public ::testing::Test {
   Stats stats_;
   Journal journal_;
   int root_fd_ = -1;
+  BackingStore store_;  // With OpenStore.
   size_t appended_ = 0;
   std::unique_ptr<Namespace> ns_;
 };

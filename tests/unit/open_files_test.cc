@@ -27,13 +27,10 @@ class OpenFilesTest : public testing_util::NamespaceTest {
  protected:
   void SetUp() override {
     NamespaceTest::SetUp();
-    ASSERT_EQ(mkdir((backing_ / ".ckptfs").c_str(), 0700), 0);
-    ASSERT_EQ(mkdir((backing_ / ".ckptfs/staging").c_str(), 0700), 0);
-    staging_fd_ = open((backing_ / ".ckptfs/staging").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    ASSERT_GE(staging_fd_, 0);
+    OpenStore();
     zarr_ = std::make_unique<ZarrViews>(config_, env_, *ns_);
     keeper_ = std::make_unique<KernelStateKeeper>(nullptr, *ns_, handles_, stats_);
-    reclaimer_ = std::make_unique<Reclaimer>(*ns_, stats_, staging_fd_, /*worker=*/0);
+    reclaimer_ = std::make_unique<Reclaimer>(*ns_, stats_, store_.staging_fd, /*worker=*/0);
     files_ = std::make_unique<OpenFiles>(OpenFiles::Parts{
         env_, stats_, arena_, *ns_, *zarr_, handles_, *keeper_, *reclaimer_});
   }
@@ -47,7 +44,6 @@ class OpenFilesTest : public testing_util::NamespaceTest {
     keeper_.reset();
     zarr_.reset();
     NamespaceTest::TearDown();
-    close(staging_fd_);
   }
   // The number of entry `name` of the root, looked up.
   uint64_t Ino(const std::string& name) {
@@ -71,7 +67,6 @@ class OpenFilesTest : public testing_util::NamespaceTest {
     handles_.RemoveLocked(h);
   }
 
-  int staging_fd_ = -1;
   HandleTable handles_{1, clock_};
   std::unique_ptr<ZarrViews> zarr_;
   std::unique_ptr<KernelStateKeeper> keeper_;

@@ -31,17 +31,6 @@ class ReclaimTest : public testing_util::NamespaceTest {
     NamespaceTest::TearDown();
     close(staging_fd_);
   }
-  // A file `name` in the root holding `bytes` in memory, changed `version` times.
-  InodeRef FileInMemory(const std::string& name, const std::string& bytes, uint64_t version) {
-    NamespaceLock lock(ns_->mutex());
-    InodeRef file = ns_->NewInodeLocked(FileType::kRegular, 0644, testing_util::Me());
-    ns_->AddNameLocked(RootLocked(), name, file);
-    Reservation reservation = arena_.Reserve((bytes.size() + kBlockSize - 1) / kBlockSize);
-    MutexLock ilock(file->mu);
-    EXPECT_TRUE(file->content.Write(0, bytes.data(), bytes.size(), reservation).ok());
-    file->version = version;
-    return file;
-  }
   static std::string Content(const InodeRef& file) {
     MutexLock lock(file->mu);
     std::string out(file->content.size(), '\0');
