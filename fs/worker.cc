@@ -207,7 +207,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     Status restored = image.ok() ? fs.Restore(*image) : image.status();
     if (!restored.ok()) spdlog::error("taking over: {}", restored.ToString());
     block.image_length = 0;
-  } else if (Status recovered = fs.Recover(); !recovered.ok()) {
+  } else if (Status recovered = fs.RecoverCrashedWorker(); !recovered.ok()) {
     spdlog::error("recovering what the previous worker sealed: {}", recovered.ToString());
   }
 

@@ -26,7 +26,7 @@ Status RecoverEarlierMount(const Config& config, int memory_fd, std::unique_ptr<
   Result<std::unique_ptr<Filesystem>> fs = Filesystem::Make(earlier, std::move(env));
   if (!fs.ok()) return fs.status();
   // What could be recovered is made durable even when some could not.
-  Status recovered = (*fs)->Recover(Filesystem::Recovery::kEarlierMount);
+  Status recovered = (*fs)->RecoverEarlierMount();
   (*fs)->Start();
   Status durable = (*fs)->Shutdown();
   return recovered.ok() ? durable : recovered;

@@ -107,7 +107,9 @@ void Filesystem::Retire() { durability_.LeaveSharedMount(); }
 
 Status Filesystem::Restore(const HandoffImage& image) { return Takeover().Restore(image); }
 
-Status Filesystem::Recover(Recovery kind) { return Takeover().Recover(kind); }
+Status Filesystem::RecoverCrashedWorker() { return Takeover().RecoverCrashedWorker(); }
+
+Status Filesystem::RecoverEarlierMount() { return Takeover().RecoverEarlierMount(); }
 
 void Filesystem::Start() {
   if (config_.prefault) {
@@ -207,7 +209,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   return ns_.AttrOf(*inode);
 }
 
-Result<Attr> Filesystem::MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode,
+Result<Attr> Filesystem::MkdirWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
                                    const Caller& c) {
   NamespaceLock lock(ns_.mutex());
   if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
@@ -249,7 +251,7 @@ Status Filesystem::UnlinkReserved(uint64_t parent, const std::string& name,
   return Status::Ok();
 }
 
-Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
+Status Filesystem::RmdirWithoutResendCheck(uint64_t parent, const std::string& name) {
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Refuse(SpecialNodes::Change::kRmdir, parent, name);
   }
@@ -268,7 +270,7 @@ Status Filesystem::RmdirOnce(uint64_t parent, const std::string& name) {
   return Status::Ok();
 }
 
-Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
+Result<Attr> Filesystem::SymlinkWithoutResendCheck(uint64_t parent, const std::string& name,
                                      const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_.mutex());
@@ -277,7 +279,7 @@ Result<Attr> Filesystem::SymlinkOnce(uint64_t parent, const std::string& name,
   return ns_.AttrOf(**made);
 }
 
-Result<Attr> Filesystem::MknodOnce(uint64_t parent, const std::string& name, uint32_t mode,
+Result<Attr> Filesystem::MknodWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
                                    uint64_t rdev, const Caller& c) {
   const uint32_t type = mode & S_IFMT;
   if (type == S_IFREG || type == 0) {
@@ -321,11 +323,11 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
                                const Caller& c) {
-  return EntryMadeBefore(MkdirOnce(parent, name, mode, c), c, "mkdir", parent, name, S_IFDIR);
+  return EntryMadeBefore(MkdirWithoutResendCheck(parent, name, mode, c), c, "mkdir", parent, name, S_IFDIR);
 }
 
 Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller& c) {
-  Status st = RmdirOnce(parent, name);
+  Status st = RmdirWithoutResendCheck(parent, name);
   if (!c.resent || st.err() != ENOENT) return st;
   NoteAppliedBefore("rmdir", name);
   return Status::Ok();
@@ -333,17 +335,17 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller&
 
 Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
-  return EntryMadeBefore(SymlinkOnce(parent, name, target, c), c, "symlink", parent, name);
+  return EntryMadeBefore(SymlinkWithoutResendCheck(parent, name, target, c), c, "symlink", parent, name);
 }
 
 Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
                                uint64_t rdev, const Caller& c) {
-  return EntryMadeBefore(MknodOnce(parent, name, mode, rdev, c), c, "mknod", parent, name);
+  return EntryMadeBefore(MknodWithoutResendCheck(parent, name, mode, rdev, c), c, "mknod", parent, name);
 }
 
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
-  return EntryMadeBefore(LinkOnce(ino, new_parent, new_name), c, "link", new_parent, new_name);
+  return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link", new_parent, new_name);
 }
 
 Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
@@ -368,10 +370,10 @@ Result<OpenFile> Filesystem::Create(uint64_t parent, const std::string& name, ui
       return *before;
     }
   }
-  Result<OpenFile> made = CreateOnce(parent, name, mode, flags, c);
+  Result<OpenFile> made = CreateWithoutResendCheck(parent, name, mode, flags, c);
   if (!c.resent || !(flags & O_EXCL) || made.status().err() != EEXIST) return made;
   NoteAppliedBefore("create", name);
-  return CreateOnce(parent, name, mode, flags & ~O_EXCL, c);
+  return CreateWithoutResendCheck(parent, name, mode, flags & ~O_EXCL, c);
 }
 
 std::optional<OpenFile> Filesystem::OpenedBeforeLocked(const Caller& c, const char* op) {
@@ -441,7 +443,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   return Status::Ok();
 }
 
-Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
+Result<Attr> Filesystem::LinkWithoutResendCheck(uint64_t ino, uint64_t new_parent,
                                   const std::string& new_name) {
   if (SpecialNodes* special = specials_.ForNode(ino)) {
     return special->Refuse(SpecialNodes::Change::kLink, ino, "");
@@ -460,7 +462,7 @@ Result<Attr> Filesystem::LinkOnce(uint64_t ino, uint64_t new_parent,
   return ns_.AttrOf(*inode);
 }
 
-Result<OpenFile> Filesystem::CreateOnce(uint64_t parent, const std::string& name,
+Result<OpenFile> Filesystem::CreateWithoutResendCheck(uint64_t parent, const std::string& name,
                                         uint32_t mode, int flags, const Caller& c) {
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Refuse(SpecialNodes::Change::kCreate, parent, name);

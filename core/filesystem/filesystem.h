@@ -13,7 +13,7 @@
 // (core/filesystem/special_nodes.h), found once per operation by number; `.ckptfs/stats` is a
 // StatsReport (core/filesystem/stats_report.h). What the kernel holds is recorded by the
 // KernelStateKeeper (core/filesystem/kernel_state_keeper.h), which this class notifies; Handoff,
-// Restore and Recover are WorkerTakeover's (core/filesystem/worker_takeover.h).
+// Restore and the recoveries are WorkerTakeover's (core/filesystem/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
 // Inode::mu, then the flusher's lock, then the journal's lock.
@@ -124,17 +124,18 @@ class Filesystem final : private ControlFiles::Source {
   // with unsealed changes could not be taken over (their handoff files stay); the rest is taken
   // over all the same.
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
-  // Whose shared memory Recover reads (core/filesystem/worker_takeover.h).
-  using Recovery = ckptfs::Recovery;
-  // Before Start, on a worker that took over by no handoff (after a crash): replays what the
-  // recovery log holds pending, so that everything its predecessor had sealed is in the
-  // namespace again and on its way to the backing store; says what it did. Nothing to do with
-  // a private arena. EIO when some versions could not be recovered (the rest is). Then, for a
-  // takeover, takes over the nodes and open handles the kernel holds of the predecessor, with
-  // what the files open for writing held (core/recovery/kernel_state_record.h); for an earlier mount,
-  // whose files nobody closed, first saves what those files held to a rescue directory instead
-  // (an error when that fails, before anything is replayed).
-  Status Recover(Recovery kind = Recovery::kTakeover) EXCLUDES(ns_lock);
+  // Before Start: replays what the recovery log of the cache's shared memory holds pending, so
+  // that everything the predecessor had sealed is in the namespace again and on its way to the
+  // backing store; says what it did. Nothing to do with a private arena. EIO when some versions
+  // could not be recovered (the rest is).
+  // On a worker that took over by no handoff (after its predecessor of this mount crashed):
+  // then takes over the nodes and open handles the kernel holds of the predecessor, with what
+  // the files open for writing held (core/recovery/kernel_state_record.h).
+  Status RecoverCrashedWorker() EXCLUDES(ns_lock);
+  // On the mount recovering an earlier mount whose daemon died (core/filesystem/earlier_mount.h):
+  // its files open for writing, which nobody closed, are first saved to a rescue directory (an
+  // error when that fails, before anything is replayed).
+  Status RecoverEarlierMount() EXCLUDES(ns_lock);
 
   // Flushes everything; when that fails for `config.unmount_retry`, saves every unflushed file
   // to a rescue directory and returns an error naming the files and where they went.
@@ -212,7 +213,7 @@ class Filesystem final : private ControlFiles::Source {
   // (MapRecoveryMemory) and keeps both current from now on; an error when either cannot be
   // mapped (a crash would lose what the worker holds).
   Status UseRecoveryMemory();
-  // Handoff, Restore and Recover, on this Filesystem and its parts.
+  // Handoff, Restore and the recoveries, on this Filesystem and its parts.
   WorkerTakeover Takeover();
 
   // Runs op(reservation, more) until it returns with `more` == 0; when it sets `more`, it has
@@ -232,17 +233,18 @@ class Filesystem final : private ControlFiles::Source {
       reservation = std::move(*got);
     }
   }
-  // The operations as made once (the public ones answer resent requests).
-  Result<Attr> MkdirOnce(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
+  // The operations without the resend check: a request resent after a crash (Caller::resent)
+  // whose change the worker that died had made is answered as done only by the public ones.
+  Result<Attr> MkdirWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
       EXCLUDES(ns_lock);
-  Status RmdirOnce(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
-  Result<Attr> SymlinkOnce(uint64_t parent, const std::string& name, const std::string& target,
+  Status RmdirWithoutResendCheck(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+  Result<Attr> SymlinkWithoutResendCheck(uint64_t parent, const std::string& name, const std::string& target,
                            const Caller& c) EXCLUDES(ns_lock);
-  Result<Attr> MknodOnce(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
+  Result<Attr> MknodWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
                          const Caller& c) EXCLUDES(ns_lock);
-  Result<Attr> LinkOnce(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+  Result<Attr> LinkWithoutResendCheck(uint64_t ino, uint64_t new_parent, const std::string& new_name)
       EXCLUDES(ns_lock);
-  Result<OpenFile> CreateOnce(uint64_t parent, const std::string& name, uint32_t mode, int flags,
+  Result<OpenFile> CreateWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, int flags,
                               const Caller& c) EXCLUDES(ns_lock);
   // A resent open or create (`op`) for which the crashed worker had made a handle, never
   // answered: that handle (answered now), or nullopt.

@@ -3,7 +3,7 @@
 // A handle is one kind of open file: a regular file of the namespace (a zarr view's included),
 // or a file of a special node (core/filesystem/special_nodes.h: a control file, a file of a tensor view).
 // This worker's handle numbers are their addresses with the worker's tag in the top bits;
-// handles of an earlier worker (Restore, Recover) keep the numbers it gave. Directory handles
+// handles of an earlier worker (Restore, RecoverCrashedWorker) keep the numbers it gave. Directory handles
 // are numbered from 1, tagged the same way.
 //
 // Thread-safe: file handles are added and removed under the namespace lock and found without

@@ -1,9 +1,10 @@
 // WorkerTakeover: one worker of a mount taking over from the one before, through the public
 // calls of Filesystem and of its parts. With the previous worker alive: Handoff (it writes what
-// the next one takes) and Restore (the next one takes it; core/recovery/handoff.h). After it crashed:
-// Recover replays its recovery log (core/recovery/recovery_log.h) through the operations a client would
-// have made, then takes over what the kernel held of it (core/recovery/kernel_state_record.h), or, for an
-// earlier mount whose daemon died, rescues the files it had open for writing.
+// the next one takes) and Restore (the next one takes it; core/recovery/handoff.h). After it
+// crashed: RecoverCrashedWorker replays its recovery log (core/recovery/recovery_log.h) through
+// the operations a client would have made, then takes over what the kernel held of it
+// (core/recovery/kernel_state_record.h); RecoverEarlierMount, for an earlier mount whose daemon
+// died, rescues the files it had open for writing, then replays its log.
 //
 // Not thread-safe: each call runs with no other call on the Filesystem running (before Start,
 // or with the FUSE loop stopped).
@@ -35,10 +36,6 @@ namespace ckptfs {
 
 class Filesystem;
 
-// Whose shared memory Recover reads: the crashed worker's of this mount (same kernel
-// connection), or that of an earlier mount of the backing store whose daemon died.
-enum class Recovery { kTakeover, kEarlierMount };
-
 class WorkerTakeover {
  public:
   // The parts of `fs` it drives; all must outlive it. `log` is null with a private arena.
@@ -59,13 +56,19 @@ class WorkerTakeover {
   };
   WorkerTakeover(Filesystem& fs, const Parts& parts);
 
-  // Filesystem::Handoff, Filesystem::Restore and Filesystem::Recover (core/filesystem/filesystem_handoff.cc,
-  // core/filesystem/filesystem_recovery.cc).
+  // Filesystem::Handoff, Restore (core/filesystem/worker_takeover_handoff.cc),
+  // RecoverCrashedWorker and RecoverEarlierMount (core/filesystem/worker_takeover_recovery.cc).
   Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
-  Status Recover(Recovery kind) EXCLUDES(ns_lock);
+  Status RecoverCrashedWorker() EXCLUDES(ns_lock) { return Recover(Predecessor::kCrashedWorker); }
+  Status RecoverEarlierMount() EXCLUDES(ns_lock) { return Recover(Predecessor::kEarlierMount); }
 
  private:
+  // Whose shared memory a recovery reads: the crashed worker's of this mount (same kernel
+  // connection), or that of an earlier mount of the backing store whose daemon died.
+  enum class Predecessor { kCrashedWorker, kEarlierMount };
+  Status Recover(Predecessor predecessor) EXCLUDES(ns_lock);
+
   // The directory holding a path and the path's last name.
   struct PathParent {
     uint64_t dir = 0;
@@ -98,13 +101,13 @@ class WorkerTakeover {
   // Taking over the kernel state record after a crash (core/filesystem/filesystem_kernel_state.cc).
   // The spill file `name` of the staging directory, opened once.
   Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
-  // Recover: the nodes and handles the crashed worker had given the kernel, with their content.
+  // RecoverCrashedWorker: the nodes and handles the crashed worker had given the kernel, with their content.
   // Then records them again.
   void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);
   // The content a node of the record held (its blocks adopted, its spill file taken), or why not.
   Result<FileContent> RecordedContent(const KernelStateRecord::Node& n, Adopted& adopted);
-  // Recover of an earlier mount: the content of the files it had open for writing, saved to a
+  // RecoverEarlierMount: the content of the files it had open for writing, saved to a
   // rescue directory (never published: they were not closed); the record emptied.
   Status RescueOpenFiles(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);

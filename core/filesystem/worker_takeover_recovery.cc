@@ -1,6 +1,6 @@
-// WorkerTakeover::Recover: a worker that took over after a crash replays what the recovery log
-// holds pending (core/recovery/recovery_log.h) through the operations a client would have made, so that
-// its journal publishes them in the same order.
+// WorkerTakeover::RecoverCrashedWorker and RecoverEarlierMount: a worker that took over after a
+// crash replays what the recovery log holds pending (core/recovery/recovery_log.h) through the
+// operations a client would have made, so that its journal publishes them in the same order.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 
@@ -166,7 +166,7 @@ Status WorkerTakeover::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
   return Status::Ok();
 }
 
-Status WorkerTakeover::Recover(Recovery kind) {
+Status WorkerTakeover::Recover(Predecessor predecessor) {
   if (!log_) {
     RemoveSpillFiles(*env_, staging_fd_);
     return Status::Ok();
@@ -202,13 +202,13 @@ Status WorkerTakeover::Recover(Recovery kind) {
     return blocks.status();
   }
   for (size_t i = 0; i < slots.size(); ++i) adopted.blocks[slots[i]] = std::move((*blocks)[i]);
-  if (record && kind == Recovery::kEarlierMount) {
+  if (record && predecessor == Predecessor::kEarlierMount) {
     // Before the replay, which a failure here leaves to a later try.
     if (Status rescued = RescueOpenFiles(kernel, adopted); !rescued.ok()) return rescued;
   }
   // Not recorded while replaying: a worker that dies meanwhile leaves the record as it was.
   Status replayed = kernel_state_.Unrecorded([&] { return Replay(*state, adopted); });
-  if (record && kind == Recovery::kTakeover) RecoverKernelState(kernel, adopted);
+  if (record && predecessor == Predecessor::kCrashedWorker) RecoverKernelState(kernel, adopted);
   // Spill files nothing names any more go (those taken over go with their last reference).
   RemoveSpillFiles(*env_, staging_fd_,
                    [&](const std::string& name) { return adopted.spills.count(name) > 0; });

@@ -273,7 +273,7 @@ struct FsOptions {
   uint32_t worker = 0;
   const HandoffImage* handoff = nullptr;
   int arena_fd = -1;  // The cache's shared memory (MakeArenaMemory), or -1: private.
-  bool recover = false;  // Filesystem::Recover before Start (a worker after a crash).
+  bool recover = false;  // Filesystem::RecoverCrashedWorker before Start (a worker after a crash).
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -309,7 +309,7 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
     EXPECT_TRUE(restored.ok()) << restored.ToString();
   }
   if (o.recover) {
-    Status recovered = out->Recover();
+    Status recovered = out->RecoverCrashedWorker();
     EXPECT_TRUE(recovered.ok()) << recovered.ToString();
   }
   out->Start();

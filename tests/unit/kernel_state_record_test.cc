@@ -1,5 +1,5 @@
 // Tests of the kernel state record (core/recovery/kernel_state_record.h) and of what
-// Filesystem::Recover takes over from it: a worker that dies with files open for writing and
+// Filesystem::RecoverCrashedWorker takes over from it: a worker that dies with files open for writing and
 // directories the kernel knows leaves them to the next, which answers the same handles and nodes.
 #include "core/recovery/kernel_state_record.h"
 

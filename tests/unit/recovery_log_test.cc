@@ -1,4 +1,4 @@
-// Tests of the recovery log (core/recovery/recovery_log.h) and of Filesystem::Recover: a worker
+// Tests of the recovery log (core/recovery/recovery_log.h) and of Filesystem::RecoverCrashedWorker: a worker
 // that dies without flushing leaves its sealed versions to the next, which publishes them.
 #include "core/recovery/recovery_log.h"
 
