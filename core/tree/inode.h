@@ -55,21 +55,18 @@ struct Inode {
 
   Inode(uint64_t ino_in, FileType type_in) : ino(ino_in), type(type_in) {}
 
+  // The fields are grouped by the room that owns them; within a group, the namespace lock
+  // (ns_lock) or mu guards each field as annotated.
+
+  // --- Tree (core/tree): the node, its names and its place on the backing store ---
   const uint64_t ino;
   const FileType type;
   // kSpecial: S_IFIFO, S_IFSOCK, S_IFCHR or S_IFBLK, and the device of a device node. Set before
   // the inode is shown, never changed.
   uint32_t special_type = 0;
   uint64_t rdev = 0;
-
-  // --- Guarded by the namespace lock ---
   uint32_t nlink GUARDED_BY(ns_lock) = 1;
   uint64_t lookups GUARDED_BY(ns_lock) = 0;
-  uint32_t open_handles GUARDED_BY(ns_lock) = 0;
-  // Open handles read by the kernel from the backing file, and the backing id they share (the
-  // kernel takes one backing file per inode).
-  uint32_t passthrough_handles GUARDED_BY(ns_lock) = 0;
-  int backing_id GUARDED_BY(ns_lock) = -1;
   // Names of a non-directory (several with hard links); the one name of a directory.
   std::set<Name> names GUARDED_BY(ns_lock);
   // Present on the backing store under some name (found there, or published/created there).
@@ -80,9 +77,6 @@ struct Inode {
   std::string origin_name GUARDED_BY(ns_lock);
   // The newest journal entry about this inode while it is pending (weak: entries hold inodes).
   std::weak_ptr<JournalEntry> last_entry GUARDED_BY(ns_lock);
-  // When its content was last sealed, and how long that version waits (policy::NextHold).
-  std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
-  std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
   // Directory: children by name; names removed here that may still exist on the backing store,
   // each with the journal seq through which its removals are journaled; and whether every
   // backing entry has been loaded.
@@ -93,11 +87,46 @@ struct Inode {
   // listing, a regular file its attributes).
   std::chrono::steady_clock::time_point backing_read_at GUARDED_BY(ns_lock){};
   std::string symlink_target GUARDED_BY(ns_lock);
+  mutable Mutex mu;
+  uint32_t mode GUARDED_BY(mu) = 0;  // Permission bits only.
+  uint32_t uid GUARDED_BY(mu) = 0;
+  uint32_t gid GUARDED_BY(mu) = 0;
+  timespec atime GUARDED_BY(mu){};
+  timespec mtime GUARDED_BY(mu){};
+  timespec ctime GUARDED_BY(mu){};
+
+  // --- Staging memory (core/memory): the content and its versions ---
+  FileContent content GUARDED_BY(mu);
+  uint64_t version GUARDED_BY(mu) = 0;          // Bumped by every change of content.
+  uint64_t sealed_version GUARDED_BY(mu) = 0;   // Version of the newest sealed snapshot.
+
+  // --- Flush (core/flush, core/filesystem/durability.h): when it is flushed, what is durable ---
+  // When its content was last sealed, and how long that version waits (policy::NextHold).
+  std::chrono::steady_clock::time_point last_sealed GUARDED_BY(ns_lock){};
+  std::chrono::steady_clock::duration hold GUARDED_BY(ns_lock){};
+  uint64_t durable_version GUARDED_BY(mu) = 0;  // Version the backing store holds durably.
+  // Last failed flush of this file (cleared when one succeeds), and whether a close returned it.
+  Status flush_error GUARDED_BY(mu);
+  bool flush_error_reported GUARDED_BY(mu) = false;
+
+  // --- Open files (core/filesystem/open_files.h): how its handles are served ---
+  uint32_t open_handles GUARDED_BY(ns_lock) = 0;
+  // Open handles read by the kernel from the backing file, and the backing id they share (the
+  // kernel takes one backing file per inode).
+  uint32_t passthrough_handles GUARDED_BY(ns_lock) = 0;
+  int backing_id GUARDED_BY(ns_lock) = -1;
+  // Open handles that use the kernel's page cache (OpenFiles::OpenHandleLocked), and whether
+  // that cache may miss a change made through a handle that bypasses it, or (shared mode) made
+  // to the backing file by another mount.
+  uint32_t cached_handles GUARDED_BY(mu) = 0;
+  bool page_cache_stale GUARDED_BY(mu) = false;
+  // A read-only open had the backing file read ahead.
+  bool backing_prefetched GUARDED_BY(mu) = false;
+
+  // --- Views (core/views/zarr_views.h): zarr arrays served with a fine chunk grid ---
   // Directory: the zarr array it holds, when served with a fine chunk grid
   // (core/views/zarr_array.h).
   std::shared_ptr<ZarrArray> zarr GUARDED_BY(ns_lock);
-
-  // --- Guarded by mu ---
   // Regular file: a virtual chunk of a fine-grid zarr array; its bytes are a range of a real
   // chunk file and `content` holds only its size. Changed with the namespace lock and mu held.
   std::shared_ptr<const ChunkView> view GUARDED_BY(mu);
@@ -106,27 +135,8 @@ struct Inode {
   std::shared_ptr<Inode> content_owner GUARDED_BY(mu);
   // The .zarray of a fine-grid array: the text clients read (`content` holds the real one).
   std::string served_text GUARDED_BY(mu);
-  mutable Mutex mu;
-  uint32_t mode GUARDED_BY(mu) = 0;  // Permission bits only.
-  uint32_t uid GUARDED_BY(mu) = 0;
-  uint32_t gid GUARDED_BY(mu) = 0;
-  timespec atime GUARDED_BY(mu){};
-  timespec mtime GUARDED_BY(mu){};
-  timespec ctime GUARDED_BY(mu){};
-  FileContent content GUARDED_BY(mu);
-  uint64_t version GUARDED_BY(mu) = 0;          // Bumped by every change of content.
-  uint64_t sealed_version GUARDED_BY(mu) = 0;   // Version of the newest sealed snapshot.
-  uint64_t durable_version GUARDED_BY(mu) = 0;  // Version the backing store holds durably.
-  // Last failed flush of this file (cleared when one succeeds), and whether a close returned it.
-  Status flush_error GUARDED_BY(mu);
-  bool flush_error_reported GUARDED_BY(mu) = false;
-  // Open handles that use the kernel's page cache (Filesystem::OpenHandleLocked), and whether
-  // that cache may miss a change made through a handle that bypasses it, or (shared mode) made
-  // to the backing file by another mount.
-  uint32_t cached_handles GUARDED_BY(mu) = 0;
-  bool page_cache_stale GUARDED_BY(mu) = false;
-  // A read-only open had the backing file read ahead.
-  bool backing_prefetched GUARDED_BY(mu) = false;
+
+  // --- Takeover (core/filesystem/kernel_state_keeper.h): what the next worker finds of it ---
   // Its entry in the kernel state record (core/recovery/kernel_state_record.h), or -1, the node id
   // that entry names it by (its own, or an earlier worker's that the kernel holds), and whether
   // that entry records its content (a file open for writing). Changed with both locks held.
