@@ -209,8 +209,8 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   return ns_.AttrOf(*inode);
 }
 
-Result<Attr> Filesystem::MkdirWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
-                                   const Caller& c) {
+Result<Attr> Filesystem::MkdirWithoutResendCheck(uint64_t parent, const std::string& name,
+                                                 uint32_t mode, const Caller& c) {
   NamespaceLock lock(ns_.mutex());
   if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
   Result<InodeRef> made = ns_.MkdirLocked(parent, name, mode, c);
@@ -271,7 +271,7 @@ Status Filesystem::RmdirWithoutResendCheck(uint64_t parent, const std::string& n
 }
 
 Result<Attr> Filesystem::SymlinkWithoutResendCheck(uint64_t parent, const std::string& name,
-                                     const std::string& target, const Caller& c) {
+                                                   const std::string& target, const Caller& c) {
   if (target.size() >= 4096) return Status::Error(ENAMETOOLONG, "symlink target");
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> made = ns_.SymlinkLocked(parent, name, target, c);
@@ -279,8 +279,8 @@ Result<Attr> Filesystem::SymlinkWithoutResendCheck(uint64_t parent, const std::s
   return ns_.AttrOf(**made);
 }
 
-Result<Attr> Filesystem::MknodWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
-                                   uint64_t rdev, const Caller& c) {
+Result<Attr> Filesystem::MknodWithoutResendCheck(uint64_t parent, const std::string& name,
+                                                 uint32_t mode, uint64_t rdev, const Caller& c) {
   const uint32_t type = mode & S_IFMT;
   if (type == S_IFREG || type == 0) {
     Result<OpenFile> created = Create(parent, name, mode, O_WRONLY | O_EXCL, c);
@@ -323,7 +323,8 @@ Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new
 
 Result<Attr> Filesystem::Mkdir(uint64_t parent, const std::string& name, uint32_t mode,
                                const Caller& c) {
-  return EntryMadeBefore(MkdirWithoutResendCheck(parent, name, mode, c), c, "mkdir", parent, name, S_IFDIR);
+  return EntryMadeBefore(MkdirWithoutResendCheck(parent, name, mode, c), c, "mkdir", parent,
+                         name, S_IFDIR);
 }
 
 Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller& c) {
@@ -335,17 +336,20 @@ Status Filesystem::Rmdir(uint64_t parent, const std::string& name, const Caller&
 
 Result<Attr> Filesystem::Symlink(uint64_t parent, const std::string& name,
                                  const std::string& target, const Caller& c) {
-  return EntryMadeBefore(SymlinkWithoutResendCheck(parent, name, target, c), c, "symlink", parent, name);
+  return EntryMadeBefore(SymlinkWithoutResendCheck(parent, name, target, c), c, "symlink",
+                         parent, name);
 }
 
 Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_t mode,
                                uint64_t rdev, const Caller& c) {
-  return EntryMadeBefore(MknodWithoutResendCheck(parent, name, mode, rdev, c), c, "mknod", parent, name);
+  return EntryMadeBefore(MknodWithoutResendCheck(parent, name, mode, rdev, c), c, "mknod",
+                         parent, name);
 }
 
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
-  return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link", new_parent, new_name);
+  return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link",
+                         new_parent, new_name);
 }
 
 Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
@@ -444,7 +448,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
 }
 
 Result<Attr> Filesystem::LinkWithoutResendCheck(uint64_t ino, uint64_t new_parent,
-                                  const std::string& new_name) {
+                                                const std::string& new_name) {
   if (SpecialNodes* special = specials_.ForNode(ino)) {
     return special->Refuse(SpecialNodes::Change::kLink, ino, "");
   }
@@ -463,7 +467,7 @@ Result<Attr> Filesystem::LinkWithoutResendCheck(uint64_t ino, uint64_t new_paren
 }
 
 Result<OpenFile> Filesystem::CreateWithoutResendCheck(uint64_t parent, const std::string& name,
-                                        uint32_t mode, int flags, const Caller& c) {
+                                                      uint32_t mode, int flags, const Caller& c) {
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Refuse(SpecialNodes::Change::kCreate, parent, name);
   }

@@ -235,17 +235,19 @@ class Filesystem final : private ControlFiles::Source {
   }
   // The operations without the resend check: a request resent after a crash (Caller::resent)
   // whose change the worker that died had made is answered as done only by the public ones.
-  Result<Attr> MkdirWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, const Caller& c)
-      EXCLUDES(ns_lock);
+  Result<Attr> MkdirWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
+                                       const Caller& c) EXCLUDES(ns_lock);
   Status RmdirWithoutResendCheck(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
-  Result<Attr> SymlinkWithoutResendCheck(uint64_t parent, const std::string& name, const std::string& target,
-                           const Caller& c) EXCLUDES(ns_lock);
-  Result<Attr> MknodWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, uint64_t rdev,
-                         const Caller& c) EXCLUDES(ns_lock);
-  Result<Attr> LinkWithoutResendCheck(uint64_t ino, uint64_t new_parent, const std::string& new_name)
+  Result<Attr> SymlinkWithoutResendCheck(uint64_t parent, const std::string& name,
+                                         const std::string& target, const Caller& c)
       EXCLUDES(ns_lock);
-  Result<OpenFile> CreateWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode, int flags,
-                              const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> MknodWithoutResendCheck(uint64_t parent, const std::string& name, uint32_t mode,
+                                       uint64_t rdev, const Caller& c) EXCLUDES(ns_lock);
+  Result<Attr> LinkWithoutResendCheck(uint64_t ino, uint64_t new_parent,
+                                      const std::string& new_name) EXCLUDES(ns_lock);
+  Result<OpenFile> CreateWithoutResendCheck(uint64_t parent, const std::string& name,
+                                            uint32_t mode, int flags, const Caller& c)
+      EXCLUDES(ns_lock);
   // A resent open or create (`op`) for which the crashed worker had made a handle, never
   // answered: that handle (answered now), or nullopt.
   std::optional<OpenFile> OpenedBeforeLocked(const Caller& c, const char* op) REQUIRES(ns_lock);

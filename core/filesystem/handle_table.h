@@ -3,8 +3,8 @@
 // A handle is one kind of open file: a regular file of the namespace (a zarr view's included),
 // or a file of a special node (core/filesystem/special_nodes.h: a control file, a file of a tensor view).
 // This worker's handle numbers are their addresses with the worker's tag in the top bits;
-// handles of an earlier worker (Restore, RecoverCrashedWorker) keep the numbers it gave. Directory handles
-// are numbered from 1, tagged the same way.
+// handles of an earlier worker (Restore, RecoverCrashedWorker) keep the numbers it gave.
+// Directory handles are numbered from 1, tagged the same way.
 //
 // Thread-safe: file handles are added and removed under the namespace lock and found without
 // it (the kernel sends no request on a handle it has not been given or has released); directory

@@ -101,8 +101,8 @@ class WorkerTakeover {
   // Taking over the kernel state record after a crash (core/filesystem/filesystem_kernel_state.cc).
   // The spill file `name` of the staging directory, opened once.
   Result<std::shared_ptr<BackingFile>> AdoptSpillFile(const std::string& name, Adopted& adopted);
-  // RecoverCrashedWorker: the nodes and handles the crashed worker had given the kernel, with their content.
-  // Then records them again.
+  // RecoverCrashedWorker: the nodes and handles the crashed worker had given the kernel, with
+  // their content. Then records them again.
   void RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted)
       EXCLUDES(ns_lock);
   // The content a node of the record held (its blocks adopted, its spill file taken), or why not.

@@ -1,6 +1,7 @@
 // Tests of the kernel state record (core/recovery/kernel_state_record.h) and of what
-// Filesystem::RecoverCrashedWorker takes over from it: a worker that dies with files open for writing and
-// directories the kernel knows leaves them to the next, which answers the same handles and nodes.
+// Filesystem::RecoverCrashedWorker takes over from it: a worker that dies with files open for
+// writing and directories the kernel knows leaves them to the next, which answers the same
+// handles and nodes.
 #include "core/recovery/kernel_state_record.h"
 
 #include <fcntl.h>

@@ -1,5 +1,6 @@
-// Tests of the recovery log (core/recovery/recovery_log.h) and of Filesystem::RecoverCrashedWorker: a worker
-// that dies without flushing leaves its sealed versions to the next, which publishes them.
+// Tests of the recovery log (core/recovery/recovery_log.h) and of
+// Filesystem::RecoverCrashedWorker: a worker that dies without flushing leaves its sealed
+// versions to the next, which publishes them.
 #include "core/recovery/recovery_log.h"
 
 #include <fcntl.h>
