@@ -143,7 +143,7 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
 }
 
 Filesystem::~Filesystem() {
-  arena_.StopPrefault();
+  arena_.StopBackground();
   if (shared_) shared_->Leave();
   flusher_.reset();
   shared_.reset();
@@ -168,6 +168,7 @@ void Filesystem::Start() {
   if (config_.prefault) {
     arena_.Prefault([this] { return NoFileOpenFor(policy::kPrefaultQuiet); });
   }
+  arena_.WatchSystemMemory();
   flusher_->Start();
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
   if (shared_) {
@@ -1036,6 +1037,7 @@ std::string Filesystem::StatsJson() {
   j["memory_mapped"] = arena_.mapped_blocks() * kBlockSize;
   j["memory_prefaulted"] = arena_.prefaulted_bytes();
   j["prefault_running"] = config_.prefault && !arena_.prefault_done();
+  j["memory_given_back"] = arena_.given_back_bytes();
   j["writers_waiting"] = arena_.waiting_writers();
   j["dirty_bytes"] = pending_bytes;
   j["pending_entries"] = pending_entries;
