@@ -156,7 +156,8 @@ def distopt_section(results):
 def targets(results, cache_size_bytes):
     """Issue 3's targets, measured in this run: [(name, measured, limit, op)], op one of "<=",
     ">=" and "ref" (a reference row that bounds what ckptfs can reach after a miss)."""
-    t = (seq_targets(results) + first_save_targets(results) + zarr_dist_targets(results)
+    t = (seq_targets(results) + first_save_targets(results) + small_writes_targets(results)
+         + zarr_dist_targets(results)
          + distopt_targets(results)
          + async_targets(results) + cold_load_targets(results)
          + hwm_targets(results, cache_size_bytes))
@@ -179,6 +180,14 @@ def seq_targets(results):
         t.append(("seq: ckptfs durable <= 1.15x plain+sync",
                   ratio(big["ckptfs"].get("durable"), big["plain"].get("durable")), 1.15))
     return t
+
+
+def small_writes_targets(results):
+    m = results.get("dcp_small", {}).get("median")
+    if not m:
+        return []
+    return [("dcp_small: ckptfs save <= 1.2x shm",
+             ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
 
 
 def first_save_targets(results):
