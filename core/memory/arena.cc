@@ -1,7 +1,5 @@
 #include "core/memory/arena.h"
 
-#include "core/base/memory_policy.h"
-
 #include <pthread.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/base/memory_policy.h"
 
 namespace ckptfs {
 namespace {
