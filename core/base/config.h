@@ -20,7 +20,7 @@ enum class FlushIo { kAuto, kDirect, kBuffered };
 struct Config {
   std::string backing_dir;
   uint64_t cache_size = 0;  // Bytes of file data held in memory at most.
-  bool prefault = false;    // Fault the whole cache in at mount, in the background.
+  bool prefault = true;     // Fault the whole cache in at mount, in the background.
   std::chrono::milliseconds flush_delay{300};  // Quiet time after a seal before flushing.
   FsyncMode fsync_mode = FsyncMode::kDefer;
   unsigned queue_depth = 64;

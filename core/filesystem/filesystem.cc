@@ -92,7 +92,7 @@ WorkerTakeover Filesystem::Takeover() {
 }
 
 Filesystem::~Filesystem() {
-  arena_.StopPrefault();
+  arena_.StopBackground();
   durability_.Stop();
   NamespaceLock lock(ns_.mutex());
   handles_.ClearLocked();  // Files the kernel never released (the mount went away).
@@ -115,6 +115,7 @@ void Filesystem::Start() {
   if (config_.prefault) {
     arena_.Prefault([this] { return NoFileOpenFor(policy::kPrefaultQuiet); });
   }
+  arena_.WatchSystemMemory();
   durability_.Start();
 }
 

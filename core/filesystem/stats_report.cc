@@ -48,6 +48,7 @@ std::string StatsReport::Json() const {
   j["memory_mapped"] = arena.mapped_blocks() * kBlockSize;
   j["memory_prefaulted"] = arena.prefaulted_bytes();
   j["prefault_running"] = config.prefault && !arena.prefault_done();
+  j["memory_given_back"] = arena.given_back_bytes();
   j["writers_waiting"] = arena.waiting_writers();
   j["dirty_bytes"] = pending_bytes;
   j["pending_entries"] = pending_entries;

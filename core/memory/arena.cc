@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/base/memory_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -23,20 +24,19 @@ constexpr size_t kSlabBytes = 64ull << 20;
 constexpr size_t kPrefaultStep = 2ull << 20;  // One huge page: the unit between stop checks.
 constexpr auto kPrefaultPoll = std::chrono::milliseconds(100);  // While it may not run.
 
-// Whether the system still has more than an eighth of its memory available (/proc/meminfo).
-bool PlentyOfMemoryAvailable() {
+// The system's memory as /proc/meminfo gives it (total 0 when it cannot be read).
+policy::SystemMemory ReadSystemMemory() {
   std::ifstream in("/proc/meminfo");
-  uint64_t total = 0;
-  uint64_t available = 0;
+  policy::SystemMemory m;
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     std::string key;
     uint64_t kib = 0;
     if (!(fields >> key >> kib)) continue;
-    if (key == "MemTotal:") total = kib;
-    if (key == "MemAvailable:") available = kib;
+    if (key == "MemTotal:") m.total = kib << 10;
+    if (key == "MemAvailable:") m.available = kib << 10;
   }
-  return total == 0 || available > total / 8;
+  return m;
 }
 }  // namespace
 
@@ -86,7 +86,7 @@ Arena::Arena(uint64_t capacity_bytes, int memory_fd)
     : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)), memory_fd_(memory_fd) {}
 
 Arena::~Arena() {
-  StopPrefault();
+  StopBackground();
   for (Block* b : headers_) delete b;
 }
 
@@ -190,9 +190,57 @@ void Arena::Prefault(std::function<bool()> may_run) {
   });
 }
 
-void Arena::StopPrefault() {
-  stop_prefault_ = true;
+void Arena::StopBackground() {
+  {
+    MutexLock lock(stop_mu_);
+    stop_background_ = true;
+  }
+  stop_requested_.notify_all();
   if (prefaulter_.joinable()) prefaulter_.join();
+  if (memory_watcher_.joinable()) memory_watcher_.join();
+}
+
+uint64_t Arena::GiveBackIdle(uint64_t wanted) {
+  constexpr size_t kRunBlocks = kPrefaultStep / kBlockSize;
+  constexpr size_t kRunBytes = kRunBlocks * kBlockSize;
+  uint64_t given = 0;
+  MutexLock lock(mu_);
+  std::vector<bool> idle(mapped_, false);
+  for (const Block* b : free_) idle[b->slot] = !b->given_back;
+  for (size_t first = 0; first + kRunBlocks <= mapped_ && given < wanted; first += kRunBlocks) {
+    if (!std::all_of(idle.begin() + first, idle.begin() + first + kRunBlocks,
+                     [](bool b) { return b; })) {
+      continue;
+    }
+    char* data = headers_[first]->data;
+    if (headers_[first + kRunBlocks - 1]->data != data + kRunBytes - kBlockSize) continue;
+    // MADV_REMOVE frees the shared memory file's pages; MADV_DONTNEED private memory's.
+    if (madvise(data, kRunBytes, shared() ? MADV_REMOVE : MADV_DONTNEED) != 0) {
+      spdlog::warn("giving idle cache memory back failed: madvise: {}", std::strerror(errno));
+      break;
+    }
+    for (size_t i = first; i < first + kRunBlocks; ++i) headers_[i]->given_back = true;
+    given += kRunBytes;
+  }
+  given_back_.fetch_add(given, std::memory_order_relaxed);
+  return given;
+}
+
+void Arena::WatchSystemMemory() {
+  memory_watcher_ = std::thread([this] {
+    MutexLock lock(stop_mu_);
+    while (!stop_background_) {
+      policy::SystemMemory m = ReadSystemMemory();
+      if (uint64_t wanted = policy::IdleMemoryToGiveBack(m); wanted > 0) {
+        if (uint64_t given = GiveBackIdle(wanted); given > 0) {
+          spdlog::info("gave {} MiB of idle cache memory back: the system had {} MiB of {} MiB "
+                       "available",
+                       given >> 20, m.available >> 20, m.total >> 20);
+        }
+      }
+      stop_requested_.wait_for(lock, policy::kSystemMemoryWatchPeriod);
+    }
+  });
 }
 
 void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
@@ -203,15 +251,15 @@ void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
   std::string stopped_by;
   // The free list hands out the last slab mapped first, each slab from its lowest address.
   for (auto it = slabs.rbegin(); it != slabs.rend() && stopped_by.empty(); ++it) {
-    if (!PlentyOfMemoryAvailable()) {
-      stopped_by = "the system running short of available memory";
-      break;
-    }
     char* base = static_cast<char*>(it->first);
     for (size_t off = 0; off < it->second; off += kPrefaultStep) {
-      while (!stop_prefault_ && !may_run()) std::this_thread::sleep_for(kPrefaultPoll);
-      if (stop_prefault_) {
+      while (!stop_background_ && !may_run()) std::this_thread::sleep_for(kPrefaultPoll);
+      if (stop_background_) {
         stopped_by = "unmount";
+        break;
+      }
+      if (!policy::MayTakeMemoryAhead(ReadSystemMemory())) {
+        stopped_by = "the system running short of available memory";
         break;
       }
       size_t len = std::min(kPrefaultStep, it->second - off);
@@ -227,7 +275,7 @@ void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
   uint64_t mib = prefaulted_.load() >> 20;
   if (stopped_by.empty()) {
     spdlog::info("prefaulted the cache's {} MiB, done {:.1f} s after mount", mib, seconds);
-  } else if (stop_prefault_) {
+  } else if (stop_background_) {
     spdlog::info("prefault stopped by unmount after {} MiB", mib);
   } else {
     spdlog::warn("prefault stopped after {} MiB in {:.1f} s by {}", mib, seconds, stopped_by);
@@ -240,6 +288,7 @@ Block* Arena::TakeBlock() {
   if (free_.empty()) MapSlabLocked();
   Block* b = free_.back();
   free_.pop_back();
+  b->given_back = false;
   return b;
 }
 

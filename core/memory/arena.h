@@ -1,9 +1,9 @@
 // Arena: the bounded store of file-data blocks.
 //
 // Memory is carved into fixed-size, page-aligned blocks from large mappings made on demand (all
-// at once by Prefault) and never returned to the kernel while the arena lives: a freed block goes
-// to a LIFO free list and is handed out again already faulted in. At most `capacity` bytes of
-// blocks are ever in use.
+// at once by Prefault): a freed block goes to a LIFO free list and is handed out again already
+// faulted in. The memory of free blocks goes back to the system only when the system runs short
+// of it (GiveBackIdle, WatchSystemMemory). At most `capacity` bytes of blocks are ever in use.
 //
 // The memory is private to the process, or a shared memory file (a memfd the supervisor holds,
 // core/recovery/cache_memory_layout.h): then block i is bytes [i * kBlockSize, (i + 1) *
@@ -44,6 +44,7 @@ struct Block {
   Arena* arena = nullptr;
   uint64_t slot = 0;  // Its place in the arena's memory.
   std::atomic<int> refs{0};
+  bool given_back = false;  // Free, its memory returned to the system. Under the arena's lock.
 };
 
 // Owning reference to a Block; returns the block to its arena when the last reference goes.
@@ -129,14 +130,24 @@ class Arena {
   // that the first writes land in memory the kernel has already handed over. The thread works
   // only while `may_run()` holds, asking again between steps of 2 MiB. It stops early, leaving
   // the rest to be faulted on first use, when the system's available memory falls below an
-  // eighth of its total. Call at most once, before use.
+  // eighth of its total (policy::MayTakeMemoryAhead). Call at most once, before use.
   void Prefault(std::function<bool()> may_run);
-  // Stops the prefault (the daemon's unmount) and waits for its thread; `may_run` is not called
-  // afterwards.
-  void StopPrefault();
+  // Gives the memory of free blocks back to the system, in whole runs of 2 MiB of free blocks (a
+  // huge page goes back whole), until `wanted` bytes went back or no such run is left; returns
+  // the bytes given back. The blocks stay free and are faulted in again when next used.
+  uint64_t GiveBackIdle(uint64_t wanted);
+  // Looks at the system's memory every policy::kSystemMemoryWatchPeriod on a background thread
+  // and, whenever it runs short, gives idle memory back (policy::IdleMemoryToGiveBack). Call at
+  // most once.
+  void WatchSystemMemory();
+  // Stops the prefault and the watch (the daemon's unmount) and waits for their threads;
+  // `may_run` is not called afterwards.
+  void StopBackground();
   // Bytes the background thread has faulted in so far; prefault_done() once it has stopped.
   uint64_t prefaulted_bytes() const { return prefaulted_.load(std::memory_order_relaxed); }
   bool prefault_done() const { return prefault_done_.load(std::memory_order_acquire); }
+  // Bytes of idle memory given back to the system so far.
+  uint64_t given_back_bytes() const { return given_back_.load(std::memory_order_relaxed); }
 
   size_t capacity_blocks() const { return capacity_blocks_; }
   size_t used_blocks() const;      // Blocks held by files and reservations.
@@ -170,9 +181,13 @@ class Arena {
   std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header, by slot.
 
   std::thread prefaulter_;
-  std::atomic<bool> stop_prefault_{false};
+  std::thread memory_watcher_;
+  std::atomic<bool> stop_background_{false};
+  Mutex stop_mu_;
+  std::condition_variable_any stop_requested_;  // With stop_mu_.
   std::atomic<bool> prefault_done_{false};
   std::atomic<uint64_t> prefaulted_{0};
+  std::atomic<uint64_t> given_back_{0};
 };
 
 }  // namespace ckptfs

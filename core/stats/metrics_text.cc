@@ -30,6 +30,8 @@ const Field kFields[] = {
      "Cache memory faulted in ahead of use (prefault=on)."},
     {"prefault_running", "ckptfs_prefault_running", Kind::kFlag,
      "1 while the cache is being faulted in."},
+    {"memory_given_back", "ckptfs_memory_given_back_bytes_total", Kind::kCounter,
+     "Idle cache memory given back to the system when it ran short."},
     {"writers_waiting", "ckptfs_writers_waiting", Kind::kGauge,
      "Writes waiting for cache memory."},
     {"dirty_bytes", "ckptfs_dirty_bytes", Kind::kGauge, "Bytes sealed and not yet durable."},

@@ -183,6 +183,10 @@ class LongPathTest(unittest.TestCase):
                 for fd in fds.values():
                     os.close(fd)
                 fds = {}
+                # A close returns before the kernel's RELEASE reaches the daemon: the room comes
+                # once the releases are in.
+                wait_for(lambda: _opens(m.path("ckpt", "room again")), timeout=30,
+                         what=lambda: "an open after every file was closed")
                 with open(m.path("ckpt", "room again"), "w") as f:
                     f.write("closed files made room")
             finally:
@@ -246,6 +250,18 @@ class LongPathTest(unittest.TestCase):
                 except OSError:
                     pass  # A descriptor the failure left bad: the failure is reported.
         self.assertEqual(m.unmount(), 0)
+
+
+
+def _opens(path):
+    """Whether `path` can be opened for writing now (ENFILE: not yet)."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        return True
+    except OSError as e:
+        if e.errno != errno.ENFILE:
+            raise
+        return False
 
 
 if __name__ == "__main__":

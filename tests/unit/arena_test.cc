@@ -3,6 +3,8 @@
 #include "core/recovery/cache_memory_layout.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -401,9 +403,86 @@ TEST(ArenaTest, PrefaultWaitsWhileItMayNotRun) {
 
   Arena waiting(8ull << 20);
   waiting.Prefault([] { return false; });
-  waiting.StopPrefault();
+  waiting.StopBackground();
   EXPECT_TRUE(waiting.prefault_done());
   EXPECT_EQ(waiting.prefaulted_bytes(), 0u);
+}
+
+// Whether any page of [data, data + len) is resident.
+bool AnyResident(const char* data, size_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  std::vector<unsigned char> pages((len + page - 1) / page);
+  if (mincore(const_cast<char*>(data), len, pages.data()) != 0) return true;
+  return std::any_of(pages.begin(), pages.end(), [](unsigned char p) { return p & 1; });
+}
+
+// Private memory: the free 2 MiB runs go back, the run holding a used block stays with its data,
+// nothing goes back twice, and blocks given back are handed out and written as any other.
+TEST(ArenaTest, GiveBackIdleReturnsWholeRunsOfFreeBlocksAndKeepsTheUsedOnes) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  Arena arena(8 * kMiB);
+  arena.Prefault([] { return true; });
+  ASSERT_TRUE(Eventually([&] { return arena.prefault_done(); }, std::chrono::seconds(60)));
+  Reservation r = arena.Reserve(1);
+  BlockRef used = r.Take();
+  std::memset(used.data(), 'u', kBlockSize);
+  EXPECT_EQ(arena.GiveBackIdle(4 * kMiB), 4 * kMiB) << "stops at what was wanted";
+  EXPECT_EQ(arena.GiveBackIdle(UINT64_MAX), 2 * kMiB) << "the rest but the used block's run";
+  EXPECT_EQ(arena.GiveBackIdle(UINT64_MAX), 0u) << "nothing goes back twice";
+  EXPECT_EQ(arena.given_back_bytes(), 6 * kMiB);
+  EXPECT_EQ(std::count(used.data(), used.data() + kBlockSize, 'u'), static_cast<long>(kBlockSize));
+
+  Reservation rest = arena.Reserve(arena.capacity_blocks() - 1);
+  std::vector<BlockRef> blocks;
+  while (rest.count() > 0) blocks.push_back(rest.Take());  // Taking touches no memory.
+  size_t resident = std::count_if(blocks.begin(), blocks.end(), [](const BlockRef& b) {
+    return AnyResident(b.data(), kBlockSize);
+  });
+  EXPECT_EQ(resident, (2 * kMiB) / kBlockSize - 1) << "only the used block's run stayed resident";
+  for (const BlockRef& b : blocks) std::memset(b.data(), 'x', kBlockSize);
+  for (const BlockRef& b : blocks) {
+    ASSERT_EQ(std::count(b.data(), b.data() + kBlockSize, 'x'), static_cast<long>(kBlockSize));
+  }
+}
+
+// Shared memory: what goes back leaves the memory file (its allocated size shrinks), and a
+// block handed out again reads as written.
+TEST(ArenaTest, GiveBackIdleShrinksTheSharedMemoryFile) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  Result<int> memory = MakeArenaMemory(8 * kMiB);
+  ASSERT_TRUE(memory.ok());
+  {
+    Arena arena(8 * kMiB, *memory);
+    arena.Prefault([] { return true; });
+    ASSERT_TRUE(Eventually([&] { return arena.prefault_done(); }, std::chrono::seconds(60)));
+    struct stat before {};
+    ASSERT_EQ(fstat(*memory, &before), 0);
+    EXPECT_GE(static_cast<uint64_t>(before.st_blocks) * 512, 8 * kMiB);
+    EXPECT_EQ(arena.GiveBackIdle(UINT64_MAX), 8 * kMiB);
+    struct stat after {};
+    ASSERT_EQ(fstat(*memory, &after), 0);
+    EXPECT_EQ(after.st_blocks, 0);
+    Reservation r = arena.Reserve(1);
+    BlockRef b = r.Take();
+    std::memset(b.data(), 'y', kBlockSize);
+    EXPECT_EQ(std::count(b.data(), b.data() + kBlockSize, 'y'), static_cast<long>(kBlockSize));
+  }
+  close(*memory);
+}
+
+// The watch runs beside writers (a race detector's case) and stops with the arena's background
+// work.
+TEST(ArenaTest, TheMemoryWatchRunsBesideWritersAndStops) {
+  Arena arena(8ull << 20);
+  arena.WatchSystemMemory();
+  for (int round = 0; round < 50; ++round) {
+    Reservation r = arena.Reserve(4);
+    BlockRef b = r.Take();
+    std::memset(b.data(), 'w', kBlockSize);
+  }
+  arena.StopBackground();
+  Reservation after = arena.Reserve(arena.capacity_blocks());
+  EXPECT_EQ(after.count(), arena.capacity_blocks()) << "every block came back";
 }
 
 }  // namespace

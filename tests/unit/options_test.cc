@@ -24,12 +24,12 @@ Status Refused(const std::string& list) {
 
 TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   MountOptions o = Parsed(
-      "cache_size=8G,prefault=on,flush_delay=2s,fsync=wait,queue_depth=128,flush_io=direct,"
+      "cache_size=8G,prefault=off,flush_delay=2s,fsync=wait,queue_depth=128,flush_io=direct,"
       "passthrough=off,max_read=128K,direct_read=off,zarr_chunk=2M,log_level=debug,"
       "log_file=/tmp/ckptfs.log,unmount_timeout=500ms,shared,node=gpu-7.cluster,"
       "commit_markers=.metadata:done.txt,member_timeout=3s,poll_interval=50ms");
   EXPECT_EQ(o.config.cache_size, 8ull << 30);
-  EXPECT_TRUE(o.config.prefault);
+  EXPECT_FALSE(o.config.prefault);
   EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(2000));
   EXPECT_EQ(o.config.fsync_mode, FsyncMode::kWait);
   EXPECT_EQ(o.config.queue_depth, 128u);
@@ -56,7 +56,7 @@ TEST(MountOptionsTest, DefaultsAreWhatTheTableSays) {
   EXPECT_EQ(o.max_read, 512u << 10);
   EXPECT_EQ(o.config.zarr_chunk, 1ull << 20);
   EXPECT_EQ(o.config.unmount_retry, std::chrono::milliseconds(10000));
-  EXPECT_FALSE(o.config.prefault);
+  EXPECT_TRUE(o.config.prefault);
   EXPECT_TRUE(o.direct_read);
   EXPECT_EQ(o.passthrough, Passthrough::kAuto);
   EXPECT_FALSE(o.config.shared);

@@ -1,5 +1,6 @@
 // Tests of the pure policy functions: flushing, and how an open is served.
 #include "core/base/flush_policy.h"
+#include "core/base/memory_policy.h"
 #include "core/base/serve_policy.h"
 
 #include "core/filesystem/open_mode.h"
@@ -144,6 +145,19 @@ TEST(OpenModeTest, AViewOfAZarrArrayAlwaysUsesThePageCache) {
   EXPECT_FALSE(c.direct);
   f.access = O_WRONLY;
   EXPECT_FALSE(ChooseOpen(f).direct);
+}
+
+// Below an eighth of the system's memory available: no memory taken ahead, and idle memory given
+// back up to the shortfall and a margin; a /proc/meminfo that could not be read stops nothing.
+TEST(PolicyTest, IdleMemoryGoesBackOnlyBelowAnEighthOfTheSystemsMemoryAvailable) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  EXPECT_TRUE(MayTakeMemoryAhead({24 * kGiB, 4 * kGiB}));
+  EXPECT_EQ(IdleMemoryToGiveBack({24 * kGiB, 4 * kGiB}), 0u);
+  EXPECT_EQ(IdleMemoryToGiveBack({24 * kGiB, 3 * kGiB}), 0u) << "at the line: not short";
+  EXPECT_FALSE(MayTakeMemoryAhead({24 * kGiB, 3 * kGiB}));
+  EXPECT_EQ(IdleMemoryToGiveBack({24 * kGiB, 2 * kGiB}), kGiB + kGiveBackMargin);
+  EXPECT_TRUE(MayTakeMemoryAhead({0, 0}));
+  EXPECT_EQ(IdleMemoryToGiveBack({0, 0}), 0u);
 }
 
 }  // namespace

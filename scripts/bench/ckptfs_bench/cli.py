@@ -95,6 +95,8 @@ import argparse
 import json
 import os
 import shutil
+import sys
+import warnings
 
 from . import fuse_ring, saves, takeover, tensor_view
 from .contenders import ALL_WORKLOADS
@@ -104,8 +106,24 @@ from .measure import fs_type
 MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run}
 
 
+def keep_library_output(path):
+    """Sends what the libraries print to `path`, so that the bench prints only its own lines and
+    tables: file descriptor 2, which every process the bench starts inherits (rank processes'
+    FutureWarning/UserWarning lines, missing Transformer Engine or Apex), and the bench process's
+    own Python warnings go there; the bench's messages and errors still reach the terminal."""
+    log = open(path, "w", buffering=1)
+    sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)
+    os.dup2(log.fileno(), 2)
+
+    def to_log(message, category, filename, lineno, file=None, line=None):
+        log.write(warnings.formatwarning(message, category, filename, lineno, line))
+    warnings.showwarning = to_log
+    print(f"bench: the libraries' own output goes to {path}", flush=True)
+
+
 def main():
     a = parse_args()
+    keep_library_output(a.library_log)
     os.makedirs(a.workdir)
     for mode, run in MODES.items():
         if getattr(a, mode):
@@ -156,6 +174,8 @@ def parser():
     ap.add_argument("--only", action="append", help="run only these workloads (comma list; "
                     "repeatable): " + ",".join(ALL_WORKLOADS))
     ap.add_argument("--json", default="bench-results.json", help="write results here")
+    ap.add_argument("--library-log", default="bench-libraries.log",
+                    help="where the output of the libraries (their warnings) goes")
     ap.add_argument("--workdir", default="/var/tmp/ckptfs-bench",
                     help="plain and backing directories (must be on a real disk, not tmpfs)")
     ap.add_argument("--shm-dir", default="/dev/shm/ckptfs-bench")

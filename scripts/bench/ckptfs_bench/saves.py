@@ -54,6 +54,7 @@ class Bench:
                 waited = self._await_prefault(d)
                 if waited is not None:
                     rec["prefault_wait"] = waited
+                rec["daemon_rss_before"] = d.vm_rss_kib() * 1024
             if self._warm_up(contender, w):
                 # The checkpoint before: saved, made durable, then deleted, as a trainer that
                 # keeps the latest checkpoints deletes older ones.

@@ -234,6 +234,9 @@ class CkptfsDaemon:
     def vm_hwm_kib(self):
         return proc_kib(f"/proc/{self.worker_pid()}/status", "VmHWM")
 
+    def vm_rss_kib(self):
+        return proc_kib(f"/proc/{self.worker_pid()}/status", "VmRSS")
+
     def cpu_seconds(self):
         """User plus system CPU time the worker has used so far (all its threads)."""
         with open(f"/proc/{self.worker_pid()}/stat") as f:

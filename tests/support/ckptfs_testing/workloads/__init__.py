@@ -24,6 +24,8 @@ real libraries (torch.save, zarr), from separate processes where a trainer has s
                   iter_0000100/rank_RRRR/distrib_optim.pt, tracker last.
     dcp           real PyTorch DCP (dcp.py): dcp.save of a DTensor-sharded GPT + Adam
                   from 2 rank processes (gloo), FileSystemWriter(thread_count=2, sync_files=True).
+    dcp_small     real PyTorch DCP (dcp_small.py): dcp.save of 10,000 tensors of 4 KiB from one
+                  process, FileSystemWriter's defaults: one small write per tensor.
     seq           a few large files written sequentially (8 MiB writes).
     small         many small files (1-64 KiB) in 100 directories.
 
@@ -72,12 +74,13 @@ def make(name, scale=1.0, for_test=False, **kw):
     if for_test:
         sizes = {"torch_legacy": 200 * MB, "zarr_dist": 100 * MB, "zarr_distopt": 32 * MB,
                  "dlrover": 160 * MB, "dcp": 120 * MB, "mcore_torch_dist": 120 * MB,
-                 "nvrx_local": 64 * MB, "safetensors": 1024 * MB, "seq": 256 * MB, "small": 2000}
+                 "nvrx_local": 64 * MB, "safetensors": 1024 * MB, "seq": 256 * MB, "small": 2000,
+                 "dcp_small": 2000}
     else:
         sizes = {"torch_legacy": 512 * MB, "zarr_dist": 256 * MB, "zarr_distopt": 400 * MB,
                  "dlrover": 512 * MB, "dcp": 1024 * MB, "mcore_torch_dist": 1024 * MB,
                  "nvrx_local": 1024 * MB, "safetensors": 1024 * MB, "seq": 4096 * MB,
-                 "small": 20000}
+                 "small": 20000, "dcp_small": 10000}
     n = int(sizes[name] * scale)
     if name in REAL_LIBRARY_WORKLOADS:  # Imported on demand: they take seconds to import.
         module, cls_name = REAL_LIBRARY_WORKLOADS[name]
@@ -91,11 +94,12 @@ def make(name, scale=1.0, for_test=False, **kw):
 # Workloads that run a library's own checkpointing code, each in a module of its own.
 REAL_LIBRARY_WORKLOADS = {
     "dcp": ("dcp", "DCP"),
+    "dcp_small": ("dcp_small", "DCPSmall"),
     "mcore_torch_dist": ("mcore_torch_dist", "MCoreTorchDist"),
     "nvrx_local": ("nvrx_local", "NVRxLocal"),
     "safetensors": ("safetensors", "Safetensors"),
 }
 
 
-ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp",
+ALL = ["seq", "small", "torch_legacy", "zarr_dist", "zarr_distopt", "dlrover", "dcp", "dcp_small",
        "mcore_torch_dist", "nvrx_local", "safetensors"]
