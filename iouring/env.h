@@ -1,6 +1,6 @@
 // Env: the one interface through which ckptfs touches the backing store (the role leveldb's Env
-// plays). Every open, read, write, sync, rename, mkdir, unlink, link, symlink, stat and attribute
-// change of a backing file or directory goes through it, so that a test can fail any of them.
+// plays). Every open, read, write, sync, rename, mkdir, unlink, link, symlink, stat, attribute
+// change and extended attribute of a backing file or directory goes through it, so that a test can fail any of them.
 //
 // Implementations: the io_uring Env (batched writes and syncs, many in flight), the POSIX Env
 // (pwritev/fdatasync one at a time; its single calls serve the io_uring Env too), EnvWrapper
@@ -72,6 +72,9 @@ class Env {
     kChmod,
     kChown,
     kSetTimes,
+    kSetXattr,
+    kGetXattr,
+    kLastOp = kGetXattr,
   };
   static const char* OpName(Op op);
 
@@ -128,6 +131,11 @@ class Env {
   virtual Status Chmod(int dir, const std::string& name, mode_t mode) = 0;
   virtual Status Chown(int dir, const std::string& name, uid_t uid, gid_t gid) = 0;
   virtual Status SetTimes(int dir, const std::string& name, const timespec times[2]) = 0;
+  // fsetxattr of the descriptor's extended attribute `name` (created or replaced).
+  virtual Status SetXattr(int fd, const std::string& name, const std::string& value) = 0;
+  // fgetxattr: the attribute's value; ENODATA when the file has none, ENOTSUP where the
+  // filesystem keeps none, ERANGE when it is longer than `max_size` bytes.
+  virtual Result<std::string> GetXattr(int fd, const std::string& name, size_t max_size) = 0;
 };
 
 // io_uring Env with at most `queue_depth` requests in flight. Returns nullptr and sets

@@ -107,4 +107,12 @@ Status EnvWrapper::SetTimes(int dir, const std::string& name, const timespec tim
   return Forwarded(Op::kSetTimes, {name}, [&] { return target_->SetTimes(dir, name, times); });
 }
 
+Status EnvWrapper::SetXattr(int fd, const std::string& name, const std::string& value) {
+  return Forwarded(Op::kSetXattr, {name}, [&] { return target_->SetXattr(fd, name, value); });
+}
+
+Result<std::string> EnvWrapper::GetXattr(int fd, const std::string& name, size_t max_size) {
+  return Forwarded(Op::kGetXattr, {name}, [&] { return target_->GetXattr(fd, name, max_size); });
+}
+
 }  // namespace ckptfs

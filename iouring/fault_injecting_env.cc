@@ -45,7 +45,7 @@ void ForwardWrites(Env& env, const std::vector<WriteRequest>& requests,
 }  // namespace
 
 FaultInjectingEnv::FaultInjectingEnv(std::unique_ptr<Env> inner)
-    : EnvWrapper(std::move(inner)), calls_(static_cast<size_t>(Op::kSetTimes) + 1, 0) {}
+    : EnvWrapper(std::move(inner)), calls_(static_cast<size_t>(Op::kLastOp) + 1, 0) {}
 
 std::string FaultInjectingEnv::Name() const { return "fault(" + target().Name() + ")"; }
 

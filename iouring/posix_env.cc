@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,6 +107,8 @@ const char* Env::OpName(Op op) {
     case Op::kChmod: return "chmod";
     case Op::kChown: return "chown";
     case Op::kSetTimes: return "utimens";
+    case Op::kSetXattr: return "setxattr";
+    case Op::kGetXattr: return "getxattr";
   }
   return "?";
 }
@@ -288,6 +291,18 @@ Status PosixEnv::Chown(int dir, const std::string& name, uid_t uid, gid_t gid) {
 Status PosixEnv::SetTimes(int dir, const std::string& name, const timespec times[2]) {
   if (name.empty()) return Checked(futimens(dir, times), "utimens");
   return Checked(utimensat(dir, name.c_str(), times, AT_SYMLINK_NOFOLLOW), "utimens " + name);
+}
+
+Status PosixEnv::SetXattr(int fd, const std::string& name, const std::string& value) {
+  return Checked(fsetxattr(fd, name.c_str(), value.data(), value.size(), 0), "setxattr " + name);
+}
+
+Result<std::string> PosixEnv::GetXattr(int fd, const std::string& name, size_t max_size) {
+  std::string value(max_size, '\0');
+  ssize_t n = fgetxattr(fd, name.c_str(), value.data(), value.size());
+  if (n < 0) return Status::Error(errno, "getxattr " + name);
+  value.resize(static_cast<size_t>(n));
+  return value;
 }
 
 std::unique_ptr<Env> MakePosixEnv() { return std::make_unique<PosixEnv>(); }

@@ -38,6 +38,8 @@ class PosixEnv : public Env {
   Status Chmod(int dir, const std::string& name, mode_t mode) override;
   Status Chown(int dir, const std::string& name, uid_t uid, gid_t gid) override;
   Status SetTimes(int dir, const std::string& name, const timespec times[2]) override;
+  Status SetXattr(int fd, const std::string& name, const std::string& value) override;
+  Result<std::string> GetXattr(int fd, const std::string& name, size_t max_size) override;
 };
 
 }  // namespace ckptfs

@@ -13,6 +13,7 @@ constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
     {"bytes_read", &Stats::bytes_read},
     {"bytes_flushed", &Stats::bytes_flushed},
     {"files_flushed", &Stats::files_flushed},
+    {"bytes_checksummed", &Stats::bytes_checksummed},
     {"versions_skipped", &Stats::versions_skipped},
     {"flush_batches", &Stats::flush_batches},
     {"flush_errors", &Stats::flush_errors},

@@ -10,6 +10,8 @@
 #include <set>
 
 #include "core/base/flush_policy.h"
+#include "core/integrity/checksum.h"
+#include "core/integrity/checksum_record.h"
 
 namespace ckptfs {
 namespace {
@@ -19,6 +21,7 @@ struct Staged {
   int fd = -1;
   std::string name;
   Status status;
+  ChecksumRecord checksum;  // Of the version's bytes.
 };
 
 // Allocates the ranges about to be written: a full disk shows before any byte is written, and
@@ -248,6 +251,13 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       s.status = c.base()->CopyPrefixTo(s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
     }
+    Result<ChecksumRecord> checksum = ChecksumOf(c);
+    if (!checksum.ok()) {
+      s.status = Status::Error(checksum.status().err(), "checksum: " + checksum.status().message());
+      continue;
+    }
+    s.checksum = std::move(*checksum);
+    stats_.bytes_checksummed += size;
     std::vector<WriteRequest> writes = BlockWriteRequests(c.blocks(), size, s.fd, direct);
     if (direct) {
       s.status = Preallocate(env_, writes);
@@ -280,6 +290,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     // After the chown, which clears the set-user-ID and set-group-ID bits.
     if (st.ok()) st = env_.Chmod(s.fd, "", e.mode & 07777);
     if (st.ok()) st = env_.SetTimes(s.fd, "", times);
+    if (st.ok()) st = RecordChecksum(s.fd, s.checksum);
     if (!st.ok()) {
       s.status = Status::Error(st.err(), "set size and attributes of staging file");
       continue;
@@ -341,6 +352,19 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
   return result;
+}
+
+Status Flusher::RecordChecksum(int fd, const ChecksumRecord& record) {
+  if (!xattrs_supported_) return Status::Ok();
+  Status st = env_.SetXattr(fd, kChecksumXattr, FormatChecksumRecord(record));
+  if (st.err() == ENOTSUP) {
+    xattrs_supported_ = false;
+    spdlog::warn("the backing store keeps no user extended attributes ({}): published files "
+                 "carry no checksum record",
+                 st.ToString());
+    return Status::Ok();
+  }
+  return st;
 }
 
 Result<int> Flusher::CreateStagingFile(const JournalEntry& e, const std::string& name, int flags) {

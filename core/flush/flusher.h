@@ -26,6 +26,7 @@
 #include "core/base/config.h"
 #include "core/base/thread_annotations.h"
 #include "core/flush/held_markers.h"
+#include "core/integrity/checksum_record.h"
 #include "core/shared/shared_commit.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -135,6 +136,9 @@ class Flusher {
   // Made in the staging directory when the parent has no backing directory yet, or that fails
   // (the backing filesystem has no O_TMPFILE: never tried again).
   Result<int> CreateStagingFile(const JournalEntry& e, const std::string& name, int flags);
+  // Keeps `record` with the staging file `fd` (core/integrity/checksum_record.h); nothing where
+  // the backing store keeps no user extended attributes (said once in the log).
+  Status RecordChecksum(int fd, const ChecksumRecord& record);
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);
@@ -177,6 +181,7 @@ class Flusher {
   const std::string backend_name_;
   const int staging_fd_;
   bool tmpfile_in_place_ = true;  // Flusher thread only: O_TMPFILE works on the backing store.
+  bool xattrs_supported_ = true;  // Flusher thread only: the backing store keeps user xattrs.
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   Journal& journal_;  // Its own lock, taken after mu_.
   Stats& stats_;

@@ -44,6 +44,8 @@ const Field kFields[] = {
      "Bytes of the file versions made durable."},
     {"files_flushed", "ckptfs_flushed_files_total", Kind::kCounter,
      "File versions made durable under their names."},
+    {"bytes_checksummed", "ckptfs_checksummed_bytes_total", Kind::kCounter,
+     "Bytes of file versions summed (CRC32C) before they were flushed."},
     {"versions_skipped", "ckptfs_skipped_versions_total", Kind::kCounter,
      "File versions superseded before they were flushed."},
     {"flush_batches", "ckptfs_flush_batches_total", Kind::kCounter, "Flush batches applied."},

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "core/base/thread_annotations.h"
+#include "core/integrity/checksum.h"
+#include "core/integrity/checksum_record.h"
 #include "core/memory/arena.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
@@ -223,6 +226,44 @@ TEST_F(FlusherTest, WithoutOTmpfileOnTheBackingStoreStagingFilesAreMadeInTheStag
   EXPECT_EQ(HostFile("b"), Pattern(6, 200));
   EXPECT_EQ(fault_->calls(Env::Op::kLink), 0u);  // Not tried again after the refusal.
   EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
+}
+
+// The checksum record on the published file, read as anyone reads it (getxattr of its path).
+Result<ChecksumRecord> RecordOf(const std::string& path) {
+  char value[kMaxChecksumRecordBytes + 1];
+  ssize_t n = getxattr(path.c_str(), kChecksumXattr, value, sizeof value);
+  if (n < 0) return Status::Error(errno, "getxattr " + path);
+  return ParseChecksumRecord(std::string_view(value, static_cast<size_t>(n)));
+}
+
+TEST_F(FlusherTest, APublishedFileCarriesTheChecksumOfItsBytes) {
+  StartFlusher();
+  const std::string bytes = Pattern(7, 3 * kBlockSize + 123);
+  uint64_t seq = Publish(root_, "f", bytes);
+  uint64_t empty = Publish(root_, "empty", "");
+  ASSERT_TRUE(flusher_->WaitDurable(std::max(seq, empty)).ok());
+  Crc32c crc;
+  crc.Update(bytes.data(), bytes.size());
+  Result<ChecksumRecord> record = RecordOf(dir_ / "f");
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(*record, (ChecksumRecord{kMinChecksumChunk, bytes.size(), {crc.value()}}));
+  Result<ChecksumRecord> none = RecordOf(dir_ / "empty");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(*none, (ChecksumRecord{kMinChecksumChunk, 0, {}}));
+  EXPECT_EQ(stats_.bytes_checksummed.load(), bytes.size());
+}
+
+TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesFilesArePublishedWithoutRecords) {
+  fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
+  StartFlusher();
+  uint64_t a = Publish(root_, "a", Pattern(8, 100));
+  ASSERT_TRUE(flusher_->WaitDurable(a).ok());
+  uint64_t b = Publish(root_, "b", Pattern(9, 200));
+  ASSERT_TRUE(flusher_->WaitDurable(b).ok());
+  EXPECT_EQ(HostFile("a"), Pattern(8, 100));
+  EXPECT_EQ(HostFile("b"), Pattern(9, 200));
+  EXPECT_EQ(RecordOf(dir_ / "b").status().err(), ENODATA);
+  EXPECT_EQ(fault_->calls(Env::Op::kSetXattr), 1u);  // Not tried again after the refusal.
 }
 
 TEST_F(FlusherTest, AFailedRenameIsReportedWithTheFailedEntryAndRetried) {

@@ -1,0 +1,189 @@
+// Tests of the CRC32C of file contents and of the checksum records kept with published files.
+#include "core/integrity/checksum.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "core/integrity/checksum_record.h"
+#include "core_test_util.h"
+
+namespace ckptfs {
+namespace {
+
+uint32_t Crc32cOf(const std::string& bytes) {
+  Crc32c crc;
+  crc.Update(bytes.data(), bytes.size());
+  return crc.value();
+}
+
+TEST(ChecksumTest, Crc32cGivesTheCastagnoliCheckValues) {
+  EXPECT_EQ(Crc32cOf(""), 0u);
+  EXPECT_EQ(Crc32cOf("123456789"), 0xe3069283u);  // The CRC-32C check value (RFC 3720).
+  EXPECT_EQ(Crc32cOf(std::string(32, '\0')), 0x8a9136aau);  // RFC 3720 B.4: 32 bytes of zeros.
+  EXPECT_EQ(Crc32cOf(std::string(32, '\xff')), 0x62a8ab43u);  // RFC 3720 B.4: 32 bytes of ones.
+}
+
+TEST(ChecksumTest, UpdatesInPiecesEqualOneUpdateOfTheWhole) {
+  const std::string bytes = testing_util::Pattern(7, 3 << 20);
+  std::mt19937_64 rng(1);
+  for (int round = 0; round < 20; ++round) {
+    Crc32c crc;
+    for (size_t at = 0; at < bytes.size();) {
+      size_t piece = std::min<size_t>(bytes.size() - at, rng() % (300 << 10) + 1);
+      crc.Update(bytes.data() + at, piece);
+      at += piece;
+    }
+    EXPECT_EQ(crc.value(), Crc32cOf(bytes));
+  }
+}
+
+TEST(ChecksumTest, ZerosSumAsZeroBytes) {
+  for (uint64_t n : {uint64_t{1}, uint64_t{4095}, uint64_t{9} << 20}) {
+    Crc32c crc;
+    crc.Update("ab", 2);
+    crc.UpdateZeros(n);
+    EXPECT_EQ(crc.value(), Crc32cOf("ab" + std::string(n, '\0'))) << n;
+  }
+}
+
+class ChecksumOfContentTest : public ::testing::Test {
+ protected:
+  void Write(FileContent& c, uint64_t offset, const std::string& bytes) {
+    Reservation r = arena_.Reserve(c.BlocksNeededForWrite(offset, bytes.size()));
+    ASSERT_TRUE(c.Write(offset, bytes.data(), bytes.size(), r).ok());
+  }
+  static void Put(std::string& image, uint64_t offset, const std::string& bytes) {
+    if (image.size() < offset + bytes.size()) image.resize(offset + bytes.size(), '\0');
+    image.replace(offset, bytes.size(), bytes);
+  }
+
+  testing_util::TempDir dir_;
+  std::unique_ptr<Env> env_ = MakePosixEnv();
+  Arena arena_{64ull << 20};
+};
+
+// The record of `image`, summed chunk by chunk with one Crc32c each.
+ChecksumRecord RecordOfImage(const std::string& image) {
+  ChecksumRecord record{ChecksumChunkFor(image.size()), image.size(), {}};
+  for (uint64_t at = 0; at < image.size(); at += record.chunk) {
+    record.sums.push_back(Crc32cOf(image.substr(at, record.chunk)));
+  }
+  return record;
+}
+
+TEST(ChecksumTest, TheChunkIsThePowerOfTwoThatKeepsARecordWithinItsSums) {
+  EXPECT_EQ(ChecksumChunkFor(0), kMinChecksumChunk);
+  EXPECT_EQ(ChecksumChunkFor(kMaxChecksumChunks * kMinChecksumChunk), kMinChecksumChunk);
+  EXPECT_EQ(ChecksumChunkFor(kMaxChecksumChunks * kMinChecksumChunk + 1), 2 * kMinChecksumChunk);
+  EXPECT_EQ(ChecksumChunkFor(uint64_t{100} << 30), uint64_t{1} << 30);
+  EXPECT_EQ(ChecksumChunkFor(UINT64_MAX), uint64_t{1} << 57);
+}
+
+TEST(ChecksumTest, AChunkedChecksumSumsEachChunkOnItsOwn) {
+  const std::string image = testing_util::Pattern(5, 2 * kMinChecksumChunk + 4321);
+  ChunkedChecksum sum(image.size());
+  std::mt19937_64 rng(9);
+  for (size_t at = 0; at < image.size();) {
+    size_t piece = std::min<size_t>(image.size() - at, rng() % (5 << 20) + 1);
+    sum.Update(image.data() + at, piece);
+    at += piece;
+  }
+  ChecksumRecord record = std::move(sum).Finish();
+  EXPECT_EQ(record.sums.size(), 3u);
+  EXPECT_EQ(record, RecordOfImage(image));
+}
+
+TEST_F(ChecksumOfContentTest, CoversBlocksAndHolesInFileOrder) {
+  FileContent c;
+  std::string image;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 12; ++i) {
+    const uint64_t offset = rng() % (kMinChecksumChunk + 6 * kBlockSize);
+    const std::string bytes = testing_util::Pattern(i, rng() % (kBlockSize + 100) + 1);
+    Write(c, offset, bytes);
+    Put(image, offset, bytes);
+  }
+  Result<ChecksumRecord> sum = ChecksumOf(c);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(*sum, RecordOfImage(image));
+}
+
+TEST_F(ChecksumOfContentTest, ReadsTheBytesOfItsBaseFile) {
+  const std::string base_bytes = testing_util::Pattern(11, 3 * kBlockSize + 17);
+  const std::string path = dir_ / "base";
+  testing_util::WriteHostFile(path, base_bytes);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  FileContent c(std::make_shared<BackingFile>(*env_, fd), base_bytes.size());
+  std::string image = base_bytes;
+  const std::string patch = testing_util::Pattern(12, 5000);
+  Write(c, kBlockSize - 100, patch);
+  Put(image, kBlockSize - 100, patch);
+  Result<ChecksumRecord> sum = ChecksumOf(c);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(*sum, RecordOfImage(image));
+}
+
+TEST(ChecksumRecordTest, ReadsBackWhatItWrites) {
+  std::vector<uint32_t> many(kMaxChecksumChunks, 0xffffffff);
+  for (const ChecksumRecord& r :
+       {ChecksumRecord{kMinChecksumChunk, 0, {}}, ChecksumRecord{kMinChecksumChunk, 9, {0xe3069283}},
+        ChecksumRecord{uint64_t{1} << 20, kMaxChecksumChunks << 20, many}}) {
+    const std::string text = FormatChecksumRecord(r);
+    EXPECT_LE(text.size(), kMaxChecksumRecordBytes);
+    Result<ChecksumRecord> back = ParseChecksumRecord(text);
+    ASSERT_TRUE(back.ok()) << text << ": " << back.status().ToString();
+    EXPECT_EQ(*back, r);
+  }
+  EXPECT_EQ(FormatChecksumRecord({kMinChecksumChunk, 9, {0xe3069283}}),
+            "crc32c chunk=8388608 size=9 sums=e3069283");
+}
+
+TEST(ChecksumRecordTest, RefusesAnythingElseWithEinval) {
+  for (const char* text :
+       {"", "crc32c", "crc32c chunk=8388608 size=9", "crc32c chunk=8388608 size=9 sums=",
+        "crc32c chunk=8388608 size=9 sums=E3069283", "crc32c chunk=8388608 size=9 sums=e306928",
+        "crc32c chunk=8388608 size=9 sums=e30692830", "crc32c chunk=8388608 size=9 sums=e3069283,",
+        "crc32c chunk=8388608 size=9 sums=e3069283,e3069283", "crc32c chunk=8388608 size=09 sums=e3069283",
+        "crc32c chunk=8388607 size=9 sums=e3069283", "crc32c chunk=4096 size=9 sums=e3069283",
+        "crc32c chunk=8388608 size=-9 sums=e3069283", "crc32c chunk=8388608 size=9 sums=e3069283 ",
+        "crc32c chunk=8388608  size=9 sums=e3069283", "crc32c size=9 chunk=8388608 sums=e3069283",
+        "crc32c chunk=8388608 size=9 sums=e3069283\n", "crc32c chunk=8388608 size=9 sums=+3069283",
+        "crc32c chunk=1048576 size=18446744073709551615 sums=e3069283",
+        "crc32c chunk=8388608 size=18446744073709551616 sums=e3069283",
+        "crc32c chunk=8388608 size=0 sums=e3069283"}) {
+    Result<ChecksumRecord> r = ParseChecksumRecord(text);
+    EXPECT_FALSE(r.ok()) << '"' << text << '"';
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().err(), EINVAL) << text;
+    }
+  }
+  EXPECT_FALSE(ParseChecksumRecord(std::string(10000, 'a')).ok());
+}
+
+TEST(ChecksumRecordTest, RandomBytesGiveARecordOrAnErrorNeverACrash) {
+  std::mt19937_64 rng(42);
+  const std::string good = FormatChecksumRecord(
+      {kMinChecksumChunk, 3 * kMinChecksumChunk - 5, {0x12345678, 0x9abcdef0, 0x0fedcba9}});
+  for (int i = 0; i < 50000; ++i) {
+    std::string text = good;
+    for (int k = rng() % 4; k >= 0; --k) {
+      switch (rng() % 3) {
+        case 0: text[rng() % text.size()] = static_cast<char>(rng()); break;
+        case 1: text.insert(rng() % (text.size() + 1), 1, static_cast<char>(rng())); break;
+        default: if (!text.empty()) text.erase(rng() % text.size(), 1); break;
+      }
+      if (text.empty()) text = "c";
+    }
+    Result<ChecksumRecord> r = ParseChecksumRecord(text);
+    if (r.ok()) {
+      EXPECT_EQ(FormatChecksumRecord(*r), text);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs
