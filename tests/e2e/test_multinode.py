@@ -50,6 +50,7 @@ import time
 import unittest
 
 from ckptfs_testing import workloads
+from ckptfs_testing.checksums import mismatched_records
 from ckptfs_testing.ckptfs_daemon import (CkptfsDaemon, cache_memory_files, describe_tree_diff,
                                           mounted, read_or_none, run_ckptfs, snapshot, wait_for)
 from ckptfs_testing.e2e_check import E2E_TMP, comparable, require_fuse
@@ -375,8 +376,11 @@ class NodeKills(MultiNodeChecks):
                                  + describe_tree_diff(published[it], tree, "then", "now"))
             elif ".metadata" in tree:
                 got = comparable(tree, w.varying)
-                self.assertEqual(expected, got, f"{what}, published, differs from the plain run:\n"
-                                 + describe_tree_diff(expected, got, "plain", name))
+                if got != expected:
+                    self.fail(f"{what}, published, differs from the plain run:\n"
+                              + describe_tree_diff(expected, got, "plain", name)
+                              + "\nfiles not matching their checksum records (the bytes the "
+                              f"trainer wrote): {mismatched_records(path)}")
                 self.assertEqual(w.load(path), w.expected_digest(), f"{what} loads other data")
                 published[it] = tree
             else:

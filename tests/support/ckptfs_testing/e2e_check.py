@@ -14,7 +14,8 @@ compare.
    mount (the loader's read-back checks them), and the lock files of zarr's ProcessSynchronizer
    next to them are named by those chunks: neither is compared file by file.
 4. After `ckptfs sync`: the backing directory (minus BACKING/.ckptfs) holds exactly that tree and
-   the daemon reports nothing dirty or pending.
+   the daemon reports nothing dirty or pending; every file in it carries a checksum record whose
+   sums equal PyPI crc32c's of its bytes (checksums.py).
 5. After unmount: the daemon exits 0, the backing tree is still exactly that, nothing is left in
    BACKING/.ckptfs/staging, no rescue directory, no error in the daemon's log.
 6. A new mount over the same backing directory (cold: nothing staged) reads it all back.
@@ -27,6 +28,7 @@ import threading
 import time
 import unittest
 
+from .checksums import mismatched_records
 from .ckptfs_daemon import CkptfsDaemon, describe_tree_diff, mounted, snapshot
 
 E2E_TMP = os.environ.get("CKPTFS_E2E_TMP", "/var/tmp")
@@ -190,6 +192,8 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None,
     for key in ("flush_errors", "dirty_bytes", "pending_entries"):
         tc.assertIn(key, stats)
         tc.assertEqual(stats[key], 0, f"{key} after ckptfs sync: {stats}")
+    tc.assertEqual(mismatched_records(backing), {},
+                   "published files whose checksum records are missing or wrong")
     expected = _without(expected, locks)
     after_sync = _without(tree(backing), locks)
     tc.assertEqual(expected, after_sync,
