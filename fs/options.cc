@@ -189,6 +189,19 @@ const MountOption kMountOptions[] = {
                                {"buffered", FlushIo::kBuffered}},
                               &o->config.flush_io);
      }},
+    {"verify", "off|markers", "off",
+     "`markers`: every file version is read back from the backing store once it is written and "
+     "synced, and checked against the checksum (CRC32C) taken of its bytes in memory, before it "
+     "is published under its name; so no commit marker is ever published over a file that does "
+     "not match. A version that does not match is not published: it is logged (`stats`: "
+     "`checksum_mismatches`) and written again from memory, and until it matches, it and what "
+     "was sealed after it wait as for any failed flush (`ckptfs sync` fails naming it). Files of "
+     "1 MiB or more, written with O_DIRECT, are read back from the device; smaller ones from the "
+     "backing store's page cache. `off`: checksums are kept with published files, not read back",
+     [](const std::string& v, MountOptions* o) {
+       return Choose<VerifyMode>(v, {{"off", VerifyMode::kOff}, {"markers", VerifyMode::kMarkers}},
+                                 &o->config.verify);
+     }},
     {"passthrough", "auto|on|off", "auto",
      "read-only opens of files of 1 MiB or more that the backing store holds whole are read by "
      "the kernel straight from the backing file (see above; 2 GiB: 0.57 s cold, 0.14 s warm, as "

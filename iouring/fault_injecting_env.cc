@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -77,6 +80,39 @@ Status FaultInjectingEnv::BeforeCall(Op op, std::initializer_list<std::string_vi
   return verdict;
 }
 
+namespace {
+
+// A write request's bytes copied into one buffer aligned for O_DIRECT, the first byte changed.
+class CorruptedCopy {
+ public:
+  explicit CorruptedCopy(const WriteRequest& original)
+      : fd_(original.fd), offset_(original.offset), length_(original.bytes()) {
+    const size_t rounded = (length_ + kAlign - 1) / kAlign * kAlign;
+    data_.reset(static_cast<char*>(std::aligned_alloc(kAlign, rounded)));
+    size_t at = 0;
+    for (const iovec& v : original.iov) {
+      std::memcpy(data_.get() + at, v.iov_base, v.iov_len);
+      at += v.iov_len;
+    }
+    data_[0] = static_cast<char>(data_[0] ^ 0xff);
+  }
+  WriteRequest request() const {
+    return WriteRequest{fd_, offset_, {iovec{data_.get(), length_}}};
+  }
+
+ private:
+  static constexpr size_t kAlign = 4096;
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  int fd_;
+  uint64_t offset_;
+  size_t length_;
+  std::unique_ptr<char[], Free> data_;
+};
+
+}  // namespace
+
 std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> requests) {
   std::vector<Status> results(requests.size());
   std::vector<bool> failed(requests.size(), false);
@@ -91,9 +127,11 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
                                                   " (injected)");
   }
   bool short_writes;
+  uint64_t corrupt;
   {
     MutexLock lock(mu_);
     short_writes = short_writes_;
+    corrupt = corrupt_writes_;
   }
   if (delay.count() > 0) std::this_thread::sleep_for(delay);
 
@@ -101,9 +139,17 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
   std::vector<size_t> head_slots;
   std::vector<WriteRequest> tails;
   std::vector<size_t> tail_slots;
+  std::vector<CorruptedCopy> copies;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (failed[i]) continue;
     uint64_t total = requests[i].bytes();
+    if (corrupt > 0 && total > 0) {
+      --corrupt;
+      copies.emplace_back(requests[i]);
+      heads.push_back(copies.back().request());
+      head_slots.push_back(i);
+      continue;
+    }
     if (!short_writes || total < 2) {
       heads.push_back(requests[i]);
       head_slots.push_back(i);
@@ -116,6 +162,10 @@ std::vector<Status> FaultInjectingEnv::Write(std::span<const WriteRequest> reque
     head_slots.push_back(i);
     tails.push_back(std::move(tail));
     tail_slots.push_back(i);
+  }
+  {
+    MutexLock lock(mu_);
+    corrupt_writes_ -= std::min<uint64_t>(corrupt_writes_, copies.size());
   }
   ForwardWrites(target(), heads, head_slots, results);
 
@@ -172,6 +222,11 @@ void FaultInjectingEnv::ShortWrites(bool enabled) {
   short_writes_ = enabled;
 }
 
+void FaultInjectingEnv::CorruptWrites(uint64_t count) {
+  MutexLock lock(mu_);
+  corrupt_writes_ = count;
+}
+
 void FaultInjectingEnv::FailSyncs(int err, uint64_t count) {
   MutexLock lock(mu_);
   RemoveFaults(Op::kSync);
@@ -182,6 +237,7 @@ void FaultInjectingEnv::Heal() {
   MutexLock lock(mu_);
   faults_.clear();
   short_writes_ = false;
+  corrupt_writes_ = 0;
 }
 
 uint64_t FaultInjectingEnv::calls(Op op) const {

@@ -63,6 +63,10 @@ class FaultInjectingEnv final : public EnvWrapper {
   // pieces in two successive calls: the first half, then the rest (only if the first succeeded).
   void ShortWrites(bool enabled);
 
+  // The next `count` write requests (of a byte or more) reach the inner Env with their first
+  // byte changed, and succeed: a write corrupted on its way to the store.
+  void CorruptWrites(uint64_t count);
+
   // The next `count` fds passed to Sync fail with `err`. Replaces any earlier sync fault.
   void FailSyncs(int err, uint64_t count = UINT64_MAX);
 
@@ -102,6 +106,7 @@ class FaultInjectingEnv final : public EnvWrapper {
   std::vector<ActiveFault> faults_ GUARDED_BY(mu_);
   std::vector<uint64_t> calls_ GUARDED_BY(mu_);  // By Op.
   bool short_writes_ GUARDED_BY(mu_) = false;
+  uint64_t corrupt_writes_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs

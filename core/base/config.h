@@ -16,6 +16,10 @@ enum class FsyncMode { kWait, kDefer };
 // How the flusher writes backing files: kAuto uses O_DIRECT for files of at least
 // policy::kDirectFlushMinBytes when the backing filesystem takes it, else the page cache.
 enum class FlushIo { kAuto, kDirect, kBuffered };
+// What the flusher reads back from the backing store and checks against the checksum it took of
+// the bytes in memory: nothing, or every file version before it is published under its name (so
+// that no commit marker is ever published over a file that does not match).
+enum class VerifyMode { kOff, kMarkers };
 
 struct Config {
   std::string backing_dir;
@@ -25,6 +29,7 @@ struct Config {
   FsyncMode fsync_mode = FsyncMode::kDefer;
   unsigned queue_depth = 64;
   FlushIo flush_io = FlushIo::kAuto;
+  VerifyMode verify = VerifyMode::kOff;
   // Largest virtual chunk of zarr arrays served with a fine chunk grid; 0 turns that off.
   uint64_t zarr_chunk = 1ull << 20;
   // How long unmount keeps retrying failed flushes before it saves data to the rescue directory.

@@ -12,6 +12,7 @@
 #include "core/base/flush_policy.h"
 #include "core/integrity/checksum.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/verifier.h"
 
 namespace ckptfs {
 namespace {
@@ -22,6 +23,7 @@ struct Staged {
   std::string name;
   Status status;
   ChecksumRecord checksum;  // Of the version's bytes.
+  bool direct = false;      // Written with O_DIRECT.
 };
 
 // Allocates the ranges about to be written: a full disk shows before any byte is written, and
@@ -247,6 +249,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       continue;
     }
     s.fd = *fd;
+    s.direct = direct;
     if (c.base() && c.base_len() > 0) {
       s.status = c.base()->CopyPrefixTo(s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
@@ -309,6 +312,12 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     }
   }
 
+  if (config_.verify == VerifyMode::kMarkers) {
+    for (size_t i : sync_owner) {
+      if (staged[i].status.ok()) staged[i].status = ReadBack(batch[i], staged[i].fd, staged[i].checksum);
+    }
+  }
+
   // Phase 2: in journal order, publish staged files and apply namespace changes.
   std::vector<int> touched_dirs;
   size_t& done = result.applied;
@@ -352,6 +361,34 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
   return result;
+}
+
+Status Flusher::ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record) {
+  // A second descriptor of the staged file, through the page cache: the staged one may be
+  // O_DIRECT, whose reads need aligned buffers.
+  Result<int> reader = env_.Open(AT_FDCWD, "/proc/self/fd/" + std::to_string(fd), O_RDONLY);
+  if (!reader.ok()) return Status::Error(reader.status().err(), "read back: open");
+  const Verification v = VerifyAgainstRecord(env_, *reader, record);
+  env_.Close(*reader);
+  stats_.bytes_read_back += v.size;
+  switch (v.verdict) {
+    case Verification::Verdict::kOk:
+      return Status::Ok();
+    case Verification::Verdict::kMismatch: {
+      stats_.checksum_mismatches++;
+      const std::string where = fmt::format(
+          "MiB {}-{}{}", v.first_differing_begin >> 20, (v.first_differing_end + (1 << 20) - 1) >> 20,
+          v.size_differs() ? fmt::format(", {} bytes instead of {}", v.size, v.recorded_size) : "");
+      spdlog::error("{}: read back from the backing store, it does not match the checksum of its "
+                    "bytes in memory ({}); not published, written again from memory",
+                    client_.PathOf(entry), where);
+      return Status::Error(EIO, "read back does not match the checksum (" + where + ")");
+    }
+    case Verification::Verdict::kNoChecksum:
+    case Verification::Verdict::kError:
+      break;
+  }
+  return Status::Error(EIO, "read back: " + v.reason);
 }
 
 Status Flusher::RecordChecksum(int fd, const ChecksumRecord& record) {

@@ -139,6 +139,10 @@ class Flusher {
   // Keeps `record` with the staging file `fd` (core/integrity/checksum_record.h); nothing where
   // the backing store keeps no user extended attributes (said once in the log).
   Status RecordChecksum(int fd, const ChecksumRecord& record);
+  // -o verify=markers: reads the staged file `fd` of `entry` back from the backing store and
+  // checks it against `record`. A mismatch is logged and counted, and fails the entry with EIO:
+  // its batch stops before it is published, and the retry writes it again from memory.
+  Status ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record);
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);

@@ -14,6 +14,10 @@ struct Stats {
   std::atomic<uint64_t> bytes_flushed{0};     // Of the file versions made durable (once each).
   std::atomic<uint64_t> files_flushed{0};     // Versions published.
   std::atomic<uint64_t> bytes_checksummed{0};  // Summed (CRC32C) before they were flushed.
+  // -o verify=markers: bytes read back from the backing store and checked before publication,
+  // and the versions that did not match (written again from memory).
+  std::atomic<uint64_t> bytes_read_back{0};
+  std::atomic<uint64_t> checksum_mismatches{0};
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.

@@ -692,6 +692,26 @@ TEST_P(FaultInjectionTest, ShortWritesStillProduceCompleteFiles) {
   EXPECT_TRUE(SameBytes(ReadFile(Path("short")), image));
 }
 
+TEST_P(FaultInjectionTest, CorruptedWritesChangeTheFirstByteOfEachRequestAndSucceed) {
+  int fd = Create("corrupt");
+  Bytes a = Pattern(60, 3000);
+  Bytes b = Pattern(61, 5000);
+  Bytes c = Pattern(62, 700);
+  fault_->CorruptWrites(2);
+  std::vector<WriteRequest> requests = {WriteRequest{fd, 0, Slice(a, {1000, 0, 2000})},
+                                        WriteRequest{fd, 8192, {}},
+                                        WriteRequest{fd, 4096, Slice(b, {5000})}};
+  ExpectAllOk(fault_->Write(requests));
+  ExpectAllOk(fault_->Write(std::vector<WriteRequest>{WriteRequest{fd, 9000, Slice(c, {700})}}));
+  Bytes image;
+  Put(image, 0, a);
+  Put(image, 4096, b);
+  Put(image, 9000, c);
+  image[0] = static_cast<char>(image[0] ^ 0xff);
+  image[4096] = static_cast<char>(image[4096] ^ 0xff);
+  EXPECT_TRUE(SameBytes(ReadFile(Path("corrupt")), image));
+}
+
 TEST_P(FaultInjectionTest, ShortWritesPassRealErrorsThrough) {
   int fd = Create("short_errors");
   Bytes a = Pattern(54, 4000);

@@ -266,6 +266,49 @@ TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesFilesArePublish
   EXPECT_EQ(fault_->calls(Env::Op::kSetXattr), 1u);  // Not tried again after the refusal.
 }
 
+TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBeforeTheMarker) {
+  config_.verify = VerifyMode::kMarkers;
+  StartFlusher();
+  const std::string big = Pattern(10, (1 << 20) + 4101);  // O_DIRECT: read back from the disk.
+  const std::string small = Pattern(11, 3000);              // Buffered: from the page cache.
+  for (const auto& [name, bytes] : {std::pair{"big", big}, std::pair{"small", small}}) {
+    SCOPED_TRACE(name);
+    const uint64_t mismatches = stats_.checksum_mismatches.load();
+    InodeRef dir = Mkdir(root_, name);
+    fault_->CorruptWrites(1);
+    Publish(dir, "shard", bytes);
+    const uint64_t marker = Publish(dir, ".metadata", "done");
+    Status first = flusher_->WaitDurable(marker);
+    EXPECT_EQ(first.err(), EIO) << first.ToString();
+    EXPECT_NE(first.message().find("does not match the checksum (MiB 0-1)"), std::string::npos)
+        << first.ToString();
+    EXPECT_EQ(stats_.checksum_mismatches.load(), mismatches + 1);
+    EXPECT_EQ(HostFile(std::string(name) + "/.metadata"), "<missing>");
+
+    ASSERT_TRUE(flusher_->WaitDurable(marker).ok());  // The retry wrote it again from memory.
+    EXPECT_EQ(HostFile(std::string(name) + "/shard"), bytes);
+    EXPECT_EQ(HostFile(std::string(name) + "/.metadata"), "done");
+    EXPECT_EQ(stats_.checksum_mismatches.load(), mismatches + 1);
+  }
+  EXPECT_GE(stats_.bytes_read_back.load(), 2 * (big.size() + small.size()));
+}
+
+TEST_F(FlusherTest, WithoutVerifyACorruptedWriteIsPublishedAndItsRecordTellsIt) {
+  StartFlusher();
+  const std::string bytes = Pattern(12, 3000);
+  fault_->CorruptWrites(1);
+  const uint64_t seq = Publish(root_, "shard", bytes);
+  ASSERT_TRUE(flusher_->WaitDurable(seq).ok());
+  const std::string stored = HostFile("shard");
+  EXPECT_NE(stored, bytes);
+  Crc32c crc;
+  crc.Update(stored.data(), stored.size());
+  Result<ChecksumRecord> record = RecordOf(dir_ / "shard");
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_NE(record->sums, std::vector<uint32_t>{crc.value()});
+  EXPECT_EQ(stats_.bytes_read_back.load(), 0u);
+}
+
 TEST_F(FlusherTest, AFailedRenameIsReportedWithTheFailedEntryAndRetried) {
   fault_->Inject(Fault(Env::Op::kRename, EIO).Named("b").Times(1));
   RecordingClient& client = StartFlusher();

@@ -25,7 +25,7 @@ Status Refused(const std::string& list) {
 TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   MountOptions o = Parsed(
       "cache_size=8G,prefault=off,flush_delay=2s,fsync=wait,queue_depth=128,flush_io=direct,"
-      "passthrough=off,max_read=128K,direct_read=off,zarr_chunk=2M,log_level=debug,"
+      "verify=markers,passthrough=off,max_read=128K,direct_read=off,zarr_chunk=2M,log_level=debug,"
       "log_file=/tmp/ckptfs.log,unmount_timeout=500ms,shared,node=gpu-7.cluster,"
       "commit_markers=.metadata:done.txt,member_timeout=3s,poll_interval=50ms");
   EXPECT_EQ(o.config.cache_size, 8ull << 30);
@@ -34,6 +34,7 @@ TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   EXPECT_EQ(o.config.fsync_mode, FsyncMode::kWait);
   EXPECT_EQ(o.config.queue_depth, 128u);
   EXPECT_EQ(o.config.flush_io, FlushIo::kDirect);
+  EXPECT_EQ(o.config.verify, VerifyMode::kMarkers);
   EXPECT_EQ(o.passthrough, Passthrough::kOff);
   EXPECT_EQ(o.max_read, 128u << 10);
   EXPECT_FALSE(o.direct_read);
@@ -133,7 +134,7 @@ TEST(MountOptionsTest, TheMetricsEndpointIsLoopbackUnlessAHostIsGiven) {
 TEST(MountOptionsTest, MalformedOrUnknownOptionsAreRefusedNamingTheOption) {
   for (const char* bad :
        {"cache_size=banana", "cache_size=1M", "cache_size=", "cache_size", "nosuchopt",
-        "flush_delay=soon", "fsync=maybe", "queue_depth=0", "queue_depth=5000", "flush_io=fast",
+        "flush_delay=soon", "fsync=maybe", "queue_depth=0", "queue_depth=5000", "flush_io=fast", "verify=maybe",
         "log_level=loud", "max_read=2M", "max_read=1", "direct_read=yes", "passthrough=maybe",
         "prefault=yes", "zarr_chunk=8M", "zarr_chunk=1K", "allow_other=1", "fsname",
         "node=", "member_timeout=500ms", "member_timeout=1h", "poll_interval=5ms",
