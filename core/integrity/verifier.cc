@@ -52,7 +52,6 @@ Verification VerifyAgainstRecord(Env& env, int fd, const ChecksumRecord& record,
       return v;
     }
     offset += span;
-    if (offset < v.size) env.Advise(fd, offset, kVerifyReadBytes);
     sum.Update(buffer.get(), span);
     if (on_read) on_read(span);
   }
