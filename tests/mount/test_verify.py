@@ -168,21 +168,39 @@ class VerifyTest(unittest.TestCase):
                                  "malformed checksum record: longer than 1232 bytes")
                 self.assertEqual(report["counts"]["no_checksum"], 3)
 
-    def test_a_file_still_open_for_writing_in_a_mount_is_not_durable_yet(self):
+    def test_files_still_open_for_writing_in_a_mount_are_not_durable_yet(self):
         with CkptfsMount(backing=self.backing) as m:
             self.write_through_mount(m)
-            with open(m.path("open.bin"), "wb") as f:
-                f.write(content("open.bin", 3 * MiB))
-                f.flush()
+            # Written as torch.save writes (O_WRONLY: straight to the mount's memory), not closed.
+            new = os.open(m.path("open.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
+            old = os.open(m.path("sub/g.bin"), os.O_WRONLY)
+            try:
+                os.write(new, content("open.bin", 3 * MiB))
+                os.pwrite(old, b"rewritten", 9 * MiB)
                 status, report, err = verify(m.mnt)
+            finally:
+                os.close(new)
+                os.close(old)
             self.assertEqual(status, 2, err)
             files = by_path(report, m.mnt)
-            self.assertEqual(files["open.bin"]["status"], "no_checksum")
-            self.assertTrue(files["open.bin"]["not_durable"])
-            self.assertEqual(report["counts"]["not_durable"], 1)
-            self.assertEqual(report["counts"]["ok"], len(FILES))
+            for name in ("open.bin", "sub/g.bin"):
+                self.assertEqual(files[name]["status"], "no_checksum", files[name])
+                self.assertTrue(files[name]["not_durable"], files[name])
+            self.assertEqual(report["counts"]["not_durable"], 2)
+            self.assertEqual(report["counts"]["ok"], len(FILES) - 1)
             status, report, err = verify(m.mnt)  # Closed since: synced by verify, and ok.
             self.assertEqual(status, 0, err)
+
+    def test_a_backing_file_changed_under_a_mount_is_a_mismatch_through_it(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+            with open(os.path.join(self.backing, "big.bin"), "r+b") as f:
+                f.seek(33 * MiB)
+                f.write(b"X")
+            status, report, err = verify(m.mnt)
+            self.assertEqual(status, 1, err)
+            f = by_path(report, m.mnt)["big.bin"]
+            self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "32-40"), f)
 
     def test_bad_paths_are_named_and_lose_nothing(self):
         missing = os.path.join(self.dir, "nope")
