@@ -32,6 +32,7 @@
 #include "fs/options.h"
 #include "fs/session_hooks.h"
 #include "fs/supervisor.h"
+#include "fs/verify_command.h"
 #include "fs/worker.h"
 #include "iouring/env.h"
 
@@ -241,7 +242,7 @@ int Mount(int argc, char** argv) {
   CLI::App app{"ckptfs: a FUSE filesystem that stages checkpoint writes in memory and flushes\n"
                "them to BACKING with io_uring, in close order, durably.\n"
                "Client commands: ckptfs sync MOUNTPOINT [--progress], ckptfs status MOUNTPOINT,\n"
-               "ckptfs upgrade MOUNTPOINT [--binary PATH]",
+               "ckptfs upgrade MOUNTPOINT [--binary PATH], ckptfs verify PATH... [--json FILE]",
                "ckptfs"};
   MountOptions o;
   std::string backing;
@@ -365,5 +366,6 @@ int main(int argc, char** argv) {
                     std::strcmp(argv[1], "upgrade") == 0)) {
     return ckptfs::RunClient(argc, argv);
   }
+  if (argc >= 2 && std::strcmp(argv[1], "verify") == 0) return ckptfs::RunVerify(argc, argv);
   return ckptfs::Mount(argc, argv);
 }

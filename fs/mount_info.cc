@@ -48,8 +48,8 @@ std::vector<MountEntry> ParseMountInfo(std::string_view text) {
     size_t dash = 6;
     while (dash < f.size() && f[dash] != "-") ++dash;
     if (dash + 3 >= f.size()) continue;
-    entries.push_back(
-        {std::string(f[2]), Unescape(f[4]), std::string(f[dash + 1]), std::string(f[dash + 3])});
+    entries.push_back({std::string(f[2]), Unescape(f[4]), std::string(f[dash + 1]),
+                       Unescape(f[dash + 2]), std::string(f[dash + 3])});
   }
   return entries;
 }

@@ -11,6 +11,7 @@ struct MountEntry {
   std::string device;         // "major:minor"
   std::string mount_point;    // Unescaped.
   std::string fs_type;        // "tmpfs", "fuse.ckptfs", ...
+  std::string source;         // Unescaped: "/dev/vda", "ckptfs:BACKING" (a ckptfs mount's fsname).
   std::string super_options;  // The filesystem's own: "rw,size=1048576k,huge=advise".
 };
 

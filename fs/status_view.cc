@@ -198,4 +198,17 @@ std::string RenderSyncProgress(const FlushTrend& trend, int columns, const std::
                   columns);
 }
 
+std::string RenderVerifyProgress(const VerifyProgress& p, int columns) {
+  const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_read) / p.seconds : -1;
+  const std::string figures = HumanBytes(static_cast<double>(p.bytes_read)) + " of " +
+                              HumanBytes(static_cast<double>(p.bytes_total)) + ", " +
+                              std::to_string(p.files_done) + " of " +
+                              std::to_string(p.files_total) + " files, " + HumanRate(rate);
+  const int cells = std::clamp(columns - 10 - static_cast<int>(figures.size()), 10, 40);
+  const double fraction = p.bytes_total > 0 ? static_cast<double>(p.bytes_read) /
+                                                  static_cast<double>(p.bytes_total)
+                                            : 1;
+  return FitWidth("verify " + Bar(fraction, cells) + " " + figures, columns);
+}
+
 }  // namespace ckptfs

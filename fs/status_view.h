@@ -1,10 +1,12 @@
 // What the live client views draw from a mount's stats (`.ckptfs/stats`): the screen of
 // `ckptfs status --watch`, its plain line when stdout is no terminal, and the bar of
-// `ckptfs sync --progress`. Pure: it reads nothing and touches no terminal; fs/client.cc reads the
-// stats, keeps the time and draws.
+// `ckptfs sync --progress` and `ckptfs verify`. Pure: it reads nothing and touches no terminal;
+// fs/client.cc and fs/verify_command.cc read, keep the time and draw.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -72,5 +74,18 @@ std::string RenderPlainLine(const nlohmann::json& stats, const FlushTrend& trend
 // dirty now, the rate since it began and the time left at that rate; at most `columns` wide with
 // a bar, or a plain sentence when columns is 0. `outcome` ends the final line instead of the ETA.
 std::string RenderSyncProgress(const FlushTrend& trend, int columns, const std::string& outcome);
+
+// What `ckptfs verify` has read so far.
+struct VerifyProgress {
+  uint64_t bytes_read = 0;
+  uint64_t bytes_total = 0;
+  size_t files_done = 0;
+  size_t files_total = 0;
+  double seconds = 0;  // Since it began.
+};
+
+// The progress line of a verify (no '\n'): a bar of the bytes read, the files done, the rate;
+// at most `columns` wide.
+std::string RenderVerifyProgress(const VerifyProgress& p, int columns);
 
 }  // namespace ckptfs

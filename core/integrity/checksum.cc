@@ -39,8 +39,8 @@ void Crc32c::UpdateZeros(uint64_t length) {
   }
 }
 
-ChunkedChecksum::ChunkedChecksum(uint64_t size) {
-  record_.chunk = ChecksumChunkFor(size);
+ChunkedChecksum::ChunkedChecksum(uint64_t size, uint64_t chunk) {
+  record_.chunk = chunk;
   record_.size = size;
   record_.sums.reserve(size / record_.chunk + 1);
 }

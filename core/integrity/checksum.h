@@ -26,7 +26,9 @@ class Crc32c {
 // The checksum record of a file of `size` bytes, fed its bytes in order.
 class ChunkedChecksum {
  public:
-  explicit ChunkedChecksum(uint64_t size);
+  explicit ChunkedChecksum(uint64_t size) : ChunkedChecksum(size, ChecksumChunkFor(size)) {}
+  // With the chunk of a record read back (a power of two), not the one chosen for `size`.
+  ChunkedChecksum(uint64_t size, uint64_t chunk);
   // The next `length` bytes of the file; all of them together at most `size`.
   void Update(const char* data, size_t length);
   void UpdateZeros(uint64_t length);

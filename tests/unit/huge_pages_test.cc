@@ -37,13 +37,13 @@ TEST(HugePagesTest, AMemfdFollowsShmemEnabledOrTheTwoMegabyteSizesOwnSetting) {
   EXPECT_TRUE(MemfdGivesHugePages("force", "never"));
 }
 
-TEST(MountInfoTest, EntriesGiveDeviceUnescapedPointTypeAndFilesystemOptions) {
+TEST(MountInfoTest, EntriesGiveDeviceUnescapedPointTypeSourceAndFilesystemOptions) {
   const std::vector<MountEntry> entries = ParseMountInfo(
       "25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
       "27 25 0:26 / /dev/shm rw,nosuid,nodev shared:4 master:2 - tmpfs tmpfs "
       "rw,size=1048576k,huge=advise\n"
       "malformed line\n"
-      "40 25 0:40 / /mnt/with\\040space\\134 rw - fuse.ckptfs /data rw,user_id=0\n");
+      "40 25 0:40 / /mnt/with\\040space\\134 rw - fuse.ckptfs ckptfs:/data\\040x rw,user_id=0\n");
   ASSERT_EQ(entries.size(), 3u);
   EXPECT_EQ(entries[0].device, "254:0");
   EXPECT_EQ(entries[0].fs_type, "ext4");
@@ -54,6 +54,8 @@ TEST(MountInfoTest, EntriesGiveDeviceUnescapedPointTypeAndFilesystemOptions) {
   EXPECT_EQ(OptionValue(entries[1].super_options, "hug"), "");
   EXPECT_EQ(entries[2].mount_point, "/mnt/with space\\");
   EXPECT_EQ(entries[2].fs_type, "fuse.ckptfs");
+  EXPECT_EQ(entries[2].source, "ckptfs:/data x");
+  EXPECT_EQ(entries[0].source, "/dev/vda");
 }
 
 TEST(MountInfoTest, ThisProcessSeesItsRootMount) {

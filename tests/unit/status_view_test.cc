@@ -339,5 +339,19 @@ TEST(StatusViewTest, ASyncWithNothingDirtyShowsAFullBar) {
             "sync [" + std::string(15, '#') + "] 0 B of 0 B durable, -- B/s, ETA --:--");
 }
 
+TEST(StatusViewTest, TheVerifyBarShowsTheBytesReadTheFilesDoneAndTheRate) {
+  const VerifyProgress p{.bytes_read = uint64_t{100} << 20, .bytes_total = uint64_t{400} << 20,
+                         .files_done = 3, .files_total = 10, .seconds = 10};
+  EXPECT_EQ(RenderVerifyProgress(p, 80),
+            "verify [" + std::string(5, '#') + std::string(16, '-') +
+                "] 100.0 MiB of 400.0 MiB, 3 of 10 files, 10.0 MiB/s");
+  EXPECT_EQ(RenderVerifyProgress(p, 20), "verify [##--------] ");
+}
+
+TEST(StatusViewTest, TheVerifyRateIsUnknownAtTheStart) {
+  EXPECT_EQ(RenderVerifyProgress({.bytes_total = uint64_t{1} << 30, .files_total = 2}, 80),
+            "verify [" + std::string(34, '-') + "] 0 B of 1.0 GiB, 0 of 2 files, -- B/s");
+}
+
 }  // namespace
 }  // namespace ckptfs

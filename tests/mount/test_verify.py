@@ -1,0 +1,216 @@
+"""`ckptfs verify`: the checksum records the flusher keeps with published files (PyPI crc32c,
+chunk by chunk), and files re-read and compared with them, through a mount and on the backing
+directory, under the default options."""
+
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import crc32c
+
+from ckptfs_testing.harness import CkptfsMount, require_fuse, run_ckptfs
+
+MiB = 1 << 20
+XATTR = "user.ckptfs.checksum"
+
+
+def content(name, size):
+    """Distinct bytes for `name`: every MiB differs from every other of every file."""
+    out = bytearray()
+    block = 0
+    while len(out) < size:
+        out += (f"<{name}:{block}>".encode() * (MiB // 8))[:MiB]
+        block += 1
+    return bytes(out[:size])
+
+
+# name: size. big.bin has six chunks of 8 MiB (the last one partial); b.bin and c.bin have the
+# same size (swapped below).
+FILES = {"big.bin": 40 * MiB + 123, "b.bin": MiB, "c.bin": MiB, "sub/g.bin": 20 * MiB,
+         "sub/small.txt": 5000, "sub/deeper/empty": 0, "sub/deeper/x_removed": 3000,
+         "sub/deeper/x_garbage": 3000, "sub/deeper/x_long": 3000}
+
+
+def verify(*args):
+    """Runs `ckptfs verify ARGS --json -`: (exit status, report, stderr lines)."""
+    r = run_ckptfs(["verify", *args, "--json", "-"], timeout=300)
+    try:
+        report = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON report ({r.returncode}): {r.stdout!r} {r.stderr!r}")
+    return r.returncode, report, r.stderr.splitlines()
+
+
+def by_path(report, root):
+    return {os.path.relpath(f["path"], root): f for f in report["files"]}
+
+
+def parse_record(text):
+    """(chunk, size, [sums]) of a record "crc32c chunk=C size=N sums=h,h,..."."""
+    kind, chunk, size, sums = text.split(" ")
+    assert kind == "crc32c" and chunk.startswith("chunk=") and size.startswith("size=")
+    assert sums.startswith("sums=")
+    return (int(chunk[6:]), int(size[5:]),
+            [int(s, 16) for s in sums[5:].split(",")] if sums != "sums=" else [])
+
+
+class VerifyTest(unittest.TestCase):
+    def setUp(self):
+        require_fuse()
+        self.dir = os.path.realpath(tempfile.mkdtemp(prefix="ckptfs-verify-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.backing = os.path.join(self.dir, "backing")
+        os.mkdir(self.backing)
+
+    def write_through_mount(self, m):
+        for name, size in FILES.items():
+            os.makedirs(os.path.dirname(m.path(name)), exist_ok=True)
+            with open(m.path(name), "wb") as f:
+                f.write(content(name, size))
+        m.sync()
+
+    def assert_all_ok(self, report, root):
+        files = by_path(report, root)
+        self.assertEqual(sorted(files), sorted(FILES), report)
+        for name, size in FILES.items():
+            self.assertEqual((files[name]["status"], files[name]["size"]), ("ok", size), name)
+        self.assertEqual(report["exit_status"], 0)
+
+    def test_files_written_through_a_mount_verify_and_their_records_are_crc32c_per_chunk(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+            status, report, err = verify(m.mnt)
+            self.assertEqual(status, 0, err)
+            self.assert_all_ok(report, m.mnt)
+            status, report, err = verify(self.backing)
+            self.assertEqual(status, 0, err)
+            self.assert_all_ok(report, self.backing)  # Without the backing store's .ckptfs/.
+        for name, size in FILES.items():
+            chunk, recorded_size, sums = parse_record(
+                os.getxattr(os.path.join(self.backing, name), XATTR).decode())
+            data = content(name, size)
+            self.assertEqual((chunk, recorded_size), (8 * MiB, size), name)
+            self.assertEqual(sums, [crc32c.crc32c(data[at:at + chunk])
+                                    for at in range(0, size, chunk)], name)
+        self.assertEqual(os.getxattr(os.path.join(self.backing, "sub/deeper/empty"), XATTR),
+                         b"crc32c chunk=8388608 size=0 sums=")
+
+    def test_corrupt_backing_files_are_named_with_the_first_differing_mib(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+        b = lambda name: os.path.join(self.backing, name)  # noqa: E731
+        with open(b("big.bin"), "r+b") as f:  # One byte flipped in chunk 2 (16-24 MiB).
+            f.seek(17 * MiB + 5)
+            byte = f.read(1)
+            f.seek(17 * MiB + 5)
+            f.write(bytes([byte[0] ^ 0x20]))
+        os.truncate(b("sub/g.bin"), 10 * MiB + 1)  # Ends in chunk 1 (8-16 MiB).
+        with open(b("b.bin"), "r+b") as fb, open(b("c.bin"), "r+b") as fc:
+            bb, cc = fb.read(), fc.read()
+            fb.seek(0)
+            fb.write(cc)
+            fc.seek(0)
+            fc.write(bb)
+        expected = {"big.bin": ("16-24", False), "sub/g.bin": ("8-16", True),
+                    "b.bin": ("0-1", False), "c.bin": ("0-1", False)}
+        status, report, err = verify(self.backing)
+        self.assert_mismatches(status, report, err, self.backing, expected)
+        # Read through a mount of that backing directory, the same files differ.
+        with CkptfsMount(backing=self.backing) as m:
+            status, report, err = verify(m.mnt)
+            self.assert_mismatches(status, report, err, m.mnt, expected)
+        r = run_ckptfs(["verify", self.backing])
+        self.assertEqual(r.returncode, 1)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 4, r.stdout)
+        self.assertIn(f"{b('big.bin')}: mismatch, first differing MiB: 16-24 (bytes "
+                      f"{16 * MiB}-{24 * MiB})", lines)
+        self.assertIn(f"{b('sub/g.bin')}: mismatch, first differing MiB: 8-16 (bytes "
+                      f"{8 * MiB}-{16 * MiB}), size {10 * MiB + 1} but recorded {20 * MiB}", lines)
+
+    def assert_mismatches(self, status, report, err, root, expected):
+        self.assertEqual(status, 1, err)
+        files = by_path(report, root)
+        self.assertEqual(sorted(files), sorted(FILES))
+        for name in FILES:
+            f = files[name]
+            if name not in expected:
+                self.assertEqual(f["status"], "ok", f)
+                continue
+            mib, size_differs = expected[name]
+            self.assertEqual((f["status"], f["first_differing_mib"], f["size_differs"]),
+                             ("mismatch", mib, size_differs), f)
+            lo, hi = (int(x) for x in mib.split("-"))
+            self.assertEqual(f["first_differing_bytes"], [lo * MiB, hi * MiB], f)
+
+    def test_a_removed_or_edited_record_gives_status_2_saying_why(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+            b = lambda name: os.path.join(self.backing, "sub/deeper", name)  # noqa: E731
+            os.removexattr(b("x_removed"), XATTR)
+            os.setxattr(b("x_garbage"), XATTR, b"crc32c chunk=8388608 size=3000 sums=zz\n\x00")
+            os.setxattr(b("x_long"), XATTR, b"crc32c " + b"0" * 4000)
+            for root in (m.mnt, self.backing):
+                status, report, err = verify(os.path.join(root, "sub"))
+                self.assertEqual(status, 2, err)
+                files = by_path(report, os.path.join(root, "sub"))
+                self.assertEqual(
+                    {n: f["status"] for n, f in files.items()},
+                    {"g.bin": "ok", "small.txt": "ok", "deeper/empty": "ok",
+                     "deeper/x_removed": "no_checksum", "deeper/x_garbage": "no_checksum",
+                     "deeper/x_long": "no_checksum"})
+                self.assertIn("no checksum record", files["deeper/x_removed"]["reason"])
+                self.assertEqual(files["deeper/x_garbage"]["reason"],
+                                 "malformed checksum record: a sum is not 8 lowercase hex digits")
+                self.assertEqual(files["deeper/x_long"]["reason"],
+                                 "malformed checksum record: longer than 1232 bytes")
+                self.assertEqual(report["counts"]["no_checksum"], 3)
+
+    def test_files_still_open_for_writing_in_a_mount_are_not_durable_yet(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+            # Written as torch.save writes (O_WRONLY: straight to the mount's memory), not closed.
+            new = os.open(m.path("open.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
+            old = os.open(m.path("sub/g.bin"), os.O_WRONLY)
+            try:
+                os.write(new, content("open.bin", 3 * MiB))
+                os.pwrite(old, b"rewritten", 9 * MiB)
+                status, report, err = verify(m.mnt)
+            finally:
+                os.close(new)
+                os.close(old)
+            self.assertEqual(status, 2, err)
+            files = by_path(report, m.mnt)
+            for name in ("open.bin", "sub/g.bin"):
+                self.assertEqual(files[name]["status"], "no_checksum", files[name])
+                self.assertTrue(files[name]["not_durable"], files[name])
+            self.assertEqual(report["counts"]["not_durable"], 2)
+            self.assertEqual(report["counts"]["ok"], len(FILES) - 1)
+            status, report, err = verify(m.mnt)  # Closed since: synced by verify, and ok.
+            self.assertEqual(status, 0, err)
+
+    def test_a_backing_file_changed_under_a_mount_is_a_mismatch_through_it(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+            with open(os.path.join(self.backing, "big.bin"), "r+b") as f:
+                f.seek(33 * MiB)
+                f.write(b"X")
+            status, report, err = verify(m.mnt)
+            self.assertEqual(status, 1, err)
+            f = by_path(report, m.mnt)["big.bin"]
+            self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "32-40"), f)
+
+    def test_bad_paths_are_named_and_lose_nothing(self):
+        missing = os.path.join(self.dir, "nope")
+        r = run_ckptfs(["verify", missing])
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, f"{missing}: unreadable: No such file or directory\n")
+        r = run_ckptfs(["verify"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("PATH", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
