@@ -226,6 +226,19 @@ class VerifyTest(unittest.TestCase):
             f = by_path(report, self.backing)["arr/0.0"]
             self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "8-16"), f)
 
+    def test_the_report_goes_to_the_file_named_and_an_unwritable_one_is_named(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+        report_path = os.path.join(self.dir, "report.json")
+        r = run_ckptfs(["verify", self.backing, "--json", report_path])
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
+        with open(report_path) as f:
+            self.assert_all_ok(json.load(f), self.backing)
+        r = run_ckptfs(["verify", self.backing, "--json", self.backing])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"ckptfs verify: cannot write the report {self.backing}: Is a directory",
+                      r.stderr)
+
     def test_bad_paths_are_named_and_lose_nothing(self):
         missing = os.path.join(self.dir, "nope")
         r = run_ckptfs(["verify", missing])
