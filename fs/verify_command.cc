@@ -14,9 +14,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -48,7 +51,8 @@ struct Target {
 
 struct Outcome {
   Verification v;
-  bool not_durable = false;  // In a mount, with no backing file yet.
+  // In a mount, with no backing file yet or another version than its backing file's.
+  bool not_durable = false;
 };
 
 // Where the files under the PATHs given are, for a walk through them.
@@ -60,8 +64,9 @@ struct Place {
 // What the PATHs hold: the files to verify and what could not be listed, each with why.
 struct Listing {
   std::vector<Target> targets;
+  std::set<std::string> listed;  // The targets' paths: a file under two PATHs is verified once.
   std::vector<std::pair<std::string, std::string>> unlisted;
-  std::set<std::string> mount_points;  // Synced before the files are read.
+  std::map<std::string, std::string> mounts;  // Mount point: backing directory.
 };
 
 std::string RealPath(const std::string& path) {
@@ -95,6 +100,7 @@ bool LeftOut(const Place& place, const std::string& path, const std::string& nam
 }
 
 void AddFile(const Place& place, const std::string& path, const struct stat& st, Listing* out) {
+  if (!out->listed.insert(path).second) return;
   Target t{path, path, !place.mount_point.empty(), static_cast<uint64_t>(st.st_size)};
   if (t.in_mount) t.record_path = place.backing_dir + path.substr(place.mount_point.size());
   out->targets.push_back(std::move(t));
@@ -145,7 +151,7 @@ Listing List(const std::vector<std::string>& paths) {
         continue;
       }
       place = {mount->mount_point, *backing};
-      out.mount_points.insert(mount->mount_point);
+      out.mounts.emplace(mount->mount_point, *backing);
     }
     if (S_ISDIR(st.st_mode)) {
       Walk(place, path, &out);
@@ -165,6 +171,35 @@ bool SameVersion(Env& env, int data, int record) {
   return env.Stat(data, "", &served).ok() && env.Stat(record, "", &stored).ok() &&
          served.st_size == stored.st_size && served.st_mtim.tv_sec == stored.st_mtim.tv_sec &&
          served.st_mtim.tv_nsec == stored.st_mtim.tv_nsec;
+}
+
+// The directories of the arrays `mount_point` shows with a fine grid (its stats'
+// zarr_fine_grid); none when its stats cannot be read.
+std::vector<std::string> FineGridArrays(const std::string& mount_point) {
+  std::string text;
+  if (!ReadControlFile(mount_point + "/.ckptfs/stats", &text)) return {};
+  const nlohmann::json stats = nlohmann::json::parse(text, nullptr, false);
+  std::vector<std::string> dirs;
+  if (stats.is_discarded() || !stats.contains("zarr_fine_grid")) return dirs;
+  for (const nlohmann::json& array : stats["zarr_fine_grid"]) {
+    if (array.contains("path") && array["path"].is_string()) {
+      dirs.push_back(mount_point + "/" + array["path"].get<std::string>());
+    }
+  }
+  return dirs;
+}
+
+// Replaces the files a mount serves for an array it shows with a fine grid (a .zarray and
+// chunks of its own making) by the array's stored files, verified on the backing store.
+void VerifyFineGridArraysAsStored(Listing* listing) {
+  for (const auto& [mount_point, backing_dir] : listing->mounts) {
+    for (const std::string& dir : FineGridArrays(mount_point)) {
+      auto in_array = [&](const Target& t) { return t.path.starts_with(dir + "/"); };
+      if (std::none_of(listing->targets.begin(), listing->targets.end(), in_array)) continue;
+      std::erase_if(listing->targets, in_array);
+      Walk(Place{}, backing_dir + dir.substr(mount_point.size()), listing);
+    }
+  }
 }
 
 Outcome VerifyOne(Env& env, const Target& t, std::atomic<uint64_t>* bytes_read) {
@@ -341,17 +376,18 @@ int RunVerify(int argc, char** argv) {
   }
   // A file closed in a mount reaches its backing file, with its record, at the mount's sync.
   Listing listing = List(paths);
-  for (const std::string& mount_point : listing.mount_points) {
+  for (const auto& mount : listing.mounts) {
     std::string answer;
-    if (!ReadControlFile(mount_point + "/.ckptfs/sync", &answer)) {
+    if (!ReadControlFile(mount.first + "/.ckptfs/sync", &answer)) {
       answer = std::strerror(errno);
     }
     if (answer.rfind("ok", 0) != 0) {
       std::fprintf(stderr, "ckptfs verify: the sync of %s failed (what is not durable is "
-                   "reported so): %s\n", Printable(mount_point).c_str(),
+                   "reported so): %s\n", Printable(mount.first).c_str(),
                    Printable(answer).c_str());
     }
   }
+  VerifyFineGridArraysAsStored(&listing);
   std::unique_ptr<Env> env = MakePosixEnv();
   std::atomic<uint64_t> bytes_read{0};
   const auto start = std::chrono::steady_clock::now();

@@ -9,6 +9,8 @@ import tempfile
 import unittest
 
 import crc32c
+import numpy as np
+import zarr
 
 from ckptfs_testing.harness import CkptfsMount, require_fuse, run_ckptfs
 
@@ -72,6 +74,7 @@ class VerifyTest(unittest.TestCase):
         m.sync()
 
     def assert_all_ok(self, report, root):
+        self.assertEqual(len(report["files"]), len(FILES), report)  # Each file once.
         files = by_path(report, root)
         self.assertEqual(sorted(files), sorted(FILES), report)
         for name, size in FILES.items():
@@ -81,7 +84,7 @@ class VerifyTest(unittest.TestCase):
     def test_files_written_through_a_mount_verify_and_their_records_are_crc32c_per_chunk(self):
         with CkptfsMount(backing=self.backing) as m:
             self.write_through_mount(m)
-            status, report, err = verify(m.mnt)
+            status, report, err = verify(m.mnt, m.path("big.bin"))
             self.assertEqual(status, 0, err)
             self.assert_all_ok(report, m.mnt)
             status, report, err = verify(self.backing)
@@ -201,6 +204,40 @@ class VerifyTest(unittest.TestCase):
             self.assertEqual(status, 1, err)
             f = by_path(report, m.mnt)["big.bin"]
             self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "32-40"), f)
+
+    def test_a_zarr_array_the_mount_shows_with_a_fine_grid_is_verified_as_stored(self):
+        with CkptfsMount(backing=self.backing) as m:
+            z = zarr.open(m.path("arr"), mode="w", shape=(4096, 1024), chunks=(4096, 1024),
+                          dtype="f4", compressor=None)
+            z[:] = np.arange(4096 * 1024, dtype="f4").reshape(4096, 1024)
+            m.sync()
+            self.assertEqual([a["path"] for a in m.stats()["zarr_fine_grid"]], ["arr"])
+            self.assertGreater(len(os.listdir(m.path("arr"))), 2)  # The fine grid's chunks.
+            status, report, err = verify(m.mnt)
+            self.assertEqual(status, 0, err)
+            stored = [os.path.join(self.backing, "arr", n) for n in (".zarray", "0.0")]
+            self.assertEqual([(f["path"], f["status"]) for f in report["files"]],
+                             [(p, "ok") for p in stored])
+            with open(stored[1], "r+b") as f:  # The real chunk, 16 MiB.
+                f.seek(12 * MiB)
+                f.write(b"X")
+            status, report, err = verify(m.path("arr"))
+            self.assertEqual(status, 1, err)
+            f = by_path(report, self.backing)["arr/0.0"]
+            self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "8-16"), f)
+
+    def test_the_report_goes_to_the_file_named_and_an_unwritable_one_is_named(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+        report_path = os.path.join(self.dir, "report.json")
+        r = run_ckptfs(["verify", self.backing, "--json", report_path])
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
+        with open(report_path) as f:
+            self.assert_all_ok(json.load(f), self.backing)
+        r = run_ckptfs(["verify", self.backing, "--json", self.backing])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"ckptfs verify: cannot write the report {self.backing}: Is a directory",
+                      r.stderr)
 
     def test_bad_paths_are_named_and_lose_nothing(self):
         missing = os.path.join(self.dir, "nope")
