@@ -12,10 +12,10 @@ import crc32c
 import numpy as np
 import zarr
 
+from ckptfs_testing.checksums import XATTR, parse_record
 from ckptfs_testing.harness import CkptfsMount, require_fuse, run_ckptfs
 
 MiB = 1 << 20
-XATTR = "user.ckptfs.checksum"
 
 
 def content(name, size):
@@ -47,15 +47,6 @@ def verify(*args):
 
 def by_path(report, root):
     return {os.path.relpath(f["path"], root): f for f in report["files"]}
-
-
-def parse_record(text):
-    """(chunk, size, [sums]) of a record "crc32c chunk=C size=N sums=h,h,..."."""
-    kind, chunk, size, sums = text.split(" ")
-    assert kind == "crc32c" and chunk.startswith("chunk=") and size.startswith("size=")
-    assert sums.startswith("sums=")
-    return (int(chunk[6:]), int(size[5:]),
-            [int(s, 16) for s in sums[5:].split(",")] if sums != "sums=" else [])
 
 
 class VerifyTest(unittest.TestCase):
@@ -92,13 +83,25 @@ class VerifyTest(unittest.TestCase):
             self.assert_all_ok(report, self.backing)  # Without the backing store's .ckptfs/.
         for name, size in FILES.items():
             chunk, recorded_size, sums = parse_record(
-                os.getxattr(os.path.join(self.backing, name), XATTR).decode())
+                os.getxattr(os.path.join(self.backing, name), XATTR))
             data = content(name, size)
             self.assertEqual((chunk, recorded_size), (8 * MiB, size), name)
             self.assertEqual(sums, [crc32c.crc32c(data[at:at + chunk])
                                     for at in range(0, size, chunk)], name)
         self.assertEqual(os.getxattr(os.path.join(self.backing, "sub/deeper/empty"), XATTR),
                          b"crc32c chunk=8388608 size=0 sums=")
+
+    def test_with_verify_markers_every_file_is_read_back_before_it_is_published(self):
+        with CkptfsMount(options=("verify=markers",), backing=self.backing) as m:
+            self.write_through_mount(m)
+            with open(m.path("sub/.metadata"), "wb") as f:  # A commit marker, published last.
+                f.write(b"done")
+            m.sync()
+            stats = m.stats()
+            self.assertEqual(stats["checksum_mismatches"], 0, stats)
+            self.assertGreaterEqual(stats["bytes_read_back"], sum(FILES.values()) + 4, stats)
+        status, report, err = verify(self.backing)
+        self.assertEqual(status, 0, err)
 
     def test_corrupt_backing_files_are_named_with_the_first_differing_mib(self):
         with CkptfsMount(backing=self.backing) as m:
