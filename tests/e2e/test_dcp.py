@@ -27,6 +27,14 @@ class DCPTest(unittest.TestCase):
     def test_a_save_with_fsync_wait_matches_a_plain_directory(self):
         check_workload(self, self.w, options=("cache_size=1G", "fsync=wait"))
 
+    def test_a_save_with_verify_markers_reads_every_byte_back_and_matches_a_plain_directory(self):
+        def every_byte_read_back(stats):
+            self.assertEqual(stats["checksum_mismatches"], 0, stats)
+            self.assertGreater(stats["bytes_checksummed"], 0, stats)
+            self.assertEqual(stats["bytes_read_back"], stats["bytes_checksummed"], stats)
+        check_workload(self, self.w, options=("cache_size=1G", "verify=markers"),
+                       synced=every_byte_read_back)
+
     def test_async_saves_with_thread_and_process_executors_load_back_and_reach_the_backing_store(self):
         d, backing, mnt = fresh_mount(self, "ckptfs-e2e-dcp-async-")
         # One-letter directories: .metadata records its directory, so equal lengths give equal sizes.
