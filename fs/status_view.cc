@@ -128,6 +128,12 @@ std::string RenderFrame(const nlohmann::json& stats, const FlushTrend& trend,
                                       HumanBytes(done) + " of " + HumanBytes(total), cells)
                             : BarLine("durable", 1, "nothing pending", cells));
 
+  const auto mismatches = stats.value("checksum_mismatches", 0ull);
+  lines.push_back("checks   " + HumanBytes(stats.value("bytes_checksummed", 0.0)) + " summed, " +
+                  HumanBytes(stats.value("bytes_read_back", 0.0)) + " read back, " +
+                  (mismatches == 0 ? std::string("no mismatch")
+                                   : std::to_string(mismatches) + " mismatches (written again)"));
+
   const auto errors = stats.value("flush_errors", 0ull);
   const std::string last_error = stats.value("last_error", "");
   lines.push_back("errors   " + (errors == 0 && last_error.empty()

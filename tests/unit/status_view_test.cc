@@ -139,7 +139,7 @@ TEST(StatusViewTest, ALineIsCutBetweenCharactersNotInsideOne) {
   EXPECT_EQ(Columns(header), 40);
 }
 
-// Stats of a shared mount with `members` members: a frame of 7 + members lines.
+// Stats of a shared mount with `members` members: a frame of 8 + members lines.
 nlohmann::json SharedStats(int members) {
   nlohmann::json list = nlohmann::json::array();
   for (int i = 0; i < members; ++i) list.push_back({{"node", "node-" + std::to_string(i)}});
@@ -148,23 +148,23 @@ nlohmann::json SharedStats(int members) {
 
 TEST(StatusViewTest, AFrameTallerThanTheScreenEndsSayingHowManyLinesItLeftOut) {
   const nlohmann::json stats = SharedStats(10);
-  const std::vector<std::string> lines = Lines(RenderFrame(stats, TrendOf(stats), Context(80, 8)));
-  ASSERT_EQ(lines.size(), 8u);
-  EXPECT_EQ(lines[6], "shared   as node node-0, 10 members");
-  EXPECT_EQ(lines[7], "+10 more lines");
+  const std::vector<std::string> lines = Lines(RenderFrame(stats, TrendOf(stats), Context(80, 9)));
+  ASSERT_EQ(lines.size(), 9u);
+  EXPECT_EQ(lines[7], "shared   as node node-0, 10 members");
+  EXPECT_EQ(lines[8], "+10 more lines");
 }
 
 TEST(StatusViewTest, AFrameThatFitsTheScreenLeavesNothingOut) {
   const nlohmann::json stats = SharedStats(10);
   const std::vector<std::string> lines =
-      Lines(RenderFrame(stats, TrendOf(stats), Context(80, 17)));
-  ASSERT_EQ(lines.size(), 17u);
-  EXPECT_EQ(lines[16], "  node-9           beat      0 ms ago, 0 entries pending (0 B)");
+      Lines(RenderFrame(stats, TrendOf(stats), Context(80, 18)));
+  ASSERT_EQ(lines.size(), 18u);
+  EXPECT_EQ(lines[17], "  node-9           beat      0 ms ago, 0 entries pending (0 B)");
 }
 
 TEST(StatusViewTest, AScreenOfOneRowShowsOnlyHowManyLinesItLeftOut) {
   const nlohmann::json stats = SharedStats(1);
-  EXPECT_EQ(RenderFrame(stats, TrendOf(stats), Context(80, 1)), "+8 more lines\n");
+  EXPECT_EQ(RenderFrame(stats, TrendOf(stats), Context(80, 1)), "+9 more lines\n");
 }
 
 TEST(StatusViewTest, TheMembersOfASharedMountAreListed) {
@@ -183,11 +183,11 @@ TEST(StatusViewTest, TheMembersOfASharedMountAreListed) {
            {"pending_bytes", 0}}}}}}};
   const std::vector<std::string> lines =
       Lines(RenderFrame(stats, TrendOf(stats), Context(100, 24)));
-  ASSERT_EQ(lines.size(), 9u);
-  EXPECT_EQ(lines[6], "shared   as node node-a, 2 members");
-  EXPECT_EQ(lines[7],
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[7], "shared   as node node-a, 2 members");
+  EXPECT_EQ(lines[8],
             "  node-a           beat    120 ms ago, 3 entries pending (2.0 KiB), this mount");
-  EXPECT_EQ(lines[8], "  node-b           beat   4500 ms ago, 0 entries pending (0 B)");
+  EXPECT_EQ(lines[9], "  node-b           beat   4500 ms ago, 0 entries pending (0 B)");
 }
 
 TEST(StatusViewTest, TheWorkerAndItsSupervisorAreShown) {
@@ -269,6 +269,16 @@ TEST(StatusViewTest, TheErrorsLineSaysWhenErrorsCameButNoneFailsNow) {
   const nlohmann::json clean = nlohmann::json::object();
   EXPECT_EQ(LineStarting(RenderFrame(clean, TrendOf(clean), Context(80, 24)), "errors"),
             "errors   none");
+}
+
+TEST(StatusViewTest, TheChecksLineSaysWhatWasSummedReadBackAndFoundWrong) {
+  const nlohmann::json clean = {{"bytes_checksummed", 4 * kGiB}};
+  EXPECT_EQ(LineStarting(RenderFrame(clean, TrendOf(clean), Context(80, 24)), "checks"),
+            "checks   4.0 GiB summed, 0 B read back, no mismatch");
+  const nlohmann::json wrong = {
+      {"bytes_checksummed", 4 * kGiB}, {"bytes_read_back", kGiB}, {"checksum_mismatches", 2}};
+  EXPECT_EQ(LineStarting(RenderFrame(wrong, TrendOf(wrong), Context(80, 24)), "checks"),
+            "checks   4.0 GiB summed, 1.0 GiB read back, 2 mismatches (written again)");
 }
 
 TEST(StatusViewTest, ThePlainLineIsOneLineWithoutEscapeCharacters) {
