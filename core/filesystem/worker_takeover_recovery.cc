@@ -85,7 +85,7 @@ Status WorkerTakeover::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
   if (!at.ok()) return at.status();
   Result<uint64_t> existing = InodeAt(e.names[0]);
   Result<OpenFile> opened =
-      existing.ok() ? fs_.Open(*existing, O_WRONLY | O_TRUNC, owner)
+      existing.ok() ? fs_.Open(*existing, O_WRONLY, owner)
                     : fs_.Create(at->dir, at->name, e.mode, O_WRONLY | O_CREAT | O_EXCL, owner);
   if (!opened.ok()) return opened.status();
   if (!existing.ok()) fs_.Forget(opened->attr.ino, 1);
