@@ -519,9 +519,6 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
 }
 
 
-
-
-
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);

@@ -314,7 +314,8 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
 
   if (config_.verify == VerifyMode::kMarkers) {
     for (size_t i : sync_owner) {
-      if (staged[i].status.ok()) staged[i].status = ReadBack(batch[i], staged[i].fd, staged[i].checksum);
+      Staged& s = staged[i];
+      if (s.status.ok()) s.status = ReadBack(batch[i], s.fd, s.checksum);
     }
   }
 
@@ -377,7 +378,8 @@ Status Flusher::ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& re
     case Verification::Verdict::kMismatch: {
       stats_.checksum_mismatches++;
       const std::string where = fmt::format(
-          "MiB {}-{}{}", v.first_differing_begin >> 20, (v.first_differing_end + (1 << 20) - 1) >> 20,
+          "MiB {}-{}{}", v.first_differing_begin >> 20,
+          (v.first_differing_end + (1 << 20) - 1) >> 20,
           v.size_differs() ? fmt::format(", {} bytes instead of {}", v.size, v.recorded_size) : "");
       spdlog::error("{}: read back from the backing store, it does not match the checksum of its "
                     "bytes in memory ({}); not published, written again from memory",
