@@ -233,6 +233,29 @@ TEST_F(RecoverTest, AWorkerThatDiesRightAfterItsRecoveryLeavesTheSameToTheNext) 
   EXPECT_TRUE(next->Shutdown().ok());
 }
 
+TEST_F(RecoverTest, ARecoveryIntoACacheFullOfRecoveredVersionsNeverWaitsForMemory) {
+  // Before Start no flusher frees memory: a replay that asked for a block would wait forever.
+  constexpr uint64_t kCache = 64 * kBlockSize;
+  ArenaMemory memory(kCache);
+  {
+    auto first = StartFs(backing_.path(), {.cache_size = kCache, .arena_fd = memory.fd()});
+    ASSERT_TRUE(WriteFile(*first, "f", "published").ok());
+    ASSERT_TRUE(first->Sync().ok());
+  }
+  const std::string whole_cache = Pattern(4, kCache);
+  {
+    auto crashed = StartFs(backing_.path(), {.cache_size = kCache, .flush_delay = 3600s,
+                                             .worker = 1, .arena_fd = memory.fd(),
+                                             .recover = true});
+    ASSERT_TRUE(WriteFile(*crashed, "f", whole_cache).ok());
+  }
+  auto next = StartFs(backing_.path(), {.cache_size = kCache, .worker = 2,
+                                        .arena_fd = memory.fd(), .recover = true});
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameBytes(*ReadHostFile(B("f")), whole_cache));
+  EXPECT_TRUE(next->Shutdown().ok());
+}
+
 TEST_F(RecoverTest, NothingIsReplayedOnceEverythingWasDurable) {
   {
     auto first = StartFs(backing_.path(), {.flush_delay = 0ms, .arena_fd = arena_fd_});
