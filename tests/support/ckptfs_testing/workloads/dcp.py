@@ -18,6 +18,8 @@ same for every rank count. .metadata is not byte-deterministic: it records a ran
 and the checkpoint's path (see e2e_check's `varying`).
 """
 
+import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -27,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -114,11 +117,17 @@ class DCP(wl.Workload):
         model = TinyGPT(*self.dims)
         return 12 * sum(p.numel() for p in model.parameters())
 
-    def save(self, root, ranks=None, iteration=None, node_loss=None):
+    def save(self, root, ranks=None, iteration=None, node_loss=None, written=None):
         """root: a directory, or a list of them (rank r saves under root[r % len(root)]);
-        ranks: default self.ranks; iteration and node_loss: see workloads' docstring."""
-        elapsed, _ = wl.run_distributed(_save_rank, ranks or self.ranks,
-                                        (root, self, iteration), node_loss=node_loss)
+        ranks: default self.ranks; iteration and node_loss: see workloads' docstring. written:
+        a dict that receives {file name: sha256 of the bytes its rank wrote into it, in order}
+        of every file a rank that completed wrote (the checkpoint's files have distinct names)."""
+        elapsed, results = wl.run_distributed(_save_rank, ranks or self.ranks,
+                                              (root, self, iteration, written is not None),
+                                              node_loss=node_loss)
+        if written is not None:
+            for rank_written in results:
+                written.update(rank_written or {})
         return elapsed
 
     def save_async(self, root, executor="thread"):
@@ -146,6 +155,45 @@ def _mesh():
 
 def _writer(root):
     return dcp.FileSystemWriter(root, thread_count=2, sync_files=True)
+
+
+class _DigestingStream:
+    """A stream of DCP's writer that also hashes what is written through it, in order."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data):
+        self.sha256.update(data)
+        return self.raw.write(data)
+
+    def __getattr__(self, name):  # tell, flush, fileno: the file's own.
+        return getattr(self.raw, name)
+
+
+class _DigestingFileSystem(FileSystem):
+    """DCP's file system, recording in `written` the sha256 of each file written whole through
+    it ({file name: hex digest})."""
+
+    def __init__(self):
+        super().__init__()
+        self.written = {}
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        with super().create_stream(path, mode) as raw:
+            stream = _DigestingStream(raw)
+            yield stream
+            if mode == "wb":
+                self.written[os.path.basename(path)] = stream.sha256.hexdigest()
+
+
+def _digesting_writer(root):
+    """_writer whose `fs` records what the rank wrote (_DigestingFileSystem)."""
+    writer = _writer(root)
+    writer.fs = _DigestingFileSystem()
+    return writer
 
 
 class _WritesAfterReturn(dcp.FileSystemWriter):
@@ -181,12 +229,16 @@ def _change_in_place(obj):
 
 
 @wl.distributed_rank
-def _save_rank(rank, barrier, root, w, iteration):
+def _save_rank(rank, barrier, root, w, iteration, digest):
+    """digest: return {file name: sha256} of the files this rank wrote."""
     root = wl.rank_root(root, rank)
     state = state_dict(*build(w.dims, _mesh(), fill=True))
+    directory = wl.checkpoint_dir(root, iteration)
+    writer = (_digesting_writer if digest else _writer)(directory)
     barrier.wait()
-    dcp.save(state, storage_writer=_writer(wl.checkpoint_dir(root, iteration)))
+    dcp.save(state, storage_writer=writer)
     wl.tracker_after_save(rank, root, iteration)
+    return writer.fs.written if digest else None
 
 
 @wl.distributed_rank
