@@ -189,7 +189,7 @@ const MountOption kMountOptions[] = {
                                {"buffered", FlushIo::kBuffered}},
                               &o->config.flush_io);
      }},
-    {"verify", "off|markers", "off",
+    {"verify", "off|markers|reads|all", "off",
      "`markers`: every file version is read back from the backing store once it is written and "
      "synced, and checked against the checksum (CRC32C) taken of its bytes in memory, before it "
      "is published under its name; so no commit marker is ever published over a file that does "
@@ -197,9 +197,16 @@ const MountOption kMountOptions[] = {
      "`checksum_mismatches`) and written again from memory, and until it matches, it and what "
      "was sealed after it wait as for any failed flush (`ckptfs sync` fails naming it). Files of "
      "1 MiB or more, written with O_DIRECT, are read back from the device; smaller ones from the "
-     "backing store's page cache. `off`: checksums are kept with published files, not read back",
+     "backing store's page cache. `reads`: a file read through the mount from the backing store "
+     "is read whole and checked against its checksum record before the first read of its bytes "
+     "is answered; a file that does not match fails every read with EIO (logged, `stats`: "
+     "`read_mismatches`), one without a record is served unchecked (`read_files_unrecorded`); "
+     "passthrough is off, so that every read reaches the daemon. `all`: `markers` and `reads`. "
+     "`off`: checksums are kept with published files, not read back",
      [](const std::string& v, MountOptions* o) {
-       return Choose<VerifyMode>(v, {{"off", VerifyMode::kOff}, {"markers", VerifyMode::kMarkers}},
+       return Choose<VerifyMode>(v,
+                                 {{"off", VerifyMode::kOff}, {"markers", VerifyMode::kMarkers},
+                                  {"reads", VerifyMode::kReads}, {"all", VerifyMode::kAll}},
                                  &o->config.verify);
      }},
     {"passthrough", "auto|on|off", "auto",

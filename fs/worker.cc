@@ -224,8 +224,10 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     Tell(fds.ready, "error cannot set up the FUSE session");
     return 1;
   }
-  const bool passthrough = o.passthrough == Passthrough::kOn ||
-                           (o.passthrough == Passthrough::kAuto && MayRegisterBackingFiles());
+  // The kernel reads passthrough files itself: verify=reads could not check them.
+  const bool passthrough = !VerifiesReads(o.config.verify) &&
+                           (o.passthrough == Passthrough::kOn ||
+                            (o.passthrough == Passthrough::kAuto && MayRegisterBackingFiles()));
   if (!InstallSessionHooks(se, passthrough) && takeover) {
     Tell(fds.ready, "error cannot hook the FUSE session to take it over");
     return 1;

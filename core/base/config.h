@@ -16,10 +16,14 @@ enum class FsyncMode { kWait, kDefer };
 // How the flusher writes backing files: kAuto uses O_DIRECT for files of at least
 // policy::kDirectFlushMinBytes when the backing filesystem takes it, else the page cache.
 enum class FlushIo { kAuto, kDirect, kBuffered };
-// What the flusher reads back from the backing store and checks against the checksum it took of
-// the bytes in memory: nothing, or every file version before it is published under its name (so
-// that no commit marker is ever published over a file that does not match).
-enum class VerifyMode { kOff, kMarkers };
+// What is checked against the checksums taken of the bytes in memory: nothing; every file version
+// the flusher publishes, read back before it gets its name (so that no commit marker is ever
+// published over a file that does not match); every file the mount serves reads of from the
+// backing store, read whole and checked against its record before its first read is answered;
+// or both.
+enum class VerifyMode { kOff, kMarkers, kReads, kAll };
+inline bool VerifiesMarkers(VerifyMode m) { return m == VerifyMode::kMarkers || m == VerifyMode::kAll; }
+inline bool VerifiesReads(VerifyMode m) { return m == VerifyMode::kReads || m == VerifyMode::kAll; }
 
 struct Config {
   std::string backing_dir;

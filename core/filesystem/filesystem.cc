@@ -58,8 +58,8 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
       handles_(config.worker, clock),
       kernel_state_(nullptr, ns_, handles_, stats_),
       durability_({config_, *env_, store_, clock, stats_, arena_, journal_, ns_}),
-      files_({*env_, stats_, arena_, ns_, zarr_, handles_, kernel_state_,
-              durability_.reclaimer()}) {
+      files_({*env_, stats_, arena_, ns_, zarr_, handles_, kernel_state_, durability_.reclaimer(),
+              VerifiesReads(config_.verify)}) {
   specials_.Add(
       std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), WallTime()));
   specials_.Add(std::make_unique<TensorViewNodes>(tensors_));

@@ -8,6 +8,7 @@
 
 #include "core/base/serve_policy.h"
 #include "core/filesystem/open_mode.h"
+#include "core/integrity/verifier.h"
 
 namespace ckptfs {
 namespace {
@@ -37,7 +38,8 @@ OpenFiles::OpenFiles(const Parts& parts)
       zarr_(parts.zarr),
       handles_(parts.handles),
       kernel_state_(parts.kernel_state),
-      reclaimer_(parts.reclaimer) {}
+      reclaimer_(parts.reclaimer),
+      verify_reads_(parts.verify_reads) {}
 
 void OpenFiles::WaitPassthroughReleased(uint64_t ino) {
   if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
@@ -192,13 +194,23 @@ Result<ReadData> OpenFiles::Read(FileHandle& h, uint64_t offset, size_t size) {
   // One lock for a plain file's read: the hot path of loads.
   bool viewed;
   ReadAhead ahead;
+  std::shared_ptr<BackingFile> to_check;
   {
     MutexLock lock(h.inode->mu);
     viewed = IsZarrViewLocked(*h.inode);
     if (!viewed) {
       out.segments = h.inode->content.Read(offset, size);
       if (h.direct) ahead = ReadAheadLocked(h, offset, size);
+      if (verify_reads_) {
+        Result<std::shared_ptr<BackingFile>> unchecked =
+            BackingToCheckLocked(*h.inode, out.segments);
+        if (!unchecked.ok()) return unchecked.status();
+        to_check = std::move(*unchecked);
+      }
     }
+  }
+  if (to_check) {
+    if (Status checked = CheckBacking(*h.inode, to_check); !checked.ok()) return checked;
   }
   if (viewed) {
     Result<ReadData> view_data = ZarrViews::Read(*h.inode, offset, size);
@@ -210,6 +222,81 @@ Result<ReadData> OpenFiles::Read(FileHandle& h, uint64_t offset, size_t size) {
   stats_.bytes_read += out.owned.size();
   for (const ReadSegment& s : out.segments) stats_.bytes_read += s.length;
   return out;
+}
+
+Result<std::shared_ptr<BackingFile>> OpenFiles::BackingToCheckLocked(
+    const Inode& inode, const std::vector<ReadSegment>& segments) {
+  for (const ReadSegment& seg : segments) {
+    // A spill file holds ckptfs' own bytes of a version not sealed yet: nothing to check.
+    if (seg.kind != ReadSegment::Kind::kBacking || seg.file->spill()) continue;
+    if (inode.read_checked_base.lock() != seg.file) return seg.file;
+    if (inode.read_check_failed) {
+      return Status::Error(EIO, "the backing file does not match its checksum (verify=reads)");
+    }
+    return std::shared_ptr<BackingFile>();
+  }
+  return std::shared_ptr<BackingFile>();
+}
+
+namespace {
+
+// The backing file's identity and last change: equal for descriptors of one unchanged file.
+Result<std::array<int64_t, 6>> FileAsItIs(const BackingFile& file) {
+  struct stat st;
+  if (Status s = file.Stat(&st); !s.ok()) return s;
+  return std::array<int64_t, 6>{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+                                st.st_size, st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec, 1};
+}
+
+}  // namespace
+
+Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) {
+  Result<std::array<int64_t, 6>> as_it_is = FileAsItIs(*file);
+  if (!as_it_is.ok()) return as_it_is.status();
+  {
+    MutexLock lock(inode.mu);
+    if (inode.read_checked_file == *as_it_is) {  // Checked through an earlier descriptor.
+      inode.read_checked_base = file;
+      return inode.read_check_failed ? Status::Error(EIO, "verify=reads: mismatch") : Status::Ok();
+    }
+  }
+  const Verification v = VerifyFile(env_, file->fd(), file->fd());
+  if (v.verdict == Verification::Verdict::kError) {
+    return Status::Error(EIO, "verify=reads: " + v.reason);
+  }
+  stats_.bytes_verified_for_reads += v.size;
+  const bool failed = v.verdict == Verification::Verdict::kMismatch;
+  {
+    MutexLock lock(inode.mu);
+    if (inode.read_checked_file == *as_it_is) {  // Checked meanwhile by another read.
+      return inode.read_check_failed ? Status::Error(EIO, "verify=reads: mismatch") : Status::Ok();
+    }
+    inode.read_checked_base = file;
+    inode.read_checked_file = *as_it_is;
+    inode.read_check_failed = failed;
+  }
+  if (v.verdict == Verification::Verdict::kNoChecksum) {
+    stats_.read_files_unrecorded++;
+    spdlog::info("verify=reads: inode {} is served unchecked: {}", inode.ino, v.reason);
+    return Status::Ok();
+  }
+  if (!failed) {
+    stats_.read_files_verified++;
+    return Status::Ok();
+  }
+  stats_.read_mismatches++;
+  std::string path;
+  {
+    NamespaceLock lock(ns_.mutex());
+    const InodeRef found = ns_.FindLocked(inode.ino);
+    path = found ? ns_.PathLocked(found) : "inode " + std::to_string(inode.ino);
+  }
+  spdlog::error("{}: its backing file does not match its checksum record (bytes {}-{}{}): its "
+                "reads fail with EIO (verify=reads)",
+                path, v.first_differing_begin, v.first_differing_end,
+                v.size_differs() ? ", the size differs" : "");
+  return Status::Error(EIO, "verify=reads: the backing file does not match its checksum");
 }
 
 Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data, size_t size,

@@ -52,6 +52,9 @@ class OpenFiles {
     HandleTable& handles;
     KernelStateKeeper& kernel_state;
     Reclaimer& reclaimer;
+    // -o verify=reads: a backing file is read whole and checked against its checksum record
+    // before the first read of its bytes is answered; a mismatch fails its reads with EIO.
+    bool verify_reads = false;
   };
   explicit OpenFiles(const Parts& parts);
 
@@ -114,6 +117,12 @@ class OpenFiles {
     uint64_t length = 0;
   };
   ReadAhead ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) REQUIRES(h.inode->mu);
+  // verify=reads: the backing file `segments` read from that is not checked yet, if any; EIO
+  // when it failed its check.
+  Result<std::shared_ptr<BackingFile>> BackingToCheckLocked(
+      const Inode& inode, const std::vector<ReadSegment>& segments) REQUIRES(inode.mu);
+  // Reads `file` whole and checks it against its record, for reads of `inode`.
+  Status CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) EXCLUDES(inode.mu);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
@@ -129,6 +138,7 @@ class OpenFiles {
   std::function<int(int)> open_backing_;
   std::function<void(int)> close_backing_;
   std::atomic<bool> direct_reads_{false};
+  const bool verify_reads_;
   // With the namespace lock: a file's last passthrough handle closed.
   std::condition_variable_any passthrough_released_;
 };

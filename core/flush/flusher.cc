@@ -314,7 +314,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     }
   }
 
-  if (config_.verify == VerifyMode::kMarkers) {
+  if (VerifiesMarkers(config_.verify)) {
     for (size_t i : sync_owner) {
       Staged& s = staged[i];
       if (s.status.ok()) s.status = ReadBack(batch[i], s.fd, s.checksum);

@@ -20,6 +20,13 @@ struct Stats {
   // and the versions that did not match (written again from memory).
   std::atomic<uint64_t> bytes_read_back{0};
   std::atomic<uint64_t> checksum_mismatches{0};
+  // -o verify=reads: backing files read whole and checked against their records before their
+  // bytes were served, those that did not match (their reads fail with EIO), those without a
+  // record (served unchecked), and the bytes read to check them.
+  std::atomic<uint64_t> read_files_verified{0};
+  std::atomic<uint64_t> read_mismatches{0};
+  std::atomic<uint64_t> read_files_unrecorded{0};
+  std::atomic<uint64_t> bytes_verified_for_reads{0};
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <array>
 #include <cstdint>
 #include <chrono>
 #include <map>
@@ -122,6 +123,12 @@ struct Inode {
   bool page_cache_stale GUARDED_BY(mu) = false;
   // A read-only open had the backing file read ahead.
   bool backing_prefetched GUARDED_BY(mu) = false;
+  // -o verify=reads: the backing file last checked against its checksum record before its bytes
+  // were served (the descriptor, and the file as fstat saw it before the check, which a later
+  // descriptor of the unchanged file matches), and whether it failed (its reads fail with EIO).
+  std::weak_ptr<BackingFile> read_checked_base GUARDED_BY(mu);
+  std::array<int64_t, 6> read_checked_file GUARDED_BY(mu){};
+  bool read_check_failed GUARDED_BY(mu) = false;
 
   // --- Views (core/views/zarr_views.h): zarr arrays served with a fine chunk grid ---
   // Directory: the zarr array it holds, when served with a fine chunk grid

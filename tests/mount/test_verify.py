@@ -2,6 +2,7 @@
 chunk by chunk), and files re-read and compared with them, through a mount and on the backing
 directory, under the default options."""
 
+import errno
 import json
 import os
 import shutil
@@ -207,6 +208,46 @@ class VerifyTest(unittest.TestCase):
             self.assertEqual(status, 1, err)
             f = by_path(report, m.mnt)["big.bin"]
             self.assertEqual((f["status"], f["first_differing_mib"]), ("mismatch", "32-40"), f)
+
+    def test_with_verify_reads_corrupt_backing_files_fail_their_reads_with_eio(self):
+        with CkptfsMount(backing=self.backing) as m:
+            self.write_through_mount(m)
+        with open(os.path.join(self.backing, "big.bin"), "r+b") as f:
+            f.seek(17 * MiB)
+            byte = f.read(1)
+            f.seek(17 * MiB)
+            f.write(bytes([byte[0] ^ 1]))
+        os.truncate(os.path.join(self.backing, "sub/g.bin"), 10 * MiB)
+        with open(os.path.join(self.backing, "unrecorded.bin"), "wb") as f:
+            f.write(b"written beside the mount")
+        with CkptfsMount(options=("verify=reads",), backing=self.backing,
+                         expect_errors=[r"(big|g)\.bin: its backing file does not match"]) as m:
+            for name in ("big.bin", "sub/g.bin"):
+                for _ in range(2):  # The verdict stays: the second read fails at once.
+                    with open(m.path(name), "rb") as f:
+                        with self.assertRaises(OSError) as raised:
+                            f.read(4096)
+                        self.assertEqual(raised.exception.errno, errno.EIO, name)
+            for name in ("b.bin", "sub/small.txt"):
+                with open(m.path(name), "rb") as f:
+                    self.assertEqual(f.read(), content(name, FILES[name]), name)
+            with open(m.path("unrecorded.bin"), "rb") as f:
+                self.assertEqual(f.read(), b"written beside the mount")
+            stats = m.stats()
+            self.assertEqual(stats["read_mismatches"], 2, stats)
+            self.assertEqual(stats["read_files_verified"], 2, stats)
+            self.assertEqual(stats["read_files_unrecorded"], 1, stats)
+            with open(m.log_file, errors="replace") as log:
+                text = log.read()
+            self.assertIn("big.bin: its backing file does not match its checksum record "
+                          "(bytes 16777216-25165824)", text)
+            self.assertIn("sub/g.bin: its backing file does not match its checksum record "
+                          "(bytes 8388608-16777216, the size differs)", text)
+        # Without the option the same bytes are served as they are: only the records tell.
+        with CkptfsMount(backing=self.backing) as m:
+            with open(m.path("big.bin"), "rb") as f:
+                f.seek(17 * MiB)
+                self.assertNotEqual(f.read(1), content("big.bin", 17 * MiB + 1)[-1:])
 
     def test_a_zarr_array_the_mount_shows_with_a_fine_grid_is_verified_as_stored(self):
         with CkptfsMount(backing=self.backing) as m:

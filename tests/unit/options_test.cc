@@ -35,6 +35,10 @@ TEST(MountOptionsTest, EveryOptionOfTheTableIsParsedIntoItsSetting) {
   EXPECT_EQ(o.config.queue_depth, 128u);
   EXPECT_EQ(o.config.flush_io, FlushIo::kDirect);
   EXPECT_EQ(o.config.verify, VerifyMode::kMarkers);
+  ASSERT_TRUE(ApplyMountOptions("verify=reads", &o).ok());
+  EXPECT_TRUE(VerifiesReads(o.config.verify) && !VerifiesMarkers(o.config.verify));
+  ASSERT_TRUE(ApplyMountOptions("verify=all", &o).ok());
+  EXPECT_TRUE(VerifiesReads(o.config.verify) && VerifiesMarkers(o.config.verify));
   EXPECT_EQ(o.passthrough, Passthrough::kOff);
   EXPECT_EQ(o.max_read, 128u << 10);
   EXPECT_FALSE(o.direct_read);
