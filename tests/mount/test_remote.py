@@ -81,7 +81,12 @@ class RemoteTest(unittest.TestCase):
             write(m.path("step_1", "__1_0.distcp"), content("b", 3 * MiB))
             write(m.path("step_1", "empty"), b"")
             write(m.path("step_1", "rewritten.bin"), content("old", MiB))
+            write(m.path("step_1", "renamed.tmp"), content("renamed", 6 * MiB))
             m.sync()
+            sync_remote(m)
+            self.assertIn(f"{prefix}/step_1/renamed.tmp", self.s3.objects(BUCKET, prefix + "/"))
+            # Renamed once on the store: the object moves (its old key is removed after).
+            os.rename(m.path("step_1", "renamed.tmp"), m.path("step_1", "renamed.bin"))
             write(m.path("step_1", "rewritten.bin"), content("new", 2 * MiB))
             write(m.path("step_1", ".metadata.tmp"), b"metadata of step 1")
             os.rename(m.path("step_1", ".metadata.tmp"), m.path("step_1", ".metadata"))
