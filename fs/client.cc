@@ -302,7 +302,8 @@ int SyncRemote(const std::string& mountpoint, bool progress) {
     const auto now = std::chrono::steady_clock::now();
     if (progress && (finished || now - last_line >= std::chrono::seconds(1))) {
       last_line = now;
-      std::fprintf(stderr, "remote: %llu of %llu files on the store, %s pending, %llu retries%s%s\n",
+      std::fprintf(stderr,
+                   "remote: %llu of %llu files on the store, %s pending, %llu retries%s%s\n",
                    static_cast<unsigned long long>(std::min(done, target)),
                    static_cast<unsigned long long>(target),
                    HumanBytes(remote.value("pending_bytes", 0.0)).c_str(),

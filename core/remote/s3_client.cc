@@ -136,8 +136,11 @@ size_t TakeHeader(char* data, size_t size, size_t count, void* user) {
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (lower == kEtag) {
       std::string_view value = line.substr(kEtag.size());
-      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-      while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() &&
+             (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
         value.remove_suffix(1);
       }
       *static_cast<std::string*>(user) = std::string(value);
@@ -291,9 +294,10 @@ S3Client::Answer S3Client::Try(const Request& request) {
   answer.verdict = policy::JudgeRequest(policy::Transport::kOk, answer.http, error_code);
   if (answer.verdict == policy::RequestVerdict::kDone) return answer;
   const int err = answer.http == 403 ? EACCES : answer.http == 404 ? ENOENT : EIO;
-  answer.status = Status::Error(err, what + ": HTTP " + std::to_string(answer.http) +
-                                         (error_code.empty() ? "" : " " + OneLine(error_code)) +
-                                         (error_message.empty() ? "" : ": " + OneLine(error_message)));
+  answer.status =
+      Status::Error(err, what + ": HTTP " + std::to_string(answer.http) +
+                             (error_code.empty() ? "" : " " + OneLine(error_code)) +
+                             (error_message.empty() ? "" : ": " + OneLine(error_message)));
   return answer;
 }
 
@@ -353,7 +357,9 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, cons
   Result<Answer> answer = Run(request, hook, UINT_MAX);
   if (!answer.ok()) return answer.status();
   Result<S3Xml> xml = ParseS3Xml(answer->body);
-  if (!xml.ok()) return Status::Error(EPROTO, "CreateMultipartUpload " + key + ": " + xml.status().message());
+  if (!xml.ok()) {
+    return Status::Error(EPROTO, "CreateMultipartUpload " + key + ": " + xml.status().message());
+  }
   std::string id = xml->Field("UploadId");
   if (id.empty()) return Status::Error(EPROTO, "CreateMultipartUpload " + key + ": no UploadId");
   return id;
@@ -387,7 +393,9 @@ Status S3Client::CompleteMultipartUpload(const std::string& key, const std::stri
                                          const RetryHook& hook) {
   CURL* curl = static_cast<CURL*>(curl_);
   char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
-  if (!escaped) return Status::Error(ENOMEM, "CompleteMultipartUpload: cannot encode the upload id");
+  if (!escaped) {
+    return Status::Error(ENOMEM, "CompleteMultipartUpload: cannot encode the upload id");
+  }
   Request request;
   request.method = "POST";
   request.key = key;

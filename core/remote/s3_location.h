@@ -1,6 +1,6 @@
-// S3Location: where the remote tier keeps a mount's files, parsed from `-o remote=s3://BUCKET/PREFIX`
-// (untrusted text: bounded, checked against S3's bucket naming rules), and the object key of a
-// path under the mount.
+// S3Location: where the remote tier keeps a mount's files, parsed from
+// `-o remote=s3://BUCKET/PREFIX` (untrusted text: bounded, checked against S3's bucket naming
+// rules), and the object key of a path under the mount.
 #pragma once
 
 #include <string>

@@ -78,7 +78,8 @@ def run(a):
                         shutil.rmtree(mnt, ignore_errors=True)
                 rec = {"seconds": seconds, "mib_per_s": mib / seconds}
                 rows[c].append(rec)
-                print(f"rep {rep + 1} {c:7s} {seconds:.2f} s  {mib / seconds:.1f} MiB/s", flush=True)
+                print(f"rep {rep + 1} {c:7s} {seconds:.2f} s  {mib / seconds:.1f} MiB/s",
+                      flush=True)
                 empty_bucket(s3)
     med = {c: medians(rows[c]) for c in CONTENDERS}
     print()

@@ -22,8 +22,8 @@ import time
 
 import boto3
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "ckptfs-test-key", "AWS_SECRET_ACCESS_KEY": "ckptfs-test-secret",
-               "AWS_REGION": "us-east-1"}
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "ckptfs-test-key",
+               "AWS_SECRET_ACCESS_KEY": "ckptfs-test-secret", "AWS_REGION": "us-east-1"}
 
 
 def free_port():
