@@ -37,6 +37,7 @@ struct S3Client::Answer {
 namespace {
 
 constexpr long kConnectTimeoutMs = 5000;
+constexpr long kUploadBuffer = 1 << 20;
 // A transfer slower than 1 byte/s for this long is stalled: it is timed out and retried.
 constexpr long kStallSeconds = 30;
 
@@ -233,6 +234,8 @@ S3Client::Answer S3Client::Try(const Request& request) {
     curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, SeekBody);
     curl_easy_setopt(curl, CURLOPT_SEEKDATA, &body);
     curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.size));
+    // Reads of the file in 1 MiB (libcurl's default is 64 KiB: 16 times the calls).
+    curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, kUploadBuffer);
   } else if (method == "POST") {
     curl_easy_setopt(curl, CURLOPT_POST, 1L);
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.c_str());

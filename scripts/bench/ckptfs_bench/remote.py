@@ -2,7 +2,7 @@
 to one moto server (ckptfs_testing.s3_server) on this machine. --remote-mib (default 256 x
 scale) MiB in 4 files. ckptfs: the files written through a mount with -o remote, from the first
 write until `ckptfs sync --remote` returns (written, made durable in the backing directory and
-uploaded); boto3: upload_file of the same files from a directory (its default TransferConfig:
+uploaded; when `ckptfs sync` returned is shown too: uploads run meanwhile); boto3: upload_file of the same files from a directory (its default TransferConfig:
 multipart above 8 MiB, 10 threads), one after another. Alternated, --repeat runs, medians; the
 objects are deleted after each run."""
 import os
@@ -66,6 +66,8 @@ def run(a):
                         t = time.monotonic()
                         for name in sorted(os.listdir(source)):
                             shutil.copyfile(os.path.join(source, name), d.path(name))
+                        d.sync()
+                        durable = time.monotonic() - t
                         r = run_ckptfs(["sync", d.mnt, "--remote"], timeout=3600)
                         seconds = time.monotonic() - t
                         if r.returncode != 0:
@@ -77,13 +79,18 @@ def run(a):
                         shutil.rmtree(backing, ignore_errors=True)
                         shutil.rmtree(mnt, ignore_errors=True)
                 rec = {"seconds": seconds, "mib_per_s": mib / seconds}
+                if c == "ckptfs":
+                    rec["durable_seconds"] = durable
                 rows[c].append(rec)
-                print(f"rep {rep + 1} {c:7s} {seconds:.2f} s  {mib / seconds:.1f} MiB/s",
-                      flush=True)
+                print(f"rep {rep + 1} {c:7s} {seconds:.2f} s  {mib / seconds:.1f} MiB/s"
+                      + (f"  (durable in the backing directory after {durable:.2f} s)"
+                         if c == "ckptfs" else ""), flush=True)
                 empty_bucket(s3)
     med = {c: medians(rows[c]) for c in CONTENDERS}
     print()
-    print(table(["uploader", "s", "MiB/s", "x boto3"],
+    print(table(["uploader", "s", "MiB/s", "x boto3", "durable locally s"],
                 [[c, f"{med[c]['seconds']:.2f}", f"{med[c]['mib_per_s']:.1f}",
-                  f"{med[c]['mib_per_s'] / med['boto3']['mib_per_s']:.2f}"] for c in CONTENDERS]))
+                  f"{med[c]['mib_per_s'] / med['boto3']['mib_per_s']:.2f}",
+                  f"{med[c]['durable_seconds']:.2f}" if "durable_seconds" in med[c] else "-"]
+                 for c in CONTENDERS]))
     return {"remote": {c: {"runs": rows[c], "median": med[c]} for c in CONTENDERS}}
