@@ -14,6 +14,7 @@ constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
     {"bytes_flushed", &Stats::bytes_flushed},
     {"files_flushed", &Stats::files_flushed},
     {"bytes_checksummed", &Stats::bytes_checksummed},
+    {"bytes_summed_at_flush", &Stats::bytes_summed_at_flush},
     {"bytes_read_back", &Stats::bytes_read_back},
     {"checksum_mismatches", &Stats::checksum_mismatches},
     {"versions_skipped", &Stats::versions_skipped},

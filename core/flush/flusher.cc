@@ -254,13 +254,15 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       s.status = c.base()->CopyPrefixTo(s.fd, std::min(c.base_len(), size));
       if (!s.status.ok()) continue;
     }
-    Result<ChecksumRecord> checksum = ChecksumOf(c);
+    uint64_t summed_now = 0;
+    Result<ChecksumRecord> checksum = ChecksumOf(c, &summed_now);
     if (!checksum.ok()) {
       s.status = Status::Error(checksum.status().err(), "checksum: " + checksum.status().message());
       continue;
     }
     s.checksum = std::move(*checksum);
     stats_.bytes_checksummed += size;
+    stats_.bytes_summed_at_flush += summed_now;
     std::vector<WriteRequest> writes = BlockWriteRequests(c.blocks(), size, s.fd, direct);
     if (direct) {
       s.status = Preallocate(env_, writes);

@@ -1,5 +1,4 @@
-// Checksums of file contents: CRC32C (Castagnoli; the checksum of iSCSI, ext4's metadata and S3's
-// x-amz-checksum-crc32c), computed with ISA-L's crc32_iscsi, per chunk of a file as its checksum
+// Checksums of file contents: CRC32C (core/memory/crc32c.h) per chunk of a file, as its checksum
 // record keeps them (core/integrity/checksum_record.h).
 #pragma once
 
@@ -8,20 +7,10 @@
 
 #include "core/base/status.h"
 #include "core/integrity/checksum_record.h"
+#include "core/memory/crc32c.h"
 #include "core/memory/file_content.h"
 
 namespace ckptfs {
-
-// A running CRC32C: Update in order, then value().
-class Crc32c {
- public:
-  void Update(const char* data, size_t length);
-  void UpdateZeros(uint64_t length);
-  uint32_t value() const { return ~state_; }
-
- private:
-  uint32_t state_ = 0xFFFFFFFF;
-};
 
 // The checksum record of a file of `size` bytes, fed its bytes in order.
 class ChunkedChecksum {
@@ -44,8 +33,10 @@ class ChunkedChecksum {
   Crc32c chunk_;
 };
 
-// The checksum record of `content`: its memory blocks in place, its base file's bytes read
-// through the base's Env. Fails only when a base file cannot be read.
-Result<ChecksumRecord> ChecksumOf(const FileContent& content);
+// The checksum record of `content`: the sums its bytes got as they were written, joined into
+// chunks; bytes not summed then are summed now (memory blocks in place, base file bytes read
+// through the base's Env), and their number added to `*summed_now` when given. Fails only when
+// a base file cannot be read.
+Result<ChecksumRecord> ChecksumOf(const FileContent& content, uint64_t* summed_now = nullptr);
 
 }  // namespace ckptfs

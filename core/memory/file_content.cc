@@ -59,11 +59,33 @@ Status FileContent::Write(uint64_t offset, const char* data, size_t length,
       *block = std::move(copy);
     }
     std::memcpy(block->data() + in_block, data + (pos - offset), n);
+    sums_.Written(pos, block->data() + in_block, n);
     pos += n;
   }
   // Bytes between the old size and `offset` were zero (invariant) or hole: nothing to do.
   size_ = std::max(size_, end);
+  CatchUpSums();
   return Status::Ok();
+}
+
+void FileContent::CatchUpSums() {
+  while (auto range = sums_.NextToCatchUp()) {
+    const auto [from, to] = *range;
+    const std::vector<ReadSegment> segments = Read(from, static_cast<size_t>(to - from));
+    uint64_t readable = 0;
+    for (const ReadSegment& seg : segments) {
+      if (seg.kind != ReadSegment::Kind::kBacking) readable += seg.length;
+    }
+    if (readable != to - from) {
+      sums_.ForgetPending();
+      return;
+    }
+    uint64_t at = from;
+    for (const ReadSegment& seg : segments) {
+      sums_.Written(at, seg.kind == ReadSegment::Kind::kMemory ? seg.data : nullptr, seg.length);
+      at += seg.length;
+    }
+  }
 }
 
 namespace {
@@ -97,6 +119,7 @@ Status FileContent::Splice(uint64_t offset, const FileContent& src, uint64_t len
     if (const BlockRef* block = SplicedBlock(src.blocks_, pos, n)) {
       blocks_.Put(dst / kBlockSize, *block);
       size_ = std::max(size_, dst + n);
+      sums_.Changed(dst, n);
     } else {
       buf.resize(n);
       Result<size_t> got = src.ReadInto(pos, n, buf.data());
@@ -106,6 +129,7 @@ Status FileContent::Splice(uint64_t offset, const FileContent& src, uint64_t len
     }
     pos += n;
   }
+  CatchUpSums();
   return Status::Ok();
 }
 
@@ -182,9 +206,13 @@ void FileContent::Truncate(uint64_t new_size, Reservation& reservation) {
       std::memset(tail->data() + in_block, 0, kBlockSize - in_block);
     }
     base_len_ = std::min(base_len_, new_size);
+    sums_.Truncated(new_size);
+  } else {
+    sums_.Changed(size_, new_size - size_);
   }
   size_ = new_size;
   if (base_len_ == 0) base_.reset();
+  CatchUpSums();
 }
 
 void FileContent::ReplaceWithBase(std::shared_ptr<BackingFile> base) {

@@ -22,6 +22,7 @@
 #include "core/base/status.h"
 #include "core/memory/arena.h"
 #include "core/memory/block_map.h"
+#include "core/memory/written_sums.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
@@ -132,6 +133,9 @@ class FileContent {
 
   size_t memory_blocks() const { return blocks_.size(); }
 
+  // The CRC32C sums of the bytes written so far (see WrittenSums).
+  const WrittenSums& written_sums() const { return sums_; }
+
   // Spilling (streaming a file larger than memory): the blocks worth moving to a spill file,
   // every full block; then, once their bytes are in `spill` at the same offsets and `spill`
   // holds the base bytes [0, base_len()) and zeros beyond, AdoptSpill drops those blocks and
@@ -144,11 +148,15 @@ class FileContent {
   // Fills `dst` (one block at `index`) with base bytes or zeros for the parts of the block
   // that [skip_from, skip_to) will not overwrite.
   Status FillBlock(uint64_t index, char* dst, size_t skip_from, size_t skip_to) const;
+  // Sums the written bytes (and zeros) that the summed prefix has reached, while they are in
+  // memory.
+  void CatchUpSums();
 
   uint64_t size_ = 0;
   BlockMap blocks_;
   std::shared_ptr<BackingFile> base_;
   uint64_t base_len_ = 0;
+  WrittenSums sums_;
 };
 
 // Writes every byte of `content` to the same offsets of `fd` (not synced).

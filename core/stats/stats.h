@@ -14,6 +14,8 @@ struct Stats {
   std::atomic<uint64_t> bytes_flushed{0};     // Of the file versions made durable (once each).
   std::atomic<uint64_t> files_flushed{0};     // Versions published.
   std::atomic<uint64_t> bytes_checksummed{0};  // Summed (CRC32C) before they were flushed.
+  // Of those, the bytes summed at flush (read again) rather than as they were written.
+  std::atomic<uint64_t> bytes_summed_at_flush{0};
   // -o verify=markers: bytes read back from the backing store and checked before publication,
   // and the versions that did not match (written again from memory).
   std::atomic<uint64_t> bytes_read_back{0};

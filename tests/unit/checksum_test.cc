@@ -1,4 +1,4 @@
-// Tests of the CRC32C of file contents and of the checksum records kept with published files.
+// Tests of the checksum records of file contents and of the records kept with published files.
 #include "core/integrity/checksum.h"
 
 #include <fcntl.h>
@@ -17,36 +17,6 @@ uint32_t Crc32cOf(const std::string& bytes) {
   Crc32c crc;
   crc.Update(bytes.data(), bytes.size());
   return crc.value();
-}
-
-TEST(ChecksumTest, Crc32cGivesTheCastagnoliCheckValues) {
-  EXPECT_EQ(Crc32cOf(""), 0u);
-  EXPECT_EQ(Crc32cOf("123456789"), 0xe3069283u);  // The CRC-32C check value (RFC 3720).
-  EXPECT_EQ(Crc32cOf(std::string(32, '\0')), 0x8a9136aau);  // RFC 3720 B.4: 32 bytes of zeros.
-  EXPECT_EQ(Crc32cOf(std::string(32, '\xff')), 0x62a8ab43u);  // RFC 3720 B.4: 32 bytes of ones.
-}
-
-TEST(ChecksumTest, UpdatesInPiecesEqualOneUpdateOfTheWhole) {
-  const std::string bytes = testing_util::Pattern(7, 3 << 20);
-  std::mt19937_64 rng(1);
-  for (int round = 0; round < 20; ++round) {
-    Crc32c crc;
-    for (size_t at = 0; at < bytes.size();) {
-      size_t piece = std::min<size_t>(bytes.size() - at, rng() % (300 << 10) + 1);
-      crc.Update(bytes.data() + at, piece);
-      at += piece;
-    }
-    EXPECT_EQ(crc.value(), Crc32cOf(bytes));
-  }
-}
-
-TEST(ChecksumTest, ZerosSumAsZeroBytes) {
-  for (uint64_t n : {uint64_t{1}, uint64_t{4095}, uint64_t{9} << 20}) {
-    Crc32c crc;
-    crc.Update("ab", 2);
-    crc.UpdateZeros(n);
-    EXPECT_EQ(crc.value(), Crc32cOf("ab" + std::string(n, '\0'))) << n;
-  }
 }
 
 class ChecksumOfContentTest : public ::testing::Test {
@@ -125,6 +95,56 @@ TEST_F(ChecksumOfContentTest, ReadsTheBytesOfItsBaseFile) {
   Result<ChecksumRecord> sum = ChecksumOf(c);
   ASSERT_TRUE(sum.ok()) << sum.status().ToString();
   EXPECT_EQ(*sum, RecordOfImage(image));
+}
+
+TEST_F(ChecksumOfContentTest, AFileWrittenInOrderIsNotReadAgainToBeSummed) {
+  FileContent c;
+  const std::string image = testing_util::Pattern(13, 2 * kMinChecksumChunk + 12345);
+  for (size_t at = 0; at < image.size(); at += 1 << 20) {
+    Write(c, at, image.substr(at, 1 << 20));
+  }
+  uint64_t summed_now = 0;
+  Result<ChecksumRecord> sum = ChecksumOf(c, &summed_now);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(*sum, RecordOfImage(image));
+  EXPECT_EQ(summed_now, 0u);
+}
+
+TEST_F(ChecksumOfContentTest, AFileWrittenOutOfOrderIsSummedWhereItsSumsStop) {
+  FileContent c;
+  std::string image = testing_util::Pattern(14, kMinChecksumChunk + 5 * kBlockSize);
+  Write(c, 0, image);
+  const std::string patch = testing_util::Pattern(15, 100);
+  Write(c, 7, patch);  // Back into the first piece: summed again from there, at flush.
+  Put(image, 7, patch);
+  uint64_t summed_now = 0;
+  Result<ChecksumRecord> sum = ChecksumOf(c, &summed_now);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(*sum, RecordOfImage(image));
+  EXPECT_EQ(summed_now, image.size());
+}
+
+TEST_F(ChecksumOfContentTest, AFileOfMoreChunksThanARecordHoldsHasItsPiecesJoinedIntoChunks) {
+  // 129 pieces: chunks of two pieces each, the last chunk one piece and a bit.
+  const uint64_t size = (kMaxChecksumChunks + 1) * kMinChecksumChunk + 3;
+  // Memory stays small: each MiB shares the blocks of one source.
+  const std::string piece = testing_util::Pattern(16, 1 << 20);
+  FileContent source;
+  Write(source, 0, piece);
+  FileContent c;
+  ChunkedChecksum reference(size);
+  for (uint64_t at = 0; at < size; at += piece.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(piece.size(), size - at));
+    Reservation r = arena_.Reserve(c.BlocksNeededForSplice(at, source, n));
+    ASSERT_TRUE(c.Splice(at, source, n, r).ok());
+    reference.Update(piece.data(), n);
+  }
+  uint64_t summed_now = 0;
+  Result<ChecksumRecord> sum = ChecksumOf(c, &summed_now);
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->chunk, 2 * kMinChecksumChunk);
+  EXPECT_EQ(*sum, std::move(reference).Finish());
+  EXPECT_EQ(summed_now, 0u);
 }
 
 TEST(ChecksumRecordTest, ReadsBackWhatItWrites) {
