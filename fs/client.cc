@@ -274,6 +274,52 @@ int Sync(const std::string& mountpoint, bool progress) {
   return 1;
 }
 
+// After a sync: waits until every file version made durable so far is on the object store
+// (-o remote), telling the uploads' progress on stderr every second with `progress`. Fails when
+// the mount has no remote, or its worker was replaced meanwhile (its uploads are not resumed yet).
+int SyncRemote(const std::string& mountpoint, bool progress) {
+  nlohmann::json stats;
+  std::string error;
+  if (!ReadStats(mountpoint, &stats, &error)) {
+    std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+    return 1;
+  }
+  if (!stats.contains("remote") || !stats["remote"].is_object()) {
+    std::fprintf(stderr, "ckptfs sync: %s is not mounted with -o remote\n", mountpoint.c_str());
+    return 1;
+  }
+  const uint64_t target = stats["remote"].value("handed_over", 0ull);
+  auto last_line = std::chrono::steady_clock::now();
+  for (;;) {
+    const nlohmann::json& remote = stats["remote"];
+    const uint64_t done = remote.value("uploaded_in_order", 0ull);
+    if (remote.value("handed_over", 0ull) < target) {
+      std::fprintf(stderr, "ckptfs sync: the mount's worker was replaced during the sync; the "
+                           "uploads it had not finished are not resumed (not yet supported)\n");
+      return 1;
+    }
+    const bool finished = done >= target;
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && (finished || now - last_line >= std::chrono::seconds(1))) {
+      last_line = now;
+      std::fprintf(stderr,
+                   "remote: %llu of %llu files on the store, %s pending, %llu retries%s%s\n",
+                   static_cast<unsigned long long>(std::min(done, target)),
+                   static_cast<unsigned long long>(target),
+                   HumanBytes(remote.value("pending_bytes", 0.0)).c_str(),
+                   static_cast<unsigned long long>(remote.value("retries", 0ull)),
+                   remote.value("last_error", "").empty() ? "" : ", failing: ",
+                   Printable(remote.value("last_error", "")).c_str());
+    }
+    if (finished) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!ReadStats(mountpoint, &stats, &error) || !stats.contains("remote")) {
+      std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+      return 1;
+    }
+  }
+}
+
 // The members of a shared backing directory and this mount's pending commits.
 void PrintShared(const nlohmann::json& shared) {
   std::printf("shared as node   %s, %llu markers published, %llu failed%s%s\n",
@@ -338,6 +384,20 @@ int PrintStatus(const std::string& mountpoint, bool json) {
                 a.value("chunks", nlohmann::json::array()).dump().c_str(),
                 a.value("virtual_chunks", nlohmann::json::array()).dump().c_str(),
                 static_cast<unsigned long long>(a.value("real_chunks", 0ull)));
+  }
+  if (j.contains("remote") && j["remote"].is_object()) {
+    const nlohmann::json& r = j["remote"];
+    std::printf("uploaded         %s in %llu files to %s; %llu files (%s) pending, %llu retries, "
+                "%llu errors%s%s\n",
+                HumanBytes(r.value("bytes_uploaded", 0.0)).c_str(),
+                static_cast<unsigned long long>(r.value("files_uploaded", 0ull)),
+                Printable(r.value("location", "")).c_str(),
+                static_cast<unsigned long long>(r.value("pending_files", 0ull)),
+                HumanBytes(r.value("pending_bytes", 0.0)).c_str(),
+                static_cast<unsigned long long>(r.value("retries", 0ull)),
+                static_cast<unsigned long long>(r.value("errors", 0ull)),
+                r.value("last_error", "").empty() ? "" : ", now failing: ",
+                Printable(r.value("last_error", "")).c_str());
   }
   if (j.contains("shared") && j["shared"].is_object()) PrintShared(j["shared"]);
   if (j.contains("worker") && j["worker"].is_object()) {
@@ -450,6 +510,9 @@ int RunClient(int argc, char** argv) {
   sync->add_option("MOUNTPOINT", mountpoint)->required();
   sync->add_flag("--progress", progress,
                  "Show on stderr a bar of the bytes made durable, the rate and the time left");
+  bool remote = false;
+  sync->add_flag("--remote", remote,
+                 "Then wait until everything made durable is on the object store (-o remote)");
   CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
   status->add_option("MOUNTPOINT", mountpoint)->required();
   CLI::Option* json_flag = status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
@@ -472,7 +535,10 @@ int RunClient(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (sync->parsed()) return Sync(mountpoint, progress);
+  if (sync->parsed()) {
+    if (int synced = Sync(mountpoint, progress); synced != 0 || !remote) return synced;
+    return SyncRemote(mountpoint, progress);
+  }
   if (upgrade->parsed()) return Upgrade(mountpoint, binary, timeout_s);
   if (watch) return Watch(mountpoint, interval_s);
   return PrintStatus(mountpoint, json);

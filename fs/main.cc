@@ -21,6 +21,7 @@
 #include "core/filesystem/earlier_mount.h"
 #include "core/memory/arena.h"
 #include "core/recovery/cache_memory_layout.h"
+#include "core/remote/remote_settings.h"
 #include "core/shared/membership.h"
 #include "fs/cache_memory_file.h"
 #include "fs/client.h"
@@ -241,8 +242,9 @@ int Mount(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"ckptfs: a FUSE filesystem that stages checkpoint writes in memory and flushes\n"
                "them to BACKING with io_uring, in close order, durably.\n"
-               "Client commands: ckptfs sync MOUNTPOINT [--progress], ckptfs status MOUNTPOINT,\n"
-               "ckptfs upgrade MOUNTPOINT [--binary PATH], ckptfs verify PATH... [--json FILE]",
+               "Client commands: ckptfs sync MOUNTPOINT [--progress] [--remote],\n"
+               "ckptfs status MOUNTPOINT, ckptfs upgrade MOUNTPOINT [--binary PATH],\n"
+               "ckptfs verify PATH... [--json FILE]",
                "ckptfs"};
   MountOptions o;
   std::string backing;
@@ -295,6 +297,11 @@ int Mount(int argc, char** argv) {
     Result<int> dir = OpenBackingDirectory(*posix, backing);
     if (!dir.ok()) return Fail(dir.status().ToString());
     posix->Close(*dir);
+  }
+  if (!o.config.remote.empty()) {
+    Result<S3Settings> remote = RemoteSettingsOf(o.config, ProcessEnvironment());
+    if (!remote.ok()) return Fail(remote.status().message());
+    if (Status usable = CheckRemote(*remote); !usable.ok()) return Fail(usable.message());
   }
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     return Fail(std::string("cannot use /dev/fuse: ") + std::strerror(errno));

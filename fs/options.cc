@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "core/remote/s3_location.h"
 #include "core/shared/shared_policy.h"
 #include "fs/status_view.h"
 
@@ -313,6 +314,51 @@ const MountOption kMountOptions[] = {
      [](const std::string& v, MountOptions* o) {
        return DurationIn(v, std::chrono::milliseconds(10), std::chrono::seconds(10),
                          &o->config.poll_interval);
+     }},
+    {"remote", "s3://BUCKET/PREFIX", "",
+     "the remote tier: every file version, once durable in the backing directory, is uploaded "
+     "to this S3 bucket under PREFIX, in close order, commit markers (`commit_markers`) only "
+     "after everything published before them is on the store (see \"The remote tier\"). "
+     "Credentials as the AWS tools find them (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`/"
+     "`AWS_SESSION_TOKEN`, or `AWS_PROFILE` in `~/.aws/credentials` and `~/.aws/config`); the "
+     "mount is refused, with one line saying why, when the bucket cannot be reached with them",
+     [](const std::string& v, MountOptions* o) {
+       Result<S3Location> location = S3Location::Parse(v);
+       if (!location.ok()) return location.status();
+       o->config.remote = v;
+       return Status::Ok();
+     }},
+    {"remote_endpoint", "URL", "AWS",
+     "with `remote`: the `http://` or `https://` URL of an S3-compatible store (MinIO, Ceph RGW, "
+     "moto), addressed path-style; TLS certificates are verified",
+     [](const std::string& v, MountOptions* o) {
+       if (v.rfind("http://", 0) != 0 && v.rfind("https://", 0) != 0) {
+         return Status::Error(EINVAL, "expected an http:// or https:// URL");
+       }
+       if (v.size() > 1024) return Status::Error(EINVAL, "longer than 1024 bytes");
+       o->config.remote_endpoint = v;
+       return Status::Ok();
+     }},
+    {"remote_region", "REGION", "AWS_REGION, the profile's, or us-east-1",
+     "with `remote`: the region requests are signed for",
+     [](const std::string& v, MountOptions* o) {
+       if (v.empty() || v.size() > 64 ||
+           v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") != std::string::npos) {
+         return Status::Error(EINVAL, "expected a region name (a-z 0-9 -)");
+       }
+       o->config.remote_region = v;
+       return Status::Ok();
+     }},
+    {"remote_part_size", "SIZE", "16M",
+     "with `remote`: files up to this size are uploaded in one request, larger ones in parts of "
+     "this size (5M–5G; larger when a file would need over 10,000 parts)",
+     [](const std::string& v, MountOptions* o) {
+       return SizeIn(v, 5ull << 20, 5ull << 30, &o->config.remote_part_size);
+     }},
+    {"remote_concurrency", "N", "8",
+     "with `remote`: upload requests in flight (1–64), each on its own connection",
+     [](const std::string& v, MountOptions* o) {
+       return SizeIn(v, 1, 64, &o->config.remote_concurrency);
      }},
     {"metrics", "[HOST:]PORT", "",
      "serve Prometheus metrics at `http://HOST:PORT/metrics` (see \"Metrics\"); HOST is "

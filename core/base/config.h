@@ -51,6 +51,15 @@ struct Config {
   // How often the shared directory is read (acknowledgements, requests) and written.
   std::chrono::milliseconds poll_interval{100};
 
+  // The remote tier (core/remote/uploader.h): "s3://BUCKET/PREFIX" (empty: none), the endpoint
+  // URL of an S3-compatible store (empty: AWS), the region (empty: from the AWS environment or
+  // profile, else us-east-1), the part size of multipart uploads and the requests in flight.
+  std::string remote;
+  std::string remote_endpoint;
+  std::string remote_region;
+  uint64_t remote_part_size = 16ull << 20;
+  unsigned remote_concurrency = 8;
+
   // Which worker of the mount this is (0: the first, or a mount without a supervisor): the inode
   // numbers and handles each worker makes are its own, so a worker never takes those of one it
   // replaced for its own (core/recovery/handoff.h).

@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <unordered_set>
 #include <vector>
 
 #include "core/backing/backing_paths.h"
 #include "core/recovery/rescue.h"
+#include "core/remote/remote_settings.h"
 
 namespace ckptfs {
 
@@ -45,6 +48,55 @@ Status Durability::JoinSharedMount() {
   return Status::Ok();
 }
 
+Status Durability::ConnectRemote() {
+  const Config& config = parts_.config;
+  Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
+  if (!s3.ok()) return s3.status();
+  UploaderSettings settings;
+  settings.s3 = *s3;
+  settings.part_size = config.remote_part_size;
+  settings.concurrency = config.remote_concurrency;
+  settings.markers = config.commit_markers;
+  // Uploaded files are named by their real paths under the backing directory's.
+  char root[PATH_MAX];
+  if (!realpath(config.backing_dir.c_str(), root)) return Status::FromErrno(config.backing_dir);
+  settings.backing_root = root;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);
+  if (!uploader.ok()) return uploader.status();
+  uploader_ = std::move(*uploader);
+  spdlog::info("remote: uploading to {} (credentials from {})", s3->location.ToString(),
+               s3->credentials.source);
+  return Status::Ok();
+}
+
+void Durability::HandOverUploads(const FlushReport& report) {
+  for (const EntryRef& e : report.durable) {
+    if (shared_ && parts_.journal.StateOf(e).held) continue;
+    auto backing_fd = [](const InodeRef& dir) {
+      std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
+      return backing ? backing->fd() : -1;
+    };
+    auto hand_over = [&](const InodeRef& dir, const std::string& name,
+                         const Uploader::Replaced& replaced) {
+      if (const int fd = backing_fd(dir); fd >= 0) uploader_->Enqueue(fd, name, replaced);
+    };
+    const bool file = e->inode && e->inode->type == FileType::kRegular;
+    switch (e->kind) {
+      case JournalEntry::Kind::kPublish:
+        for (const Inode::Name& n : e->names) hand_over(n.parent, n.name, {});
+        break;
+      case JournalEntry::Kind::kRename:
+        if (file) hand_over(e->new_parent, e->new_name, {backing_fd(e->parent), e->name});
+        break;
+      case JournalEntry::Kind::kLink:
+        if (file) hand_over(e->new_parent, e->new_name, {});
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 void Durability::Start() {
   flusher_->Start();
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());
@@ -64,6 +116,7 @@ void Durability::LeaveSharedMount() {
 
 void Durability::Stop() {
   LeaveSharedMount();
+  uploader_.reset();
   flusher_.reset();
   shared_.reset();
 }
@@ -104,6 +157,12 @@ Status Durability::Drain() {
   }
   Status st = flusher_->Drain(parts_.config.unmount_retry);
   LeaveSharedMount();
+  if (uploader_) {
+    // What is durable stays in the backing directory whatever happens here.
+    if (Status left = uploader_->Stop(parts_.config.unmount_retry); !left.ok()) {
+      spdlog::error("remote: unmounting with uploads left undone: {}", left.ToString());
+    }
+  }
   if (st.ok() && parts_.config.shared) {
     // A member's own staging directory goes with it (it stays when something is left in it).
     (void)parts_.env.Unlink(
@@ -138,6 +197,7 @@ std::string Durability::PathOf(const EntryRef& entry) {
 }
 
 Status Durability::Flushed(const FlushReport& report) {
+  if (uploader_) HandOverUploads(report);
   NamespaceLock lock(parts_.ns.mutex());
   for (const EntryRef& e : report.applied) e->inode->on_backing = true;
   for (const EntryRef& e : report.durable) {

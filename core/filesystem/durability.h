@@ -21,6 +21,7 @@
 #include "core/flush/flusher.h"
 #include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
+#include "core/remote/uploader.h"
 #include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -47,6 +48,9 @@ class Durability final : private FlushClient {
   // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
   // held until the group commits them (core/flush/held_markers.h).
   Status JoinSharedMount() EXCLUDES(ns_lock);
+  // With -o remote, before Start: starts the uploads to the object store of every file version
+  // made durable from then on (core/remote/uploader.h). Fails when there are no credentials.
+  Status ConnectRemote();
   // Starts the flusher thread (and the shared mount's).
   void Start();
   // Leaves the shared mount, if any: its markers are no longer committed.
@@ -58,6 +62,8 @@ class Durability final : private FlushClient {
   Reclaimer& reclaimer() { return reclaimer_; }
   // Null unless shared mode.
   SharedMount* shared_mount() const { return shared_.get(); }
+  // Null unless -o remote.
+  const Uploader* uploader() const { return uploader_.get(); }
 
   // Waits until everything journaled up to `point` is durable (in shared mode, its markers
   // committed): the error names every file sealed by then and not durable (the first 100). Ok
@@ -82,6 +88,12 @@ class Durability final : private FlushClient {
   const Parts parts_;
   Reclaimer reclaimer_;
   std::unique_ptr<Flusher> flusher_;
+  // Hands the files the durable entries of `report` published (not held markers) to the
+  // uploader, each as it is now on the backing store.
+  void HandOverUploads(const FlushReport& report);
+
+  // -o remote: the uploads (null otherwise). Fed on the flusher's thread.
+  std::unique_ptr<Uploader> uploader_;
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;

@@ -42,6 +42,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   if (config.shared) {
     if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
   }
+  if (!config.remote.empty()) {
+    if (Status connected = fs->durability_.ConnectRemote(); !connected.ok()) return connected;
+  }
   return fs;
 }
 
@@ -621,7 +624,7 @@ Status Filesystem::Sync() { return WaitDurable(SyncPoint()); }
 std::string Filesystem::StatsJson() {
   const Durability& d = durability_;
   return StatsReport{config_, stats_, arena_, journal_, ns_, zarr_, tensors_, d.flusher(),
-                     d.shared_mount(), control_hooks_.request_stats, control_hooks_.worker_info}
+                     d.shared_mount(), d.uploader(), control_hooks_.request_stats, control_hooks_.worker_info}
       .Json();
 }
 

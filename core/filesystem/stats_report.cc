@@ -74,6 +74,21 @@ std::string StatsReport::Json() const {
   j["flush_seconds"] = stats.flush_seconds.ToJson();
   j["save_to_durable_seconds"] = stats.save_to_durable_seconds.ToJson();
   if (request_stats) j["fuse_request_seconds"] = request_stats();
+  if (uploader) {
+    const UploadProgress p = uploader->Progress();
+    j["remote"] = {
+        {"location", config.remote},
+        {"handed_over", p.handed_over},
+        {"uploaded_in_order", p.done_in_order},
+        {"pending_files", p.pending_files},
+        {"pending_bytes", p.pending_bytes},
+        {"bytes_uploaded", stats.remote_bytes_uploaded.load()},
+        {"files_uploaded", stats.remote_files_uploaded.load()},
+        {"retries", stats.remote_retries.load()},
+        {"errors", stats.remote_errors.load()},
+        {"last_error", p.last_error.ok() ? "" : p.last_error.ToString()},
+    };
+  }
   if (shared) {
     nlohmann::json group = shared->StatusJson();
     group["held_markers"] = flusher.held_markers();

@@ -12,6 +12,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/flush/flusher.h"
 #include "core/memory/arena.h"
+#include "core/remote/uploader.h"
 #include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -31,6 +32,7 @@ struct StatsReport {
   TensorViews& tensors;
   Flusher& flusher;
   SharedMount* shared;  // Null unless shared mode.
+  const Uploader* uploader;  // Null unless -o remote.
   // The daemon's parts of the report (Filesystem::SetRequestStats, SetWorkerInfo); unset: left out.
   const std::function<nlohmann::json()>& request_stats;
   const std::function<std::string()>& worker_info;

@@ -49,6 +49,12 @@ struct Stats {
   std::atomic<uint64_t> recovered_open_bytes{0};
   // Lookups and opens refused (ENFILE) because the kernel state record had no room for them.
   std::atomic<uint64_t> kernel_record_refused{0};
+  // -o remote: bytes and files on the object store (core/remote/uploader.h), requests retried,
+  // and upload steps that failed for good and were started again after a back-off.
+  std::atomic<uint64_t> remote_bytes_uploaded{0};
+  std::atomic<uint64_t> remote_files_uploaded{0};
+  std::atomic<uint64_t> remote_retries{0};
+  std::atomic<uint64_t> remote_errors{0};
   // Per published file: from the flusher taking it to durable (the time of its batch), and from
   // its sealing (close, fsync) to durable.
   Histogram flush_seconds{kFlushBuckets};

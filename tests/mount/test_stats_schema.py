@@ -1,12 +1,15 @@
 """The stats keys are defined once, in core/stats/stats_schema.json: a mount's stats, under the default
-options and in the shared mode, hold exactly its keys with its types (every d.stats() of every
+options and in the shared mode with a remote tier (a real moto S3 server), hold exactly its keys with its types (every d.stats() of every
 test checks this too, through ckptfs_testing.stats), and the check names each key that is
 renamed, added, retyped or missing."""
 
 import copy
+import os
 import unittest
+from unittest import mock
 
 from ckptfs_testing.harness import CkptfsMount, require_fuse
+from ckptfs_testing.s3_server import CREDENTIALS, MotoServer
 from ckptfs_testing.stats import differences, load_schema, read_stats
 
 
@@ -28,8 +31,11 @@ class StatsSchemaTest(unittest.TestCase):
         self.assertIn("fuse_request_seconds", stats)
         self.assertEqual(stats["bytes_written"], 1 << 20)
 
-    def test_a_shared_mount_writes_every_key_of_the_schema(self):
-        stats = self.saved_stats(["shared", "node=n0"])
+    def test_a_shared_mount_with_a_remote_writes_every_key_of_the_schema(self):
+        with MotoServer() as s3, mock.patch.dict(os.environ, CREDENTIALS):
+            s3.create_bucket("schema")
+            stats = self.saved_stats(["shared", "node=n0", "remote=s3://schema/run",
+                                      f"remote_endpoint={s3.endpoint}"])
         self.assertEqual(differences(stats), [])
         for key, spec in load_schema()["keys"].items():
             self.assertIn(key, stats)

@@ -274,6 +274,9 @@ struct FsOptions {
   const HandoffImage* handoff = nullptr;
   int arena_fd = -1;  // The cache's shared memory (MakeArenaMemory), or -1: private.
   bool recover = false;  // Filesystem::RecoverCrashedWorker before Start (a worker after a crash).
+  // The remote tier (-o remote, remote_endpoint), when not empty.
+  std::string remote{};
+  std::string remote_endpoint{};
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -292,6 +295,8 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.poll_interval = o.poll_interval;
   config.worker = o.worker;
   config.arena_fd = o.arena_fd;
+  config.remote = o.remote;
+  config.remote_endpoint = o.remote_endpoint;
   std::unique_ptr<Env> env = MakeTestEnv(config.queue_depth);
   if (o.fault) {
     auto f = std::make_unique<FaultInjectingEnv>(std::move(env));

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "core_test_util.h"
+#include "moto_server.h"
 #include "fs/session_hooks.h"
 #include "fs/worker.h"
 
@@ -62,8 +63,15 @@ nlohmann::json RealMountStats() {
                 R"({"chunks": [524288], "compressor": null, "dtype": "<f4", "fill_value": 0.0,)"
                 R"( "filters": null, "order": "C", "shape": [1048576], "zarr_format": 2})");
   WriteHostFile(backing.path() + "/arr/0", std::string(2 << 20, 'z'));
+  // A remote tier on a real S3 server: its figures are part of the stats.
+  testing_util::MotoServer s3;
+  EXPECT_TRUE(s3.ready() && s3.CreateBucket("stats-bucket")) << CKPTFS_MOTO_SERVER;
+  setenv("AWS_ACCESS_KEY_ID", "stats-test-key", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "stats-test-secret", 1);
   FsOptions o;
   o.node = "node-a";
+  o.remote = "s3://stats-bucket/run";
+  o.remote_endpoint = s3.endpoint();
   std::unique_ptr<Filesystem> fs = StartFs(backing.path(), o);
   if (fs == nullptr) {
     ADD_FAILURE() << "no Filesystem";

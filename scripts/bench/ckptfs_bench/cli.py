@@ -89,6 +89,11 @@ each shard's zip, read from the .distcp files), view (every chunk file of the vi
 in 1 MiB reads into one buffer (as cat does), and zarr (zarr.open(...)[...] of every tensor
 through the view: one read of each whole chunk). Cold: caches dropped before each read-through; warm: the same again right after.
 
+--remote (instead of the workloads): upload throughput of -o remote against boto3's upload_file,
+both to one moto server on this machine (--remote-mib, default 256 x scale, in 4 files): ckptfs
+from the first write through the mount until `ckptfs sync --remote` returns, boto3 upload_file of
+the same files; alternated, --repeat runs, medians.
+
 Needs root (drop_caches, FUSE). Cleans up its mounts and directories, also on failure.
 """
 import argparse
@@ -98,12 +103,13 @@ import shutil
 import sys
 import warnings
 
-from . import fuse_ring, saves, takeover, tensor_view
+from . import fuse_ring, remote, saves, takeover, tensor_view
 from .contenders import ALL_WORKLOADS
 from .measure import fs_type
 
 # Modes run instead of the save comparison, by the flag that asks for each (the first one set).
-MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run}
+MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run,
+         "remote": remote.run}
 
 
 def keep_library_output(path):
@@ -209,6 +215,10 @@ def parser():
     ap.add_argument("--memory", action="store_true",
                     help="also mount with the cache in shared memory of small pages (ck_small) "
                     "and in private memory (ck_private), alternated with the others")
+    ap.add_argument("--remote", action="store_true",
+                    help="measure uploads through a mount with -o remote against boto3's "
+                    "upload_file, both to a local moto server, instead of the workloads")
+    ap.add_argument("--remote-mib", type=int, help="MiB uploaded by --remote (default 256 x scale)")
     ap.add_argument("--fuse-ring", action="store_true",
                     help="measure the warm load of --small-count (default 5,000) small files over "
                     "/dev/fuse and over FUSE over io_uring (-o io_uring=on) instead of the workloads")

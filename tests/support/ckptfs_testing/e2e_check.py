@@ -129,12 +129,12 @@ def fresh_mount(tc, prefix, options=("cache_size=1G",)):
 
 
 def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None,
-                   while_saving=None, synced=None):
+                   while_saving=None, synced=None, after_sync=None):
     """Runs the whole check (module docstring) for workload w in test case tc, reading back with
     each of `loads` (default: w.load). while_saving(daemon, saving), when given, runs in a thread
     during the save through the mount; `saving` (a threading.Event) is cleared once the save has
-    returned. synced(stats), when given, is called with the daemon's stats after `ckptfs sync`.
-    Returns the daemon's stats after the save."""
+    returned. synced(stats), when given, is called with the daemon's stats after `ckptfs sync`,
+    then after_sync(daemon, backing). Returns the daemon's stats after the save."""
     loads = loads or (w.load,)
     require_fuse()
 
@@ -195,6 +195,8 @@ def check_workload(tc, w, options=("cache_size=1G",), nofile=None, loads=None,
         tc.assertEqual(stats[key], 0, f"{key} after ckptfs sync: {stats}")
     if synced:
         synced(stats)
+    if after_sync:
+        after_sync(d, backing)
     tc.assertEqual(mismatched_records(backing), {},
                    "published files whose checksum records are missing or wrong")
     expected = _without(expected, locks)

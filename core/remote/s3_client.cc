@@ -1,0 +1,447 @@
+#include "core/remote/s3_client.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <climits>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/remote/remote_policy.h"
+#include "core/remote/s3_xml.h"
+
+namespace ckptfs {
+
+struct S3Client::Request {
+  const char* method = "GET";
+  std::string key;     // Empty: the bucket.
+  std::string query;   // Canonical: sorted, encoded, "name=value" joined with '&'.
+  int fd = -1;         // The body: `size` bytes of fd from `offset` (PUT).
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::string body;    // Or this (POST).
+  size_t max_answer = 1 << 20;
+};
+
+struct S3Client::Answer {
+  Status status;  // Ok when done.
+  policy::RequestVerdict verdict = policy::RequestVerdict::kFail;
+  long http = 0;
+  std::string body;
+  std::string etag;
+  // Times libcurl sent the request again by itself: a reused connection died before an answer.
+  unsigned resent = 0;
+};
+
+namespace {
+
+constexpr long kConnectTimeoutMs = 5000;
+constexpr long kUploadBuffer = 1 << 20;
+// A transfer slower than 1 byte/s for this long is stalled: it is timed out and retried.
+constexpr long kStallSeconds = 30;
+
+void InitCurlOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+policy::Transport TransportOf(CURLcode code) {
+  switch (code) {
+    case CURLE_OK: return policy::Transport::kOk;
+    case CURLE_OPERATION_TIMEDOUT: return policy::Transport::kTimeout;
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY: return policy::Transport::kConnectFailed;
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM: return policy::Transport::kReset;
+    default: return policy::Transport::kOther;
+  }
+}
+
+// Percent-encodes `key` as S3's canonical URI does: every byte but A-Z a-z 0-9 - . _ ~ and '/'.
+std::string EncodeKey(const std::string& key) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(key.size());
+  for (unsigned char c : key) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+struct Body {
+  int fd;
+  uint64_t start;
+  uint64_t size;
+  uint64_t sent = 0;
+  int error = 0;
+};
+
+size_t ReadBody(char* buffer, size_t size, size_t count, void* data) {
+  auto* body = static_cast<Body*>(data);
+  const uint64_t want = std::min<uint64_t>(size * count, body->size - body->sent);
+  if (want == 0) return 0;
+  const ssize_t got = pread(body->fd, buffer, want, static_cast<off_t>(body->start + body->sent));
+  if (got <= 0) {
+    body->error = got < 0 ? errno : EIO;
+    return CURL_READFUNC_ABORT;
+  }
+  body->sent += static_cast<uint64_t>(got);
+  return static_cast<size_t>(got);
+}
+
+int SeekBody(void* data, curl_off_t offset, int origin) {
+  auto* body = static_cast<Body*>(data);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > body->size) {
+    return CURL_SEEKFUNC_CANTSEEK;
+  }
+  body->sent = static_cast<uint64_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
+struct Sink {
+  std::string* out;
+  size_t max;
+  bool overflow = false;
+};
+
+size_t WriteAnswer(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  const size_t n = size * count;
+  if (sink->out->size() + n > sink->max) {
+    sink->overflow = true;
+    return 0;  // Aborts the transfer.
+  }
+  sink->out->append(data, n);
+  return n;
+}
+
+size_t TakeHeader(char* data, size_t size, size_t count, void* user) {
+  const size_t n = size * count;
+  std::string_view line(data, n);
+  constexpr std::string_view kEtag = "etag:";
+  if (line.size() > kEtag.size() && line.size() < 1024) {
+    std::string lower(line.substr(0, kEtag.size()));
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == kEtag) {
+      std::string_view value = line.substr(kEtag.size());
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
+        value.remove_prefix(1);
+      }
+      while (!value.empty() &&
+             (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
+        value.remove_suffix(1);
+      }
+      *static_cast<std::string*>(user) = std::string(value);
+    }
+  }
+  return n;
+}
+
+// libcurl's informational text, seen only to count the requests it sends again by itself (on a
+// reused connection that died before answering); headers and data are ignored, never kept.
+int WatchResends(CURL*, curl_infotype type, char* data, size_t size, void* user) {
+  constexpr std::string_view kResent = "Connection died, retrying a fresh connect";
+  if (type == CURLINFO_TEXT && std::string_view(data, size).substr(0, kResent.size()) == kResent) {
+    ++*static_cast<unsigned*>(user);
+  }
+  return 0;
+}
+
+// Printable, one line, bounded: for S3's messages in ours.
+std::string OneLine(std::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, 300)) out += (c >= 0x20 && c < 0x7f) ? c : ' ';
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<S3Client>> S3Client::Make(const S3Settings& settings) {
+  InitCurlOnce();
+  CURL* curl = curl_easy_init();
+  if (!curl) return Status::Error(ENOMEM, "remote: libcurl cannot make a handle");
+  return std::unique_ptr<S3Client>(new S3Client(settings, curl));
+}
+
+S3Client::S3Client(const S3Settings& settings, void* curl) : settings_(settings), curl_(curl) {}
+
+S3Client::~S3Client() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+
+std::string S3Client::UrlOf(const std::string& key, const std::string& query) const {
+  const std::string& bucket = settings_.location.bucket;
+  std::string url;
+  if (!settings_.endpoint.empty()) {
+    std::string base = settings_.endpoint;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    url = base + "/" + bucket + "/" + EncodeKey(key);
+  } else {
+    const std::string region = settings_.region.empty() ? "us-east-1" : settings_.region;
+    url = bucket.find('.') == std::string::npos
+              ? "https://" + bucket + ".s3." + region + ".amazonaws.com/" + EncodeKey(key)
+              : "https://s3." + region + ".amazonaws.com/" + bucket + "/" + EncodeKey(key);
+  }
+  if (!query.empty()) url += "?" + query;
+  return url;
+}
+
+S3Client::Answer S3Client::Try(const Request& request) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  curl_easy_reset(curl);
+  Answer answer;
+  const std::string url = UrlOf(request.key, request.query);
+  const std::string what = std::string(request.method) + " s3://" + settings_.location.bucket +
+                           "/" + request.key;
+  const std::string region = settings_.region.empty() ? "us-east-1" : settings_.region;
+  const std::string sigv4 = "aws:amz:" + region + ":s3";
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
+  curl_easy_setopt(curl, CURLOPT_USERNAME, settings_.credentials.access_key.c_str());
+  curl_easy_setopt(curl, CURLOPT_PASSWORD, settings_.credentials.secret_key.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, kConnectTimeoutMs);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, kStallSeconds);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  // The body goes at once, not after waiting for "100 Continue" (an `Expect:` header set here to
+  // suppress it would be signed by libcurl and never sent, and the store would refuse it).
+  curl_easy_setopt(curl, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+  std::string token_header;
+  if (!settings_.credentials.session_token.empty()) {
+    token_header = "x-amz-security-token: " + settings_.credentials.session_token;
+    headers = curl_slist_append(headers, token_header.c_str());
+  }
+  Body body{request.fd, request.offset, request.size};
+  const std::string method = request.method;
+  if (method == "PUT") {
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadBody);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &body);
+    curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, SeekBody);
+    curl_easy_setopt(curl, CURLOPT_SEEKDATA, &body);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.size));
+    // Reads of the file in 1 MiB (libcurl's default is 64 KiB: 16 times the calls).
+    curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, kUploadBuffer);
+  } else if (method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(request.body.size()));
+    headers = curl_slist_append(headers, "Content-Type: application/xml");
+  } else if (method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (method == "DELETE") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "DELETE");
+  }
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  Sink sink{&answer.body, request.max_answer};
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteAnswer);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, TakeHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &answer.etag);
+  curl_easy_setopt(curl, CURLOPT_VERBOSE, 1L);
+  curl_easy_setopt(curl, CURLOPT_DEBUGFUNCTION, WatchResends);
+  curl_easy_setopt(curl, CURLOPT_DEBUGDATA, &answer.resent);
+  char curl_error[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, curl_error);
+  const CURLcode code = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &answer.http);
+
+  if (sink.overflow) {
+    answer.status = Status::Error(EFBIG, what + ": the answer is larger than " +
+                                             std::to_string(request.max_answer) + " bytes");
+    return answer;
+  }
+  if (body.error != 0) {
+    answer.status = Status::Error(body.error, what + ": reading the local file");
+    return answer;
+  }
+  if (code != CURLE_OK) {
+    const policy::Transport transport = TransportOf(code);
+    answer.verdict = policy::JudgeRequest(transport, 0, "");
+    answer.status = Status::Error(
+        transport == policy::Transport::kConnectFailed ? EHOSTUNREACH
+        : transport == policy::Transport::kTimeout     ? ETIMEDOUT
+        : transport == policy::Transport::kReset       ? ECONNRESET
+                                                       : EIO,
+        what + ": " + (curl_error[0] ? OneLine(curl_error) : curl_easy_strerror(code)));
+    return answer;
+  }
+  // An error answers with XML (none for HEAD); CompleteMultipartUpload may answer 200 with one.
+  std::string error_code, error_message;
+  if (!answer.body.empty() && (answer.http >= 300 || method == "POST")) {
+    Result<S3Xml> xml = ParseS3Xml(answer.body);
+    if (xml.ok() && xml->root == "Error") {
+      error_code = xml->Field("Code");
+      error_message = xml->Field("Message");
+    }
+  }
+  if (answer.http >= 300 && error_code.empty()) {
+    error_code = answer.http == 404 ? "NotFound" : answer.http == 403 ? "Forbidden" : "";
+  }
+  answer.verdict = policy::JudgeRequest(policy::Transport::kOk, answer.http, error_code);
+  if (answer.verdict == policy::RequestVerdict::kDone) return answer;
+  const int err = answer.http == 403 ? EACCES : answer.http == 404 ? ENOENT : EIO;
+  answer.status =
+      Status::Error(err, what + ": HTTP " + std::to_string(answer.http) +
+                             (error_code.empty() ? "" : " " + OneLine(error_code)) +
+                             (error_message.empty() ? "" : ": " + OneLine(error_message)));
+  return answer;
+}
+
+Result<S3Client::Answer> S3Client::Run(const Request& request, const RetryHook& hook,
+                                       unsigned max_retries) {
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  for (unsigned retry = 1;; ++retry) {
+    Answer answer = Try(request);
+    for (unsigned i = 0; hook && i < answer.resent; ++i) {
+      (void)hook(Status::Error(ECONNRESET, std::string(request.method) + " s3://" +
+                                               settings_.location.bucket + "/" + request.key +
+                                               ": the connection was reset; libcurl sent the "
+                                               "request again"));
+    }
+    if (answer.verdict == policy::RequestVerdict::kDone) return answer;
+    if (answer.verdict == policy::RequestVerdict::kFail || retry > max_retries) {
+      return answer.status;
+    }
+    if (hook && !hook(answer.status)) return answer.status;
+    std::this_thread::sleep_for(
+        policy::RetryDelay(retry, std::uniform_real_distribution<double>(0, 0.5)(jitter)));
+  }
+}
+
+Status S3Client::CheckBucket() {
+  Request request;
+  request.method = "HEAD";
+  Result<Answer> answer = Run(request, nullptr, policy::kCheckRetries);
+  if (answer.ok()) return Status::Ok();
+  const Status& st = answer.status();
+  std::string hint;
+  if (st.err() == ENOENT) hint = " (no such bucket)";
+  if (st.err() == EACCES) hint = " (the credentials are refused, or do not reach the bucket)";
+  if (st.err() == EHOSTUNREACH) hint = " (the endpoint is unreachable)";
+  return Status::Error(st.err(), "remote " + settings_.location.ToString() + " at " +
+                                     (settings_.endpoint.empty() ? "AWS" : settings_.endpoint) +
+                                     " cannot be used: " + st.message() + hint +
+                                     "; credentials from " + settings_.credentials.source);
+}
+
+Status S3Client::PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
+                           const RetryHook& hook) {
+  Request request;
+  request.method = "PUT";
+  request.key = key;
+  request.fd = fd;
+  request.offset = offset;
+  request.size = size;
+  return Run(request, hook, UINT_MAX).status();
+}
+
+Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, const RetryHook& hook) {
+  Request request;
+  request.method = "POST";
+  request.key = key;
+  request.query = "uploads=";
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  if (!xml.ok()) {
+    return Status::Error(EPROTO, "CreateMultipartUpload " + key + ": " + xml.status().message());
+  }
+  std::string id = xml->Field("UploadId");
+  if (id.empty()) return Status::Error(EPROTO, "CreateMultipartUpload " + key + ": no UploadId");
+  return id;
+}
+
+Result<std::string> S3Client::UploadPart(const std::string& key, const std::string& upload_id,
+                                         unsigned part_number, int fd, uint64_t offset,
+                                         uint64_t size, const RetryHook& hook) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
+  if (!escaped) return Status::Error(ENOMEM, "UploadPart: cannot encode the upload id");
+  Request request;
+  request.method = "PUT";
+  request.key = key;
+  request.query = "partNumber=" + std::to_string(part_number) + "&uploadId=" + escaped;
+  curl_free(escaped);
+  request.fd = fd;
+  request.offset = offset;
+  request.size = size;
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  if (answer->etag.empty()) {
+    return Status::Error(EPROTO, "UploadPart " + key + " part " + std::to_string(part_number) +
+                                     ": no ETag in the answer");
+  }
+  return answer->etag;
+}
+
+Status S3Client::CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
+                                         const std::vector<std::string>& etags,
+                                         const RetryHook& hook) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
+  if (!escaped) {
+    return Status::Error(ENOMEM, "CompleteMultipartUpload: cannot encode the upload id");
+  }
+  Request request;
+  request.method = "POST";
+  request.key = key;
+  request.query = std::string("uploadId=") + escaped;
+  curl_free(escaped);
+  request.body = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < etags.size(); ++i) {
+    request.body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
+                    etags[i] + "</ETag></Part>";
+  }
+  request.body += "</CompleteMultipartUpload>";
+  return Run(request, hook, UINT_MAX).status();
+}
+
+void S3Client::AbortMultipartUpload(const std::string& key, const std::string& upload_id) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
+  if (!escaped) return;
+  Request request;
+  request.method = "DELETE";
+  request.key = key;
+  request.query = std::string("uploadId=") + escaped;
+  curl_free(escaped);
+  (void)Try(request);
+}
+
+Status S3Client::DeleteObject(const std::string& key, const RetryHook& hook) {
+  Request request;
+  request.method = "DELETE";
+  request.key = key;
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok() && answer.status().err() == ENOENT) return Status::Ok();
+  return answer.status();
+}
+
+Result<std::string> S3Client::GetObject(const std::string& key, size_t max_bytes,
+                                        const RetryHook& hook) {
+  Request request;
+  request.key = key;
+  request.max_answer = max_bytes;
+  Result<Answer> answer = Run(request, hook, policy::kCheckRetries);
+  if (!answer.ok()) return answer.status();
+  return std::move(answer->body);
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,81 @@
+// S3Client: the requests the remote tier makes of an S3-compatible store, over libcurl. Requests
+// are signed by libcurl (CURLOPT_AWS_SIGV4; the payload is sent as UNSIGNED-PAYLOAD), TLS
+// certificates are verified (libcurl's default, never turned off). Path-style URLs under
+// `endpoint` when one is given (MinIO, Ceph RGW, moto), else AWS's virtual-hosted URLs of the
+// region.
+//
+// Each request is retried as policy::JudgeRequest says, with policy::RetryDelay between tries;
+// the `RetryHook` hears each failure before its retry and may stop the retries (false); it also
+// hears of the requests libcurl sent again by itself (a reused connection reset before it
+// answered), which it cannot stop.
+// Messages name the method, the object and S3's error code and message, never a credential.
+//
+// Not thread-safe: one client per thread (it keeps its connection for the next request).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/remote/aws_credentials.h"
+#include "core/remote/s3_location.h"
+
+namespace ckptfs {
+
+struct S3Settings {
+  S3Location location;
+  std::string endpoint;  // "http(s)://HOST[:PORT]"; empty: AWS.
+  std::string region;    // Empty: us-east-1.
+  AwsCredentials credentials;
+};
+
+// Called with why a request failed, before it is retried; false: give up (the failure is
+// returned).
+using RetryHook = std::function<bool(const Status& failure)>;
+
+class S3Client {
+ public:
+  // ENOMEM when libcurl cannot make a handle.
+  static Result<std::unique_ptr<S3Client>> Make(const S3Settings& settings);
+  ~S3Client();
+  S3Client(const S3Client&) = delete;
+  S3Client& operator=(const S3Client&) = delete;
+
+  // Whether the bucket answers with these credentials (HeadBucket, retried a little): ok, or a
+  // message fit for one line at mount (unreachable, refused credentials, no such bucket).
+  Status CheckBucket();
+  // Puts `size` bytes of `fd` from `offset` under `key` in one request.
+  Status PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
+                   const RetryHook& hook);
+  // A multipart upload: the upload id; each part's ETag; complete (atomic: the object appears
+  // whole under `key`, or not at all); abort (best effort, no retry).
+  Result<std::string> CreateMultipartUpload(const std::string& key, const RetryHook& hook);
+  Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
+                                 unsigned part_number, int fd, uint64_t offset, uint64_t size,
+                                 const RetryHook& hook);
+  Status CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
+                                 const std::vector<std::string>& etags, const RetryHook& hook);
+  void AbortMultipartUpload(const std::string& key, const std::string& upload_id);
+  // Removes the object `key` (ok also when there is none).
+  Status DeleteObject(const std::string& key, const RetryHook& hook);
+  // The object's bytes (at most `max_bytes`: EFBIG beyond).
+  Result<std::string> GetObject(const std::string& key, size_t max_bytes, const RetryHook& hook);
+
+ private:
+  struct Request;
+  struct Answer;
+  explicit S3Client(const S3Settings& settings, void* curl);
+  // The URL of `key` ("" for the bucket) with `query` (already in canonical order and encoding).
+  std::string UrlOf(const std::string& key, const std::string& query) const;
+  // One try of `request`.
+  Answer Try(const Request& request);
+  // Tries `request` until it is done, fails for good, or `hook` stops it (`max_retries` at most).
+  Result<Answer> Run(const Request& request, const RetryHook& hook, unsigned max_retries);
+
+  const S3Settings settings_;
+  void* curl_;  // CURL*, reused for every request (keeps the connection).
+};
+
+}  // namespace ckptfs

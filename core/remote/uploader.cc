@@ -1,0 +1,378 @@
+#include "core/remote/uploader.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <random>
+#include <string_view>
+#include <unordered_set>
+
+#include "core/base/commit_markers.h"
+
+namespace ckptfs {
+
+struct Uploader::Job {
+  enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone };
+  std::string key;
+  int fd = -1;
+  uint64_t size = 0;
+  bool marker = false;
+  // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
+  bool removal = false;
+  policy::PartPlan plan;
+  Phase phase = Phase::kWaiting;
+  std::string upload_id;
+  std::vector<unsigned> parts_to_send;  // Part indexes not handed to a thread yet.
+  std::vector<std::string> etags;
+  size_t parts_done = 0;
+  uint64_t uploaded = 0;     // Bytes of this job on the store (parts or the whole).
+  unsigned generation = 0;   // Bumped when the job starts again from the beginning.
+  unsigned in_flight = 0;     // Tasks of this job being performed.
+  unsigned failures = 0;
+  std::chrono::steady_clock::time_point retry_at{};
+
+  ~Job() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+struct Uploader::Task {
+  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete } kind = Kind::kPut;
+  Job* job = nullptr;
+  unsigned part = 0;
+  unsigned generation = 0;
+  // Copied under the lock: the thread uses them without it.
+  std::string key;
+  std::string upload_id;
+  std::vector<std::string> etags;
+};
+
+Result<std::unique_ptr<Uploader>> Uploader::Start(const UploaderSettings& settings, Stats& stats) {
+  std::unique_ptr<Uploader> uploader(new Uploader(settings, stats));
+  for (unsigned i = 0; i < std::max(1u, settings.concurrency); ++i) {
+    Result<std::unique_ptr<S3Client>> client = S3Client::Make(settings.s3);
+    if (!client.ok()) return client.status();
+    uploader->clients_.push_back(std::move(*client));
+  }
+  for (auto& client : uploader->clients_) {
+    S3Client* c = client.get();
+    uploader->threads_.emplace_back([u = uploader.get(), c] { u->Run(*c); });
+  }
+  return uploader;
+}
+
+Uploader::Uploader(const UploaderSettings& settings, Stats& stats)
+    : settings_(settings), stats_(stats) {}
+
+Uploader::~Uploader() { (void)Stop(std::chrono::milliseconds(0)); }
+
+std::optional<std::string> Uploader::RelativePath(int fd) const {
+  char path[PATH_MAX + 1];
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = readlink(link.c_str(), path, PATH_MAX);
+  if (n <= 0) return std::nullopt;
+  const std::string_view whole(path, static_cast<size_t>(n));
+  if (whole == settings_.backing_root) return std::string();
+  const std::string root = settings_.backing_root + "/";
+  if (whole.substr(0, root.size()) != root) return std::nullopt;
+  return std::string(path + root.size(), static_cast<size_t>(n) - root.size());
+}
+
+void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) {
+  const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
+    return;
+  }
+  auto job = std::make_unique<Job>();
+  job->fd = fd;
+  struct stat st {};
+  const std::optional<std::string> relative = RelativePath(fd);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !relative) {
+    return;  // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
+  }
+  job->key = settings_.s3.location.KeyOf(*relative);
+  job->size = static_cast<uint64_t>(st.st_size);
+  job->marker =
+      policy::IsCommitMarker(relative->substr(relative->rfind('/') + 1), settings_.markers);
+  job->plan = policy::PlanParts(job->size, settings_.part_size);
+  std::unique_ptr<Job> removal;
+  if (replaced.dir_fd >= 0) {
+    const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
+    if (dir) {
+      removal = std::make_unique<Job>();
+      removal->key = settings_.s3.location.KeyOf(dir->empty() ? replaced.name
+                                                              : *dir + "/" + replaced.name);
+      removal->removal = true;
+    }
+  }
+  MutexLock lock(mu_);
+  if (stop_) return;
+  for (Job* added : {job.get(), removal.get()}) {
+    if (!added) continue;
+    // A waiting version of the same key is superseded: only the newest is uploaded.
+    for (auto& earlier : jobs_) {
+      if (earlier->key == added->key && earlier->phase == Job::Phase::kWaiting &&
+          earlier->generation == 0 && earlier->in_flight == 0) {
+        earlier->phase = Job::Phase::kDone;
+      }
+    }
+  }
+  TrimLocked();
+  ++handed_over_;
+  jobs_.push_back(std::move(job));
+  if (removal) {
+    ++handed_over_;
+    jobs_.push_back(std::move(removal));
+  }
+  wake_.notify_one();
+}
+
+bool Uploader::NextTaskLocked(Task* task) {
+  const auto now = std::chrono::steady_clock::now();
+  bool all_before_done = true;
+  std::unordered_set<std::string_view> busy_keys;  // Of the unfinished jobs before this one.
+  // Looks at the first unfinished jobs only: enough to keep every thread busy.
+  const size_t window = 4 * clients_.size() + 64;
+  for (auto& owned : jobs_) {
+    Job& job = *owned;
+    if (job.phase == Job::Phase::kDone) continue;
+    if (busy_keys.size() >= window) break;
+    const bool key_busy = !busy_keys.insert(job.key).second;
+    const bool may_start =
+        !key_busy && ((!job.marker && !job.removal) || all_before_done) && now >= job.retry_at;
+    all_before_done = false;
+    if (!may_start) continue;
+    task->job = &job;
+    task->key = job.key;
+    task->generation = job.generation;
+    task->upload_id = job.upload_id;
+    if (job.phase == Job::Phase::kWaiting && job.removal) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kSingle;
+      task->kind = Task::Kind::kDelete;
+      return true;
+    }
+    if (job.phase == Job::Phase::kWaiting) {
+      ++job.in_flight;
+      job.phase = job.plan.multipart ? Job::Phase::kCreating : Job::Phase::kSingle;
+      task->kind = job.plan.multipart ? Task::Kind::kCreate : Task::Kind::kPut;
+      return true;
+    }
+    if (job.phase == Job::Phase::kParts && !job.parts_to_send.empty()) {
+      ++job.in_flight;
+      task->kind = Task::Kind::kPart;
+      task->part = job.parts_to_send.back();
+      job.parts_to_send.pop_back();
+      return true;
+    }
+    if (job.phase == Job::Phase::kParts && job.parts_done == job.plan.parts) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kCompleting;
+      task->kind = Task::Kind::kComplete;
+      task->etags = job.etags;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Uploader::Run(S3Client& client) {
+  MutexLock lock(mu_);
+  while (!stop_) {
+    Task task;
+    if (!NextTaskLocked(&task)) {
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+      continue;
+    }
+    lock.Unlock();
+    Perform(client, task);
+    lock.Lock();
+  }
+}
+
+void Uploader::Perform(S3Client& client, Task& task) {
+  Job& job = *task.job;  // Stays in jobs_ until done, and done only through its last task.
+  const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
+  Status outcome;
+  std::string upload_id, etag;
+  uint64_t sent = 0;
+  switch (task.kind) {
+    case Task::Kind::kPut:
+      outcome = client.PutObject(task.key, job.fd, 0, job.size, hook);
+      sent = job.size;
+      break;
+    case Task::Kind::kCreate: {
+      Result<std::string> id = client.CreateMultipartUpload(task.key, hook);
+      outcome = id.status();
+      if (id.ok()) upload_id = *id;
+      break;
+    }
+    case Task::Kind::kPart: {
+      const uint64_t offset = task.part * job.plan.part_size;
+      sent = std::min(job.plan.part_size, job.size - offset);
+      Result<std::string> answer =
+          client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook);
+      outcome = answer.status();
+      if (answer.ok()) etag = *answer;
+      break;
+    }
+    case Task::Kind::kComplete:
+      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.etags, hook);
+      break;
+    case Task::Kind::kDelete:
+      outcome = client.DeleteObject(task.key, hook);
+      break;
+  }
+  MutexLock lock(mu_);
+  --job.in_flight;
+  if (task.generation != job.generation) {  // The job was started again meanwhile.
+    TrimLocked();
+    return;
+  }
+  if (!outcome.ok()) {
+    if (stop_) return;
+    if (task.kind == Task::Kind::kPart && outcome.err() != ENOENT) {
+      job.parts_to_send.push_back(task.part);
+    } else if (task.kind == Task::Kind::kComplete && outcome.err() != ENOENT) {
+      job.phase = Job::Phase::kParts;  // Complete again after the back-off.
+    } else {
+      // A single put, a create, or the store lost the upload (NoSuchUpload): from the start.
+      job.phase = Job::Phase::kWaiting;
+      job.upload_id.clear();
+      job.parts_to_send.clear();
+      job.uploaded = 0;
+      ++job.generation;
+    }
+    FailedLocked(job, outcome);
+    return;
+  }
+  ++finished_steps_;
+  last_error_ = Status::Ok();
+  switch (task.kind) {
+    case Task::Kind::kCreate:
+      job.upload_id = upload_id;
+      job.etags.assign(job.plan.parts, "");
+      job.parts_to_send.clear();
+      for (auto p = static_cast<unsigned>(job.plan.parts); p-- > 0;) job.parts_to_send.push_back(p);
+      job.parts_done = 0;
+      job.phase = Job::Phase::kParts;
+      wake_.notify_all();
+      return;
+    case Task::Kind::kPart:
+      stats_.remote_bytes_uploaded += sent;
+      job.uploaded += sent;
+      job.etags[task.part] = etag;
+      ++job.parts_done;
+      wake_.notify_all();
+      return;
+    case Task::Kind::kPut:
+      stats_.remote_bytes_uploaded += sent;
+      job.uploaded += sent;
+      [[fallthrough]];
+    case Task::Kind::kComplete:
+      stats_.remote_files_uploaded++;
+      FinishLocked(job);
+      return;
+    case Task::Kind::kDelete:
+      FinishLocked(job);
+      return;
+  }
+}
+
+void Uploader::FinishLocked(Job& job) {
+  job.phase = Job::Phase::kDone;
+  TrimLocked();
+  progress_.notify_all();
+  wake_.notify_all();
+}
+
+void Uploader::FailedLocked(Job& job, const Status& why) {
+  ++job.failures;
+  job.retry_at = std::chrono::steady_clock::now() + policy::RetryDelay(job.failures, 0);
+  stats_.remote_errors++;
+  if (last_error_.ToString() != why.ToString()) {
+    spdlog::error("remote: upload failed, will retry: {}", why.message());
+  }
+  last_error_ = why;
+  wake_.notify_all();
+}
+
+void Uploader::TrimLocked() {
+  while (!jobs_.empty() && jobs_.front()->phase == Job::Phase::kDone &&
+         jobs_.front()->in_flight == 0) {
+    jobs_.pop_front();
+    ++trimmed_;
+  }
+}
+
+bool Uploader::OnRetry(const Status& why) {
+  stats_.remote_retries++;
+  MutexLock lock(mu_);
+  if (last_error_.ToString() != why.ToString()) {
+    spdlog::warn("remote: retrying: {}", why.message());
+  }
+  last_error_ = why;
+  return !stop_;
+}
+
+UploadProgress Uploader::Progress() const {
+  MutexLock lock(mu_);
+  UploadProgress p;
+  p.handed_over = handed_over_;
+  p.done_in_order = trimmed_;
+  for (const auto& job : jobs_) {
+    if (job->phase == Job::Phase::kDone) continue;
+    ++p.pending_files;
+    p.pending_bytes += job->size - std::min(job->size, job->uploaded);
+  }
+  p.last_error = last_error_;
+  return p;
+}
+
+Status Uploader::Stop(std::chrono::milliseconds idle_limit) {
+  MutexLock lock(mu_);
+  if (threads_.empty()) return Status::Ok();
+  uint64_t steps = finished_steps_;
+  auto idle_since = std::chrono::steady_clock::now();
+  while (!jobs_.empty() && !stop_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (finished_steps_ != steps) {
+      steps = finished_steps_;
+      idle_since = now;
+    }
+    if (now - idle_since >= idle_limit) break;
+    progress_.wait_for(lock, std::min<std::chrono::nanoseconds>(std::chrono::milliseconds(100),
+                                                                idle_limit - (now - idle_since)));
+  }
+  Status left;
+  size_t pending = 0;
+  std::string named;
+  for (const auto& job : jobs_) {
+    if (job->phase == Job::Phase::kDone) continue;
+    if (++pending <= 10) named += (named.empty() ? "" : ", ") + job->key;
+  }
+  if (pending > 0) {
+    left = Status::Error(EIO, std::to_string(pending) + " files not uploaded (" + named +
+                                  (pending > 10 ? ", ..." : "") + "); the last error: " +
+                                  last_error_.ToString());
+  }
+  stop_ = true;
+  wake_.notify_all();
+  lock.Unlock();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+  lock.Lock();
+  for (const auto& job : jobs_) {
+    if (!job->upload_id.empty() && job->phase != Job::Phase::kDone) {
+      clients_.front()->AbortMultipartUpload(job->key, job->upload_id);
+    }
+  }
+  return left;
+}
+
+}  // namespace ckptfs

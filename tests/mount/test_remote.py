@@ -1,0 +1,179 @@
+"""The remote tier (-o remote): every file version closed through a real mount reaches a real S3
+server (moto) byte for byte after `ckptfs sync --remote`, markers only after the files before them,
+the store's failures (through a fault-injecting proxy) retried and counted; a mount whose remote
+cannot be used is refused with one line."""
+
+import os
+import shutil
+import tempfile
+import unittest
+from unittest import mock
+
+from ckptfs_testing.harness import CkptfsMount, mounted, require_fuse, run_ckptfs
+from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer, signature_matches
+
+MiB = 1 << 20
+BUCKET = "ckpt"
+PREFIX = "job/7"
+
+
+def content(name, size):
+    """Distinct bytes for `name`: each MiB of each file differs."""
+    out = bytearray()
+    block = 0
+    while len(out) < size:
+        out += (f"<{name}:{block}>".encode() * (MiB // 8))[:MiB]
+        block += 1
+    return bytes(out[:size])
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def sync_remote(m, progress=False):
+    r = run_ckptfs(["sync", m.mnt, "--remote"] + (["--progress"] if progress else []), timeout=120)
+    if r.returncode != 0:
+        raise AssertionError(f"ckptfs sync --remote failed ({r.returncode}): {r.stderr}")
+    return r
+
+
+class RemoteTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_fuse()
+        cls.s3 = MotoServer().__enter__()
+        cls.s3.create_bucket(BUCKET)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s3.stop()
+
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ, CREDENTIALS)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def options(self, endpoint, prefix):
+        return [f"remote=s3://{BUCKET}/{prefix}", f"remote_endpoint={endpoint}",
+                "remote_part_size=5M", "remote_concurrency=4", "flush_delay=0"]
+
+    def assert_store_equals_backing(self, m, prefix):
+        store = self.s3.objects(BUCKET, prefix + "/")
+        expected = {}
+        for root, dirs, files in os.walk(m.backing):
+            dirs[:] = [d for d in dirs if not (root == m.backing and d == ".ckptfs")]
+            for f in files:
+                path = os.path.join(root, f)
+                with open(path, "rb") as fh:
+                    expected[prefix + "/" + os.path.relpath(path, m.backing)] = fh.read()
+        self.assertEqual(sorted(store), sorted(expected), "the store's keys differ")
+        for key, data in expected.items():
+            self.assertTrue(store[key] == data, f"{key}: {len(store[key])} bytes on the store, "
+                                                f"{len(data)} in the backing directory")
+
+    def test_every_file_closed_is_on_the_store_byte_for_byte_after_sync_remote(self):
+        prefix = PREFIX + "/plain"
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix)) as m:
+            write(m.path("step_1", "__0_0.distcp"), content("a", 12 * MiB + 7))  # 3 parts.
+            write(m.path("step_1", "__1_0.distcp"), content("b", 3 * MiB))
+            write(m.path("step_1", "empty"), b"")
+            write(m.path("step_1", "rewritten.bin"), content("old", MiB))
+            write(m.path("step_1", "renamed.tmp"), content("renamed", 6 * MiB))
+            m.sync()
+            sync_remote(m)
+            self.assertIn(f"{prefix}/step_1/renamed.tmp", self.s3.objects(BUCKET, prefix + "/"))
+            # Renamed once on the store: the object moves (its old key is removed after).
+            os.rename(m.path("step_1", "renamed.tmp"), m.path("step_1", "renamed.bin"))
+            write(m.path("step_1", "rewritten.bin"), content("new", 2 * MiB))
+            write(m.path("step_1", ".metadata.tmp"), b"metadata of step 1")
+            os.rename(m.path("step_1", ".metadata.tmp"), m.path("step_1", ".metadata"))
+            write(m.path("latest_iteration.txt"), b"1")
+            r = sync_remote(m, progress=True)
+            self.assertIn("on the store", r.stderr)
+            self.assert_store_equals_backing(m, prefix)
+            stats = m.stats()["remote"]
+            self.assertEqual(stats["pending_files"], 0)
+            self.assertEqual(stats["uploaded_in_order"], stats["handed_over"])
+            self.assertGreaterEqual(stats["files_uploaded"], 6)
+            self.assertGreaterEqual(stats["bytes_uploaded"], 17 * MiB)
+            self.assertEqual(stats["last_error"], "")
+            status = run_ckptfs(["status", m.mnt])
+            self.assertIn(f"s3://{BUCKET}/{prefix}", status.stdout)
+            self.assertNotIn(CREDENTIALS["AWS_SECRET_ACCESS_KEY"], m.output())
+            self.assertNotIn(CREDENTIALS["AWS_SECRET_ACCESS_KEY"], status.stdout)
+
+    def test_the_stores_failures_are_retried_counted_and_markers_wait_for_the_data(self):
+        prefix = PREFIX + "/faults"
+        with FaultProxy(self.s3.endpoint) as proxy:
+            proxy.inject("slowdown", method="PUT", query_part="partNumber=", count=2)
+            proxy.inject("500", method="PUT", query_part="partNumber=", count=1)
+            proxy.inject("reset", method="PUT", query_part="partNumber=", count=1)
+            proxy.inject("delay", method="PUT", query_part="partNumber=3", count=1, delay=1.5)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                write(m.path("step_2", "__0_0.distcp"), content("c", 11 * MiB))
+                write(m.path("step_2", "small.bin"), content("d", 100000))
+                write(m.path("step_2", ".metadata"), b"metadata of step 2")
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
+                stats = m.stats()["remote"]
+                self.assertGreaterEqual(stats["retries"], 4, (stats, proxy.injected))
+                self.assertEqual(stats["last_error"], "")
+            self.assertEqual(proxy.injected, {"slowdown": 2, "500": 1, "reset": 1, "delay": 1})
+            # Every request libcurl signed carries the signature botocore computes for it (moto
+            # does not check signatures): HEAD bucket, PUT object, the multipart requests.
+            kinds = set()
+            for e in proxy.log:
+                ok, expected, sent = signature_matches(e[2], proxy.endpoint + e[3], e[5],
+                                                       CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+                self.assertTrue(ok, f"{e[2]} {e[3]}: signed {sent}, botocore says {expected}")
+                kinds.add((e[2], "partNumber=" in e[3], "uploads" in e[3]))
+            self.assertEqual(len(kinds), 5, kinds)
+            # The marker was put only after every object before it was complete.
+            log = list(proxy.log)
+            marker = [e for e in log if e[2] == "PUT" and e[3].endswith("/.metadata")]
+            self.assertEqual(len(marker), 1, log)
+            data_done = [e[1] for e in log if e[4] == 200 and (
+                (e[2] == "POST" and "uploadId=" in e[3]) or
+                (e[2] == "PUT" and e[3].endswith("/small.bin")))]
+            self.assertEqual(len(data_done), 2, log)
+            self.assertGreater(marker[0][0], max(data_done),
+                               "the marker was sent before the data it commits was on the store")
+
+    def test_a_remote_that_cannot_be_used_refuses_the_mount_with_one_line(self):
+        unreachable = MotoServer()  # A free port nothing listens on.
+        cases = {
+            "no such bucket": ["remote=s3://missing-bucket/x",
+                               f"remote_endpoint={self.s3.endpoint}"],
+            "endpoint is unreachable": [f"remote=s3://{BUCKET}/x",
+                                      f"remote_endpoint={unreachable.endpoint}"],
+            "no AWS credentials": [f"remote=s3://{BUCKET}/x",
+                                   f"remote_endpoint={self.s3.endpoint}"],
+            "bucket name": ["remote=s3://Bad_Bucket/x"],
+        }
+        for why, opts in cases.items():
+            with self.subTest(why=why):
+                env = dict(os.environ)
+                if why == "no AWS credentials":
+                    for k in CREDENTIALS:
+                        env.pop(k, None)
+                    env["HOME"] = "/nonexistent"
+                work = tempfile.mkdtemp(prefix="ckptfs-remote-refused-")
+                self.addCleanup(shutil.rmtree, work, True)
+                backing, mnt = os.path.join(work, "backing"), os.path.join(work, "mnt")
+                os.mkdir(backing)
+                os.mkdir(mnt)
+                with mock.patch.dict(os.environ, env, clear=True):
+                    r = run_ckptfs([backing, mnt, "-f", "-o", ",".join(opts)], timeout=60)
+                self.assertNotEqual(r.returncode, 0)
+                lines = r.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, r.stderr)
+                self.assertIn(why, lines[0])
+                self.assertFalse(mounted(mnt))
+                self.assertNotIn(CREDENTIALS["AWS_SECRET_ACCESS_KEY"], r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

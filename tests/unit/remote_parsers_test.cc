@@ -1,0 +1,190 @@
+// The remote tier's parsers of untrusted text: s3:// locations, the AWS shared files and the
+// environment's credentials, and S3's XML answers (hostile input bounded).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/remote/aws_credentials.h"
+#include "core/remote/s3_location.h"
+#include "core/remote/s3_xml.h"
+
+namespace ckptfs {
+namespace {
+
+TEST(S3LocationTest, ABucketAndPrefixGiveKeysUnderThePrefix) {
+  Result<S3Location> l = S3Location::Parse("s3://ckpt-bucket/runs/7/");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->bucket, "ckpt-bucket");
+  EXPECT_EQ(l->prefix, "runs/7");
+  EXPECT_EQ(l->KeyOf("step_10/.metadata"), "runs/7/step_10/.metadata");
+  EXPECT_EQ(l->ToString(), "s3://ckpt-bucket/runs/7");
+}
+
+TEST(S3LocationTest, ABucketWithoutPrefixKeepsPathsAsKeys) {
+  Result<S3Location> l = S3Location::Parse("s3://abc");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->prefix, "");
+  EXPECT_EQ(l->KeyOf("a/b"), "a/b");
+}
+
+TEST(S3LocationTest, WhatS3RefusesIsRefusedWithTheReason) {
+  for (const char* bad : {"http://bucket/x", "s3://", "s3://ab", "s3://Upper", "s3://-abc",
+                          "s3://abc-", "s3://a_b_c", "s3://abc//x", "s3://abc/./x",
+                          "s3://abc/../x", "s3://abc/x\ty"}) {
+    Result<S3Location> l = S3Location::Parse(bad);
+    EXPECT_FALSE(l.ok()) << bad;
+    EXPECT_EQ(l.status().err(), EINVAL) << bad;
+  }
+  EXPECT_FALSE(S3Location::Parse("s3://" + std::string(64, 'a')).ok());
+  EXPECT_FALSE(S3Location::Parse("s3://abc/" + std::string(513, 'p')).ok());
+}
+
+TEST(IniTest, SectionsKeysAndValuesAreTrimmedAndCommentsSkipped) {
+  Result<IniSections> ini = ParseIni(
+      "# comment\n[default]\naws_access_key_id = AKIA\r\n ; another\n"
+      "[profile dev]\nregion=eu-west-1\nnot a pair\n");
+  ASSERT_TRUE(ini.ok());
+  EXPECT_EQ((*ini)["default"]["aws_access_key_id"], "AKIA");
+  EXPECT_EQ((*ini)["profile dev"]["region"], "eu-west-1");
+  EXPECT_EQ((*ini)["profile dev"].size(), 1u);
+}
+
+TEST(IniTest, HostileFilesAreRefusedNotRead) {
+  EXPECT_FALSE(ParseIni(std::string((1 << 20) + 1, 'a')).ok());
+  EXPECT_FALSE(ParseIni("[x]\nk=" + std::string(5000, 'v') + "\n").ok());
+  std::string many;
+  for (int i = 0; i < 5000; ++i) many += "k" + std::to_string(i) + "=v\n";
+  EXPECT_FALSE(ParseIni(many).ok());
+  // Unclosed sections and stray bytes are skipped, not fatal.
+  Result<IniSections> odd = ParseIni(std::string("[unclosed\n\x01\xff=\x02\n", 14));
+  EXPECT_TRUE(odd.ok());
+}
+
+class CredentialsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ckptfs-aws-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    home_ = tmpl;
+    env_["HOME"] = home_;
+    mkdir((home_ + "/.aws").c_str(), 0700);
+  }
+  void TearDown() override { std::filesystem::remove_all(home_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(home_ + "/.aws/" + name) << text;
+  }
+  EnvLookup Env() {
+    return [this](const std::string& name) -> std::optional<std::string> {
+      auto it = env_.find(name);
+      if (it == env_.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+  std::string home_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(CredentialsTest, TheEnvironmentComesFirst) {
+  Write("credentials", "[default]\naws_access_key_id=FILEKEY\naws_secret_access_key=FILESECRET\n");
+  env_["AWS_ACCESS_KEY_ID"] = "ENVKEY";
+  env_["AWS_SECRET_ACCESS_KEY"] = "ENVSECRET";
+  env_["AWS_SESSION_TOKEN"] = "TOKEN";
+  Result<AwsCredentials> c = LoadAwsCredentials(Env());
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->access_key, "ENVKEY");
+  EXPECT_EQ(c->secret_key, "ENVSECRET");
+  EXPECT_EQ(c->session_token, "TOKEN");
+  EXPECT_EQ(c->source.find("SECRET"), std::string::npos);
+}
+
+TEST_F(CredentialsTest, AProfileIsReadFromTheCredentialsThenTheConfigFile) {
+  Write("credentials", "[default]\naws_access_key_id=DEFKEY\naws_secret_access_key=DEFSECRET\n");
+  Write("config", "[profile train]\naws_access_key_id=CFGKEY\naws_secret_access_key=CFGSECRET\n"
+                  "region = eu-central-1\n");
+  Result<AwsCredentials> d = LoadAwsCredentials(Env());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->access_key, "DEFKEY");
+  env_["AWS_PROFILE"] = "train";
+  Result<AwsCredentials> t = LoadAwsCredentials(Env());
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->access_key, "CFGKEY");
+  EXPECT_NE(t->source.find("profile train"), std::string::npos);
+  EXPECT_EQ(LoadAwsRegion(Env()), "eu-central-1");
+  env_["AWS_REGION"] = "us-west-2";
+  EXPECT_EQ(LoadAwsRegion(Env()), "us-west-2");
+}
+
+TEST_F(CredentialsTest, NoCredentialsSaysWhereItLookedAndNeverAKey) {
+  Write("config", "[profile sso]\nsso_session = corp\naws_secret_access_key=HALFSECRET\n");
+  env_["AWS_PROFILE"] = "sso";
+  Result<AwsCredentials> c = LoadAwsCredentials(Env());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().err(), EACCES);
+  EXPECT_NE(c.status().message().find("SSO, not supported"), std::string::npos);
+  EXPECT_NE(c.status().message().find(home_ + "/.aws/credentials"), std::string::npos);
+  EXPECT_EQ(c.status().message().find("HALFSECRET"), std::string::npos);
+}
+
+TEST_F(CredentialsTest, AnOversizedCredentialsFileIsRefusedAndSaidSo) {
+  Write("credentials", std::string((1 << 20) + 10, '#'));
+  Result<AwsCredentials> c = LoadAwsCredentials(Env());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("larger than 1 MiB"), std::string::npos);
+}
+
+TEST(S3XmlTest, AnErrorAnswerGivesItsCodeAndMessage) {
+  Result<S3Xml> x = ParseS3Xml(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
+      "<Message>Reduce your request rate.</Message><RequestId>1</RequestId></Error>");
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->root, "Error");
+  EXPECT_EQ(x->Field("Code"), "SlowDown");
+  EXPECT_EQ(x->Field("Message"), "Reduce your request rate.");
+  EXPECT_EQ(x->Field("Missing"), "");
+}
+
+TEST(S3XmlTest, ANamespacedUploadAnswerGivesItsUploadId) {
+  Result<S3Xml> x = ParseS3Xml(
+      "<InitiateMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<Bucket>b</Bucket><Key>k</Key><UploadId>abc&amp;def</UploadId>"
+      "</InitiateMultipartUploadResult>");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->Field("UploadId"), "abc&def");
+}
+
+TEST(S3XmlTest, HostileAnswersAreRefusedBounded) {
+  EXPECT_EQ(ParseS3Xml("not xml").status().err(), EPROTO);
+  EXPECT_EQ(ParseS3Xml("<a><b>").status().err(), EPROTO);
+  EXPECT_FALSE(ParseS3Xml("").ok());
+  EXPECT_FALSE(ParseS3Xml(std::string((1 << 20) + 1, ' ')).ok());
+  EXPECT_FALSE(ParseS3Xml("<a><b>" + std::string(5000, 'x') + "</b></a>").ok());
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += "<d>";
+  for (int i = 0; i < 40; ++i) deep += "</d>";
+  EXPECT_FALSE(ParseS3Xml(deep).ok());
+  // Billion laughs: entity declarations are refused before any expansion.
+  const std::string laughs =
+      "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY a \"aaaaaaaaaa\">"
+      "<!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;\"><!ENTITY c \"&b;&b;&b;&b;&b;&b;&b;&b;\">]>"
+      "<r><Code>&c;</Code></r>";
+  Result<S3Xml> x = ParseS3Xml(laughs);
+  EXPECT_FALSE(x.ok());
+  // External entities are never fetched.
+  Result<S3Xml> ext = ParseS3Xml(
+      "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY e SYSTEM \"file:///etc/passwd\">]>"
+      "<r><Code>&e;</Code></r>");
+  EXPECT_FALSE(ext.ok());
+}
+
+TEST(S3XmlTest, TextOfNestedElementsIsNotTakenForAField) {
+  Result<S3Xml> x = ParseS3Xml("<r><Outer><Inner>v</Inner></Outer><Code>c</Code></r>");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->Field("Outer"), "");
+  EXPECT_EQ(x->Field("Code"), "c");
+}
+
+}  // namespace
+}  // namespace ckptfs

@@ -1,0 +1,64 @@
+// The remote tier's pure policy: what is retried, how long it waits, how files are cut in parts.
+#include "core/remote/remote_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace ckptfs::policy {
+namespace {
+
+TEST(RemotePolicyTest, TransientFailuresAreRetriedAndRefusalsAreNot) {
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 200, ""), RequestVerdict::kDone);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 204, ""), RequestVerdict::kDone);
+  EXPECT_EQ(JudgeRequest(Transport::kTimeout, 0, ""), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kReset, 0, ""), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kConnectFailed, 0, ""), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOther, 0, ""), RequestVerdict::kFail);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 503, "SlowDown"), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 500, "InternalError"), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 502, ""), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 429, ""), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 400, "RequestTimeout"), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 403, "AccessDenied"), RequestVerdict::kFail);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 404, "NoSuchBucket"), RequestVerdict::kFail);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 400, "InvalidPart"), RequestVerdict::kFail);
+  // CompleteMultipartUpload may answer 200 with an error inside.
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 200, "InternalError"), RequestVerdict::kRetry);
+  EXPECT_EQ(JudgeRequest(Transport::kOk, 200, "InvalidPart"), RequestVerdict::kFail);
+}
+
+TEST(RemotePolicyTest, RetryDelaysDoubleUpToTenSecondsLessTheJitter) {
+  EXPECT_EQ(RetryDelay(1, 0).count(), 100);
+  EXPECT_EQ(RetryDelay(2, 0).count(), 200);
+  EXPECT_EQ(RetryDelay(5, 0).count(), 1600);
+  EXPECT_EQ(RetryDelay(8, 0).count(), 10000);
+  EXPECT_EQ(RetryDelay(1000, 0).count(), 10000);
+  EXPECT_EQ(RetryDelay(1, 0.25).count(), 75);
+  EXPECT_EQ(RetryDelay(1, 0.9).count(), 50) << "jitter takes off at most half";
+}
+
+TEST(RemotePolicyTest, SmallFilesAreOnePutAndLargeOnesEvenParts) {
+  const uint64_t MiB = 1 << 20;
+  PartPlan empty = PlanParts(0, 16 * MiB);
+  EXPECT_FALSE(empty.multipart);
+  PartPlan exact = PlanParts(16 * MiB, 16 * MiB);
+  EXPECT_FALSE(exact.multipart);
+  PartPlan over = PlanParts(16 * MiB + 1, 16 * MiB);
+  EXPECT_TRUE(over.multipart);
+  EXPECT_EQ(over.parts, 2u);
+  EXPECT_EQ(over.part_size, 16 * MiB);
+  // Below S3's minimum part size, the option is raised to it.
+  PartPlan tiny = PlanParts(12 * MiB, MiB);
+  EXPECT_EQ(tiny.part_size, 5 * MiB);
+  EXPECT_EQ(tiny.parts, 3u);
+}
+
+TEST(RemotePolicyTest, AHugeFileGetsLargerPartsToStayWithinTenThousand) {
+  const uint64_t size = 1ull << 40;  // 1 TiB at 16 MiB would be 65,536 parts.
+  PartPlan p = PlanParts(size, 16ull << 20);
+  EXPECT_LE(p.parts, kMaxParts);
+  EXPECT_GE(p.part_size * p.parts, size);
+  EXPECT_EQ(p.part_size % (1 << 20), 0u);
+}
+
+}  // namespace
+}  // namespace ckptfs::policy
