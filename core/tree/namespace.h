@@ -237,6 +237,9 @@ class Namespace {
       REQUIRES(ns_lock);
   std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
+  // Whether a directory that holds a zarr array (its .zarray, or served with a fine grid) holds
+  // `inode` under one of its names.
+  bool InZarrArrayDirLocked(const Inode& inode) const REQUIRES(ns_lock);
   // The inode whose content a file's reads and writes reach: its real chunk for a virtual
   // chunk, else the file itself. Takes inode->mu.
   static InodeRef ContentOwner(const InodeRef& inode);
