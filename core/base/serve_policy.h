@@ -36,8 +36,9 @@ inline constexpr std::chrono::seconds kSettledAttrTimeout{3600};
 struct AttrFacts {
   bool shared = false;   // Config::shared: other mounts change the backing store.
   bool regular = false;  // A regular file.
-  // A view of a zarr array (virtual chunk or served .zarray), or in a directory that holds a
-  // zarr array: its name may come to mean another file when the array takes a fine grid.
+  // A view of a zarr array (virtual chunk or served .zarray), or maybe a file of a zarr array
+  // (in a directory that holds one, or named like a chunk): its name may come to mean another
+  // file when the array takes a fine grid.
   bool zarr = false;
   bool durable = false;  // The backing store holds its newest version durably.
 };

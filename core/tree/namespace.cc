@@ -631,7 +631,7 @@ Attr Namespace::AttrOf(const Inode& inode) const {
   Attr a;
   a.ino = inode.ino;
   a.nlink = inode.nlink;
-  const bool in_zarr_dir = inode.type == FileType::kRegular && InZarrArrayDirLocked(inode);
+  const bool maybe_zarr = inode.type == FileType::kRegular && MayBeInZarrArrayLocked(inode);
   MutexLock lock(inode.mu);
   a.mode = inode.TypeBits() | inode.mode;
   a.uid = inode.uid;
@@ -645,7 +645,7 @@ Attr Namespace::AttrOf(const Inode& inode) const {
       a.settled = policy::AttrSettled({
           .shared = config_.shared,
           .regular = true,
-          .zarr = inode.view || !inode.served_text.empty() || in_zarr_dir,
+          .zarr = inode.view || !inode.served_text.empty() || maybe_zarr,
           .durable = inode.durable_version == inode.version,
       });
       break;
@@ -656,9 +656,10 @@ Attr Namespace::AttrOf(const Inode& inode) const {
   return a;
 }
 
-bool Namespace::InZarrArrayDirLocked(const Inode& inode) const {
+bool Namespace::MayBeInZarrArrayLocked(const Inode& inode) const {
   for (const Inode::Name& n : inode.names) {
-    if (n.parent->zarr || n.parent->children.count(".zarray") > 0) return true;
+    const bool chunk_key = n.name.find_first_not_of("0123456789.") == std::string::npos;
+    if (chunk_key || n.name == ".zarray" || n.parent->zarr) return true;
   }
   return false;
 }

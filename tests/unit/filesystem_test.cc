@@ -578,6 +578,19 @@ TEST_F(FilesystemTest, ASmallFilesPageCacheIsFilledAgainAfterAForgetAndItIsSettl
   EXPECT_TRUE(fs_->GetAttr(ino)->settled);
 }
 
+TEST_F(FilesystemTest, FilesThatMayBelongToAZarrArrayAreNotSettled) {
+  WriteHostFile(B("plain/model.pt"), "x");
+  WriteHostFile(B("plain/0.0"), "x");
+  WriteHostFile(B("array/.zarray"), "{}");
+  WriteHostFile(B("array/notes.txt"), "x");
+  Mount();
+  EXPECT_TRUE(fs_->GetAttr(Ino("plain/model.pt"))->settled);
+  EXPECT_FALSE(fs_->GetAttr(Ino("plain/0.0"))->settled) << "named like a chunk";
+  EXPECT_TRUE(fs_->GetAttr(Ino("array/notes.txt"))->settled) << "no view takes its name";
+  EXPECT_FALSE(fs_->GetAttr(Ino("array/.zarray"))->settled);
+  EXPECT_FALSE(fs_->GetAttr(Ino("plain"))->settled) << "directories keep the short timeout";
+}
+
 TEST_F(FilesystemTest, SharedModeFillsNoPageCacheAndSettlesNothing) {
   WriteHostFile(B("small"), "hello");
   Mount({.node = "a"});
