@@ -180,6 +180,7 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
       .page_cache_stale = inode->page_cache_stale,
   });
   if (choice.fill_page_cache) {
+    inode->backing_prefetched = true;  // The fill reads the backing file whole.
     inode->page_cache_filling = true;
     *fill = {f.inode, c->base(), c->size(), inode->version};
   }
