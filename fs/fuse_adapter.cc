@@ -9,6 +9,7 @@
 #include <exception>
 #include <vector>
 
+#include "core/base/serve_policy.h"
 #include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
 #include "fs/session_hooks.h"
@@ -16,8 +17,13 @@
 namespace ckptfs {
 namespace {
 
-// How long the kernel keeps attributes and entries (kAttrTimeout, core/tree/namespace.h).
+// How long the kernel keeps attributes and entries (kAttrTimeout, core/tree/namespace.h), and
+// those of settled files (policy::AttrSettled).
 constexpr double kAttrSeconds = std::chrono::duration<double>(kAttrTimeout).count();
+constexpr double kSettledAttrSeconds =
+    std::chrono::duration<double>(policy::kSettledAttrTimeout).count();
+
+double AttrSeconds(const Attr& a) { return a.settled ? kSettledAttrSeconds : kAttrSeconds; }
 // st_blksize. Python sizes each open file's buffer by it: at 1 MiB, glibc maps that buffer
 // afresh per open, and a reader of 1 MiB zarr chunks faulted 256 pages per chunk (25x slower
 // than at 128 KiB on a VM with costly faults). 128 KiB still coalesces small buffered writes.
@@ -50,8 +56,8 @@ fuse_entry_param ToEntry(const Attr& a) {
   e.ino = a.ino;
   e.generation = 0;
   e.attr = ToStat(a);
-  e.attr_timeout = kAttrSeconds;
-  e.entry_timeout = IsTensorViewRoot(a.ino) ? 0 : kAttrSeconds;
+  e.attr_timeout = AttrSeconds(a);
+  e.entry_timeout = IsTensorViewRoot(a.ino) ? 0 : AttrSeconds(a);
   return e;
 }
 
@@ -81,7 +87,7 @@ void ReplyAttr(fuse_req_t req, const Result<Attr>& r) {
     return;
   }
   struct stat st = ToStat(*r);
-  fuse_reply_attr(req, &st, kAttrSeconds);
+  fuse_reply_attr(req, &st, AttrSeconds(*r));
 }
 
 // Runs a handler body; an escaping exception is logged and answered with EIO.

@@ -252,6 +252,11 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset),
                                      static_cast<off_t>(length));
   });
+  fs.SetPageCacheFiller([se](uint64_t ino, const char* data, size_t size) {
+    fuse_bufvec bytes = FUSE_BUFVEC_INIT(size);
+    bytes.buf[0].mem = const_cast<char*>(data);
+    return fuse_lowlevel_notify_store(se, ino, 0, &bytes, fuse_buf_copy_flags{}) == 0;
+  });
   fs.Start();
   if (takeover) {
     int err = ResendUnanswered();

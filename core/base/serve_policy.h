@@ -12,6 +12,10 @@ namespace ckptfs::policy {
 // the backing store holds it whole. Small files such as trackers are rewritten while being
 // read, which passthrough would refuse, and are read many times over.
 inline constexpr uint64_t kBackingReadMinBytes = 1ull << 20;
+// Largest file whose read-only open fills the kernel's page cache with the whole file before the
+// open returns (OpenFiles::SetPageCacheFiller), when the backing store holds it whole and nothing
+// has it open: its reads, and those of later opens, are then served by the kernel alone.
+inline constexpr uint64_t kPageCacheFillMaxBytes = 256ull << 10;
 // How long an open for writing (or a truncate) waits for the file's passthrough readers to be
 // released before it fails with ETXTBSY.
 inline constexpr std::chrono::milliseconds kPassthroughReleaseWait{1000};
@@ -24,5 +28,27 @@ inline constexpr uint64_t kBackingReadAheadBytes = 16ull << 20;
 // job's resume load right after mounting must not compete with it for memory, and training
 // between checkpoints leaves the mount quiet for much longer.
 inline constexpr std::chrono::seconds kPrefaultQuiet{10};
+
+// How long the kernel may keep the attributes and the directory entry of a settled file
+// (AttrSettled), instead of kAttrTimeout (core/tree/namespace.h).
+inline constexpr std::chrono::seconds kSettledAttrTimeout{3600};
+
+struct AttrFacts {
+  bool shared = false;   // Config::shared: other mounts change the backing store.
+  bool regular = false;  // A regular file.
+  // A view of a zarr array (virtual chunk or served .zarray), or maybe a file of a zarr array
+  // (in a directory that holds one, or named like a chunk): its name may come to mean another
+  // file when the array takes a fine grid.
+  bool zarr = false;
+  bool durable = false;  // The backing store holds its newest version durably.
+};
+
+// Whether the kernel may keep a file's attributes and entry for kSettledAttrTimeout: only this
+// mount changes it, and every change passes through the kernel, which drops what it kept. With
+// the short timeout, a Python open/read/close of a small file loaded again after a second costs
+// a LOOKUP more (4 requests instead of 3).
+inline bool AttrSettled(const AttrFacts& f) {
+  return !f.shared && f.regular && !f.zarr && f.durable;
+}
 
 }  // namespace ckptfs::policy

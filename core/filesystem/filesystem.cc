@@ -166,6 +166,11 @@ void Filesystem::Forget(uint64_t ino, uint64_t count) {
   if (inode->lookups == 0 && inode->type == FileType::kDirectory) {
     kernel_state_.UnrecordNodeLocked(*inode);
   }
+  if (inode->lookups == 0 && inode->type == FileType::kRegular) {
+    // The kernel dropped its inode, and its cached pages with it.
+    MutexLock ilock(inode->mu);
+    inode->page_cache_filled_version.reset();
+  }
   ns_.MaybeDropLocked(inode);
 }
 
@@ -191,6 +196,7 @@ Result<Attr> Filesystem::SetAttr(uint64_t ino, const SetAttrRequest& req, uint64
   if (!inode) return UnknownInode(ino);
   timespec now = WallTime();
   if (req.size) {
+    files_.WaitPageCacheFilled(lock, inode);
     Status st = files_.TruncateLocked(inode, *req.size, handle, now, reservation);
     if (!st.ok()) return st;
   }

@@ -79,6 +79,15 @@ class Filesystem final : private ControlFiles::Source {
   void SetPageCacheInvalidator(std::function<void(uint64_t, uint64_t, uint64_t)> invalidate) {
     files_.SetPageCacheInvalidator(std::move(invalidate));
   }
+  // How a read-only open of a small file (policy::kPageCacheFillMaxBytes) that the backing store
+  // holds whole and nothing has open fills the kernel's page cache with the whole file before
+  // the open returns: `fill`(ino, data, size) stores the file's bytes there, false when the
+  // kernel did not take them. Later reads of it, through this open and later ones, are served by
+  // the kernel. Not in shared mode (other mounts change backing files). Set before the first
+  // open.
+  void SetPageCacheFiller(std::function<bool(uint64_t, const char*, size_t)> fill) {
+    if (!config_.shared) files_.SetPageCacheFiller(std::move(fill));
+  }
   // How read-only opens of files held whole by a backing file let the kernel read that file
   // itself (FUSE passthrough): `open_backing` registers a descriptor and returns an id, or -1;
   // `close_backing` drops an id. While such a handle is open, opens for writing and truncation

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/base/serve_policy.h"
 #include "core/filesystem/open_mode.h"
@@ -50,11 +51,40 @@ void OpenFiles::WaitPassthroughReleased(uint64_t ino) {
   });
 }
 
+void OpenFiles::WaitPageCacheFilled(NamespaceLock& lock, const InodeRef& inode) {
+  page_cache_filled_.wait(lock, [&]() REQUIRES(ns_lock) { return !inode->page_cache_filling; });
+}
+
 Result<OpenFile> OpenFiles::Open(uint64_t ino, int flags, const Caller& c,
                                  Reservation& reservation, size_t& more) {
+  PageCacheFill fill;
+  Result<OpenFile> opened = OpenUnfilled(ino, flags, c, reservation, more, fill);
+  if (fill.file) FillPageCache(fill);
+  return opened;
+}
+
+void OpenFiles::FillPageCache(const PageCacheFill& fill) {
+  thread_local std::vector<char> bytes;
+  bytes.resize(fill.size);
+  const bool read = fill.file->Read(bytes.data(), fill.size, 0).ok();
+  const bool filled = read && fill_page_cache_(fill.inode->ino, bytes.data(), fill.size);
+  if (read) stats_.bytes_read += fill.size;
+  NamespaceLock lock(ns_.mutex());
+  fill.inode->page_cache_filling = false;
+  if (filled) {
+    MutexLock ilock(fill.inode->mu);
+    fill.inode->page_cache_filled_version = fill.version;
+  }
+  page_cache_filled_.notify_all();
+}
+
+Result<OpenFile> OpenFiles::OpenUnfilled(uint64_t ino, int flags, const Caller& c,
+                                         Reservation& reservation, size_t& more,
+                                         PageCacheFill& fill) {
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
+  if ((flags & O_ACCMODE) != O_RDONLY) WaitPageCacheFilled(lock, inode);
   if (inode->type == FileType::kDirectory) return Status::Error(EISDIR, "open of a directory");
   if (inode->type == FileType::kSymlink) return Status::Error(ELOOP, "open of a symlink");
   if (inode->type != FileType::kRegular) {
@@ -110,7 +140,7 @@ Result<OpenFile> OpenFiles::Open(uint64_t ino, int flags, const Caller& c,
     MutexLock ilock(inode->mu);
     h->file()->wrote_version = inode->version;
   }
-  return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+  return OpenHandleLocked(std::move(h), /*may_bypass=*/true, &fill);
 }
 
 Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string& name,
@@ -128,7 +158,8 @@ Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string&
   return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
 }
 
-OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass) {
+OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
+                                     PageCacheFill* fill) {
   FileHandle& f = *h->file();
   Inode* inode = f.inode.get();
   OpenFile out{ns_.AttrOf(*inode)};
@@ -146,7 +177,16 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass)
       .open = inode->open_handles > 0,
       .cached_open = inode->cached_handles > 0,
       .direct_reads = direct_reads_,
+      // verify=reads: a fill would put the backing file's bytes unchecked in the page cache.
+      .fill_on = fill != nullptr && static_cast<bool>(fill_page_cache_) && !verify_reads_,
+      .filled = inode->page_cache_filled_version == inode->version,
+      .page_cache_stale = inode->page_cache_stale,
   });
+  if (choice.fill_page_cache) {
+    inode->backing_prefetched = true;  // The fill reads the backing file whole.
+    inode->page_cache_filling = true;
+    *fill = {f.inode, c->base(), c->size(), inode->version};
+  }
   if (choice.prefetch) {
     inode->backing_prefetched = true;
     env_.Advise(c->base()->fd(), 0, c->size());

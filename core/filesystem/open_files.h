@@ -69,6 +69,13 @@ class OpenFiles {
     close_backing_ = std::move(close_backing);
   }
   void EnableDirectReads() { direct_reads_ = true; }
+  void SetPageCacheFiller(std::function<bool(uint64_t, const char*, size_t)> fill) {
+    fill_page_cache_ = std::move(fill);
+  }
+
+  // Waits, with `lock` (the namespace lock) held, until no open is filling the kernel's page
+  // cache of `inode` (policy::ChooseOpen's fill_page_cache).
+  void WaitPageCacheFilled(NamespaceLock& lock, const InodeRef& inode) REQUIRES(ns_lock);
 
   // Waits (up to policy::kPassthroughReleaseWait) until no passthrough handle of `ino` is open:
   // the kernel sends a reader's RELEASE after its close() has returned, so a writer that opens
@@ -82,9 +89,19 @@ class OpenFiles {
   // Creates regular file `name` (not there) in `dir`, open for `flags`, looked up once.
   Result<OpenFile> CreateLocked(const InodeRef& dir, const std::string& name, uint32_t mode,
                                 int flags, const Caller& c) REQUIRES(ns_lock);
+  // What an open is to put in the kernel's page cache before it returns (none: no file).
+  struct PageCacheFill {
+    InodeRef inode;
+    std::shared_ptr<BackingFile> file;  // Holds the file's bytes from offset 0.
+    uint64_t size = 0;
+    uint64_t version = 0;
+  };
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses;
-  // only `may_bypass` handles may skip the page cache.
-  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass) REQUIRES(ns_lock);
+  // only `may_bypass` handles may skip the page cache. When `fill` is given and the choice is
+  // to fill the page cache, marks the inode filling and sets `fill`: the caller then calls
+  // FillPageCache outside the lock, before the open is answered.
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass,
+                            PageCacheFill* fill = nullptr) REQUIRES(ns_lock);
 
   Result<ReadData> Read(FileHandle& h, uint64_t offset, size_t size);
   // Writes into the file's memory (a virtual zarr chunk: into its range of the real chunk),
@@ -123,6 +140,13 @@ class OpenFiles {
       const Inode& inode, const std::vector<ReadSegment>& segments) REQUIRES(inode.mu);
   // Reads `file` whole and checks it against its record, for reads of `inode`.
   Status CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) EXCLUDES(inode.mu);
+  // Open without its page cache fill, which it sets in `fill` for the caller.
+  Result<OpenFile> OpenUnfilled(uint64_t ino, int flags, const Caller& c,
+                                Reservation& reservation, size_t& more, PageCacheFill& fill)
+      EXCLUDES(ns_lock);
+  // Reads the file of `fill` and stores it in the kernel's page cache, then ends the inode's
+  // filling (a failure leaves the reads to the daemon).
+  void FillPageCache(const PageCacheFill& fill) EXCLUDES(ns_lock);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
@@ -137,10 +161,13 @@ class OpenFiles {
   std::function<void(uint64_t, uint64_t, uint64_t)> invalidate_page_cache_;
   std::function<int(int)> open_backing_;
   std::function<void(int)> close_backing_;
+  std::function<bool(uint64_t, const char*, size_t)> fill_page_cache_;
   std::atomic<bool> direct_reads_{false};
   const bool verify_reads_;
   // With the namespace lock: a file's last passthrough handle closed.
   std::condition_variable_any passthrough_released_;
+  // With the namespace lock: an open ended its page cache fill.
+  std::condition_variable_any page_cache_filled_;
 };
 
 }  // namespace ckptfs

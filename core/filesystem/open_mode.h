@@ -24,6 +24,9 @@ struct OpenFacts {
   bool open = false;                // Any handle has the file open.
   bool cached_open = false;         // A handle that uses the page cache has the file open.
   bool direct_reads = false;        // Filesystem::EnableDirectReads.
+  bool fill_on = false;             // The mount fills page caches (SetPageCacheFiller).
+  bool filled = false;  // An open filled the kernel's page cache with this version already.
+  bool page_cache_stale = false;    // Inode::page_cache_stale.
 };
 
 struct OpenChoice {
@@ -38,6 +41,10 @@ struct OpenChoice {
   // (the writer never reads back; each byte is copied once less) or a large read-only one with
   // direct reads on; else the page cache.
   bool direct = false;
+  // A small file the backing store holds whole, which nothing has open and whose cached pages
+  // are right: the open fills the kernel's page cache with the whole file before it returns
+  // (instead of having it read ahead), once per version and lookup.
+  bool fill_page_cache = false;
 };
 
 inline OpenChoice ChooseOpen(const OpenFacts& f) {
@@ -45,8 +52,11 @@ inline OpenChoice ChooseOpen(const OpenFacts& f) {
   const bool read_only = f.access == O_RDONLY;
   const bool held_by_backing =
       f.may_bypass && read_only && f.whole_on_backing && f.size >= kBackingReadMinBytes;
+  choice.fill_page_cache = f.may_bypass && read_only && f.whole_on_backing && f.size > 0 &&
+                           f.size <= kPageCacheFillMaxBytes && f.fill_on && !f.open &&
+                           !f.filled && !f.page_cache_stale;
   choice.prefetch = f.may_bypass && read_only && f.whole_on_backing && !held_by_backing &&
-                    f.size > 0 && !f.prefetched;
+                    f.size > 0 && !f.prefetched && !choice.fill_page_cache;
   choice.register_passthrough =
       held_by_backing && f.passthrough_on && !f.passthrough_readers && !f.open;
   choice.direct = f.may_bypass && !f.cached_open &&

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct Attr {
   uint64_t rdev = 0;  // Device nodes: the device.
   timespec atime{}, mtime{}, ctime{};
   bool no_blocks = false;  // Nothing stored: a view's file (du counts what is stored).
+  // The kernel may keep it, and the entry that led to it, for policy::kSettledAttrTimeout
+  // (policy::AttrSettled) instead of kAttrTimeout.
+  bool settled = false;
 };
 
 struct Inode {
@@ -129,6 +133,13 @@ struct Inode {
   std::weak_ptr<BackingFile> read_checked_base GUARDED_BY(mu);
   std::array<int64_t, 6> read_checked_file GUARDED_BY(mu){};
   bool read_check_failed GUARDED_BY(mu) = false;
+  // The version whose bytes an open put in the kernel's page cache whole (policy::ChooseOpen's
+  // fill_page_cache), since the kernel last looked the inode up (reset at its last FORGET).
+  std::optional<uint64_t> page_cache_filled_version GUARDED_BY(mu);
+  // An open is filling the kernel's page cache now; opens for writing and truncations wait
+  // until it is done (OpenFiles::WaitPageCacheFilled), so that it never stores bytes older than
+  // theirs.
+  bool page_cache_filling GUARDED_BY(ns_lock) = false;
 
   // --- Views (core/views/zarr_views.h): zarr arrays served with a fine chunk grid ---
   // Directory: the zarr array it holds, when served with a fine chunk grid

@@ -11,6 +11,7 @@
 
 #include "core/backing/backing_store.h"
 #include "core/base/flush_policy.h"
+#include "core/base/serve_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -630,6 +631,7 @@ Attr Namespace::AttrOf(const Inode& inode) const {
   Attr a;
   a.ino = inode.ino;
   a.nlink = inode.nlink;
+  const bool maybe_zarr = inode.type == FileType::kRegular && MayBeInZarrArrayLocked(inode);
   MutexLock lock(inode.mu);
   a.mode = inode.TypeBits() | inode.mode;
   a.uid = inode.uid;
@@ -640,12 +642,26 @@ Attr Namespace::AttrOf(const Inode& inode) const {
   switch (inode.type) {
     case FileType::kRegular:
       a.size = inode.served_text.empty() ? inode.content.size() : inode.served_text.size();
+      a.settled = policy::AttrSettled({
+          .shared = config_.shared,
+          .regular = true,
+          .zarr = inode.view || !inode.served_text.empty() || maybe_zarr,
+          .durable = inode.durable_version == inode.version,
+      });
       break;
     case FileType::kSymlink: a.size = inode.symlink_target.size(); break;
     case FileType::kDirectory: a.size = 4096; break;
     case FileType::kSpecial: a.rdev = inode.rdev; break;
   }
   return a;
+}
+
+bool Namespace::MayBeInZarrArrayLocked(const Inode& inode) const {
+  for (const Inode::Name& n : inode.names) {
+    const bool chunk_key = n.name.find_first_not_of("0123456789.") == std::string::npos;
+    if (chunk_key || n.name == ".zarray" || n.parent->zarr) return true;
+  }
+  return false;
 }
 
 InodeRef Namespace::ContentOwner(const InodeRef& inode) {

@@ -237,6 +237,10 @@ class Namespace {
       REQUIRES(ns_lock);
   std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
   Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
+  // Whether one of the names of `inode` is in a directory served with a fine grid, or is .zarray
+  // or a zarr chunk key (digits and dots): the names whose meaning an array that takes a fine
+  // grid later changes (core/views/zarr_views.h).
+  bool MayBeInZarrArrayLocked(const Inode& inode) const REQUIRES(ns_lock);
   // The inode whose content a file's reads and writes reach: its real chunk for a virtual
   // chunk, else the file itself. Takes inode->mu.
   static InodeRef ContentOwner(const InodeRef& inode);

@@ -8,6 +8,7 @@ by the kernel from the backing file; the daemon sees none of those reads, and re
 meanwhile. BackingReadTest turns passthrough off to test the daemon's own read path.
 """
 
+import collections
 import contextlib
 import ctypes
 import errno
@@ -200,7 +201,7 @@ class BackingReadTest(unittest.TestCase):
                     self.assertEqual(mm[MiB:MiB + 5], want)
 
     def test_a_small_file_opened_for_reading_is_read_ahead_from_the_backing_store(self):
-        small = os.urandom(200 << 10)
+        small = os.urandom(512 << 10)  # Larger than the page cache fills (SmallFileRequestsTest).
         with remounted({"meta.pt": small}) as m:
             backing = m.bpath("meta.pt")
             evict(backing)
@@ -236,6 +237,171 @@ class BackingReadTest(unittest.TestCase):
             knob = f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb"
             with open(knob) as f:
                 self.assertEqual(int(f.read()), 4096)
+
+
+def request_counts(m):
+    """The FUSE requests the mount has answered, by operation (its fuse_request_seconds)."""
+    return collections.Counter({op: h["counts"][-1]  # Cumulative: the last is every one.
+                                for op, h in m.stats()["fuse_request_seconds"].items()})
+
+
+class RequestCounter:
+    """Counts the requests answered between calls of since(), less those of reading the stats
+    file: each reading costs the same OPEN, IOCTL and RELEASE; its LOOKUPs (of .ckptfs and
+    stats) and GETATTR come only once the kernel's entries have expired, and its READs depend on
+    the text's length, so those counts may be off by two."""
+
+    def __init__(self, m):
+        self.m = m
+        first = request_counts(m)
+        self.last = request_counts(m)
+        self.own = self.last - first
+
+    def since(self):
+        now = request_counts(self.m)
+        counted = (now - self.last) - self.own
+        self.last = now
+        return counted
+
+
+def load(paths):
+    """Python's open/read/close of each path, as a loader does; the bytes read, by path."""
+    out = {}
+    for p in paths:
+        with open(p, "rb") as f:
+            out[p] = f.read()
+    return out
+
+
+class SmallFileRequestsTest(unittest.TestCase):
+    """A small file the backing store holds durably is put whole in the kernel's page cache at its
+    first read-only open, and its entry and attributes are kept long: its reads never reach the
+    daemon, and a load of it again later costs only OPEN, IOCTL (Python's isatty) and RELEASE
+    (no FLUSH: a reader's close is not sent)."""
+
+    COUNT = 40
+
+    def setUp(self):
+        require_fuse()
+
+    def files(self):
+        return {f"f{i:02d}.bin": os.urandom(1000 + 997 * i) for i in range(self.COUNT)}
+
+    def test_a_python_load_of_small_durable_files_sends_no_read_and_later_ones_no_lookup(self):
+        files = self.files()
+        with remounted(files) as m:
+            paths = [m.path(name) for name in files]
+            counter = RequestCounter(m)
+            got = load(paths)
+            first = counter.since()
+            self.assertEqual(got, {m.path(n): data for n, data in files.items()})
+            self.assertEqual(first["open"], self.COUNT, first)
+            self.assertLessEqual(first["read"], 2, f"reads reached the daemon: {first}")
+            self.assertEqual(first["flush"], 0, first)
+            time.sleep(1.5)  # Past the short attribute timeout (kAttrTimeout).
+            got = load(paths)
+            again = counter.since()
+            self.assertEqual(got, {m.path(n): data for n, data in files.items()})
+            self.assertEqual(again["open"], self.COUNT, again)
+            self.assertLessEqual(again["read"], 2, again)
+            self.assertLessEqual(again["lookup"], 2, f"entries were not kept: {again}")
+            self.assertLessEqual(again["getattr"], 2, f"attributes were not kept: {again}")
+
+    def test_shared_mode_fills_no_page_cache_and_keeps_entries_briefly(self):
+        files = self.files()
+        with remounted(files, ["shared", "node=a"]) as m:
+            paths = [m.path(name) for name in files]
+            counter = RequestCounter(m)
+            self.assertEqual(load(paths), {m.path(n): data for n, data in files.items()})
+            first = counter.since()
+            self.assertGreaterEqual(first["read"], self.COUNT, first)
+            time.sleep(1.5)
+            self.assertEqual(load(paths), {m.path(n): data for n, data in files.items()})
+            again = counter.since()
+            self.assertGreaterEqual(again["lookup"], self.COUNT, again)
+
+
+class SmallFileFillTest(unittest.TestCase):
+    """A file whose page cache an open filled is never read stale after it changes through the
+    mount."""
+
+    def setUp(self):
+        require_fuse()
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def test_a_rewrite_after_the_fill_is_read_back_before_and_after_it_is_durable(self):
+        old, new = os.urandom(50000), os.urandom(7000)
+        with remounted({"f": old}) as m:
+            path = m.path("f")
+            self.assertEqual(self.read(path), old)  # Filled.
+            with open(path, "wb") as f:
+                f.write(new)
+            self.assertEqual(self.read(path), new)
+            m.sync()  # Durable again: the next open may fill from the backing file.
+            self.assertEqual(self.read(path), new)
+            # In place through a write-only descriptor (past the page cache), nothing open.
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, b"patch", 100)
+            finally:
+                os.close(fd)
+            want = new[:100] + b"patch" + new[105:]
+            self.assertEqual(self.read(path), want)
+            m.sync()
+            self.assertEqual(self.read(path), want)
+
+    def test_a_reader_holding_the_filled_pages_sees_a_writer_s_bytes(self):
+        old = os.urandom(3 * PAGE + 5)
+        with remounted({"f": old}) as m:
+            path = m.path("f")
+            with open(path, "rb") as reader:
+                self.assertEqual(reader.read(), old)
+                with open(path, "r+b") as writer:
+                    writer.seek(PAGE)
+                    writer.write(b"new")
+                self.assertEqual(os.pread(reader.fileno(), len(old), 0),
+                                 old[:PAGE] + b"new" + old[PAGE + 3:])
+
+    def test_a_truncation_after_the_fill_is_read_back(self):
+        old = os.urandom(20000)
+        with remounted({"f": old}) as m:
+            path = m.path("f")
+            self.assertEqual(self.read(path), old)
+            os.truncate(path, 100)
+            self.assertEqual(self.read(path), old[:100])
+            os.truncate(path, 9000)
+            self.assertEqual(self.read(path), old[:100] + bytes(8900))
+            m.sync()
+            self.assertEqual(self.read(path), old[:100] + bytes(8900))
+
+    def test_a_rename_over_a_filled_file_shows_the_new_file_and_keeps_the_old_one_open(self):
+        old, new = os.urandom(30000), os.urandom(12345)
+        with remounted({"f": old, "g": new}) as m:
+            self.assertEqual(self.read(m.path("f")), old)
+            self.assertEqual(self.read(m.path("g")), new)
+            with open(m.path("f"), "rb") as held:
+                os.rename(m.path("g"), m.path("f"))
+                self.assertEqual(self.read(m.path("f")), new)
+                self.assertEqual(held.read(), old)
+            m.sync()
+            self.assertEqual(self.read(m.path("f")), new)
+
+    def test_a_filled_file_unlinked_and_made_again_reads_the_new_bytes(self):
+        old, new = os.urandom(40000), os.urandom(40000)
+        with remounted({"f": old}) as m:
+            path = m.path("f")
+            self.assertEqual(self.read(path), old)
+            os.unlink(path)
+            with self.assertRaises(FileNotFoundError):
+                self.read(path)
+            with open(path, "wb") as f:
+                f.write(new)
+            self.assertEqual(self.read(path), new)
+            m.sync()
+            self.assertEqual(self.read(path), new)
 
 
 class PassthroughTest(unittest.TestCase):

@@ -546,6 +546,64 @@ TEST_F(FilesystemTest, ASetUserIdFileOfAnotherOwnerIsPublishedWithItsBits) {
   EXPECT_EQ(st.st_mode & 07777, 06755u);
 }
 
+// A small durable file's page cache is filled at a read-only open once per lookup by the
+// kernel: again after the kernel forgot the inode (and its pages). Its attributes are settled
+// while it is durable.
+TEST_F(FilesystemTest, ASmallFilesPageCacheIsFilledAgainAfterAForgetAndItIsSettledWhileDurable) {
+  WriteHostFile(B("small"), "hello");
+  Mount();
+  int fills = 0;
+  fs_->SetPageCacheFiller([&](uint64_t, const char*, size_t) { return ++fills > 0; });
+  const uint64_t ino = Ino("small");
+  EXPECT_TRUE(fs_->GetAttr(ino)->settled);
+  auto read_once = [&] {
+    Result<OpenFile> o = fs_->Open(ino, O_RDONLY);
+    ASSERT_TRUE(o.ok()) << o.status().ToString();
+    EXPECT_TRUE(o->keep_cache);
+    ASSERT_TRUE(Close(*fs_, o->handle).ok());
+  };
+  read_once();
+  read_once();
+  EXPECT_EQ(fills, 1);
+  fs_->Forget(ino, 1);
+  ASSERT_EQ(Ino("small"), ino);
+  read_once();
+  EXPECT_EQ(fills, 2) << "the kernel's new inode has no pages";
+  Result<OpenFile> w = fs_->Open(ino, O_WRONLY);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(WriteHandle(*fs_, w->handle, 0, "HE").ok());
+  ASSERT_TRUE(Close(*fs_, w->handle).ok());
+  EXPECT_FALSE(fs_->GetAttr(ino)->settled) << "changed, not durable yet";
+  ASSERT_TRUE(fs_->Sync().ok());
+  EXPECT_TRUE(fs_->GetAttr(ino)->settled);
+}
+
+TEST_F(FilesystemTest, FilesThatMayBelongToAZarrArrayAreNotSettled) {
+  WriteHostFile(B("plain/model.pt"), "x");
+  WriteHostFile(B("plain/0.0"), "x");
+  WriteHostFile(B("array/.zarray"), "{}");
+  WriteHostFile(B("array/notes.txt"), "x");
+  Mount();
+  EXPECT_TRUE(fs_->GetAttr(Ino("plain/model.pt"))->settled);
+  EXPECT_FALSE(fs_->GetAttr(Ino("plain/0.0"))->settled) << "named like a chunk";
+  EXPECT_TRUE(fs_->GetAttr(Ino("array/notes.txt"))->settled) << "no view takes its name";
+  EXPECT_FALSE(fs_->GetAttr(Ino("array/.zarray"))->settled);
+  EXPECT_FALSE(fs_->GetAttr(Ino("plain"))->settled) << "directories keep the short timeout";
+}
+
+TEST_F(FilesystemTest, SharedModeFillsNoPageCacheAndSettlesNothing) {
+  WriteHostFile(B("small"), "hello");
+  Mount({.node = "a"});
+  int fills = 0;
+  fs_->SetPageCacheFiller([&](uint64_t, const char*, size_t) { return ++fills > 0; });
+  const uint64_t ino = Ino("small");
+  EXPECT_FALSE(fs_->GetAttr(ino)->settled);
+  Result<OpenFile> o = fs_->Open(ino, O_RDONLY);
+  ASSERT_TRUE(o.ok());
+  ASSERT_TRUE(Close(*fs_, o->handle).ok());
+  EXPECT_EQ(fills, 0);
+}
+
 TEST_F(FilesystemTest, PreExistingFilesAreVisibleLazilyAndModifiable) {
   std::string a = Pattern(10, 3 * kBlockSize + 17);
   WriteHostFile(B("old/a.bin"), a);

@@ -9,9 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "namespace_fixture.h"
@@ -114,6 +118,67 @@ TEST_F(OpenFilesTest, WithDirectReadsALargeBackingFileIsReadBesideThePageCache) 
   for (const ReadSegment& s : read->segments) length += s.length;
   EXPECT_EQ(length, 5u) << "a read stops at the end of the file";
   EXPECT_EQ(stats_.bytes_read.load(), 5u);
+  Release(*reader);
+}
+
+TEST_F(OpenFilesTest, ASmallBackingFileFillsThePageCacheAtItsFirstReadOnlyOpenOnly) {
+  const std::string bytes = Pattern(3, 5000);
+  WriteHostFile(backing_ / "small", bytes);
+  std::vector<std::pair<uint64_t, std::string>> fills;
+  files_->SetPageCacheFiller([&](uint64_t ino, const char* data, size_t size) {
+    fills.emplace_back(ino, std::string(data, size));
+    return true;
+  });
+  const uint64_t ino = Ino("small");
+  Result<OpenFile> reader = Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE(reader->keep_cache);
+  EXPECT_FALSE(reader->direct_io);
+  ASSERT_EQ(fills.size(), 1u);
+  EXPECT_EQ(fills[0], std::make_pair(ino, bytes));
+  Result<OpenFile> second = Open(ino, O_RDONLY);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->keep_cache);
+  EXPECT_EQ(fills.size(), 1u) << "open already";
+  Release(*second);
+  Release(*reader);
+  reader = Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(fills.size(), 1u) << "the kernel holds this version already";
+  Release(*reader);
+  WriteHostFile(backing_ / "large", Pattern(4, (256 << 10) + 1));
+  reader = Open(Ino("large"), O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(fills.size(), 1u) << "larger than policy::kPageCacheFillMaxBytes";
+  Release(*reader);
+}
+
+TEST_F(OpenFilesTest, AnOpenForWritingWaitsForAFillInProgress) {
+  WriteHostFile(backing_ / "small", Pattern(5, 3000));
+  const uint64_t ino = Ino("small");
+  std::mutex mu;
+  std::vector<std::string> events;
+  auto note = [&](const char* event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+  };
+  std::thread writer;
+  files_->SetPageCacheFiller([&](uint64_t, const char*, size_t) {
+    writer = std::thread([&] {
+      Result<OpenFile> opened = Open(ino, O_WRONLY);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      note("writer opened");
+      Release(*opened);
+    });
+    // Were the writer let in, it would be open long before this.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    note("filled");
+    return true;
+  });
+  Result<OpenFile> reader = Open(ino, O_RDONLY);
+  ASSERT_TRUE(reader.ok());
+  writer.join();
+  EXPECT_EQ(events, (std::vector<std::string>{"filled", "writer opened"}));
   Release(*reader);
 }
 

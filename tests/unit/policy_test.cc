@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 namespace ckptfs::policy {
 namespace {
 
@@ -77,7 +80,8 @@ TEST(PolicyTest, AVersionIsDueAfterTheLongerOfFlushDelayAndItsHold) {
 OpenFacts LargeReadOfABackingFile(uint64_t size = kBackingReadMinBytes) {
   return {.may_bypass = true, .access = O_RDONLY, .size = size, .whole_on_backing = true,
           .prefetched = false, .passthrough_on = true, .passthrough_readers = false,
-          .open = false, .cached_open = false, .direct_reads = true};
+          .open = false, .cached_open = false, .direct_reads = true,
+          .fill_on = false, .filled = false, .page_cache_stale = false};
 }
 
 TEST(OpenModeTest, TheFirstReaderOfALargeBackingFileRegistersItForPassthrough) {
@@ -113,16 +117,73 @@ TEST(OpenModeTest, ASmallBackingFileIsReadAheadOnceAndServedByThePageCache) {
   EXPECT_FALSE(ChooseOpen(f).prefetch) << "nothing to read ahead";
 }
 
+TEST(OpenModeTest, ASmallBackingFileNothingHasOpenFillsThePageCacheOncePerVersion) {
+  OpenFacts f = LargeReadOfABackingFile(kPageCacheFillMaxBytes);
+  f.fill_on = true;
+  OpenChoice c = ChooseOpen(f);
+  EXPECT_TRUE(c.fill_page_cache);
+  EXPECT_FALSE(c.prefetch) << "read whole at the open instead";
+  EXPECT_FALSE(c.direct);
+  EXPECT_FALSE(c.register_passthrough);
+  f.filled = true;
+  EXPECT_FALSE(ChooseOpen(f).fill_page_cache) << "the kernel has it already";
+  EXPECT_TRUE(ChooseOpen(f).prefetch) << "in case the kernel dropped it";
+}
+
+TEST(OpenModeTest, NoFillForLargeEmptyChangedOpenOrStaleFilesNorWithoutTheFiller) {
+  const OpenFacts small = [] {
+    OpenFacts f = LargeReadOfABackingFile(4096);
+    f.fill_on = true;
+    return f;
+  }();
+  ASSERT_TRUE(ChooseOpen(small).fill_page_cache);
+  std::vector<std::pair<const char*, OpenFacts>> cases;
+  auto add = [&](const char* why, auto change) {
+    OpenFacts f = small;
+    change(f);
+    cases.emplace_back(why, f);
+  };
+  add("larger", [](OpenFacts& f) { f.size = kPageCacheFillMaxBytes + 1; });
+  add("empty", [](OpenFacts& f) { f.size = 0; });
+  add("in memory", [](OpenFacts& f) { f.whole_on_backing = false; });
+  add("open", [](OpenFacts& f) { f.open = true; });
+  add("cached pages stale", [](OpenFacts& f) { f.page_cache_stale = true; });
+  add("no filler (shared mode)", [](OpenFacts& f) { f.fill_on = false; });
+  add("a zarr view", [](OpenFacts& f) { f.may_bypass = false; });
+  add("for writing", [](OpenFacts& f) { f.access = O_RDWR; });
+  for (const auto& [why, f] : cases) EXPECT_FALSE(ChooseOpen(f).fill_page_cache) << why;
+}
+
+TEST(PolicyTest, OnlyDurableRegularFilesOutsideZarrArraysAreSettledAndNoneInSharedMode) {
+  const AttrFacts settled{.shared = false, .regular = true, .zarr = false, .durable = true};
+  EXPECT_TRUE(AttrSettled(settled));
+  AttrFacts f = settled;
+  f.shared = true;
+  EXPECT_FALSE(AttrSettled(f)) << "other mounts change it";
+  f = settled;
+  f.regular = false;
+  EXPECT_FALSE(AttrSettled(f)) << "directories and the rest keep the short timeout";
+  f = settled;
+  f.zarr = true;
+  EXPECT_FALSE(AttrSettled(f)) << "its name may come to mean a view";
+  f = settled;
+  f.durable = false;
+  EXPECT_FALSE(AttrSettled(f)) << "changed since its last flush";
+  EXPECT_GT(kSettledAttrTimeout, std::chrono::seconds(60));
+}
+
 TEST(OpenModeTest, WriteOnlyOpensAreDirectUnlessACachedHandleHasTheFile) {
   OpenFacts f{.may_bypass = true, .access = O_WRONLY, .size = 0, .whole_on_backing = false,
               .prefetched = false, .passthrough_on = true, .passthrough_readers = false,
-              .open = false, .cached_open = false, .direct_reads = false};
+              .open = false, .cached_open = false, .direct_reads = false,
+              .fill_on = false, .filled = false, .page_cache_stale = false};
   EXPECT_TRUE(ChooseOpen(f).direct);
   f.cached_open = true;
   EXPECT_FALSE(ChooseOpen(f).direct);
   f = {.may_bypass = true, .access = O_RDWR, .size = 0, .whole_on_backing = false,
        .prefetched = false, .passthrough_on = true, .passthrough_readers = false, .open = false,
-       .cached_open = false, .direct_reads = true};
+       .cached_open = false, .direct_reads = true, .fill_on = false, .filled = false,
+       .page_cache_stale = false};
   EXPECT_FALSE(ChooseOpen(f).direct) << "a reader-writer reads back through the cache";
 }
 

@@ -73,7 +73,7 @@ restored after its runs) and ck_private (cache_memory=private); a table compares
 save, durable time and daemon CPU with the default mount's (shared memory with huge pages).
 
 --fuse-ring (instead of the workloads): the warm load of --small-count small files (default 5,000,
-each open() of Python costs 4 requests: OPEN, IOCTL from isatty, GETATTR, RELEASE) through one
+each open() of Python costs 3 requests: OPEN, IOCTL from isatty, RELEASE) through one
 binary with its requests over /dev/fuse (-o io_uring=off) and over FUSE over io_uring
 (-o io_uring=on: one daemon thread pinned to each CPU serves the requests made on that CPU); the
 fuse module's enable_uring is turned on for the run and back after. Alternated, --repeat runs,
