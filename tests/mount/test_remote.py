@@ -9,22 +9,13 @@ import tempfile
 import unittest
 from unittest import mock
 
+from ckptfs_testing.file_contents import distinct_content
 from ckptfs_testing.harness import CkptfsMount, mounted, require_fuse, run_ckptfs
 from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer, signature_matches
 
 MiB = 1 << 20
 BUCKET = "ckpt"
 PREFIX = "job/7"
-
-
-def content(name, size):
-    """Distinct bytes for `name`: each MiB of each file differs."""
-    out = bytearray()
-    block = 0
-    while len(out) < size:
-        out += (f"<{name}:{block}>".encode() * (MiB // 8))[:MiB]
-        block += 1
-    return bytes(out[:size])
 
 
 def write(path, data):
@@ -77,17 +68,17 @@ class RemoteTest(unittest.TestCase):
     def test_every_file_closed_is_on_the_store_byte_for_byte_after_sync_remote(self):
         prefix = PREFIX + "/plain"
         with CkptfsMount(options=self.options(self.s3.endpoint, prefix)) as m:
-            write(m.path("step_1", "__0_0.distcp"), content("a", 12 * MiB + 7))  # 3 parts.
-            write(m.path("step_1", "__1_0.distcp"), content("b", 3 * MiB))
+            write(m.path("step_1", "__0_0.distcp"), distinct_content("a", 12 * MiB + 7))  # 3 parts.
+            write(m.path("step_1", "__1_0.distcp"), distinct_content("b", 3 * MiB))
             write(m.path("step_1", "empty"), b"")
-            write(m.path("step_1", "rewritten.bin"), content("old", MiB))
-            write(m.path("step_1", "renamed.tmp"), content("renamed", 6 * MiB))
+            write(m.path("step_1", "rewritten.bin"), distinct_content("old", MiB))
+            write(m.path("step_1", "renamed.tmp"), distinct_content("renamed", 6 * MiB))
             m.sync()
             sync_remote(m)
             self.assertIn(f"{prefix}/step_1/renamed.tmp", self.s3.objects(BUCKET, prefix + "/"))
             # Renamed once on the store: the object moves (its old key is removed after).
             os.rename(m.path("step_1", "renamed.tmp"), m.path("step_1", "renamed.bin"))
-            write(m.path("step_1", "rewritten.bin"), content("new", 2 * MiB))
+            write(m.path("step_1", "rewritten.bin"), distinct_content("new", 2 * MiB))
             write(m.path("step_1", ".metadata.tmp"), b"metadata of step 1")
             os.rename(m.path("step_1", ".metadata.tmp"), m.path("step_1", ".metadata"))
             write(m.path("latest_iteration.txt"), b"1")
@@ -113,8 +104,8 @@ class RemoteTest(unittest.TestCase):
             proxy.inject("reset", method="PUT", query_part="partNumber=", count=1)
             proxy.inject("delay", method="PUT", query_part="partNumber=3", count=1, delay=1.5)
             with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
-                write(m.path("step_2", "__0_0.distcp"), content("c", 11 * MiB))
-                write(m.path("step_2", "small.bin"), content("d", 100000))
+                write(m.path("step_2", "__0_0.distcp"), distinct_content("c", 11 * MiB))
+                write(m.path("step_2", "small.bin"), distinct_content("d", 100000))
                 write(m.path("step_2", ".metadata"), b"metadata of step 2")
                 sync_remote(m)
                 self.assert_store_equals_backing(m, prefix)

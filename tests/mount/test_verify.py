@@ -14,19 +14,10 @@ import numpy as np
 import zarr
 
 from ckptfs_testing.checksums import XATTR, parse_record
+from ckptfs_testing.file_contents import distinct_content
 from ckptfs_testing.harness import CkptfsMount, require_fuse, run_ckptfs
 
 MiB = 1 << 20
-
-
-def content(name, size):
-    """Distinct bytes for `name`: every MiB differs from every other of every file."""
-    out = bytearray()
-    block = 0
-    while len(out) < size:
-        out += (f"<{name}:{block}>".encode() * (MiB // 8))[:MiB]
-        block += 1
-    return bytes(out[:size])
 
 
 # name: size. big.bin has six chunks of 8 MiB (the last one partial); b.bin and c.bin have the
@@ -62,7 +53,7 @@ class VerifyTest(unittest.TestCase):
         for name, size in FILES.items():
             os.makedirs(os.path.dirname(m.path(name)), exist_ok=True)
             with open(m.path(name), "wb") as f:
-                f.write(content(name, size))
+                f.write(distinct_content(name, size))
         m.sync()
 
     def assert_all_ok(self, report, root):
@@ -85,7 +76,7 @@ class VerifyTest(unittest.TestCase):
         for name, size in FILES.items():
             chunk, recorded_size, sums = parse_record(
                 os.getxattr(os.path.join(self.backing, name), XATTR))
-            data = content(name, size)
+            data = distinct_content(name, size)
             self.assertEqual((chunk, recorded_size), (8 * MiB, size), name)
             self.assertEqual(sums, [crc32c.crc32c(data[at:at + chunk])
                                     for at in range(0, size, chunk)], name)
@@ -182,7 +173,7 @@ class VerifyTest(unittest.TestCase):
             new = os.open(m.path("open.bin"), os.O_WRONLY | os.O_CREAT, 0o644)
             old = os.open(m.path("sub/g.bin"), os.O_WRONLY)
             try:
-                os.write(new, content("open.bin", 3 * MiB))
+                os.write(new, distinct_content("open.bin", 3 * MiB))
                 os.pwrite(old, b"rewritten", 9 * MiB)
                 status, report, err = verify(m.mnt)
             finally:
@@ -230,7 +221,7 @@ class VerifyTest(unittest.TestCase):
                         self.assertEqual(raised.exception.errno, errno.EIO, name)
             for name in ("b.bin", "sub/small.txt"):
                 with open(m.path(name), "rb") as f:
-                    self.assertEqual(f.read(), content(name, FILES[name]), name)
+                    self.assertEqual(f.read(), distinct_content(name, FILES[name]), name)
             with open(m.path("unrecorded.bin"), "rb") as f:
                 self.assertEqual(f.read(), b"written beside the mount")
             stats = m.stats()
@@ -247,7 +238,7 @@ class VerifyTest(unittest.TestCase):
         with CkptfsMount(backing=self.backing) as m:
             with open(m.path("big.bin"), "rb") as f:
                 f.seek(17 * MiB)
-                self.assertNotEqual(f.read(1), content("big.bin", 17 * MiB + 1)[-1:])
+                self.assertNotEqual(f.read(1), distinct_content("big.bin", 17 * MiB + 1)[-1:])
 
     def test_a_zarr_array_the_mount_shows_with_a_fine_grid_is_verified_as_stored(self):
         with CkptfsMount(backing=self.backing) as m:

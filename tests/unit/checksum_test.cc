@@ -9,15 +9,12 @@
 
 #include "core/integrity/checksum_record.h"
 #include "core_test_util.h"
+#include "crc32c_of.h"
 
 namespace ckptfs {
 namespace {
 
-uint32_t Crc32cOf(const std::string& bytes) {
-  Crc32c crc;
-  crc.Update(bytes.data(), bytes.size());
-  return crc.value();
-}
+using testing_util::Crc32cOf;
 
 class ChecksumOfContentTest : public ::testing::Test {
  protected:

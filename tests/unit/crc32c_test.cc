@@ -7,15 +7,12 @@
 #include <string>
 
 #include "core_test_util.h"
+#include "crc32c_of.h"
 
 namespace ckptfs {
 namespace {
 
-uint32_t Crc32cOf(const std::string& bytes) {
-  Crc32c crc;
-  crc.Update(bytes.data(), bytes.size());
-  return crc.value();
-}
+using testing_util::Crc32cOf;
 
 TEST(Crc32cTest, GivesTheCastagnoliCheckValues) {
   EXPECT_EQ(Crc32cOf(""), 0u);

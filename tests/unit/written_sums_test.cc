@@ -9,17 +9,14 @@
 
 #include "core/memory/file_content.h"
 #include "core_test_util.h"
+#include "crc32c_of.h"
 
 namespace ckptfs {
 namespace {
 
 constexpr uint64_t kPiece = WrittenSums::kPiece;
 
-uint32_t Crc32cOf(std::string_view bytes) {
-  Crc32c crc;
-  crc.Update(bytes.data(), bytes.size());
-  return crc.value();
-}
+using testing_util::Crc32cOf;
 
 // The sums kept for `image` are those of its bytes: each whole piece of the summed prefix, and
 // the part of a piece after them.
