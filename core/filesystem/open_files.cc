@@ -14,6 +14,11 @@
 namespace ckptfs {
 namespace {
 
+// The error of every read of a file whose backing file failed its check.
+Status ReadCheckFailed() {
+  return Status::Error(EIO, "verify=reads: the backing file does not match its checksum");
+}
+
 // Blocks a write of [offset, offset+length) may need, whatever the file holds.
 size_t WorstCaseBlocks(uint64_t offset, size_t length) {
   if (length == 0) return 0;
@@ -270,9 +275,7 @@ Result<std::shared_ptr<BackingFile>> OpenFiles::BackingToCheckLocked(
     // A spill file holds ckptfs' own bytes of a version not sealed yet: nothing to check.
     if (seg.kind != ReadSegment::Kind::kBacking || seg.file->spill()) continue;
     if (inode.read_checked_base.lock() != seg.file) return seg.file;
-    if (inode.read_check_failed) {
-      return Status::Error(EIO, "the backing file does not match its checksum (verify=reads)");
-    }
+    if (inode.read_check_failed) return ReadCheckFailed();
     return std::shared_ptr<BackingFile>();
   }
   return std::shared_ptr<BackingFile>();
@@ -281,24 +284,24 @@ Result<std::shared_ptr<BackingFile>> OpenFiles::BackingToCheckLocked(
 namespace {
 
 // The backing file's identity and last change: equal for descriptors of one unchanged file.
-Result<std::array<int64_t, 6>> FileAsItIs(const BackingFile& file) {
+Result<std::array<int64_t, 5>> FileAsItIs(const BackingFile& file) {
   struct stat st;
   if (Status s = file.Stat(&st); !s.ok()) return s;
-  return std::array<int64_t, 6>{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+  return std::array<int64_t, 5>{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
                                 st.st_size, st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                                st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec, 1};
+                                st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
 }
 
 }  // namespace
 
 Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) {
-  Result<std::array<int64_t, 6>> as_it_is = FileAsItIs(*file);
+  Result<std::array<int64_t, 5>> as_it_is = FileAsItIs(*file);
   if (!as_it_is.ok()) return as_it_is.status();
   {
     MutexLock lock(inode.mu);
     if (inode.read_checked_file == *as_it_is) {  // Checked through an earlier descriptor.
       inode.read_checked_base = file;
-      return inode.read_check_failed ? Status::Error(EIO, "verify=reads: mismatch") : Status::Ok();
+      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
     }
   }
   const Verification v = VerifyFile(env_, file->fd(), file->fd());
@@ -310,7 +313,7 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
   {
     MutexLock lock(inode.mu);
     if (inode.read_checked_file == *as_it_is) {  // Checked meanwhile by another read.
-      return inode.read_check_failed ? Status::Error(EIO, "verify=reads: mismatch") : Status::Ok();
+      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
     }
     inode.read_checked_base = file;
     inode.read_checked_file = *as_it_is;
@@ -336,7 +339,7 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
                 "reads fail with EIO (verify=reads)",
                 path, v.first_differing_begin, v.first_differing_end,
                 v.size_differs() ? ", the size differs" : "");
-  return Status::Error(EIO, "verify=reads: the backing file does not match its checksum");
+  return ReadCheckFailed();
 }
 
 Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data, size_t size,

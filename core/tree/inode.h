@@ -131,7 +131,7 @@ struct Inode {
   // were served (the descriptor, and the file as fstat saw it before the check, which a later
   // descriptor of the unchanged file matches), and whether it failed (its reads fail with EIO).
   std::weak_ptr<BackingFile> read_checked_base GUARDED_BY(mu);
-  std::array<int64_t, 6> read_checked_file GUARDED_BY(mu){};
+  std::optional<std::array<int64_t, 5>> read_checked_file GUARDED_BY(mu);
   bool read_check_failed GUARDED_BY(mu) = false;
   // The version whose bytes an open put in the kernel's page cache whole (policy::ChooseOpen's
   // fill_page_cache), since the kernel last looked the inode up (reset at its last FORGET).
