@@ -12,6 +12,7 @@
 #include "core/base/serve_policy.h"
 #include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
+#include "fs/forked_writer.h"
 #include "fs/session_hooks.h"
 
 namespace ckptfs {
@@ -29,6 +30,7 @@ double AttrSeconds(const Attr& a) { return a.settled ? kSettledAttrSeconds : kAt
 // than at 128 KiB on a VM with costly faults). 128 KiB still coalesces small buffered writes.
 constexpr blksize_t kPreferredIoSize = 128 << 10;
 AdapterOptions adapter_options;  // Set before the session starts (ConfigureAdapter).
+ForkedWriters forked_writers;
 // Zero bytes served for holes.
 alignas(4096) const char kZeros[kBlockSize] = {};
 
@@ -65,6 +67,7 @@ Caller CallerOf(fuse_req_t req) {
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Caller c{ctx->uid, ctx->gid, ctx->umask, RequestResent(), RequestId()};
   c.interrupted = [tid = ctx->pid] { return BeingKilled(tid); };
+  c.writes_forked_memory = [tid = ctx->pid] { return forked_writers.WritesForkedMemory(tid); };
   return c;
 }
 

@@ -113,7 +113,7 @@ Result<OpenFile> OpenFiles::OpenUnfilled(uint64_t ino, int flags, const Caller& 
       inode->open_handles++;
       return OpenFile{ns_.AttrOf(*inode), handles_.AddLocked(std::move(h)), true};
     }
-    return OpenHandleLocked(std::move(h), /*may_bypass=*/false);
+    return OpenHandleLocked(std::move(h), /*may_bypass=*/false, c);
   }
   if (Status full = kernel_state_.RoomLocked(inode.get(), 1); !full.ok()) return full;
   if (truncate && reservation.count() == 0) {
@@ -145,7 +145,7 @@ Result<OpenFile> OpenFiles::OpenUnfilled(uint64_t ino, int flags, const Caller& 
     MutexLock ilock(inode->mu);
     h->file()->wrote_version = inode->version;
   }
-  return OpenHandleLocked(std::move(h), /*may_bypass=*/true, &fill);
+  return OpenHandleLocked(std::move(h), /*may_bypass=*/true, c, &fill);
 }
 
 Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string& name,
@@ -160,22 +160,25 @@ Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string&
   auto h = std::make_unique<Handle>(FileHandle(inode), flags);
   h->file()->wrote_version = 1;
   h->file()->request = c.request;
-  return OpenHandleLocked(std::move(h), /*may_bypass=*/true);
+  return OpenHandleLocked(std::move(h), /*may_bypass=*/true, c);
 }
 
-OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
+OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass, const Caller& c,
                                      PageCacheFill* fill) {
   FileHandle& f = *h->file();
   Inode* inode = f.inode.get();
   OpenFile out{ns_.AttrOf(*inode)};
+  const bool writer_memory_forked = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY &&
+                                    c.writes_forked_memory && c.writes_forked_memory();
+  if (writer_memory_forked) stats_.forked_writer_opens++;
   MutexLock ilock(inode->mu);
-  const FileContent* c = &inode->content;
+  const FileContent* content = &inode->content;
   const policy::OpenChoice choice = policy::ChooseOpen({
       .may_bypass = may_bypass,
       .access = h->flags & O_ACCMODE,
-      .size = c->size(),
-      .whole_on_backing = c->memory_blocks() == 0 && c->base() && !c->base()->spill() &&
-                          c->base_len() == c->size(),
+      .size = content->size(),
+      .whole_on_backing = content->memory_blocks() == 0 && content->base() && !content->base()->spill() &&
+                          content->base_len() == content->size(),
       .prefetched = inode->backing_prefetched,
       .passthrough_on = static_cast<bool>(open_backing_),
       .passthrough_readers = inode->passthrough_handles > 0,
@@ -186,17 +189,18 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
       .fill_on = fill != nullptr && static_cast<bool>(fill_page_cache_) && !verify_reads_,
       .filled = inode->page_cache_filled_version == inode->version,
       .page_cache_stale = inode->page_cache_stale,
+      .writer_memory_forked = writer_memory_forked,
   });
   if (choice.fill_page_cache) {
     inode->backing_prefetched = true;  // The fill reads the backing file whole.
     inode->page_cache_filling = true;
-    *fill = {f.inode, c->base(), c->size(), inode->version};
+    *fill = {f.inode, content->base(), content->size(), inode->version};
   }
   if (choice.prefetch) {
     inode->backing_prefetched = true;
-    env_.Advise(c->base()->fd(), 0, c->size());
+    env_.Advise(content->base()->fd(), 0, content->size());
   }
-  if (choice.register_passthrough) inode->backing_id = open_backing_(c->base()->fd());
+  if (choice.register_passthrough) inode->backing_id = open_backing_(content->base()->fd());
   // Only readers get here while passthrough handles are open (OpenReserved).
   f.passthrough = inode->backing_id >= 0;
   if (f.passthrough) {

@@ -97,10 +97,11 @@ class OpenFiles {
     uint64_t version = 0;
   };
   // Counts the handle as open on its regular file and serves it as policy::ChooseOpen chooses;
-  // only `may_bypass` handles may skip the page cache. When `fill` is given and the choice is
+  // only `may_bypass` handles may skip the page cache; a write-only open of `c` is asked whether
+  // its writer's memory is forked. When `fill` is given and the choice is
   // to fill the page cache, marks the inode filling and sets `fill`: the caller then calls
   // FillPageCache outside the lock, before the open is answered.
-  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass,
+  OpenFile OpenHandleLocked(std::unique_ptr<Handle> handle, bool may_bypass, const Caller& c,
                             PageCacheFill* fill = nullptr) REQUIRES(ns_lock);
 
   Result<ReadData> Read(FileHandle& h, uint64_t offset, size_t size);

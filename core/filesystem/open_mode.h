@@ -27,6 +27,10 @@ struct OpenFacts {
   bool fill_on = false;             // The mount fills page caches (SetPageCacheFiller).
   bool filled = false;  // An open filled the kernel's page cache with this version already.
   bool page_cache_stale = false;    // Inode::page_cache_stale.
+  // The opener writes from memory it shares copy-on-write with another process
+  // (WritesFromForkedMemory): a direct write would have the kernel unshare (copy) each page of
+  // the buffer before it hands it over, a copy through the page cache reads the shared pages.
+  bool writer_memory_forked = false;
 };
 
 struct OpenChoice {
@@ -38,8 +42,8 @@ struct OpenChoice {
   // come while it is registered share it (the caller sees the registered id).
   bool register_passthrough = false;
   // Without passthrough: direct when no cached handle has the file open, for a write-only open
-  // (the writer never reads back; each byte is copied once less) or a large read-only one with
-  // direct reads on; else the page cache.
+  // (the writer never reads back; each byte is copied once less) unless its writer's memory is
+  // forked, or a large read-only one with direct reads on; else the page cache.
   bool direct = false;
   // A small file the backing store holds whole, which nothing has open and whose cached pages
   // are right: the open fills the kernel's page cache with the whole file before it returns
@@ -60,8 +64,29 @@ inline OpenChoice ChooseOpen(const OpenFacts& f) {
   choice.register_passthrough =
       held_by_backing && f.passthrough_on && !f.passthrough_readers && !f.open;
   choice.direct = f.may_bypass && !f.cached_open &&
-                  (f.access == O_WRONLY || (held_by_backing && f.direct_reads));
+                  ((f.access == O_WRONLY && !f.writer_memory_forked) ||
+                   (held_by_backing && f.direct_reads));
   return choice;
+}
+
+// What /proc tells of the process behind a write-only open.
+struct WriterProcess {
+  // It was forked and did not exec since: its executable and command line are its parent's.
+  bool forked_without_exec = false;
+  uint64_t anon_bytes = 0;         // Its anonymous memory mapped (RssAnon), shared or not.
+  uint64_t parent_anon_bytes = 0;  // Its parent's.
+};
+
+// A writer this small writes from memory of its own whatever it shares.
+inline constexpr uint64_t kForkedWriterMinAnonBytes = 64ull << 20;
+
+// Whether the writer most likely writes from pages it shares copy-on-write with its parent, as
+// the processes Megatron-core's torch_dist writer forks for each save do: forked without exec
+// from a parent that holds at least half as much anonymous memory as it maps. A child of a
+// small fork server (multiprocessing's forkserver) that built its own state fails the test.
+inline bool WritesFromForkedMemory(const WriterProcess& p) {
+  return p.forked_without_exec && p.anon_bytes >= kForkedWriterMinAnonBytes &&
+         p.parent_anon_bytes * 2 >= p.anon_bytes;
 }
 
 }  // namespace ckptfs::policy

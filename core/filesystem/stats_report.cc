@@ -21,6 +21,7 @@ constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
     {"read_mismatches", &Stats::read_mismatches},
     {"read_files_unrecorded", &Stats::read_files_unrecorded},
     {"bytes_verified_for_reads", &Stats::bytes_verified_for_reads},
+    {"forked_writer_opens", &Stats::forked_writer_opens},
     {"versions_skipped", &Stats::versions_skipped},
     {"flush_batches", &Stats::flush_batches},
     {"flush_errors", &Stats::flush_errors},

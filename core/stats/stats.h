@@ -27,6 +27,9 @@ struct Stats {
   std::atomic<uint64_t> read_mismatches{0};
   std::atomic<uint64_t> read_files_unrecorded{0};
   std::atomic<uint64_t> bytes_verified_for_reads{0};
+  // Write-only opens served through the page cache because their writer writes from memory it
+  // shares copy-on-write with its parent (policy::WritesFromForkedMemory).
+  std::atomic<uint64_t> forked_writer_opens{0};
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.

@@ -62,6 +62,10 @@ struct Caller {
   // Whether the caller has been given a fatal signal: a wait for cache memory then ends with
   // EINTR (Arena::Reserve). Empty: it is never asked.
   std::function<bool()> interrupted{};
+  // Whether the caller writes from memory it shares copy-on-write with its parent
+  // (policy::WritesFromForkedMemory), asked only of write-only opens; cheap (cached by the
+  // asker), as it is asked with the namespace lock held. Empty: never.
+  std::function<bool()> writes_forked_memory{};
 };
 
 // An entry of a directory listing.

@@ -12,6 +12,7 @@ import collections
 import contextlib
 import ctypes
 import errno
+import json
 import mmap
 import os
 import time
@@ -402,6 +403,59 @@ class SmallFileFillTest(unittest.TestCase):
             self.assertEqual(self.read(path), new)
             m.sync()
             self.assertEqual(self.read(path), new)
+
+
+def smaps_anon_kib(pid):
+    """(Anonymous, Pss_Anon) of process `pid`, in KiB: anonymous memory it maps, and its share of
+    it (half a page for a page it shares copy-on-write with one other process)."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])
+    return int(fields["Anonymous"].split()[0]), int(fields["Pss_Anon"].split()[0])
+
+
+class ForkedWriterTest(unittest.TestCase):
+    """A process forked from a parent that holds its memory (Megatron-core's torch_dist writer
+    processes) writes pages it shares copy-on-write: a direct write would have the kernel unshare
+    (copy) each of them before handing it over. Its write-only opens go through the page cache,
+    which reads the shared pages in place."""
+
+    def setUp(self):
+        require_fuse()
+
+    def test_a_forked_writer_writes_its_parents_memory_without_unsharing_it(self):
+        data = bytearray(os.urandom(MiB)) * 128  # The parent's state, touched.
+        with CkptfsMount() as m:
+            before = m.stats()["forked_writer_opens"]
+            read_end, write_end = os.pipe()
+            child = os.fork()
+            if child == 0:
+                try:
+                    fd = os.open(m.path("shard"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    view = memoryview(data)
+                    for at in range(0, len(data), 8 * MiB):
+                        os.write(fd, view[at:at + 8 * MiB])
+                    os.close(fd)
+                    os.write(write_end, json.dumps(smaps_anon_kib(os.getpid())).encode())
+                finally:
+                    os._exit(0)
+            os.close(write_end)
+            with os.fdopen(read_end) as report:
+                anon_kib, pss_anon_kib = json.loads(report.read() or "[0, 0]")
+            os.waitpid(child, 0)
+            self.assertGreater(anon_kib, len(data) // 1024)
+            # Shared pages count half: unshared, the 128 MiB would count whole.
+            self.assertLess(pss_anon_kib, anon_kib - len(data) // 1024 // 4,
+                            "the child's copy of its parent's memory was unshared")
+            self.assertEqual(m.stats()["forked_writer_opens"], before + 1)
+            with open(m.path("shard"), "rb") as f:
+                self.assertTrue(f.read() == data, "the shard differs from what was written")
+
+            with open(m.path("own"), "wb") as f:  # The parent writes its own memory directly.
+                f.write(data)
+            self.assertEqual(m.stats()["forked_writer_opens"], before + 1)
+            m.sync()
+            with open(m.bpath("shard"), "rb") as f:
+                self.assertTrue(f.read() == data, "the durable shard differs")
 
 
 class PassthroughTest(unittest.TestCase):

@@ -187,6 +187,30 @@ TEST(OpenModeTest, WriteOnlyOpensAreDirectUnlessACachedHandleHasTheFile) {
   EXPECT_FALSE(ChooseOpen(f).direct) << "a reader-writer reads back through the cache";
 }
 
+TEST(OpenModeTest, AWriterWhoseMemoryIsForkedWritesThroughThePageCache) {
+  OpenFacts f{.may_bypass = true, .access = O_WRONLY};
+  ASSERT_TRUE(ChooseOpen(f).direct);
+  f.writer_memory_forked = true;
+  EXPECT_FALSE(ChooseOpen(f).direct) << "a direct write would unshare every page it hands over";
+}
+
+TEST(OpenModeTest, AWriterForkedFromAParentAsLargeAsItWritesFromForkedMemory) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  const WriterProcess megatron_writer{.forked_without_exec = true, .anon_bytes = 20 * kGiB,
+                                      .parent_anon_bytes = 20 * kGiB};
+  EXPECT_TRUE(WritesFromForkedMemory(megatron_writer));
+  WriterProcess p = megatron_writer;
+  p.forked_without_exec = false;
+  EXPECT_FALSE(WritesFromForkedMemory(p)) << "an exec'd process (spawn, torchrun) owns its memory";
+  p = {.forked_without_exec = true, .anon_bytes = 3 * kGiB, .parent_anon_bytes = kGiB / 2};
+  EXPECT_FALSE(WritesFromForkedMemory(p)) << "a fork server's child that built its own state";
+  p = {.forked_without_exec = true, .anon_bytes = 2 * kGiB, .parent_anon_bytes = kGiB};
+  EXPECT_TRUE(WritesFromForkedMemory(p)) << "half of it may be shared: the parent's";
+  p = {.forked_without_exec = true, .anon_bytes = kForkedWriterMinAnonBytes - 1,
+       .parent_anon_bytes = kGiB};
+  EXPECT_FALSE(WritesFromForkedMemory(p)) << "too small to matter";
+}
+
 TEST(OpenModeTest, LargeReadsAreDirectOnlyWithDirectReadsAndTheFileWhole) {
   OpenFacts f = LargeReadOfABackingFile();
   f.passthrough_on = false;
