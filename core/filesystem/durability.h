@@ -94,6 +94,7 @@ class Durability final : private FlushClient {
 
   // -o remote: the uploads (null otherwise). Fed on the flusher's thread.
   std::unique_ptr<Uploader> uploader_;
+  int upload_log_dir_ = -1;  // The private area holding the upload log (-1: none).
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;

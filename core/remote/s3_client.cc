@@ -425,6 +425,32 @@ void S3Client::AbortMultipartUpload(const std::string& key, const std::string& u
   (void)Try(request);
 }
 
+Result<std::vector<S3Client::OpenUpload>> S3Client::ListMultipartUploads(
+    const std::string& prefix, const RetryHook& hook) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  char* escaped = curl_easy_escape(curl, prefix.c_str(), static_cast<int>(prefix.size()));
+  if (!escaped) return Status::Error(ENOMEM, "ListMultipartUploads: cannot encode the prefix");
+  Request request;
+  request.query = std::string("prefix=") + escaped + "&uploads=";
+  curl_free(escaped);
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  if (!xml.ok()) {
+    return Status::Error(EPROTO, "ListMultipartUploads " + prefix + ": " + xml.status().message());
+  }
+  std::vector<OpenUpload> uploads;
+  for (const S3Xml::Group& group : xml->groups) {
+    if (group.name != "Upload") continue;
+    auto key = group.fields.find("Key");
+    auto id = group.fields.find("UploadId");
+    if (key == group.fields.end() || id == group.fields.end() || id->second.empty()) continue;
+    if (key->second.compare(0, prefix.size(), prefix) != 0) continue;  // Not asked for.
+    uploads.push_back({key->second, id->second});
+  }
+  return uploads;
+}
+
 Status S3Client::DeleteObject(const std::string& key, const RetryHook& hook) {
   Request request;
   request.method = "DELETE";

@@ -58,6 +58,14 @@ class S3Client {
   Status CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
                                  const std::vector<std::string>& etags, const RetryHook& hook);
   void AbortMultipartUpload(const std::string& key, const std::string& upload_id);
+  // The multipart uploads under `prefix` not completed nor aborted (the first 1,000 at most:
+  // aborting them shows the next ones).
+  struct OpenUpload {
+    std::string key;
+    std::string upload_id;
+  };
+  Result<std::vector<OpenUpload>> ListMultipartUploads(const std::string& prefix,
+                                                       const RetryHook& hook);
   // Removes the object `key` (ok also when there is none).
   Status DeleteObject(const std::string& key, const RetryHook& hook);
   // The object's bytes (at most `max_bytes`: EFBIG beyond).

@@ -1,8 +1,10 @@
 #include "core/remote/uploader.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,10 +16,23 @@
 #include "core/base/commit_markers.h"
 
 namespace ckptfs {
+namespace {
+
+// The file `path` beneath directory `root`, reached through no symbolic link; -1 when there is
+// none such.
+int OpenBeneath(int root, const std::string& path) {
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+}
+
+}  // namespace
 
 struct Uploader::Job {
   enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone };
   std::string key;
+  policy::LoggedUploads::Version logged;  // What the upload log says of it.
   int fd = -1;
   uint64_t size = 0;
   bool marker = false;
@@ -53,6 +68,9 @@ struct Uploader::Task {
 
 Result<std::unique_ptr<Uploader>> Uploader::Start(const UploaderSettings& settings, Stats& stats) {
   std::unique_ptr<Uploader> uploader(new Uploader(settings, stats));
+  if (settings.log_dir_fd >= 0) {
+    if (Status resumed = uploader->Resume(); !resumed.ok()) return resumed;
+  }
   for (unsigned i = 0; i < std::max(1u, settings.concurrency); ++i) {
     Result<std::unique_ptr<S3Client>> client = S3Client::Make(settings.s3);
     if (!client.ok()) return client.status();
@@ -82,57 +100,135 @@ std::optional<std::string> Uploader::RelativePath(int fd) const {
   return std::string(path + root.size(), static_cast<size_t>(n) - root.size());
 }
 
+std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& relative,
+                                                 struct stat* st) const {
+  auto job = std::make_unique<Job>();
+  job->fd = fd;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) return nullptr;
+  job->key = settings_.s3.location.KeyOf(relative);
+  job->size = static_cast<uint64_t>(st->st_size);
+  job->marker = policy::IsCommitMarker(relative.substr(relative.rfind('/') + 1), settings_.markers);
+  job->plan = policy::PlanParts(job->size, settings_.part_size);
+  job->logged = {relative, false, static_cast<uint64_t>(st->st_ino), job->size,
+                 int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec};
+  return job;
+}
+
+std::unique_ptr<Uploader::Job> Uploader::RemovalJob(const S3Location& location,
+                                                    const std::string& relative) {
+  auto job = std::make_unique<Job>();
+  job->key = location.KeyOf(relative);
+  job->removal = true;
+  job->logged.path = relative;
+  job->logged.removal = true;
+  return job;
+}
+
 void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) {
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
     return;
   }
-  auto job = std::make_unique<Job>();
-  job->fd = fd;
   struct stat st {};
   const std::optional<std::string> relative = RelativePath(fd);
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !relative) {
-    return;  // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
+  // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
+  if (!relative || relative->empty()) {
+    close(fd);
+    return;
   }
-  job->key = settings_.s3.location.KeyOf(*relative);
-  job->size = static_cast<uint64_t>(st.st_size);
-  job->marker =
-      policy::IsCommitMarker(relative->substr(relative->rfind('/') + 1), settings_.markers);
-  job->plan = policy::PlanParts(job->size, settings_.part_size);
+  std::unique_ptr<Job> job = MakeJob(fd, *relative, &st);
+  if (!job) return;
   std::unique_ptr<Job> removal;
   if (replaced.dir_fd >= 0) {
     const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
     if (dir) {
-      removal = std::make_unique<Job>();
-      removal->key = settings_.s3.location.KeyOf(dir->empty() ? replaced.name
-                                                              : *dir + "/" + replaced.name);
-      removal->removal = true;
+      removal = RemovalJob(settings_.s3.location,
+                           dir->empty() ? replaced.name : *dir + "/" + replaced.name);
     }
   }
   MutexLock lock(mu_);
   if (stop_) return;
-  for (Job* added : {job.get(), removal.get()}) {
-    if (!added) continue;
-    // A waiting version of the same key is superseded: only the newest is uploaded.
-    for (auto& earlier : jobs_) {
-      if (earlier->key == added->key && earlier->phase == Job::Phase::kWaiting &&
-          earlier->generation == 0 && earlier->in_flight == 0) {
-        earlier->phase = Job::Phase::kDone;
-      }
-    }
-  }
-  TrimLocked();
-  ++handed_over_;
-  jobs_.push_back(std::move(job));
-  if (removal) {
-    ++handed_over_;
-    jobs_.push_back(std::move(removal));
-  }
+  PushLocked(std::move(job), true);
+  if (removal) PushLocked(std::move(removal), true);
   wake_.notify_one();
 }
 
+void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
+  // A waiting version of the same key is superseded: only the newest is uploaded.
+  for (auto& earlier : jobs_) {
+    if (earlier->key == job->key && earlier->phase == Job::Phase::kWaiting &&
+        earlier->generation == 0 && earlier->in_flight == 0) {
+      earlier->phase = Job::Phase::kDone;
+    }
+  }
+  TrimLocked();
+  if (log && log_) log_->HandedOver(job->logged);
+  ++handed_over_;
+  jobs_.push_back(std::move(job));
+}
+
+Status Uploader::SyncLog() { return log_ ? log_->Sync() : Status::Ok(); }
+
+Status Uploader::Resume() {
+  policy::LoggedUploads held;
+  Result<std::unique_ptr<UploadLog>> log =
+      UploadLog::Open(settings_.log_dir_fd, settings_.log_name, &held);
+  if (!log.ok()) return log.status();
+  log_ = std::move(*log);
+  const int root =
+      open(settings_.backing_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (root < 0) return Status::FromErrno(settings_.backing_root);
+  const std::vector<policy::LoggedUploads::Version> pending = held.Pending();
+  std::vector<std::unique_ptr<Job>> resumed;
+  size_t refused = 0, skipped = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const policy::LoggedUploads::Version& v = pending[i];
+    if (!policy::IsUploadablePath(v.path, settings_.reserved_name)) {
+      ++refused;
+      continue;
+    }
+    bool named_again = false;
+    for (size_t j = i + 1; j < pending.size() && !named_again; ++j) {
+      named_again = pending[j].path == v.path;
+    }
+    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path);
+    struct stat st {};
+    std::unique_ptr<Job> job = fd >= 0 ? MakeJob(fd, v.path, &st) : nullptr;
+    const bool same = job && job->logged.inode == v.inode && job->logged.size == v.size &&
+                      job->logged.mtime_ns == v.mtime_ns;
+    const bool marker =
+        policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
+    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again)) {
+      case policy::Resumed::kUpload:
+        resumed.push_back(std::move(job));
+        break;
+      case policy::Resumed::kRemove:
+        resumed.push_back(RemovalJob(settings_.s3.location, v.path));
+        break;
+      case policy::Resumed::kSkip:
+        ++skipped;
+        break;
+    }
+  }
+  close(root);
+  if (refused > 0) {
+    spdlog::error("remote: the upload log names {} paths no mount publishes: left out", refused);
+  }
+  std::vector<policy::LoggedUploads::Version> kept;
+  for (const auto& job : resumed) kept.push_back(job->logged);
+  if (Status st = log_->Rewrite(kept); !st.ok()) return st;
+  MutexLock lock(mu_);
+  for (auto& job : resumed) PushLocked(std::move(job), false);
+  if (!resumed.empty() || skipped > 0) {
+    spdlog::info("remote: resuming {} uploads the previous worker left ({} superseded or gone)",
+                 resumed.size(), skipped);
+  }
+  return Status::Ok();
+}
+
 bool Uploader::NextTaskLocked(Task* task) {
+  if (!swept_) return false;
   const auto now = std::chrono::steady_clock::now();
   bool all_before_done = true;
   std::unordered_set<std::string_view> busy_keys;  // Of the unfinished jobs before this one.
@@ -181,7 +277,41 @@ bool Uploader::NextTaskLocked(Task* task) {
   return false;
 }
 
+void Uploader::AbortOpenUploads(S3Client& client) {
+  const std::string& prefix = settings_.s3.location.prefix;
+  const std::string under = prefix.empty() ? "" : prefix + "/";
+  const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
+  size_t aborted = 0;
+  // Each listing shows the next 1,000 once those before are aborted; bounded all the same.
+  for (int page = 0; page < 100; ++page) {
+    Result<std::vector<S3Client::OpenUpload>> open = client.ListMultipartUploads(under, hook);
+    if (!open.ok()) {
+      MutexLock lock(mu_);
+      if (!stop_) {
+        spdlog::error("remote: cannot list the multipart uploads left open under {}: {}",
+                      settings_.s3.location.ToString(), open.status().message());
+      }
+      break;
+    }
+    if (open->empty()) break;
+    for (const S3Client::OpenUpload& upload : *open) {
+      client.AbortMultipartUpload(upload.key, upload.upload_id);
+    }
+    aborted += open->size();
+  }
+  if (aborted > 0) {
+    spdlog::info("remote: aborted {} multipart uploads left open under {}", aborted,
+                 settings_.s3.location.ToString());
+  }
+}
+
 void Uploader::Run(S3Client& client) {
+  if (&client == clients_.front().get()) {
+    if (settings_.abort_open_uploads) AbortOpenUploads(client);
+    MutexLock lock(mu_);
+    swept_ = true;
+    wake_.notify_all();
+  }
   MutexLock lock(mu_);
   while (!stop_) {
     Task task;
@@ -295,26 +425,40 @@ void Uploader::FailedLocked(Job& job, const Status& why) {
   ++job.failures;
   job.retry_at = std::chrono::steady_clock::now() + policy::RetryDelay(job.failures, 0);
   stats_.remote_errors++;
-  if (last_error_.ToString() != why.ToString()) {
-    spdlog::error("remote: upload failed, will retry: {}", why.message());
+  if (logged_kinds_.insert(policy::FailureKind(why.err(), why.message())).second) {
+    spdlog::error("remote: upload failed, will retry (said once for this kind until everything "
+                  "is uploaded): {}", why.message());
   }
   last_error_ = why;
   wake_.notify_all();
 }
 
 void Uploader::TrimLocked() {
+  const uint64_t before = trimmed_;
   while (!jobs_.empty() && jobs_.front()->phase == Job::Phase::kDone &&
          jobs_.front()->in_flight == 0) {
     jobs_.pop_front();
     ++trimmed_;
+  }
+  if (jobs_.empty() && !logged_kinds_.empty()) {
+    spdlog::info("remote: everything handed over is uploaded; failures are said again from now");
+    logged_kinds_.clear();
+  }
+  if (!log_ || trimmed_ == before) return;
+  if (jobs_.empty()) {
+    log_->Empty();
+    log_base_ = handed_over_;
+  } else {
+    log_->Done(trimmed_ - log_base_);
   }
 }
 
 bool Uploader::OnRetry(const Status& why) {
   stats_.remote_retries++;
   MutexLock lock(mu_);
-  if (last_error_.ToString() != why.ToString()) {
-    spdlog::warn("remote: retrying: {}", why.message());
+  if (!stop_ && logged_kinds_.insert(policy::FailureKind(why.err(), why.message())).second) {
+    spdlog::warn("remote: retrying (said once for this kind until everything is uploaded): {}",
+                 why.message());
   }
   last_error_ = why;
   return !stop_;

@@ -115,7 +115,8 @@ class FaultProxy:
     """An HTTP/1.1 proxy on 127.0.0.1 to `upstream` (a moto endpoint). inject() queues faults for
     the next requests that match; every request passed is recorded in `log` as (start, end,
     method, path, status, headers) with monotonic times; `injected` counts the faults given by
-    kind."""
+    kind. go_down() makes the store unreachable (the port refuses connections, open ones are reset
+    at their next request) until come_back() listens again on the same port."""
 
     def __init__(self, upstream):
         self.upstream = upstream.split("://", 1)[1]
@@ -125,6 +126,10 @@ class FaultProxy:
         self.faults = []  # [kind, method, query_part, count, delay]
         self.injected = {}
         self.log = []
+        self.down = False
+        self._listen()
+
+    def _listen(self):
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -143,9 +148,22 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc):
+        if not self.down:
+            self.server.shutdown()
+            self.server.server_close()
+        return False
+
+    def go_down(self):
+        with self.lock:
+            self.down = True
         self.server.shutdown()
         self.server.server_close()
-        return False
+
+    def come_back(self):
+        self._listen()
+        self.thread.start()
+        with self.lock:
+            self.down = False
 
     def inject(self, kind, method=None, query_part=None, count=1, delay=0.0):
         """The next `count` requests with `method` (any when None) whose path has `query_part`
@@ -182,14 +200,19 @@ class FaultProxy:
                     headers.append((name.strip(), value.strip()))
                 length = int(next((v for n, v in headers if n.lower() == "content-length"), "0"))
                 start = time.monotonic()
+                with self.lock:
+                    down = self.down
+                if down:
+                    self._reset(conn)
+                    return
                 kind, delay = self._fault_for(method, path)
                 if kind == "reset":
                     reader.read(length // 2)
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                    b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    conn.close()
+                    self._reset(conn)
                     return
                 body = reader.read(length) if length else b""
+                if len(body) < length:
+                    return  # The client went away in the middle: a store never takes that.
                 if kind in _ERRORS:
                     status, code, message = _ERRORS[kind]
                     payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}"
@@ -221,6 +244,11 @@ class FaultProxy:
                 self._record(start, method, path, resp.status, headers)
         except (ConnectionError, OSError, ValueError):
             return
+
+    @staticmethod
+    def _reset(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        conn.close()
 
     def _record(self, start, method, path, status, headers):
         with self.lock:
