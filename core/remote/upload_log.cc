@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 
 #include "core/memory/crc32c.h"
 
@@ -227,6 +228,14 @@ void UploadLog::Empty() {
     return;
   }
   AppendLocked(std::string(kHeader));
+}
+
+void UploadLog::Remove() {
+  MutexLock lock(mu_);
+  if (unlinkat(dir_fd_, name_.c_str(), 0) != 0 && errno != ENOENT) {
+    spdlog::warn("remote: cannot remove the upload log {} ({}): the next mount finds it empty",
+                 name_, std::strerror(errno));
+  }
 }
 
 Status UploadLog::Sync() {

@@ -58,6 +58,8 @@ class UploadLog {
   // Everything handed over is done: the log is emptied (the next version handed over is the
   // first).
   void Empty() EXCLUDES(mu_);
+  // Removes the log's file (nothing is pending: a clean unmount); no call may follow.
+  void Remove() EXCLUDES(mu_);
   // Makes what was appended durable. The first failure of a write since the last Sync, if any.
   Status Sync() EXCLUDES(mu_);
 

@@ -516,6 +516,7 @@ Status Uploader::Stop(std::chrono::milliseconds idle_limit) {
       clients_.front()->AbortMultipartUpload(job->key, job->upload_id);
     }
   }
+  if (pending == 0 && log_) log_->Remove();
   return left;
 }
 

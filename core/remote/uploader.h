@@ -91,7 +91,7 @@ class Uploader {
   UploadProgress Progress() const EXCLUDES(mu_);
   // Waits until everything handed over is uploaded, giving up once nothing has been uploaded for
   // `idle_limit`; then stops the threads (uploads in flight are aborted). Returns what is left,
-  // naming it, or ok.
+  // naming it (kept in the upload log), or ok (the upload log is removed).
   Status Stop(std::chrono::milliseconds idle_limit) EXCLUDES(mu_);
 
  private:

@@ -130,7 +130,8 @@ class RemoteRecoveryTest(unittest.TestCase):
                     old = m.worker_pid()
                     os.kill(old, signal.SIGKILL)
                     wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
-                self.assertIn("resuming", m.output(), "the next worker resumed nothing")
+                wait_for(lambda: "remote: resuming" in m.output(), 60,
+                         lambda: "the next worker resuming the uploads")
                 # The mount goes on saving.
                 self.save(m, rng, "step_3", saved)
                 m.sync()
