@@ -114,7 +114,8 @@ _ERRORS = {
 class FaultProxy:
     """An HTTP/1.1 proxy on 127.0.0.1 to `upstream` (a moto endpoint). inject() queues faults for
     the next requests that match; every request passed is recorded in `log` as (start, end,
-    method, path, status, headers) with monotonic times; `injected` counts the faults given by
+    method, path, status, headers) with monotonic times (start: its headers read; end: the
+    answer in hand, before the client has it); `injected` counts the faults given by
     kind. go_down() makes the store unreachable (the port refuses connections, open ones are reset
     at their next request) until come_back() listens again on the same port."""
 
@@ -233,6 +234,7 @@ class FaultProxy:
                 up.endheaders(body)
                 resp = up.getresponse()
                 data = resp.read()
+                answered = time.monotonic()  # Before the client can know of the answer.
                 out = [f"HTTP/1.1 {resp.status} {resp.reason}\r\n"]
                 for n, v in resp.getheaders():
                     if n.lower() not in ("connection", "transfer-encoding", "content-length"):
@@ -241,7 +243,7 @@ class FaultProxy:
                 out.append(f"Content-Length: {length_out or 0}\r\n\r\n")
                 up.close()
                 conn.sendall("".join(out).encode("latin-1") + data)
-                self._record(start, method, path, resp.status, headers)
+                self._record(start, method, path, resp.status, headers, answered)
         except (ConnectionError, OSError, ValueError):
             return
 
@@ -250,9 +252,10 @@ class FaultProxy:
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         conn.close()
 
-    def _record(self, start, method, path, status, headers):
+    def _record(self, start, method, path, status, headers, end=None):
+        end = time.monotonic() if end is None else end
         with self.lock:
-            self.log.append((start, time.monotonic(), method, path, status, dict(headers)))
+            self.log.append((start, end, method, path, status, dict(headers)))
 
 
 def signature_matches(method, url, headers, secret, region="us-east-1"):
