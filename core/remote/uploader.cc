@@ -42,7 +42,7 @@ struct Uploader::Job {
   Phase phase = Phase::kWaiting;
   std::string upload_id;
   std::vector<unsigned> parts_to_send;  // Part indexes not handed to a thread yet.
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> parts;
   size_t parts_done = 0;
   uint64_t uploaded = 0;     // Bytes of this job on the store (parts or the whole).
   unsigned generation = 0;   // Bumped when the job starts again from the beginning.
@@ -63,7 +63,7 @@ struct Uploader::Task {
   // Copied under the lock: the thread uses them without it.
   std::string key;
   std::string upload_id;
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> parts;
 };
 
 Result<std::unique_ptr<Uploader>> Uploader::Start(const UploaderSettings& settings, Stats& stats) {
@@ -270,7 +270,7 @@ bool Uploader::NextTaskLocked(Task* task) {
       ++job.in_flight;
       job.phase = Job::Phase::kCompleting;
       task->kind = Task::Kind::kComplete;
-      task->etags = job.etags;
+      task->parts = job.parts;
       return true;
     }
   }
@@ -329,7 +329,8 @@ void Uploader::Perform(S3Client& client, Task& task) {
   Job& job = *task.job;  // Stays in jobs_ until done, and done only through its last task.
   const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
   Status outcome;
-  std::string upload_id, etag;
+  std::string upload_id;
+  UploadedPart part;
   uint64_t sent = 0;
   switch (task.kind) {
     case Task::Kind::kPut:
@@ -345,14 +346,14 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kPart: {
       const uint64_t offset = task.part * job.plan.part_size;
       sent = std::min(job.plan.part_size, job.size - offset);
-      Result<std::string> answer =
+      Result<UploadedPart> answer =
           client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook);
       outcome = answer.status();
-      if (answer.ok()) etag = *answer;
+      if (answer.ok()) part = *answer;
       break;
     }
     case Task::Kind::kComplete:
-      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.etags, hook);
+      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
       break;
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
@@ -386,7 +387,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
   switch (task.kind) {
     case Task::Kind::kCreate:
       job.upload_id = upload_id;
-      job.etags.assign(job.plan.parts, "");
+      job.parts.assign(job.plan.parts, {});
       job.parts_to_send.clear();
       for (auto p = static_cast<unsigned>(job.plan.parts); p-- > 0;) job.parts_to_send.push_back(p);
       job.parts_done = 0;
@@ -396,7 +397,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kPart:
       stats_.remote_bytes_uploaded += sent;
       job.uploaded += sent;
-      job.etags[task.part] = etag;
+      job.parts[task.part] = part;
       ++job.parts_done;
       wake_.notify_all();
       return;

@@ -1,10 +1,12 @@
 """The remote tier keeps what it was handed: a worker killed (-9) or the whole daemon killed at a
 seeded random point during uploads, and the store unreachable during saves. Afterwards every file
 acknowledged (closed, then `ckptfs sync`) is on a real S3 server (moto) byte for byte, nothing
-else is (no partial object, no multipart upload left open), and no marker (`.metadata`) reached
-the store before the data of its step. Run with the defaults (remote= and remote_endpoint=
-only), through a fault-injecting proxy that records every request."""
+else is (no partial object, no multipart upload left open), every object and part went with the
+CRC32C of its bytes, and no marker (`.metadata`) reached the store before the data of its step.
+Run with the defaults (remote= and remote_endpoint= only), through a fault-injecting proxy that
+records every request."""
 
+import base64
 import os
 import random
 import signal
@@ -12,6 +14,8 @@ import time
 import unittest
 import urllib.parse
 from unittest import mock
+
+import crc32c
 
 from ckptfs_testing.ckptfs_daemon import wait_for
 from ckptfs_testing.file_contents import distinct_content
@@ -21,6 +25,7 @@ from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer
 
 MiB = 1 << 20
 BUCKET = "ckpt"
+PART = 16 * MiB  # remote_part_size's default.
 
 
 def write(path, data):
@@ -85,8 +90,21 @@ class RemoteRecoveryTest(unittest.TestCase):
                                                 f"{len(data)} saved")
         open_uploads = self.s3.client().list_multipart_uploads(Bucket=BUCKET, Prefix=prefix + "/")
         self.assertEqual(open_uploads.get("Uploads", []), [], "multipart uploads left open")
-        # A marker was put only after every object of its step was complete on the store.
+        # Every object and part went with the CRC32C of its bytes (PyPI's crc32c, apart from the
+        # daemon's ISA-L), for the store to verify.
         log = list(proxy.log)
+        for start, end, method, path, status, headers in log:
+            if method != "PUT" or status != 200:
+                continue
+            data = expected[key_of(path)]
+            query = urllib.parse.parse_qs(path.partition("?")[2])
+            if "partNumber" in query:
+                n = int(query["partNumber"][0])
+                data = data[(n - 1) * PART:n * PART]
+            sent = {k.lower(): v for k, v in headers.items()}.get("x-amz-checksum-crc32c")
+            expected_sum = base64.b64encode(crc32c.crc32c(data).to_bytes(4, "big")).decode()
+            self.assertEqual(sent, expected_sum, f"the checksum sent with {path}")
+        # A marker was put only after every object of its step was complete on the store.
         completed = {}  # key -> the end of its first successful completion.
         for start, end, method, path, status, _ in log:
             whole_put = method == "PUT" and "?" not in path

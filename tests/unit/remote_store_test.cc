@@ -79,13 +79,14 @@ TEST_F(RemoteStoreTest, AMultipartObjectAppearsOnlyWhenCompleteAndEqualsItsFile)
   const int fd = MemFile(data);
   Result<std::string> id = client_->CreateMultipartUpload("run/big", nullptr);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> etags;
   const uint64_t part = 5 << 20;
   for (unsigned p = 0; p * part < data.size(); ++p) {
     const uint64_t size = std::min<uint64_t>(part, data.size() - p * part);
-    Result<std::string> etag = client_->UploadPart("run/big", *id, p + 1, fd, p * part, size,
-                                                   nullptr);
+    Result<UploadedPart> etag = client_->UploadPart("run/big", *id, p + 1, fd, p * part, size,
+                                                    nullptr);
     ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+    EXPECT_EQ(etag->crc32c.size(), 8u);
     etags.push_back(*etag);
   }
   EXPECT_EQ(etags.size(), 3u);
@@ -96,6 +97,20 @@ TEST_F(RemoteStoreTest, AMultipartObjectAppearsOnlyWhenCompleteAndEqualsItsFile)
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->size(), data.size());
   EXPECT_TRUE(*got == data);
+}
+
+TEST_F(RemoteStoreTest, APartCarriesTheCrc32cOfItsBytesAsS3WritesIt) {
+  Result<std::string> id = client_->CreateMultipartUpload("run/check", nullptr);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  // The check value of CRC32C (RFC 3720): 0xE3069283, big-endian, in base64.
+  Result<UploadedPart> part =
+      client_->UploadPart("run/check", *id, 1, MemFile("123456789"), 0, 9, nullptr);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(part->crc32c, "4waSgw==");
+  ASSERT_TRUE(client_->CompleteMultipartUpload("run/check", *id, {*part}, nullptr).ok());
+  Result<std::string> got = client_->GetObject("run/check", 100, nullptr);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "123456789");
 }
 
 TEST_F(RemoteStoreTest, AnAnswerLargerThanAskedIsRefused) {
