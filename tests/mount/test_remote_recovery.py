@@ -1,10 +1,10 @@
-"""The remote tier keeps what it was handed: a worker killed (-9) or the whole daemon killed at a
-seeded random point during uploads, and the store unreachable during saves. Afterwards every file
-acknowledged (closed, then `ckptfs sync`) is on a real S3 server (moto) byte for byte, nothing
-else is (no partial object, no multipart upload left open), every object and part went with the
-CRC32C of its bytes, and no marker (`.metadata`) reached the store before the data of its step.
-Run with the defaults (remote= and remote_endpoint= only), through a fault-injecting proxy that
-records every request."""
+"""The remote tier keeps what it was handed: a worker killed (-9), the whole daemon killed, or the
+worker upgraded (handing over) at a seeded random point during uploads, and the store unreachable
+during saves. Afterwards every file acknowledged (closed, then `ckptfs sync`) is on a real S3
+server (moto) byte for byte, nothing else is (no partial object, no multipart upload left open),
+every object and part went with the CRC32C of its bytes, and no marker (`.metadata`) reached the
+store before the data of its step. Run with the defaults (remote= and remote_endpoint= only),
+through a fault-injecting proxy that records every request."""
 
 import base64
 import os
@@ -122,10 +122,12 @@ class RemoteRecoveryTest(unittest.TestCase):
                     self.assertLess(completed[other], start,
                                     f"{key} was put before {other} was complete on the store")
 
-    def kill_during_uploads(self, whole_daemon):
+    def stop_during_uploads(self, how):
+        """how: "worker" (kill -9 of the worker), "daemon" (kill -9 of the whole daemon, then a
+        new mount) or "upgrade" (`ckptfs upgrade`: the worker hands over)."""
         seed = choose_seed("CKPTFS_REMOTE_KILL_SEED", "remote kill")
         rng = random.Random(seed)
-        prefix = f"kill-{'daemon' if whole_daemon else 'worker'}-{seed}"
+        prefix = f"{how}-{seed}"
         saved = {}
         with FaultProxy(self.s3.endpoint) as proxy:
             # Completions and markers take a while: the kill lands while uploads are pending.
@@ -138,16 +140,18 @@ class RemoteRecoveryTest(unittest.TestCase):
                 m.sync()  # Acknowledged: durable in the backing directory.
                 time.sleep(rng.uniform(0, 1.5))
                 pending = m.stats()["remote"]["pending_files"]
-                print(f"killing the {'daemon' if whole_daemon else 'worker'} with {pending} "
-                      "uploads pending", flush=True)
-                self.assertGreater(pending, 0, "the kill would not land during uploads")
-                if whole_daemon:
+                print(f"stopping ({how}) with {pending} uploads pending", flush=True)
+                self.assertGreater(pending, 0, "the stop would not land during uploads")
+                if how == "daemon":
                     m.kill9()
                     m.start()
-                else:
+                elif how == "worker":
                     old = m.worker_pid()
                     os.kill(old, signal.SIGKILL)
                     wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+                else:
+                    r = run_ckptfs(["upgrade", m.mnt, "--timeout", "60"], timeout=120)
+                    self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
                 wait_for(lambda: "remote: resuming" in m.output(), 60,
                          lambda: "the next worker resuming the uploads")
                 # The mount goes on saving.
@@ -158,10 +162,13 @@ class RemoteRecoveryTest(unittest.TestCase):
             self.assert_store_holds_exactly(prefix, saved, proxy)
 
     def test_a_worker_killed_during_uploads_leaves_everything_acknowledged_on_the_store(self):
-        self.kill_during_uploads(whole_daemon=False)
+        self.stop_during_uploads("worker")
 
     def test_a_daemon_killed_during_uploads_leaves_everything_acknowledged_on_the_store(self):
-        self.kill_during_uploads(whole_daemon=True)
+        self.stop_during_uploads("daemon")
+
+    def test_an_upgrade_during_uploads_leaves_everything_acknowledged_on_the_store(self):
+        self.stop_during_uploads("upgrade")
 
     def test_saves_go_on_while_the_store_is_unreachable_and_uploads_resume_after(self):
         seed = choose_seed("CKPTFS_REMOTE_OUTAGE_SEED", "remote outage")
