@@ -131,7 +131,7 @@ class RemoteRecoveryTest(unittest.TestCase):
         saved = {}
         with FaultProxy(self.s3.endpoint) as proxy:
             # Completions and markers take a while: the kill lands while uploads are pending.
-            proxy.inject("delay", method="POST", query_part="uploadId=", count=2, delay=2.0)
+            proxy.inject("delay", method="POST", query_part="uploadId=", count=2, delay=4.0)
             proxy.inject("delay", method="PUT", query_part="partNumber=", count=2, delay=1.0)
             with CkptfsMount(options=self.options(proxy, prefix),
                              expect_errors=[r"worker \d+ died"]) as m:
