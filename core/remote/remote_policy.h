@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/memory/crc32c.h"
 
 namespace ckptfs::policy {
 
@@ -85,6 +88,27 @@ inline PartPlan PlanParts(uint64_t size, uint64_t part_size) {
     part_size = (needed + (1ull << 20) - 1) & ~((1ull << 20) - 1);
   }
   return {true, part_size, (size + part_size - 1) / part_size};
+}
+
+// The CRC32C of bytes [offset, offset + length) of a file of `size` bytes, from its checksum
+// record (`sums`, one per `chunk` bytes; core/integrity/checksum_record.h), when the range is
+// whole chunks (the last one may end at the end of the file); nullopt otherwise, or when the
+// record does not cover the range.
+inline std::optional<uint32_t> RecordedCrc32c(uint64_t chunk, uint64_t size,
+                                              const std::vector<uint32_t>& sums, uint64_t offset,
+                                              uint64_t length) {
+  if (chunk == 0 || offset % chunk != 0 || offset > size || length > size - offset) {
+    return std::nullopt;
+  }
+  if (length % chunk != 0 && offset + length != size) return std::nullopt;
+  const uint64_t first = offset / chunk;
+  const uint64_t count = (length + chunk - 1) / chunk;
+  if (first + count > sums.size()) return std::nullopt;
+  uint32_t crc = 0;  // The CRC32C of no bytes.
+  for (uint64_t i = 0; i < count; ++i) {
+    crc = Crc32cConcat(crc, sums[first + i], std::min(chunk, length - i * chunk));
+  }
+  return crc;
 }
 
 // A path the upload log names, relative to the backing directory: resumed only when it is one the

@@ -100,8 +100,19 @@ std::string Base64(const unsigned char* bytes, size_t n) {
   return out;
 }
 
-// The CRC32C of `size` bytes of `fd` from `offset`, as S3's x-amz-checksum-crc32c says it.
-Result<std::string> Crc32cOfRange(int fd, uint64_t offset, uint64_t size) {
+// `crc` as S3's x-amz-checksum-crc32c says it.
+std::string Crc32cHeaderValue(uint32_t v) {
+  const unsigned char big_endian[4] = {
+      static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+      static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  return Base64(big_endian, 4);
+}
+
+// The CRC32C of `size` bytes of `fd` from `offset` (`known` when given), as S3's
+// x-amz-checksum-crc32c says it.
+Result<std::string> Crc32cOfRange(int fd, uint64_t offset, uint64_t size,
+                                  std::optional<uint32_t> known) {
+  if (known) return Crc32cHeaderValue(*known);
   std::vector<char> buffer(std::min<uint64_t>(size, kUploadBuffer));
   Crc32c crc;
   for (uint64_t done = 0; done < size;) {
@@ -112,11 +123,7 @@ Result<std::string> Crc32cOfRange(int fd, uint64_t offset, uint64_t size) {
     crc.Update(buffer.data(), static_cast<size_t>(got));
     done += static_cast<uint64_t>(got);
   }
-  const uint32_t v = crc.value();
-  const unsigned char big_endian[4] = {
-      static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
-      static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
-  return Base64(big_endian, 4);
+  return Crc32cHeaderValue(crc.value());
 }
 
 struct Body {
@@ -381,8 +388,8 @@ Status S3Client::CheckBucket() {
 }
 
 Status S3Client::PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
-                           const RetryHook& hook) {
-  Result<std::string> crc = Crc32cOfRange(fd, offset, size);
+                           const RetryHook& hook, std::optional<uint32_t> crc32c) {
+  Result<std::string> crc = Crc32cOfRange(fd, offset, size, crc32c);
   if (!crc.ok()) {
     return Status::Error(crc.status().err(), "PutObject " + key + ": " + crc.status().message());
   }
@@ -415,8 +422,9 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, cons
 
 Result<UploadedPart> S3Client::UploadPart(const std::string& key, const std::string& upload_id,
                                           unsigned part_number, int fd, uint64_t offset,
-                                          uint64_t size, const RetryHook& hook) {
-  Result<std::string> crc = Crc32cOfRange(fd, offset, size);
+                                          uint64_t size, const RetryHook& hook,
+                                          std::optional<uint32_t> crc32c) {
+  Result<std::string> crc = Crc32cOfRange(fd, offset, size, crc32c);
   if (!crc.ok()) {
     return Status::Error(crc.status().err(), "UploadPart " + key + ": " + crc.status().message());
   }

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 
 #include "core/base/commit_markers.h"
+#include "core/integrity/checksum_record.h"
 
 namespace ckptfs {
 namespace {
@@ -35,6 +37,9 @@ struct Uploader::Job {
   policy::LoggedUploads::Version logged;  // What the upload log says of it.
   int fd = -1;
   uint64_t size = 0;
+  // The file's checksum record (core/integrity/checksum_record.h), when it has one of its size:
+  // the CRC32C sent for whole chunks is the one of the bytes as the trainer wrote them.
+  std::optional<ChecksumRecord> record;
   bool marker = false;
   // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
   bool removal = false;
@@ -109,6 +114,13 @@ std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& rela
   job->size = static_cast<uint64_t>(st->st_size);
   job->marker = policy::IsCommitMarker(relative.substr(relative.rfind('/') + 1), settings_.markers);
   job->plan = policy::PlanParts(job->size, settings_.part_size);
+  std::string text(kMaxChecksumRecordBytes, '\0');
+  const ssize_t n = fgetxattr(fd, kChecksumXattr, text.data(), text.size());
+  if (n > 0) {
+    text.resize(static_cast<size_t>(n));
+    Result<ChecksumRecord> record = ParseChecksumRecord(text);
+    if (record.ok() && record->size == job->size) job->record = std::move(*record);
+  }
   job->logged = {relative, false, static_cast<uint64_t>(st->st_ino), job->size,
                  int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec};
   return job;
@@ -325,6 +337,13 @@ void Uploader::Run(S3Client& client) {
   }
 }
 
+std::optional<uint32_t> Uploader::RecordedCrc32c(const Job& job, uint64_t offset,
+                                                 uint64_t length) {
+  if (!job.record) return std::nullopt;
+  return policy::RecordedCrc32c(job.record->chunk, job.record->size, job.record->sums, offset,
+                                length);
+}
+
 void Uploader::Perform(S3Client& client, Task& task) {
   Job& job = *task.job;  // Stays in jobs_ until done, and done only through its last task.
   const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
@@ -334,7 +353,8 @@ void Uploader::Perform(S3Client& client, Task& task) {
   uint64_t sent = 0;
   switch (task.kind) {
     case Task::Kind::kPut:
-      outcome = client.PutObject(task.key, job.fd, 0, job.size, hook);
+      outcome =
+          client.PutObject(task.key, job.fd, 0, job.size, hook, RecordedCrc32c(job, 0, job.size));
       sent = job.size;
       break;
     case Task::Kind::kCreate: {
@@ -347,7 +367,8 @@ void Uploader::Perform(S3Client& client, Task& task) {
       const uint64_t offset = task.part * job.plan.part_size;
       sent = std::min(job.plan.part_size, job.size - offset);
       Result<UploadedPart> answer =
-          client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook);
+          client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook,
+                            RecordedCrc32c(job, offset, sent));
       outcome = answer.status();
       if (answer.ok()) part = *answer;
       break;

@@ -115,6 +115,9 @@ class Uploader {
   void Run(S3Client& client) EXCLUDES(mu_);
   // The next step to take, in order; false when there is none now.
   bool NextTaskLocked(Task* task) REQUIRES(mu_);
+  // The CRC32C of a range of `job`'s file from its checksum record; nullopt when it has none
+  // for that range.
+  static std::optional<uint32_t> RecordedCrc32c(const Job& job, uint64_t offset, uint64_t length);
   // Takes a step; then records its outcome.
   void Perform(S3Client& client, Task& task) EXCLUDES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);

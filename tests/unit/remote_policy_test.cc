@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "crc32c_of.h"
+
 namespace ckptfs::policy {
 namespace {
 
@@ -58,6 +62,29 @@ TEST(RemotePolicyTest, AHugeFileGetsLargerPartsToStayWithinTenThousand) {
   EXPECT_LE(p.parts, kMaxParts);
   EXPECT_GE(p.part_size * p.parts, size);
   EXPECT_EQ(p.part_size % (1 << 20), 0u);
+}
+
+TEST(RemotePolicyTest, ThePartsChecksumIsJoinedFromTheRecordedChunksWhenItIsWholeChunks) {
+  using testing_util::Crc32cOf;
+  std::string bytes(10000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + (i >> 9));
+  const uint64_t chunk = 1024;
+  std::vector<uint32_t> sums;
+  for (uint64_t at = 0; at < bytes.size(); at += chunk) {
+    sums.push_back(Crc32cOf(std::string_view(bytes).substr(at, chunk)));
+  }
+  const std::string_view all(bytes);
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 0, bytes.size()), Crc32cOf(all));
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 2048, 4096),
+            Crc32cOf(all.substr(2048, 4096)));
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 8192, 1808), Crc32cOf(all.substr(8192)))
+      << "the last part ends with the file";
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 0, 0), Crc32cOf(""));
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 100, 1024)) << "not on a chunk";
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 0, 1000)) << "part of a chunk";
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 8192, 4096)) << "beyond the file";
+  EXPECT_FALSE(RecordedCrc32c(chunk, 20000, sums, 0, 20000)) << "beyond the record";
+  EXPECT_FALSE(RecordedCrc32c(0, bytes.size(), sums, 0, 10));
 }
 
 TEST(RemotePolicyTest, FailuresOfOneKindAreOneKindWhateverTheObject) {
