@@ -48,8 +48,10 @@ class Durability final : private FlushClient {
   // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
   // held until the group commits them (core/flush/held_markers.h).
   Status JoinSharedMount() EXCLUDES(ns_lock);
-  // With -o remote, before Start: starts the uploads to the object store of every file version
-  // made durable from then on (core/remote/uploader.h). Fails when there are no credentials.
+  // With -o remote, before Start (and before a recovery): resumes the uploads the upload log in
+  // the private area names as not done, then uploads every file version made durable from then
+  // on (core/remote/uploader.h, upload_log.h). Fails when there are no credentials, or the log
+  // cannot be written.
   Status ConnectRemote();
   // Starts the flusher thread (and the shared mount's).
   void Start();
