@@ -1,6 +1,8 @@
 #include "core/filesystem/durability.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -61,6 +63,15 @@ Status Durability::ConnectRemote() {
   char root[PATH_MAX];
   if (!realpath(config.backing_dir.c_str(), root)) return Status::FromErrno(config.backing_dir);
   settings.backing_root = root;
+  // The upload log lives in the private area, one per member in shared mode.
+  const int reserved = openat(parts_.store.root_fd, kReservedName,
+                              O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (reserved < 0) return Status::FromErrno(std::string(kReservedName));
+  upload_log_dir_ = reserved;
+  settings.log_dir_fd = reserved;
+  settings.log_name = config.shared ? "uploads-" + config.node + ".log" : "uploads.log";
+  settings.abort_open_uploads = !config.shared;
+  settings.reserved_name = kReservedName;
   Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);
   if (!uploader.ok()) return uploader.status();
   uploader_ = std::move(*uploader);
@@ -95,6 +106,12 @@ void Durability::HandOverUploads(const FlushReport& report) {
         break;
     }
   }
+  // Before the journal completes these entries: until then the recovery publishes them again.
+  if (Status st = uploader_->SyncLog(); !st.ok()) {
+    parts_.stats.remote_errors++;
+    spdlog::error("remote: the upload log cannot be written ({}): uploads not yet done are lost "
+                  "if this worker dies", st.ToString());
+  }
 }
 
 void Durability::Start() {
@@ -117,6 +134,8 @@ void Durability::LeaveSharedMount() {
 void Durability::Stop() {
   LeaveSharedMount();
   uploader_.reset();
+  if (upload_log_dir_ >= 0) close(upload_log_dir_);
+  upload_log_dir_ = -1;
   flusher_.reset();
   shared_.reset();
 }
@@ -159,7 +178,10 @@ Status Durability::Drain() {
   LeaveSharedMount();
   if (uploader_) {
     // What is durable stays in the backing directory whatever happens here.
-    if (Status left = uploader_->Stop(parts_.config.unmount_retry); !left.ok()) {
+    // Recovering an earlier mount's files leaves their uploads to the mount that follows.
+    const auto wait = parts_.config.recovers_earlier_mount ? std::chrono::milliseconds(0)
+                                                           : parts_.config.unmount_retry;
+    if (Status left = uploader_->Stop(wait); !left.ok() && wait.count() > 0) {
       spdlog::error("remote: unmounting with uploads left undone: {}", left.ToString());
     }
   }

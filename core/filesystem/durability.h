@@ -48,8 +48,10 @@ class Durability final : private FlushClient {
   // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
   // held until the group commits them (core/flush/held_markers.h).
   Status JoinSharedMount() EXCLUDES(ns_lock);
-  // With -o remote, before Start: starts the uploads to the object store of every file version
-  // made durable from then on (core/remote/uploader.h). Fails when there are no credentials.
+  // With -o remote, before Start (and before a recovery): resumes the uploads the upload log in
+  // the private area names as not done, then uploads every file version made durable from then
+  // on (core/remote/uploader.h, upload_log.h). Fails when there are no credentials, or the log
+  // cannot be written.
   Status ConnectRemote();
   // Starts the flusher thread (and the shared mount's).
   void Start();
@@ -94,6 +96,7 @@ class Durability final : private FlushClient {
 
   // -o remote: the uploads (null otherwise). Fed on the flusher's thread.
   std::unique_ptr<Uploader> uploader_;
+  int upload_log_dir_ = -1;  // The private area holding the upload log (-1: none).
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;

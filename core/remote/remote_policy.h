@@ -1,11 +1,18 @@
 // The remote tier's policy, pure: which failures of a request are retried and after how long,
-// and how a file is cut into the parts of a multipart upload.
+// how a file is cut into the parts of a multipart upload, and what a restarted mount does with
+// the uploads its upload log (core/remote/upload_log.h) names.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "core/memory/crc32c.h"
 
 namespace ckptfs::policy {
 
@@ -46,6 +53,16 @@ inline std::chrono::milliseconds RetryDelay(unsigned retry, double jitter) {
                                                                std::clamp(jitter, 0.0, 0.5)));
 }
 
+// The kind of a failed request, for logging it once per kind: "HTTP STATUS CODE" of an answer
+// (`message` as S3Client says it: "METHOD s3://BUCKET/KEY: HTTP 503 SlowDown: ..."), else the
+// transport's errno text (refused, reset, timed out).
+inline std::string FailureKind(int err, std::string_view message) {
+  const size_t http = message.find(": HTTP ");
+  if (http == message.npos) return std::strerror(err);
+  std::string_view kind = message.substr(http + 2);
+  return std::string(kind.substr(0, kind.find(':')));
+}
+
 // Requests of the mount check are retried this many times; uploads are retried until they
 // succeed or fail for good (kFail), their last error shown in stats meanwhile.
 inline constexpr unsigned kCheckRetries = 2;
@@ -71,6 +88,82 @@ inline PartPlan PlanParts(uint64_t size, uint64_t part_size) {
     part_size = (needed + (1ull << 20) - 1) & ~((1ull << 20) - 1);
   }
   return {true, part_size, (size + part_size - 1) / part_size};
+}
+
+// The CRC32C of bytes [offset, offset + length) of a file of `size` bytes, from its checksum
+// record (`sums`, one per `chunk` bytes; core/integrity/checksum_record.h), when the range is
+// whole chunks (the last one may end at the end of the file); nullopt otherwise, or when the
+// record does not cover the range.
+inline std::optional<uint32_t> RecordedCrc32c(uint64_t chunk, uint64_t size,
+                                              const std::vector<uint32_t>& sums, uint64_t offset,
+                                              uint64_t length) {
+  if (chunk == 0 || offset % chunk != 0 || offset > size || length > size - offset) {
+    return std::nullopt;
+  }
+  if (length % chunk != 0 && offset + length != size) return std::nullopt;
+  const uint64_t first = offset / chunk;
+  const uint64_t count = (length + chunk - 1) / chunk;
+  if (first + count > sums.size()) return std::nullopt;
+  uint32_t crc = 0;  // The CRC32C of no bytes.
+  for (uint64_t i = 0; i < count; ++i) {
+    crc = Crc32cConcat(crc, sums[first + i], std::min(chunk, length - i * chunk));
+  }
+  return crc;
+}
+
+// A path the upload log names, relative to the backing directory: resumed only when it is one the
+// mount could have published. Refused: empty, absolute, longer than 4096 bytes, with a NUL, an
+// empty, "." or ".." component, or under the private area `reserved` (".ckptfs").
+inline bool IsUploadablePath(std::string_view path, std::string_view reserved) {
+  if (path.empty() || path.size() > 4096 || path.front() == '/') return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == ".." || part.find('\0') != part.npos) return false;
+    if (start == 0 && part == reserved) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+// What the log of uploads holds: the versions handed over, in order, and how many of them, from
+// the first, are done (uploaded, superseded or removed).
+struct LoggedUploads {
+  struct Version {
+    std::string path;      // Relative to the backing directory.
+    bool removal = false;  // Removes the object of `path` (a renamed file's old name).
+    // The version handed over, as the backing directory had it (unused by removals).
+    uint64_t inode = 0;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  std::vector<Version> handed_over;
+  uint64_t done = 0;  // The greatest "done up to" recorded; at most handed_over.size() counts.
+
+  // The versions still to be done, in handed-over order.
+  std::vector<Version> Pending() const {
+    const uint64_t skip = std::min<uint64_t>(done, handed_over.size());
+    return {handed_over.begin() + static_cast<std::ptrdiff_t>(skip), handed_over.end()};
+  }
+};
+
+enum class Resumed { kUpload, kRemove, kSkip };
+
+// What a restarted mount does with a pending logged version of a path, in log order, given
+// whether the file now under the path is that version (`same_version`; false when it is gone),
+// and whether a later pending record names the same path (`named_again`). A removal is done. A
+// version superseded by a later record is skipped (the later one uploads). A version replaced
+// since by one the log does not name (published as the worker died, before it was logged; the
+// recovery publishes it again) is uploaded as the file now is when it is data, which only puts
+// data ahead of markers, and skipped when it is a marker, whose data may not be logged yet: a
+// marker reaches the store only as the version the log names, after what was logged before it.
+inline Resumed ResumeLogged(bool removal, bool marker, bool exists, bool same_version,
+                            bool named_again) {
+  if (removal) return Resumed::kRemove;
+  if (named_again || !exists) return Resumed::kSkip;
+  if (same_version) return Resumed::kUpload;
+  return marker ? Resumed::kSkip : Resumed::kUpload;
 }
 
 }  // namespace ckptfs::policy

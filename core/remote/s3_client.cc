@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "core/memory/crc32c.h"
 #include "core/remote/remote_policy.h"
 #include "core/remote/s3_xml.h"
 
@@ -21,6 +22,7 @@ struct S3Client::Request {
   uint64_t offset = 0;
   uint64_t size = 0;
   std::string body;    // Or this (POST).
+  std::vector<std::string> headers;  // More headers ("Name: value"), signed with the others.
   size_t max_answer = 1 << 20;
 };
 
@@ -79,6 +81,49 @@ std::string EncodeKey(const std::string& key) {
     }
   }
   return out;
+}
+
+// Base64 of `bytes` (RFC 4648, padded).
+std::string Base64(const unsigned char* bytes, size_t n) {
+  static const char kDigits[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t b = (uint32_t{bytes[i]} << 16) |
+                       (i + 1 < n ? uint32_t{bytes[i + 1]} << 8 : 0) |
+                       (i + 2 < n ? uint32_t{bytes[i + 2]} : 0);
+    out += kDigits[(b >> 18) & 63];
+    out += kDigits[(b >> 12) & 63];
+    out += i + 1 < n ? kDigits[(b >> 6) & 63] : '=';
+    out += i + 2 < n ? kDigits[b & 63] : '=';
+  }
+  return out;
+}
+
+// `crc` as S3's x-amz-checksum-crc32c says it.
+std::string Crc32cHeaderValue(uint32_t v) {
+  const unsigned char big_endian[4] = {
+      static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+      static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  return Base64(big_endian, 4);
+}
+
+// The CRC32C of `size` bytes of `fd` from `offset` (`known` when given), as S3's
+// x-amz-checksum-crc32c says it.
+Result<std::string> Crc32cOfRange(int fd, uint64_t offset, uint64_t size,
+                                  std::optional<uint32_t> known) {
+  if (known) return Crc32cHeaderValue(*known);
+  std::vector<char> buffer(std::min<uint64_t>(size, kUploadBuffer));
+  Crc32c crc;
+  for (uint64_t done = 0; done < size;) {
+    const ssize_t got = pread(fd, buffer.data(), std::min<uint64_t>(buffer.size(), size - done),
+                              static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return Status::Error(got < 0 ? errno : EIO, "reading the local file");
+    crc.Update(buffer.data(), static_cast<size_t>(got));
+    done += static_cast<uint64_t>(got);
+  }
+  return Crc32cHeaderValue(crc.value());
 }
 
 struct Body {
@@ -225,6 +270,7 @@ S3Client::Answer S3Client::Try(const Request& request) {
     token_header = "x-amz-security-token: " + settings_.credentials.session_token;
     headers = curl_slist_append(headers, token_header.c_str());
   }
+  for (const std::string& h : request.headers) headers = curl_slist_append(headers, h.c_str());
   Body body{request.fd, request.offset, request.size};
   const std::string method = request.method;
   if (method == "PUT") {
@@ -342,13 +388,18 @@ Status S3Client::CheckBucket() {
 }
 
 Status S3Client::PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
-                           const RetryHook& hook) {
+                           const RetryHook& hook, std::optional<uint32_t> crc32c) {
+  Result<std::string> crc = Crc32cOfRange(fd, offset, size, crc32c);
+  if (!crc.ok()) {
+    return Status::Error(crc.status().err(), "PutObject " + key + ": " + crc.status().message());
+  }
   Request request;
   request.method = "PUT";
   request.key = key;
   request.fd = fd;
   request.offset = offset;
   request.size = size;
+  request.headers.push_back("x-amz-checksum-crc32c: " + *crc);
   return Run(request, hook, UINT_MAX).status();
 }
 
@@ -357,6 +408,7 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, cons
   request.method = "POST";
   request.key = key;
   request.query = "uploads=";
+  request.headers.push_back("x-amz-checksum-algorithm: CRC32C");
   Result<Answer> answer = Run(request, hook, UINT_MAX);
   if (!answer.ok()) return answer.status();
   Result<S3Xml> xml = ParseS3Xml(answer->body);
@@ -368,9 +420,14 @@ Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, cons
   return id;
 }
 
-Result<std::string> S3Client::UploadPart(const std::string& key, const std::string& upload_id,
-                                         unsigned part_number, int fd, uint64_t offset,
-                                         uint64_t size, const RetryHook& hook) {
+Result<UploadedPart> S3Client::UploadPart(const std::string& key, const std::string& upload_id,
+                                          unsigned part_number, int fd, uint64_t offset,
+                                          uint64_t size, const RetryHook& hook,
+                                          std::optional<uint32_t> crc32c) {
+  Result<std::string> crc = Crc32cOfRange(fd, offset, size, crc32c);
+  if (!crc.ok()) {
+    return Status::Error(crc.status().err(), "UploadPart " + key + ": " + crc.status().message());
+  }
   CURL* curl = static_cast<CURL*>(curl_);
   char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
   if (!escaped) return Status::Error(ENOMEM, "UploadPart: cannot encode the upload id");
@@ -382,17 +439,18 @@ Result<std::string> S3Client::UploadPart(const std::string& key, const std::stri
   request.fd = fd;
   request.offset = offset;
   request.size = size;
+  request.headers.push_back("x-amz-checksum-crc32c: " + *crc);
   Result<Answer> answer = Run(request, hook, UINT_MAX);
   if (!answer.ok()) return answer.status();
   if (answer->etag.empty()) {
     return Status::Error(EPROTO, "UploadPart " + key + " part " + std::to_string(part_number) +
                                      ": no ETag in the answer");
   }
-  return answer->etag;
+  return UploadedPart{answer->etag, *crc};
 }
 
 Status S3Client::CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
-                                         const std::vector<std::string>& etags,
+                                         const std::vector<UploadedPart>& parts,
                                          const RetryHook& hook) {
   CURL* curl = static_cast<CURL*>(curl_);
   char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
@@ -405,9 +463,10 @@ Status S3Client::CompleteMultipartUpload(const std::string& key, const std::stri
   request.query = std::string("uploadId=") + escaped;
   curl_free(escaped);
   request.body = "<CompleteMultipartUpload>";
-  for (size_t i = 0; i < etags.size(); ++i) {
+  for (size_t i = 0; i < parts.size(); ++i) {
     request.body += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
-                    etags[i] + "</ETag></Part>";
+                    parts[i].etag + "</ETag><ChecksumCRC32C>" + parts[i].crc32c +
+                    "</ChecksumCRC32C></Part>";
   }
   request.body += "</CompleteMultipartUpload>";
   return Run(request, hook, UINT_MAX).status();
@@ -423,6 +482,32 @@ void S3Client::AbortMultipartUpload(const std::string& key, const std::string& u
   request.query = std::string("uploadId=") + escaped;
   curl_free(escaped);
   (void)Try(request);
+}
+
+Result<std::vector<S3Client::OpenUpload>> S3Client::ListMultipartUploads(
+    const std::string& prefix, const RetryHook& hook) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  char* escaped = curl_easy_escape(curl, prefix.c_str(), static_cast<int>(prefix.size()));
+  if (!escaped) return Status::Error(ENOMEM, "ListMultipartUploads: cannot encode the prefix");
+  Request request;
+  request.query = std::string("prefix=") + escaped + "&uploads=";
+  curl_free(escaped);
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  if (!xml.ok()) {
+    return Status::Error(EPROTO, "ListMultipartUploads " + prefix + ": " + xml.status().message());
+  }
+  std::vector<OpenUpload> uploads;
+  for (const S3Xml::Group& group : xml->groups) {
+    if (group.name != "Upload") continue;
+    auto key = group.fields.find("Key");
+    auto id = group.fields.find("UploadId");
+    if (key == group.fields.end() || id == group.fields.end() || id->second.empty()) continue;
+    if (key->second.compare(0, prefix.size(), prefix) != 0) continue;  // Not asked for.
+    uploads.push_back({key->second, id->second});
+  }
+  return uploads;
 }
 
 Status S3Client::DeleteObject(const std::string& key, const RetryHook& hook) {

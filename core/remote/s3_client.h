@@ -1,5 +1,7 @@
 // S3Client: the requests the remote tier makes of an S3-compatible store, over libcurl. Requests
-// are signed by libcurl (CURLOPT_AWS_SIGV4; the payload is sent as UNSIGNED-PAYLOAD), TLS
+// are signed by libcurl (CURLOPT_AWS_SIGV4; the payload is sent as UNSIGNED-PAYLOAD, with its
+// CRC32C in x-amz-checksum-crc32c, which the store verifies: the one given, else computed here
+// from the file before the request, so a body changed or damaged in flight is refused), TLS
 // certificates are verified (libcurl's default, never turned off). Path-style URLs under
 // `endpoint` when one is given (MinIO, Ceph RGW, moto), else AWS's virtual-hosted URLs of the
 // region.
@@ -15,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,13 @@ struct S3Settings {
 // returned).
 using RetryHook = std::function<bool(const Status& failure)>;
 
+// A part on the store: its ETag, and the CRC32C sent with it (base64 of the big-endian value, as
+// S3 writes it).
+struct UploadedPart {
+  std::string etag;
+  std::string crc32c;
+};
+
 class S3Client {
  public:
   // ENOMEM when libcurl cannot make a handle.
@@ -46,18 +56,29 @@ class S3Client {
   // Whether the bucket answers with these credentials (HeadBucket, retried a little): ok, or a
   // message fit for one line at mount (unreachable, refused credentials, no such bucket).
   Status CheckBucket();
-  // Puts `size` bytes of `fd` from `offset` under `key` in one request.
+  // Puts `size` bytes of `fd` from `offset` under `key` in one request, with their CRC32C
+  // (`crc32c`, or computed when none).
   Status PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
-                   const RetryHook& hook);
-  // A multipart upload: the upload id; each part's ETag; complete (atomic: the object appears
-  // whole under `key`, or not at all); abort (best effort, no retry).
+                   const RetryHook& hook, std::optional<uint32_t> crc32c = std::nullopt);
+  // A multipart upload (parts with their CRC32C): the upload id; each part's ETag and checksum;
+  // complete (atomic: the object appears whole under `key`, or not at all); abort (best effort,
+  // no retry).
   Result<std::string> CreateMultipartUpload(const std::string& key, const RetryHook& hook);
-  Result<std::string> UploadPart(const std::string& key, const std::string& upload_id,
-                                 unsigned part_number, int fd, uint64_t offset, uint64_t size,
-                                 const RetryHook& hook);
+  Result<UploadedPart> UploadPart(const std::string& key, const std::string& upload_id,
+                                  unsigned part_number, int fd, uint64_t offset, uint64_t size,
+                                  const RetryHook& hook,
+                                  std::optional<uint32_t> crc32c = std::nullopt);
   Status CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
-                                 const std::vector<std::string>& etags, const RetryHook& hook);
+                                 const std::vector<UploadedPart>& parts, const RetryHook& hook);
   void AbortMultipartUpload(const std::string& key, const std::string& upload_id);
+  // The multipart uploads under `prefix` not completed nor aborted (the first 1,000 at most:
+  // aborting them shows the next ones).
+  struct OpenUpload {
+    std::string key;
+    std::string upload_id;
+  };
+  Result<std::vector<OpenUpload>> ListMultipartUploads(const std::string& prefix,
+                                                       const RetryHook& hook);
   // Removes the object `key` (ok also when there is none).
   Status DeleteObject(const std::string& key, const RetryHook& hook);
   // The object's bytes (at most `max_bytes`: EFBIG beyond).

@@ -10,13 +10,16 @@ namespace {
 constexpr size_t kMaxXml = 1 << 20;
 constexpr int kMaxDepth = 32;
 constexpr size_t kMaxField = 4096;
+constexpr size_t kMaxGroups = 10'000;
 
 struct ParseState {
   XML_Parser parser = nullptr;
   S3Xml out;
   int depth = 0;
-  std::string text;      // Of the current depth-2 element.
+  std::string text;      // Of the current depth-2 element, or of a depth-3 one in a group.
   bool has_child = false;  // The current depth-2 element has elements inside.
+  bool leaf = true;        // The current depth-3 element holds no elements.
+  std::string element;  // The name of the current depth-2 element.
   std::string error;
 
   void Fail(std::string why) {
@@ -33,18 +36,32 @@ void OnStart(void* data, const XML_Char* name, const XML_Char** /*attrs*/) {
     s->text.clear();
     s->has_child = false;
   }
-  if (s->depth > 2) s->has_child = true;
+  if (s->depth == 3) {
+    if (!s->has_child) {
+      if (s->out.groups.size() >= kMaxGroups) return s->Fail("has over 10,000 groups");
+      s->out.groups.push_back({s->element, {}});
+    }
+    s->has_child = true;
+    s->text.clear();
+    s->leaf = true;
+  }
+  if (s->depth == 2) s->element = name;
+  if (s->depth > 3) s->leaf = false;
 }
 
 void OnEnd(void* data, const XML_Char* name) {
   auto* s = static_cast<ParseState*>(data);
   if (s->depth == 2 && !s->has_child) s->out.fields.emplace(name, s->text);
+  if (s->depth == 3 && s->leaf && !s->out.groups.empty()) {
+    s->out.groups.back().fields.emplace(name, s->text);
+  }
   --s->depth;
 }
 
 void OnText(void* data, const XML_Char* text, int len) {
   auto* s = static_cast<ParseState*>(data);
-  if (s->depth != 2 || s->has_child) return;
+  const bool field = (s->depth == 2 && !s->has_child) || (s->depth == 3 && s->leaf);
+  if (!field) return;
   if (s->text.size() + static_cast<size_t>(len) > kMaxField) {
     return s->Fail("a field is longer than 4 KiB");
   }

@@ -1,8 +1,11 @@
 #include "core/remote/uploader.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,14 +15,31 @@
 #include <unordered_set>
 
 #include "core/base/commit_markers.h"
+#include "core/integrity/checksum_record.h"
 
 namespace ckptfs {
+namespace {
+
+// The file `path` beneath directory `root`, reached through no symbolic link; -1 when there is
+// none such.
+int OpenBeneath(int root, const std::string& path) {
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+}
+
+}  // namespace
 
 struct Uploader::Job {
   enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone };
   std::string key;
+  policy::LoggedUploads::Version logged;  // What the upload log says of it.
   int fd = -1;
   uint64_t size = 0;
+  // The file's checksum record (core/integrity/checksum_record.h), when it has one of its size:
+  // the CRC32C sent for whole chunks is the one of the bytes as the trainer wrote them.
+  std::optional<ChecksumRecord> record;
   bool marker = false;
   // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
   bool removal = false;
@@ -27,7 +47,7 @@ struct Uploader::Job {
   Phase phase = Phase::kWaiting;
   std::string upload_id;
   std::vector<unsigned> parts_to_send;  // Part indexes not handed to a thread yet.
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> parts;
   size_t parts_done = 0;
   uint64_t uploaded = 0;     // Bytes of this job on the store (parts or the whole).
   unsigned generation = 0;   // Bumped when the job starts again from the beginning.
@@ -48,11 +68,14 @@ struct Uploader::Task {
   // Copied under the lock: the thread uses them without it.
   std::string key;
   std::string upload_id;
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> parts;
 };
 
 Result<std::unique_ptr<Uploader>> Uploader::Start(const UploaderSettings& settings, Stats& stats) {
   std::unique_ptr<Uploader> uploader(new Uploader(settings, stats));
+  if (settings.log_dir_fd >= 0) {
+    if (Status resumed = uploader->Resume(); !resumed.ok()) return resumed;
+  }
   for (unsigned i = 0; i < std::max(1u, settings.concurrency); ++i) {
     Result<std::unique_ptr<S3Client>> client = S3Client::Make(settings.s3);
     if (!client.ok()) return client.status();
@@ -82,57 +105,142 @@ std::optional<std::string> Uploader::RelativePath(int fd) const {
   return std::string(path + root.size(), static_cast<size_t>(n) - root.size());
 }
 
+std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& relative,
+                                                 struct stat* st) const {
+  auto job = std::make_unique<Job>();
+  job->fd = fd;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) return nullptr;
+  job->key = settings_.s3.location.KeyOf(relative);
+  job->size = static_cast<uint64_t>(st->st_size);
+  job->marker = policy::IsCommitMarker(relative.substr(relative.rfind('/') + 1), settings_.markers);
+  job->plan = policy::PlanParts(job->size, settings_.part_size);
+  std::string text(kMaxChecksumRecordBytes, '\0');
+  const ssize_t n = fgetxattr(fd, kChecksumXattr, text.data(), text.size());
+  if (n > 0) {
+    text.resize(static_cast<size_t>(n));
+    Result<ChecksumRecord> record = ParseChecksumRecord(text);
+    if (record.ok() && record->size == job->size) job->record = std::move(*record);
+  }
+  job->logged = {relative, false, static_cast<uint64_t>(st->st_ino), job->size,
+                 int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec};
+  return job;
+}
+
+std::unique_ptr<Uploader::Job> Uploader::RemovalJob(const S3Location& location,
+                                                    const std::string& relative) {
+  auto job = std::make_unique<Job>();
+  job->key = location.KeyOf(relative);
+  job->removal = true;
+  job->logged.path = relative;
+  job->logged.removal = true;
+  return job;
+}
+
 void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) {
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
     return;
   }
-  auto job = std::make_unique<Job>();
-  job->fd = fd;
   struct stat st {};
   const std::optional<std::string> relative = RelativePath(fd);
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !relative) {
-    return;  // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
+  // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
+  if (!relative || relative->empty()) {
+    close(fd);
+    return;
   }
-  job->key = settings_.s3.location.KeyOf(*relative);
-  job->size = static_cast<uint64_t>(st.st_size);
-  job->marker =
-      policy::IsCommitMarker(relative->substr(relative->rfind('/') + 1), settings_.markers);
-  job->plan = policy::PlanParts(job->size, settings_.part_size);
+  std::unique_ptr<Job> job = MakeJob(fd, *relative, &st);
+  if (!job) return;
   std::unique_ptr<Job> removal;
   if (replaced.dir_fd >= 0) {
     const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
     if (dir) {
-      removal = std::make_unique<Job>();
-      removal->key = settings_.s3.location.KeyOf(dir->empty() ? replaced.name
-                                                              : *dir + "/" + replaced.name);
-      removal->removal = true;
+      removal = RemovalJob(settings_.s3.location,
+                           dir->empty() ? replaced.name : *dir + "/" + replaced.name);
     }
   }
   MutexLock lock(mu_);
   if (stop_) return;
-  for (Job* added : {job.get(), removal.get()}) {
-    if (!added) continue;
-    // A waiting version of the same key is superseded: only the newest is uploaded.
-    for (auto& earlier : jobs_) {
-      if (earlier->key == added->key && earlier->phase == Job::Phase::kWaiting &&
-          earlier->generation == 0 && earlier->in_flight == 0) {
-        earlier->phase = Job::Phase::kDone;
-      }
-    }
-  }
-  TrimLocked();
-  ++handed_over_;
-  jobs_.push_back(std::move(job));
-  if (removal) {
-    ++handed_over_;
-    jobs_.push_back(std::move(removal));
-  }
+  PushLocked(std::move(job), true);
+  if (removal) PushLocked(std::move(removal), true);
   wake_.notify_one();
 }
 
+void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
+  // A waiting version of the same key is superseded: only the newest is uploaded.
+  for (auto& earlier : jobs_) {
+    if (earlier->key == job->key && earlier->phase == Job::Phase::kWaiting &&
+        earlier->generation == 0 && earlier->in_flight == 0) {
+      earlier->phase = Job::Phase::kDone;
+    }
+  }
+  TrimLocked();
+  if (log && log_) log_->HandedOver(job->logged);
+  ++handed_over_;
+  jobs_.push_back(std::move(job));
+}
+
+Status Uploader::SyncLog() { return log_ ? log_->Sync() : Status::Ok(); }
+
+Status Uploader::Resume() {
+  policy::LoggedUploads held;
+  Result<std::unique_ptr<UploadLog>> log =
+      UploadLog::Open(settings_.log_dir_fd, settings_.log_name, &held);
+  if (!log.ok()) return log.status();
+  log_ = std::move(*log);
+  const int root =
+      open(settings_.backing_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (root < 0) return Status::FromErrno(settings_.backing_root);
+  const std::vector<policy::LoggedUploads::Version> pending = held.Pending();
+  std::vector<std::unique_ptr<Job>> resumed;
+  size_t refused = 0, skipped = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const policy::LoggedUploads::Version& v = pending[i];
+    if (!policy::IsUploadablePath(v.path, settings_.reserved_name)) {
+      ++refused;
+      continue;
+    }
+    bool named_again = false;
+    for (size_t j = i + 1; j < pending.size() && !named_again; ++j) {
+      named_again = pending[j].path == v.path;
+    }
+    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path);
+    struct stat st {};
+    std::unique_ptr<Job> job = fd >= 0 ? MakeJob(fd, v.path, &st) : nullptr;
+    const bool same = job && job->logged.inode == v.inode && job->logged.size == v.size &&
+                      job->logged.mtime_ns == v.mtime_ns;
+    const bool marker =
+        policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
+    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again)) {
+      case policy::Resumed::kUpload:
+        resumed.push_back(std::move(job));
+        break;
+      case policy::Resumed::kRemove:
+        resumed.push_back(RemovalJob(settings_.s3.location, v.path));
+        break;
+      case policy::Resumed::kSkip:
+        ++skipped;
+        break;
+    }
+  }
+  close(root);
+  if (refused > 0) {
+    spdlog::error("remote: the upload log names {} paths no mount publishes: left out", refused);
+  }
+  std::vector<policy::LoggedUploads::Version> kept;
+  for (const auto& job : resumed) kept.push_back(job->logged);
+  if (Status st = log_->Rewrite(kept); !st.ok()) return st;
+  MutexLock lock(mu_);
+  for (auto& job : resumed) PushLocked(std::move(job), false);
+  if (!resumed.empty() || skipped > 0) {
+    spdlog::info("remote: resuming {} uploads the previous worker left ({} superseded or gone)",
+                 resumed.size(), skipped);
+  }
+  return Status::Ok();
+}
+
 bool Uploader::NextTaskLocked(Task* task) {
+  if (!swept_) return false;
   const auto now = std::chrono::steady_clock::now();
   bool all_before_done = true;
   std::unordered_set<std::string_view> busy_keys;  // Of the unfinished jobs before this one.
@@ -174,14 +282,48 @@ bool Uploader::NextTaskLocked(Task* task) {
       ++job.in_flight;
       job.phase = Job::Phase::kCompleting;
       task->kind = Task::Kind::kComplete;
-      task->etags = job.etags;
+      task->parts = job.parts;
       return true;
     }
   }
   return false;
 }
 
+void Uploader::AbortOpenUploads(S3Client& client) {
+  const std::string& prefix = settings_.s3.location.prefix;
+  const std::string under = prefix.empty() ? "" : prefix + "/";
+  const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
+  size_t aborted = 0;
+  // Each listing shows the next 1,000 once those before are aborted; bounded all the same.
+  for (int page = 0; page < 100; ++page) {
+    Result<std::vector<S3Client::OpenUpload>> open = client.ListMultipartUploads(under, hook);
+    if (!open.ok()) {
+      MutexLock lock(mu_);
+      if (!stop_) {
+        spdlog::error("remote: cannot list the multipart uploads left open under {}: {}",
+                      settings_.s3.location.ToString(), open.status().message());
+      }
+      break;
+    }
+    if (open->empty()) break;
+    for (const S3Client::OpenUpload& upload : *open) {
+      client.AbortMultipartUpload(upload.key, upload.upload_id);
+    }
+    aborted += open->size();
+  }
+  if (aborted > 0) {
+    spdlog::info("remote: aborted {} multipart uploads left open under {}", aborted,
+                 settings_.s3.location.ToString());
+  }
+}
+
 void Uploader::Run(S3Client& client) {
+  if (&client == clients_.front().get()) {
+    if (settings_.abort_open_uploads) AbortOpenUploads(client);
+    MutexLock lock(mu_);
+    swept_ = true;
+    wake_.notify_all();
+  }
   MutexLock lock(mu_);
   while (!stop_) {
     Task task;
@@ -195,15 +337,24 @@ void Uploader::Run(S3Client& client) {
   }
 }
 
+std::optional<uint32_t> Uploader::RecordedCrc32c(const Job& job, uint64_t offset,
+                                                 uint64_t length) {
+  if (!job.record) return std::nullopt;
+  return policy::RecordedCrc32c(job.record->chunk, job.record->size, job.record->sums, offset,
+                                length);
+}
+
 void Uploader::Perform(S3Client& client, Task& task) {
   Job& job = *task.job;  // Stays in jobs_ until done, and done only through its last task.
   const RetryHook hook = [this](const Status& why) { return OnRetry(why); };
   Status outcome;
-  std::string upload_id, etag;
+  std::string upload_id;
+  UploadedPart part;
   uint64_t sent = 0;
   switch (task.kind) {
     case Task::Kind::kPut:
-      outcome = client.PutObject(task.key, job.fd, 0, job.size, hook);
+      outcome =
+          client.PutObject(task.key, job.fd, 0, job.size, hook, RecordedCrc32c(job, 0, job.size));
       sent = job.size;
       break;
     case Task::Kind::kCreate: {
@@ -215,14 +366,15 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kPart: {
       const uint64_t offset = task.part * job.plan.part_size;
       sent = std::min(job.plan.part_size, job.size - offset);
-      Result<std::string> answer =
-          client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook);
+      Result<UploadedPart> answer =
+          client.UploadPart(task.key, task.upload_id, task.part + 1, job.fd, offset, sent, hook,
+                            RecordedCrc32c(job, offset, sent));
       outcome = answer.status();
-      if (answer.ok()) etag = *answer;
+      if (answer.ok()) part = *answer;
       break;
     }
     case Task::Kind::kComplete:
-      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.etags, hook);
+      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
       break;
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
@@ -256,7 +408,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
   switch (task.kind) {
     case Task::Kind::kCreate:
       job.upload_id = upload_id;
-      job.etags.assign(job.plan.parts, "");
+      job.parts.assign(job.plan.parts, {});
       job.parts_to_send.clear();
       for (auto p = static_cast<unsigned>(job.plan.parts); p-- > 0;) job.parts_to_send.push_back(p);
       job.parts_done = 0;
@@ -266,7 +418,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kPart:
       stats_.remote_bytes_uploaded += sent;
       job.uploaded += sent;
-      job.etags[task.part] = etag;
+      job.parts[task.part] = part;
       ++job.parts_done;
       wake_.notify_all();
       return;
@@ -295,26 +447,40 @@ void Uploader::FailedLocked(Job& job, const Status& why) {
   ++job.failures;
   job.retry_at = std::chrono::steady_clock::now() + policy::RetryDelay(job.failures, 0);
   stats_.remote_errors++;
-  if (last_error_.ToString() != why.ToString()) {
-    spdlog::error("remote: upload failed, will retry: {}", why.message());
+  if (logged_kinds_.insert(policy::FailureKind(why.err(), why.message())).second) {
+    spdlog::error("remote: upload failed, will retry (said once for this kind until everything "
+                  "is uploaded): {}", why.message());
   }
   last_error_ = why;
   wake_.notify_all();
 }
 
 void Uploader::TrimLocked() {
+  const uint64_t before = trimmed_;
   while (!jobs_.empty() && jobs_.front()->phase == Job::Phase::kDone &&
          jobs_.front()->in_flight == 0) {
     jobs_.pop_front();
     ++trimmed_;
+  }
+  if (jobs_.empty() && !logged_kinds_.empty()) {
+    spdlog::info("remote: everything handed over is uploaded; failures are said again from now");
+    logged_kinds_.clear();
+  }
+  if (!log_ || trimmed_ == before) return;
+  if (jobs_.empty()) {
+    log_->Empty();
+    log_base_ = handed_over_;
+  } else {
+    log_->Done(trimmed_ - log_base_);
   }
 }
 
 bool Uploader::OnRetry(const Status& why) {
   stats_.remote_retries++;
   MutexLock lock(mu_);
-  if (last_error_.ToString() != why.ToString()) {
-    spdlog::warn("remote: retrying: {}", why.message());
+  if (!stop_ && logged_kinds_.insert(policy::FailureKind(why.err(), why.message())).second) {
+    spdlog::warn("remote: retrying (said once for this kind until everything is uploaded): {}",
+                 why.message());
   }
   last_error_ = why;
   return !stop_;
@@ -372,6 +538,7 @@ Status Uploader::Stop(std::chrono::milliseconds idle_limit) {
       clients_.front()->AbortMultipartUpload(job->key, job->upload_id);
     }
   }
+  if (pending == 0 && log_) log_->Remove();
   return left;
 }
 

@@ -10,17 +10,25 @@
 // newer one is handed over. A commit marker (config.commit_markers) starts only once every
 // version handed over before it is on the store; so does the removal of a renamed file's old
 // name. Failed requests are retried (policy::JudgeRequest) and, when they fail for good, the
-// whole step again after a back-off: nothing handed over is dropped while the mount runs. Not yet
-// kept across a worker's crash or a remount.
+// whole step again after a back-off: nothing handed over is dropped while the mount runs.
+//
+// With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
+// daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
+// (policy::ResumeLogged), before anything else is handed over, after aborting the multipart
+// uploads left open under the prefix by the uploaders before it (so no upload of theirs
+// lingers; none is ever visible under a final key).
 //
 // Thread-safe: any thread may call any method.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +38,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/remote/remote_policy.h"
 #include "core/remote/s3_client.h"
+#include "core/remote/upload_log.h"
 #include "core/stats/stats.h"
 
 namespace ckptfs {
@@ -40,6 +49,14 @@ struct UploaderSettings {
   unsigned concurrency = 8;
   std::vector<std::string> markers;  // Base names of the commit markers.
   std::string backing_root;          // The backing directory's real path.
+  // The upload log: its directory (-1: none; must outlive the uploader) and name.
+  int log_dir_fd = -1;
+  std::string log_name;
+  // Whether Start aborts the multipart uploads open under the prefix (false when other mounts,
+  // whose uploads are theirs, share it).
+  bool abort_open_uploads = true;
+  // The private area of the backing directory (".ckptfs"): logged paths under it are refused.
+  std::string reserved_name;
 };
 
 // What the remote tier has done, for stats.
@@ -53,7 +70,8 @@ struct UploadProgress {
 
 class Uploader {
  public:
-  // Starts `settings.concurrency` threads, each with its client. `stats` must outlive it.
+  // Resumes what the upload log names (with one) and starts `settings.concurrency` threads, each
+  // with its client. `stats` must outlive it.
   static Result<std::unique_ptr<Uploader>> Start(const UploaderSettings& settings, Stats& stats);
   ~Uploader();  // Stop(0).
 
@@ -65,23 +83,41 @@ class Uploader {
   };
   // Hands over the file `name` of backing directory `dir_fd`, as it is now (opened here; a file
   // gone, or outside the backing root, is skipped), and the removal of `replaced` ({}: none).
+  // Logged, not yet durably: see SyncLog.
   void Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) EXCLUDES(mu_);
+  // Makes what was handed over so far durable in the upload log (ok without one); the first
+  // failure to write it since the last call otherwise (the uploads go on, in memory only).
+  Status SyncLog();
   UploadProgress Progress() const EXCLUDES(mu_);
   // Waits until everything handed over is uploaded, giving up once nothing has been uploaded for
   // `idle_limit`; then stops the threads (uploads in flight are aborted). Returns what is left,
-  // naming it, or ok.
+  // naming it (kept in the upload log), or ok (the upload log is removed).
   Status Stop(std::chrono::milliseconds idle_limit) EXCLUDES(mu_);
 
  private:
   struct Job;
   struct Task;
   Uploader(const UploaderSettings& settings, Stats& stats);
+  // Opens the upload log and queues what it names as not done (before the threads start).
+  Status Resume() EXCLUDES(mu_);
+  // A job uploading the file open as `fd` (owned by the job: closed when it is not made) as the
+  // object of `relative`; null when it is not a regular file.
+  std::unique_ptr<Job> MakeJob(int fd, const std::string& relative, struct stat* st) const;
+  // A job removing the object of `relative`.
+  static std::unique_ptr<Job> RemovalJob(const S3Location& location, const std::string& relative);
+  // Appends `job` (its version logged when `log`), superseding waiting versions of its key.
+  void PushLocked(std::unique_ptr<Job> job, bool log) REQUIRES(mu_);
+  // Aborts the multipart uploads open under the prefix (on the first thread, before any task).
+  void AbortOpenUploads(S3Client& client) EXCLUDES(mu_);
   // The path of open file or directory `fd` under the backing root ("" for the root itself);
   // nullopt when it is not under it (or gone).
   std::optional<std::string> RelativePath(int fd) const;
   void Run(S3Client& client) EXCLUDES(mu_);
   // The next step to take, in order; false when there is none now.
   bool NextTaskLocked(Task* task) REQUIRES(mu_);
+  // The CRC32C of a range of `job`'s file from its checksum record; nullopt when it has none
+  // for that range.
+  static std::optional<uint32_t> RecordedCrc32c(const Job& job, uint64_t offset, uint64_t length);
   // Takes a step; then records its outcome.
   void Perform(S3Client& client, Task& task) EXCLUDES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
@@ -103,7 +139,12 @@ class Uploader {
   uint64_t trimmed_ GUARDED_BY(mu_) = 0;
   uint64_t finished_steps_ GUARDED_BY(mu_) = 0;  // Steps done, for Stop's progress check.
   Status last_error_ GUARDED_BY(mu_);
+  // The kinds of failure logged (policy::FailureKind), each once until everything is uploaded.
+  std::set<std::string> logged_kinds_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
+  bool swept_ GUARDED_BY(mu_) = false;  // AbortOpenUploads is done: tasks may start.
+  std::unique_ptr<UploadLog> log_;  // Null without one.
+  uint64_t log_base_ GUARDED_BY(mu_) = 0;  // handed_over_ when the log was last emptied.
 };
 
 }  // namespace ckptfs

@@ -1,5 +1,5 @@
 // The remote tier's parsers of untrusted text: s3:// locations, the AWS shared files and the
-// environment's credentials, and S3's XML answers (hostile input bounded).
+// environment's credentials, S3's XML answers, and the upload log (hostile input bounded).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include "core/remote/aws_credentials.h"
 #include "core/remote/s3_location.h"
 #include "core/remote/s3_xml.h"
+#include "core/remote/upload_log.h"
 
 namespace ckptfs {
 namespace {
@@ -184,6 +185,101 @@ TEST(S3XmlTest, TextOfNestedElementsIsNotTakenForAField) {
   ASSERT_TRUE(x.ok());
   EXPECT_EQ(x->Field("Outer"), "");
   EXPECT_EQ(x->Field("Code"), "c");
+}
+
+TEST(S3XmlTest, AListingGivesEachUploadsKeyAndId) {
+  Result<S3Xml> x = ParseS3Xml(
+      "<ListMultipartUploadsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+      "<Bucket>b</Bucket><IsTruncated>false</IsTruncated>"
+      "<Upload><Key>run/a</Key><UploadId>id1</UploadId><Initiator><ID>x</ID></Initiator></Upload>"
+      "<Upload><Key>run/b</Key><UploadId>id2</UploadId></Upload>"
+      "</ListMultipartUploadsResult>");
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->Field("IsTruncated"), "false");
+  ASSERT_EQ(x->groups.size(), 2u);
+  EXPECT_EQ(x->groups[0].name, "Upload");
+  EXPECT_EQ(x->groups[0].fields.at("Key"), "run/a");
+  EXPECT_EQ(x->groups[0].fields.at("UploadId"), "id1");
+  EXPECT_EQ(x->groups[0].fields.count("Initiator"), 0u) << "it holds elements";
+  EXPECT_EQ(x->groups[1].fields.at("UploadId"), "id2");
+}
+
+TEST(S3XmlTest, AListingOfTooManyGroupsIsRefused) {
+  std::string xml = "<r>";
+  for (int i = 0; i < 10'001; ++i) xml += "<U><K>k</K></U>";
+  xml += "</r>";
+  EXPECT_EQ(ParseS3Xml(xml).status().err(), EINVAL);
+}
+
+policy::LoggedUploads::Version Logged(std::string path, uint64_t inode) {
+  return {std::move(path), false, inode, inode * 10, -static_cast<int64_t>(inode)};
+}
+
+TEST(UploadLogTest, RecordsReadBackInOrderWithTheLastDoneCount) {
+  std::string bytes(UploadLogHeader());
+  bytes += EncodeHandedOver(Logged("step 1/a\nb:c", 1));
+  bytes += EncodeHandedOver({"step 1/old", true, 0, 0, 0});
+  bytes += EncodeDone(1);
+  bytes += EncodeHandedOver(Logged("step 1/.metadata", 3));
+  bool torn = true;
+  Result<policy::LoggedUploads> log = DecodeUploadLog(bytes, &torn);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_FALSE(torn);
+  ASSERT_EQ(log->handed_over.size(), 3u);
+  EXPECT_EQ(log->handed_over[0].path, "step 1/a\nb:c");
+  EXPECT_EQ(log->handed_over[0].inode, 1u);
+  EXPECT_EQ(log->handed_over[0].size, 10u);
+  EXPECT_EQ(log->handed_over[0].mtime_ns, -1);
+  EXPECT_TRUE(log->handed_over[1].removal);
+  EXPECT_EQ(log->handed_over[1].path, "step 1/old");
+  EXPECT_EQ(log->done, 1u);
+  ASSERT_EQ(log->Pending().size(), 2u);
+  EXPECT_EQ(log->Pending()[1].path, "step 1/.metadata");
+}
+
+TEST(UploadLogTest, ATornOrAlteredRecordEndsTheLog) {
+  const std::string head = std::string(UploadLogHeader()) + EncodeHandedOver(Logged("a", 1));
+  const std::string second = EncodeHandedOver(Logged("b", 2));
+  for (size_t cut = 0; cut < second.size(); ++cut) {
+    bool torn = false;
+    Result<policy::LoggedUploads> log = DecodeUploadLog(head + second.substr(0, cut), &torn);
+    ASSERT_TRUE(log.ok());
+    EXPECT_EQ(log->handed_over.size(), 1u) << "cut at " << cut;
+    EXPECT_EQ(torn, cut > 0);
+  }
+  for (size_t flip = 0; flip + 1 < second.size(); ++flip) {
+    std::string altered = second;
+    altered[flip] ^= 0x01;
+    bool torn = false;
+    Result<policy::LoggedUploads> log = DecodeUploadLog(head + altered + second, &torn);
+    ASSERT_TRUE(log.ok());
+    EXPECT_EQ(log->handed_over.size(), 1u) << "flip at " << flip;
+    EXPECT_TRUE(torn);
+  }
+}
+
+TEST(UploadLogTest, HostileLogsAreRefusedOrCutBounded) {
+  bool torn = false;
+  EXPECT_EQ(DecodeUploadLog("not a log\n", &torn).status().err(), EINVAL);
+  EXPECT_EQ(DecodeUploadLog("", &torn).status().err(), EINVAL);
+  const std::string head(UploadLogHeader());
+  // A path length beyond the bound, or beyond the bytes there are.
+  for (const std::string record : {"U 1 2 3 99999999999:x 00000000\n", "U 1 2 3 5000:x 0\n",
+                                   "R 18446744073709551616:x 00000000\n", "D 5 00000000\n",
+                                   "X junk\n", "U -1 2 3 1:x 00000000\n"}) {
+    Result<policy::LoggedUploads> log = DecodeUploadLog(head + record, &torn);
+    ASSERT_TRUE(log.ok()) << record;
+    EXPECT_TRUE(log->handed_over.empty()) << record;
+    EXPECT_TRUE(torn) << record;
+  }
+  // A done count beyond what was handed over is not one this code wrote.
+  Result<policy::LoggedUploads> log =
+      DecodeUploadLog(head + EncodeHandedOver(Logged("a", 1)) + EncodeDone(2), &torn);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->done, 0u);
+  EXPECT_TRUE(torn);
+  EXPECT_EQ(DecodeUploadLog(std::string(kMaxUploadLogBytes + 1, 'x'), &torn).status().err(),
+            EINVAL);
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "crc32c_of.h"
+
 namespace ckptfs::policy {
 namespace {
 
@@ -58,6 +62,82 @@ TEST(RemotePolicyTest, AHugeFileGetsLargerPartsToStayWithinTenThousand) {
   EXPECT_LE(p.parts, kMaxParts);
   EXPECT_GE(p.part_size * p.parts, size);
   EXPECT_EQ(p.part_size % (1 << 20), 0u);
+}
+
+TEST(RemotePolicyTest, ThePartsChecksumIsJoinedFromTheRecordedChunksWhenItIsWholeChunks) {
+  using testing_util::Crc32cOf;
+  std::string bytes(10000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + (i >> 9));
+  const uint64_t chunk = 1024;
+  std::vector<uint32_t> sums;
+  for (uint64_t at = 0; at < bytes.size(); at += chunk) {
+    sums.push_back(Crc32cOf(std::string_view(bytes).substr(at, chunk)));
+  }
+  const std::string_view all(bytes);
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 0, bytes.size()), Crc32cOf(all));
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 2048, 4096),
+            Crc32cOf(all.substr(2048, 4096)));
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 8192, 1808), Crc32cOf(all.substr(8192)))
+      << "the last part ends with the file";
+  EXPECT_EQ(RecordedCrc32c(chunk, bytes.size(), sums, 0, 0), Crc32cOf(""));
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 100, 1024)) << "not on a chunk";
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 0, 1000)) << "part of a chunk";
+  EXPECT_FALSE(RecordedCrc32c(chunk, bytes.size(), sums, 8192, 4096)) << "beyond the file";
+  EXPECT_FALSE(RecordedCrc32c(chunk, 20000, sums, 0, 20000)) << "beyond the record";
+  EXPECT_FALSE(RecordedCrc32c(0, bytes.size(), sums, 0, 10));
+}
+
+TEST(RemotePolicyTest, FailuresOfOneKindAreOneKindWhateverTheObject) {
+  EXPECT_EQ(FailureKind(EIO, "PUT s3://b/run/a: HTTP 503 SlowDown: Please reduce your rate."),
+            "HTTP 503 SlowDown");
+  EXPECT_EQ(FailureKind(EIO, "PUT s3://b/run/other: HTTP 503 SlowDown: Please reduce."),
+            "HTTP 503 SlowDown");
+  EXPECT_EQ(FailureKind(EIO, "POST s3://b/run/a: HTTP 500"), "HTTP 500");
+  EXPECT_EQ(FailureKind(EHOSTUNREACH, "PUT s3://b/a: Failed to connect after 3 ms"),
+            std::strerror(EHOSTUNREACH));
+  EXPECT_NE(FailureKind(ECONNRESET, "PUT s3://b/a: reset"), FailureKind(EHOSTUNREACH, "x"));
+}
+
+TEST(RemotePolicyTest, OnlyPathsAMountPublishesAreResumedFromTheLog) {
+  EXPECT_TRUE(IsUploadablePath("a", ".ckptfs"));
+  EXPECT_TRUE(IsUploadablePath("step-1/__0_0.distcp", ".ckptfs"));
+  EXPECT_TRUE(IsUploadablePath("dir/.ckptfs", ".ckptfs")) << "only the top one is private";
+  EXPECT_FALSE(IsUploadablePath("", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("/etc/passwd", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("../outside", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("a/../../outside", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("a/./b", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("a//b", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath("a/", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath(".ckptfs/staging/x", ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath(std::string("a\0b", 3), ".ckptfs"));
+  EXPECT_FALSE(IsUploadablePath(std::string(4097, 'a'), ".ckptfs"));
+}
+
+TEST(RemotePolicyTest, ThePendingVersionsAreThoseAfterTheLastDoneCount) {
+  LoggedUploads log;
+  for (const char* p : {"a", "b", "c"}) log.handed_over.push_back({p, false, 1, 2, 3});
+  EXPECT_EQ(log.Pending().size(), 3u);
+  log.done = 2;
+  ASSERT_EQ(log.Pending().size(), 1u);
+  EXPECT_EQ(log.Pending()[0].path, "c");
+  log.done = 7;  // Never written so, but bounded all the same.
+  EXPECT_TRUE(log.Pending().empty());
+}
+
+TEST(RemotePolicyTest, AResumedMarkerIsOnlyTheVersionTheLogNamesAndDataIsItsNewestVersion) {
+  // removal, marker, exists, same_version, named_again
+  EXPECT_EQ(ResumeLogged(false, false, true, true, false), Resumed::kUpload);
+  EXPECT_EQ(ResumeLogged(false, true, true, true, false), Resumed::kUpload);
+  EXPECT_EQ(ResumeLogged(false, false, true, false, false), Resumed::kUpload)
+      << "data replaced by a version not logged yet goes as it is: only ahead of markers";
+  EXPECT_EQ(ResumeLogged(false, true, true, false, false), Resumed::kSkip)
+      << "a marker replaced by a version not logged yet may name data not logged yet";
+  EXPECT_EQ(ResumeLogged(false, false, true, true, true), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(false, true, true, true, true), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(false, false, false, false, false), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(true, false, false, false, false), Resumed::kRemove);
+  EXPECT_EQ(ResumeLogged(true, false, true, false, true), Resumed::kRemove);
 }
 
 }  // namespace

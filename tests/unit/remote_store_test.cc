@@ -1,13 +1,18 @@
 // S3Client against a real S3 server: moto's server mode (tests/unit/moto_server.h), started for
 // this test and stopped after.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/remote/remote_settings.h"
 #include "core/remote/s3_client.h"
+#include "core/remote/uploader.h"
 #include "moto_server.h"
 
 namespace ckptfs {
@@ -74,13 +79,14 @@ TEST_F(RemoteStoreTest, AMultipartObjectAppearsOnlyWhenCompleteAndEqualsItsFile)
   const int fd = MemFile(data);
   Result<std::string> id = client_->CreateMultipartUpload("run/big", nullptr);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  std::vector<std::string> etags;
+  std::vector<UploadedPart> etags;
   const uint64_t part = 5 << 20;
   for (unsigned p = 0; p * part < data.size(); ++p) {
     const uint64_t size = std::min<uint64_t>(part, data.size() - p * part);
-    Result<std::string> etag = client_->UploadPart("run/big", *id, p + 1, fd, p * part, size,
-                                                   nullptr);
+    Result<UploadedPart> etag = client_->UploadPart("run/big", *id, p + 1, fd, p * part, size,
+                                                    nullptr);
     ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+    EXPECT_EQ(etag->crc32c.size(), 8u);
     etags.push_back(*etag);
   }
   EXPECT_EQ(etags.size(), 3u);
@@ -91,6 +97,20 @@ TEST_F(RemoteStoreTest, AMultipartObjectAppearsOnlyWhenCompleteAndEqualsItsFile)
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->size(), data.size());
   EXPECT_TRUE(*got == data);
+}
+
+TEST_F(RemoteStoreTest, APartCarriesTheCrc32cOfItsBytesAsS3WritesIt) {
+  Result<std::string> id = client_->CreateMultipartUpload("run/check", nullptr);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  // The check value of CRC32C (RFC 3720): 0xE3069283, big-endian, in base64.
+  Result<UploadedPart> part =
+      client_->UploadPart("run/check", *id, 1, MemFile("123456789"), 0, 9, nullptr);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  EXPECT_EQ(part->crc32c, "4waSgw==");
+  ASSERT_TRUE(client_->CompleteMultipartUpload("run/check", *id, {*part}, nullptr).ok());
+  Result<std::string> got = client_->GetObject("run/check", 100, nullptr);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "123456789");
 }
 
 TEST_F(RemoteStoreTest, AnAnswerLargerThanAskedIsRefused) {
@@ -126,6 +146,147 @@ TEST_F(RemoteStoreTest, AnUnreachableEndpointFailsTheCheckSayingSo) {
   Status st = CheckRemote(unreachable);
   EXPECT_EQ(st.err(), EHOSTUNREACH) << st.ToString();
   EXPECT_NE(st.message().find("the endpoint is unreachable"), std::string::npos) << st.message();
+}
+
+TEST_F(RemoteStoreTest, OpenMultipartUploadsAreListedUnderThePrefixOnly) {
+  Result<std::string> mine = client_->CreateMultipartUpload("run/open-one", nullptr);
+  Result<std::string> other = client_->CreateMultipartUpload("elsewhere/open", nullptr);
+  ASSERT_TRUE(mine.ok() && other.ok());
+  Result<std::vector<S3Client::OpenUpload>> open = client_->ListMultipartUploads("run/", nullptr);
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  bool found = false;
+  for (const auto& u : *open) {
+    EXPECT_EQ(u.key.rfind("run/", 0), 0u) << u.key;
+    found = found || (u.key == "run/open-one" && u.upload_id == *mine);
+  }
+  EXPECT_TRUE(found);
+  for (const auto& u : *open) client_->AbortMultipartUpload(u.key, u.upload_id);
+  client_->AbortMultipartUpload("elsewhere/open", *other);
+  open = client_->ListMultipartUploads("run/", nullptr);
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(open->empty());
+}
+
+// A backing directory with its private area, removed after.
+class UploadResumeTest : public RemoteStoreTest {
+ protected:
+  void SetUp() override {
+    RemoteStoreTest::SetUp();
+    char tmpl[] = "/tmp/ckptfs-resume-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = std::filesystem::canonical(tmpl).string();
+    std::filesystem::create_directories(root_ + "/.ckptfs");
+    std::filesystem::create_directories(root_ + "/step");
+    std::filesystem::create_directories(root_ + "/other");
+    reserved_ = open((root_ + "/.ckptfs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(reserved_, 0);
+  }
+  void TearDown() override {
+    close(reserved_);
+    std::filesystem::remove_all(root_);
+    RemoteStoreTest::TearDown();
+  }
+  policy::LoggedUploads::Version Write(const std::string& path, const std::string& bytes) {
+    std::ofstream(root_ + "/" + path, std::ios::binary) << bytes;
+    struct stat st {};
+    EXPECT_EQ(stat((root_ + "/" + path).c_str(), &st), 0);
+    return {path, false, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+  }
+  UploaderSettings Settings() const {
+    UploaderSettings u;
+    u.s3 = settings_;
+    u.part_size = 5 << 20;
+    u.concurrency = 2;
+    u.markers = {".metadata"};
+    u.backing_root = root_;
+    u.log_dir_fd = reserved_;
+    u.log_name = "uploads.log";
+    u.reserved_name = ".ckptfs";
+    return u;
+  }
+  bool OnStore(const std::string& path, const std::string& bytes) {
+    Result<std::string> got = client_->GetObject("run/" + path, 64 << 20, nullptr);
+    return got.ok() && *got == bytes;
+  }
+  bool Absent(const std::string& path) {
+    return client_->GetObject("run/" + path, 64 << 20, nullptr).status().err() == ENOENT;
+  }
+
+  std::string root_;
+  int reserved_ = -1;
+};
+
+TEST_F(UploadResumeTest, WhatTheLogLeftPendingIsUploadedInOrderAndOpenUploadsAborted) {
+  const std::string a = Pattern(12 << 20, 'a'), b = Pattern(1000, 'b'), meta = Pattern(300, 'm');
+  Result<std::string> stale = client_->CreateMultipartUpload("run/step/a", nullptr);
+  ASSERT_TRUE(stale.ok());
+  std::string log(UploadLogHeader());
+  log += EncodeHandedOver(Write("done-before", "x"));
+  log += EncodeDone(1);
+  log += EncodeHandedOver(Write("step/a", a));
+  policy::LoggedUploads::Version b_logged = Write("step/b", "an older version");
+  log += EncodeHandedOver(b_logged);
+  log += EncodeHandedOver(Write("step/.metadata", meta));
+  log += EncodeHandedOver({"step/gone", false, 1, 1, 1});
+  log += EncodeHandedOver({"../escape", false, 1, 1, 1});
+  policy::LoggedUploads::Version other_marker = Write("other/.metadata", "new");
+  log += EncodeHandedOver({"other/.metadata", false, other_marker.inode + 1, 3, 0});
+  log += EncodeHandedOver({"old-name", true, 0, 0, 0});
+  // step/b replaced since it was logged, by a version the log does not name.
+  ASSERT_EQ(unlink((root_ + "/step/b").c_str()), 0);
+  Write("step/b", b);
+  std::ofstream(root_ + "/.ckptfs/uploads.log", std::ios::binary) << log;
+  const std::string old_bytes = "stale object of a renamed file";
+  ASSERT_TRUE(client_->PutObject("run/old-name", MemFile(old_bytes), 0, old_bytes.size(), nullptr)
+                  .ok());
+
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  ASSERT_TRUE(left.ok()) << left.ToString();
+
+  EXPECT_TRUE(OnStore("step/a", a));
+  EXPECT_TRUE(OnStore("step/b", b)) << "data goes as it is now";
+  EXPECT_TRUE(OnStore("step/.metadata", meta));
+  EXPECT_TRUE(Absent("other/.metadata")) << "a marker goes only as the version logged";
+  EXPECT_TRUE(Absent("done-before"));
+  EXPECT_TRUE(Absent("old-name"));
+  Result<std::vector<S3Client::OpenUpload>> open = client_->ListMultipartUploads("run/", nullptr);
+  ASSERT_TRUE(open.ok());
+  EXPECT_TRUE(open->empty()) << open->size() << " uploads left open";
+  // Everything is done: the log is gone with the uploader.
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/.ckptfs/uploads.log"));
+}
+
+TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUploader) {
+  const std::string a = Pattern(2000, 'q');
+  const policy::LoggedUploads::Version logged = Write("step/a", a);
+  UploaderSettings unreachable = Settings();
+  unreachable.s3.endpoint = "http://127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  Stats stats;
+  {
+    Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(unreachable, stats);
+    ASSERT_TRUE(uploader.ok());
+    const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    (*uploader)->Enqueue(dir, "a", {});
+    close(dir);
+    ASSERT_TRUE((*uploader)->SyncLog().ok());
+    EXPECT_FALSE((*uploader)->Stop(std::chrono::milliseconds(0)).ok());
+  }
+  policy::LoggedUploads held;
+  {
+    Result<std::unique_ptr<UploadLog>> log = UploadLog::Open(reserved_, "uploads.log", &held);
+    ASSERT_TRUE(log.ok());
+  }
+  ASSERT_EQ(held.Pending().size(), 1u);
+  EXPECT_EQ(held.Pending()[0].path, "step/a");
+  EXPECT_EQ(held.Pending()[0].inode, logged.inode);
+  Result<std::unique_ptr<Uploader>> next = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE((*next)->Stop(std::chrono::seconds(30)).ok());
+  EXPECT_TRUE(OnStore("step/a", a));
 }
 
 }  // namespace

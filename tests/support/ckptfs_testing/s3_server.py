@@ -114,8 +114,10 @@ _ERRORS = {
 class FaultProxy:
     """An HTTP/1.1 proxy on 127.0.0.1 to `upstream` (a moto endpoint). inject() queues faults for
     the next requests that match; every request passed is recorded in `log` as (start, end,
-    method, path, status, headers) with monotonic times; `injected` counts the faults given by
-    kind."""
+    method, path, status, headers) with monotonic times (start: its headers read; end: the
+    answer in hand, before the client has it); `injected` counts the faults given by
+    kind. go_down() makes the store unreachable (the port refuses connections, open ones are reset
+    at their next request) until come_back() listens again on the same port."""
 
     def __init__(self, upstream):
         self.upstream = upstream.split("://", 1)[1]
@@ -125,6 +127,10 @@ class FaultProxy:
         self.faults = []  # [kind, method, query_part, count, delay]
         self.injected = {}
         self.log = []
+        self.down = False
+        self._listen()
+
+    def _listen(self):
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -143,9 +149,22 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc):
+        if not self.down:
+            self.server.shutdown()
+            self.server.server_close()
+        return False
+
+    def go_down(self):
+        with self.lock:
+            self.down = True
         self.server.shutdown()
         self.server.server_close()
-        return False
+
+    def come_back(self):
+        self._listen()
+        self.thread.start()
+        with self.lock:
+            self.down = False
 
     def inject(self, kind, method=None, query_part=None, count=1, delay=0.0):
         """The next `count` requests with `method` (any when None) whose path has `query_part`
@@ -182,14 +201,19 @@ class FaultProxy:
                     headers.append((name.strip(), value.strip()))
                 length = int(next((v for n, v in headers if n.lower() == "content-length"), "0"))
                 start = time.monotonic()
+                with self.lock:
+                    down = self.down
+                if down:
+                    self._reset(conn)
+                    return
                 kind, delay = self._fault_for(method, path)
                 if kind == "reset":
                     reader.read(length // 2)
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                    b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    conn.close()
+                    self._reset(conn)
                     return
                 body = reader.read(length) if length else b""
+                if len(body) < length:
+                    return  # The client went away in the middle: a store never takes that.
                 if kind in _ERRORS:
                     status, code, message = _ERRORS[kind]
                     payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}"
@@ -210,6 +234,7 @@ class FaultProxy:
                 up.endheaders(body)
                 resp = up.getresponse()
                 data = resp.read()
+                answered = time.monotonic()  # Before the client can know of the answer.
                 out = [f"HTTP/1.1 {resp.status} {resp.reason}\r\n"]
                 for n, v in resp.getheaders():
                     if n.lower() not in ("connection", "transfer-encoding", "content-length"):
@@ -218,13 +243,19 @@ class FaultProxy:
                 out.append(f"Content-Length: {length_out or 0}\r\n\r\n")
                 up.close()
                 conn.sendall("".join(out).encode("latin-1") + data)
-                self._record(start, method, path, resp.status, headers)
+                self._record(start, method, path, resp.status, headers, answered)
         except (ConnectionError, OSError, ValueError):
             return
 
-    def _record(self, start, method, path, status, headers):
+    @staticmethod
+    def _reset(conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        conn.close()
+
+    def _record(self, start, method, path, status, headers, end=None):
+        end = time.monotonic() if end is None else end
         with self.lock:
-            self.log.append((start, time.monotonic(), method, path, status, dict(headers)))
+            self.log.append((start, end, method, path, status, dict(headers)))
 
 
 def signature_matches(method, url, headers, secret, region="us-east-1"):
