@@ -342,6 +342,36 @@ void PrintShared(const nlohmann::json& shared) {
   }
 }
 
+// The durability ladder of -o replicas (sealed, replicated, durable), the partners and what this
+// member holds for others.
+void PrintReplication(const nlohmann::json& r) {
+  std::printf("replicated       %llu of %llu entries sealed in %llu partner(s)' memory or durable "
+              "(%llu durable), receiving at %s\n",
+              static_cast<unsigned long long>(r.value("replicated_seq", 0ull)),
+              static_cast<unsigned long long>(r.value("sealed_seq", 0ull)),
+              static_cast<unsigned long long>(r.value("replicas", 0ull)),
+              static_cast<unsigned long long>(r.value("durable_seq", 0ull)),
+              Printable(r.value("endpoint", "")).c_str());
+  for (const nlohmann::json& p : r.value("partners", nlohmann::json::array())) {
+    std::printf("  partner %-19s %s at %s: %llu versions (%s) stored, %llu queued, %llu offers "
+                "refused full%s%s\n",
+                Printable(p.value("node", "")).c_str(),
+                p.value("connected", false) ? "connected" : "not connected",
+                Printable(p.value("endpoint", "")).c_str(),
+                static_cast<unsigned long long>(p.value("replicas_stored", 0ull)),
+                HumanBytes(p.value("bytes_stored", 0.0)).c_str(),
+                static_cast<unsigned long long>(p.value("queued", 0ull)),
+                static_cast<unsigned long long>(p.value("offers_full", 0ull)),
+                p.value("last_error", "").empty() ? "" : ", last error: ",
+                Printable(p.value("last_error", "")).c_str());
+  }
+  std::printf("  holding %llu versions (%s of %s) for others; %llu connections refused\n",
+              static_cast<unsigned long long>(r.value("held_replicas", 0ull)),
+              HumanBytes(r.value("held_bytes", 0.0)).c_str(),
+              HumanBytes(r.value("held_limit", 0.0)).c_str(),
+              static_cast<unsigned long long>(r.value("connections_refused", 0ull)));
+}
+
 int PrintStatus(const std::string& mountpoint, bool json) {
   std::string text;
   if (!ReadControlFile(mountpoint + "/.ckptfs/stats", &text)) {
@@ -400,6 +430,9 @@ int PrintStatus(const std::string& mountpoint, bool json) {
                 Printable(r.value("last_error", "")).c_str());
   }
   if (j.contains("shared") && j["shared"].is_object()) PrintShared(j["shared"]);
+  if (j.contains("replication") && j["replication"].is_object()) {
+    PrintReplication(j["replication"]);
+  }
   if (j.contains("worker") && j["worker"].is_object()) {
     const nlohmann::json& w = j["worker"];
     std::printf("worker           %llu (pid %lld, %s), supervisor pid %lld\n",

@@ -37,7 +37,6 @@ void PartnerLink::Stop() {
 
 void PartnerLink::Enqueue(std::shared_ptr<const Outgoing> version) {
   MutexLock lock(mu_);
-  last_queued_ = std::max(last_queued_, version->seq);
   queue_.push_back(std::move(version));
   news_pending_ = true;
   news_.notify_all();
@@ -55,9 +54,9 @@ void PartnerLink::Durable(uint64_t seq) {
 
 uint64_t PartnerLink::stored_through() const {
   MutexLock lock(mu_);
-  uint64_t through = queue_.empty() ? last_queued_ : queue_.front()->seq - 1;
+  uint64_t through = queue_.empty() ? UINT64_MAX : queue_.front()->seq - 1;
   if (!unsendable_.empty()) through = std::min(through, *unsendable_.begin() - 1);
-  return std::max(through, std::min(durable_, last_queued_));
+  return std::max(through, durable_);
 }
 
 PartnerLinkStats PartnerLink::stats() const {

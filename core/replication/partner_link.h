@@ -67,8 +67,8 @@ class PartnerLink {
   void Enqueue(std::shared_ptr<const Outgoing> version) EXCLUDES(mu_);
   // The owner made everything up to `seq` durable.
   void Durable(uint64_t seq) EXCLUDES(mu_);
-  // Every version queued with seq <= it is held by the partner or durable (versions that can
-  // never fit the partner hold it back until they are durable).
+  // Every version queued with seq <= it is held by the partner or durable (versions that cannot
+  // be sent hold it back until they are durable); UINT64_MAX when every version queued is.
   uint64_t stored_through() const EXCLUDES(mu_);
   const PartnerAddress& partner() const { return partner_; }
   PartnerLinkStats stats() const EXCLUDES(mu_);
@@ -97,7 +97,6 @@ class PartnerLink {
   bool news_pending_ GUARDED_BY(mu_) = false;
   std::shared_ptr<Connection> live_conn_ GUARDED_BY(mu_);  // For Stop to shut down.
   std::deque<std::shared_ptr<const Outgoing>> queue_ GUARDED_BY(mu_);
-  uint64_t last_queued_ GUARDED_BY(mu_) = 0;
   uint64_t durable_ GUARDED_BY(mu_) = 0;
   uint64_t durable_sent_ GUARDED_BY(mu_) = 0;
   // Versions that cannot be replicated (too large for the partner, or unreadable) and are not

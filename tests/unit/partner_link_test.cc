@@ -84,7 +84,7 @@ TEST_F(PartnerLinkTest, SealedVersionsArriveWholeAndAreDroppedOnceDurable) {
   link.Enqueue(Version(5, big));
   link.Enqueue(Version(6, ""));
   link.Enqueue(Version(9, "tracker 9\n"));
-  ASSERT_TRUE(Eventually([&] { return link.stored_through() == 9; }));
+  ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 9; }));
   EXPECT_EQ(store_->Bytes("n0", 5), big);
   EXPECT_EQ(store_->Bytes("n0", 9), "tracker 9\n");
   EXPECT_EQ(store_->Totals().replicas, 3u);
@@ -104,13 +104,13 @@ TEST_F(PartnerLinkTest, AFullPartnerHoldsVersionsBackUntilTheOwnerMakesEarlierOn
   PartnerLink link("n0", Address(), secret_);
   link.Enqueue(Version(1, Pattern(700 << 10, 1)));
   link.Enqueue(Version(2, Pattern(700 << 10, 2)));
-  ASSERT_TRUE(Eventually([&] { return link.stored_through() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
   ASSERT_TRUE(Eventually([&] { return link.stats().offers_full >= 2; }));
   EXPECT_EQ(link.stored_through(), 1u);
   EXPECT_EQ(store_->Totals().replicas, 1u);
   // The owner made version 1 durable: the partner drops it and takes version 2.
   link.Durable(1);
-  ASSERT_TRUE(Eventually([&] { return link.stored_through() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 2; }));
   EXPECT_EQ(store_->Bytes("n0", 2), Pattern(700 << 10, 2));
   EXPECT_EQ(store_->Bytes("n0", 1), "");
 }
@@ -125,7 +125,7 @@ TEST_F(PartnerLinkTest, AVersionLargerThanThePartnerMayHoldIsSkippedAndHoldsTheR
   EXPECT_EQ(link.stats().replicas_unsendable, 1u);
   EXPECT_EQ(link.stored_through(), 1u);
   link.Durable(2);
-  EXPECT_EQ(link.stored_through(), 3u);
+  EXPECT_EQ(link.stored_through(), UINT64_MAX);
 }
 
 TEST_F(PartnerLinkTest, VersionsAlreadyDurableAreNeverSent) {
@@ -133,8 +133,9 @@ TEST_F(PartnerLinkTest, VersionsAlreadyDurableAreNeverSent) {
   PartnerLink link("n0", {"n1", "127.0.0.1", 1}, secret_);  // Nobody listens: nothing is sent.
   link.Enqueue(Version(1, "a"));
   link.Enqueue(Version(2, "b"));
+  EXPECT_EQ(link.stored_through(), 0u);
   link.Durable(2);
-  EXPECT_EQ(link.stored_through(), 2u);
+  EXPECT_EQ(link.stored_through(), UINT64_MAX);
   EXPECT_EQ(link.stats().queued, 0u);
 }
 
@@ -186,7 +187,7 @@ TEST_F(PartnerLinkTest, HostileClientsAreRefusedAndThePartnerServesOthersOn) {
 
   PartnerLink link("n0", Address(), secret_);
   link.Enqueue(Version(1, "still served"));
-  ASSERT_TRUE(Eventually([&] { return link.stored_through() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
   EXPECT_EQ(store_->Bytes("n0", 1), "still served");
 }
 
@@ -211,7 +212,7 @@ TEST_F(PartnerLinkTest, AnAuthenticatedMemberBreakingTheProtocolLosesOnlyItsConn
 
   PartnerLink good("n0", Address(), secret_);
   good.Enqueue(Version(1, "fine"));
-  ASSERT_TRUE(Eventually([&] { return good.stored_through() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return good.stored_through() >= 1; }));
   EXPECT_EQ(store_->Bytes("n2", 1), "");
   EXPECT_EQ(store_->Totals().bytes, 4u);
 }
@@ -238,7 +239,7 @@ TEST_F(PartnerLinkTest, ALinkReconnectsWhenThePartnerComesBack) {
   StartPartner(64 << 20);
   PartnerLink link("n0", Address(), secret_);
   link.Enqueue(Version(1, "one"));
-  ASSERT_TRUE(Eventually([&] { return link.stored_through() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
   server_.reset();
   link.Enqueue(Version(2, "two"));
   ASSERT_TRUE(Eventually([&] { return !link.stats().connected; }));
@@ -251,7 +252,7 @@ TEST_F(PartnerLinkTest, ALinkReconnectsWhenThePartnerComesBack) {
   ASSERT_TRUE(again.ok());
   PartnerLink relinked("n0", {"n1", "127.0.0.1", (*again)->port()}, secret_);
   relinked.Enqueue(Version(2, "two"));
-  ASSERT_TRUE(Eventually([&] { return relinked.stored_through() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return relinked.stored_through() >= 2; }));
   EXPECT_EQ(store.Bytes("n0", 2), "two");
 }
 
