@@ -274,6 +274,49 @@ int Sync(const std::string& mountpoint, bool progress) {
   return 1;
 }
 
+// Instead of a sync: waits until every file version sealed (closed, fsynced) before the call is in
+// its N partners' memory or durable (-o replicas). Fails when the mount does not replicate, or its
+// worker was replaced meanwhile (the new one's journal starts again).
+int SyncReplicated(const std::string& mountpoint, bool progress) {
+  nlohmann::json stats;
+  std::string error;
+  auto read = [&] {
+    if (!ReadStats(mountpoint, &stats, &error)) return false;
+    if (stats.contains("replication") && stats["replication"].is_object()) return true;
+    error = mountpoint + " is not mounted with -o shared,replicas=N";
+    return false;
+  };
+  if (!read()) {
+    std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+    return 1;
+  }
+  const uint64_t target = stats["replication"].value("sealed_seq", 0ull);
+  auto last_line = std::chrono::steady_clock::now();
+  for (;;) {
+    const nlohmann::json& r = stats["replication"];
+    const uint64_t replicated = r.value("replicated_seq", 0ull);
+    if (r.value("sealed_seq", 0ull) < target) {
+      std::fprintf(stderr, "ckptfs sync: the mount's worker was replaced during the sync; run it "
+                           "again\n");
+      return 1;
+    }
+    const bool finished = replicated >= target;
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && (finished || now - last_line >= std::chrono::seconds(1))) {
+      last_line = now;
+      std::fprintf(stderr, "replicated: %llu of %llu entries in the partners' memory or durable\n",
+                   static_cast<unsigned long long>(std::min(replicated, target)),
+                   static_cast<unsigned long long>(target));
+    }
+    if (finished) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!read()) {
+      std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+      return 1;
+    }
+  }
+}
+
 // After a sync: waits until every file version made durable so far is on the object store
 // (-o remote), telling the uploads' progress on stderr every second with `progress`. Fails when
 // the mount has no remote, or its worker was replaced meanwhile (its uploads are not resumed yet).
@@ -544,8 +587,14 @@ int RunClient(int argc, char** argv) {
   sync->add_flag("--progress", progress,
                  "Show on stderr a bar of the bytes made durable, the rate and the time left");
   bool remote = false;
-  sync->add_flag("--remote", remote,
-                 "Then wait until everything made durable is on the object store (-o remote)");
+  CLI::Option* remote_flag = sync->add_flag(
+      "--remote", remote,
+      "Then wait until everything made durable is on the object store (-o remote)");
+  bool replicated = false;
+  sync->add_flag("--replicated", replicated,
+                 "Instead, wait until everything closed so far is in the partners' memory or "
+                 "durable (-o replicas)")
+      ->excludes(remote_flag);
   CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
   status->add_option("MOUNTPOINT", mountpoint)->required();
   CLI::Option* json_flag = status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
@@ -569,6 +618,7 @@ int RunClient(int argc, char** argv) {
     return app.exit(e);
   }
   if (sync->parsed()) {
+    if (replicated) return SyncReplicated(mountpoint, progress);
     if (int synced = Sync(mountpoint, progress); synced != 0 || !remote) return synced;
     return SyncRemote(mountpoint, progress);
   }

@@ -6,7 +6,8 @@
 namespace ckptfs {
 namespace {
 
-// How soon a sealed version is handed to the replicator.
+// How soon a sealed version is handed to the replicator (superseded ones are let go of, and
+// partners chosen again, every poll interval).
 constexpr std::chrono::milliseconds kFeedInterval{5};
 
 }  // namespace
@@ -53,6 +54,8 @@ void ReplicationFeed::FeedSealed() {
       v->read = [content = std::move(snapshot)](uint64_t offset, size_t length, char* out) {
         return content.ReadInto(offset, length, out);
       };
+      // A version rewritten before its flush is cancelled: its blocks must not stay pinned here.
+      v->superseded = [&journal = journal_, entry] { return journal.StateOf(entry).cancelled; };
       versions.push_back(std::move(v));
     }
   }
@@ -72,6 +75,7 @@ void ReplicationFeed::Run() {
         live.push_back({m.record.node, m.record.replication_endpoint});
       }
       replicator_.MembersChanged(live);
+      replicator_.DropSuperseded();
       members_at = std::chrono::steady_clock::now();
     }
     replicator_.Durable(journal_.durable_seq());

@@ -2,7 +2,9 @@
 // thread of its own, every few milliseconds: hands each newly sealed file version to the
 // replicator in close order (its path and a copy of its snapshot, which shares the blocks), tells
 // it the durable point (partners drop what is durable), and, every poll interval, the live
-// members and their endpoints (partners are chosen again).
+// members and their endpoints (partners are chosen again) and which versions were superseded
+// before their flush (a chunk rewritten a hundred times pins one version's blocks, not a
+// hundred).
 //
 // Thread-safe. Lock order: the namespace lock, then the journal's, while it reads the journal;
 // nothing of the mount is locked when it calls the replicator.

@@ -52,6 +52,11 @@ void PartnerLink::Durable(uint64_t seq) {
   news_.notify_all();
 }
 
+void PartnerLink::DropSuperseded() {
+  MutexLock lock(mu_);
+  std::erase_if(queue_, [](const auto& v) { return v->Superseded(); });
+}
+
 uint64_t PartnerLink::stored_through() const {
   MutexLock lock(mu_);
   uint64_t through = queue_.empty() ? UINT64_MAX : queue_.front()->seq - 1;
@@ -183,6 +188,7 @@ void PartnerLink::Run() {
     {
       MutexLock lock(mu_);
       if (durable_ > durable_sent_) durable_notice = durable_;
+      while (!queue_.empty() && queue_.front()->Superseded()) queue_.pop_front();
       if (!queue_.empty()) next = queue_.front();
     }
     Status st;

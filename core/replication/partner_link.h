@@ -27,13 +27,17 @@
 namespace ckptfs::replication {
 
 // A sealed file version to replicate. `read` copies [offset, offset+length) of its bytes into
-// `out` and returns how many it copied (it holds what it reads from alive).
+// `out` and returns how many it copied (it holds what it reads from alive). `superseded`, when
+// set, says whether a newer version took its place before it was flushed (it is then never
+// needed: not sent, and dropped with what it holds).
 struct Outgoing {
   uint64_t seq = 0;
   uint64_t version = 0;
   std::string path;
   uint64_t size = 0;
   std::function<Result<size_t>(uint64_t offset, size_t length, char* out)> read;
+  std::function<bool()> superseded;
+  bool Superseded() const { return superseded && superseded(); }
 };
 
 // Where a partner listens, from its member file.
@@ -67,6 +71,8 @@ class PartnerLink {
   void Enqueue(std::shared_ptr<const Outgoing> version) EXCLUDES(mu_);
   // The owner made everything up to `seq` durable.
   void Durable(uint64_t seq) EXCLUDES(mu_);
+  // Drops the queued versions that were superseded (Outgoing::superseded).
+  void DropSuperseded() EXCLUDES(mu_);
   // Every version queued with seq <= it is held by the partner or durable (versions that cannot
   // be sent hold it back until they are durable); UINT64_MAX when every version queued is.
   uint64_t stored_through() const EXCLUDES(mu_);

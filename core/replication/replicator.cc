@@ -157,6 +157,16 @@ void Replicator::Durable(uint64_t seq) {
   for (auto& [node, link] : links_) link->Durable(seq);
 }
 
+void Replicator::DropSuperseded() {
+  std::vector<std::shared_ptr<PartnerLink>> links;
+  {
+    MutexLock lock(mu_);
+    std::erase_if(unflushed_, [](const auto& v) { return v->Superseded(); });
+    for (auto& [node, link] : links_) links.push_back(link);
+  }
+  for (auto& link : links) link->DropSuperseded();
+}
+
 uint64_t Replicator::replicated_seq() const {
   MutexLock lock(mu_);
   if (links_.size() < static_cast<size_t>(settings_.replicas)) return durable_;

@@ -84,6 +84,8 @@ class Replicator {
   void Fed(uint64_t seq) EXCLUDES(mu_);
   // Everything up to `seq` is durable on the backing store.
   void Durable(uint64_t seq) EXCLUDES(mu_);
+  // Lets go of the versions superseded before they were flushed (and of their blocks).
+  void DropSuperseded() EXCLUDES(mu_);
   // Every version sealed with seq <= it is in `replicas` partners' memory, or durable (at most
   // the point Fed names).
   uint64_t replicated_seq() const EXCLUDES(mu_);

@@ -4,14 +4,17 @@ each node is a network namespace joined by a veth pair to a bridge of the test's
 over ONE backing directory, the group secret in a root-only file.
 
 - Each node's sealed file is held in its partner's memory (the next node in the ring of names)
-  before it is durable (flush_delay keeps it from the backing store meanwhile): the owner's
-  replicated level reaches its sealed one, the partner holds its bytes.
+  before it is durable (flush_delay keeps it from the backing store meanwhile): `ckptfs sync
+  --replicated` returns, the owner's replicated level has reached its sealed one, the partner
+  holds its bytes.
 - A real DCP save through the three mounts (rank r through node r) reaches the backing store as
   on a plain directory; every node received its owner's versions, and once everything is durable
   every partner has dropped them (nothing held).
 - A fourth node with another secret is refused by the node it connects to, which logs it, and
   holds nothing of it; its own mount keeps taking writes.
 No daemon logs an error; every one unmounts with status 0.
+- A mount asking for replicas without the shared mode, or with a secret others may read, or
+  none, is refused with one line saying why, and leaves no mount.
 """
 
 import os
@@ -19,7 +22,7 @@ import re
 import unittest
 
 from ckptfs_testing import workloads
-from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, wait_for
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
 from ckptfs_testing.netns import NetworkNodes
 from test_multinode import NODES, MultiNodeChecks, make_tmp, plain_tree
 
@@ -83,9 +86,10 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
             with open(d.path(f"staged-{node}.bin"), "wb") as f:
                 f.write(data)
         for node, d in zip(NODES, daemons):
-            wait_for(lambda: (lambda r: r["replicated_seq"] >= r["sealed_seq"])(
-                self.replication(d)), TIMEOUT, f"{node}'s versions replicated")
+            synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
+            self.assertEqual(synced.returncode, 0, synced.stderr)
             r = self.replication(d)
+            self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
             self.assertLess(r["durable_seq"], r["sealed_seq"],
                             f"{node} made its file durable before the check: {r}")
             partner = daemons[NODES.index(partner_of[node])]
@@ -144,6 +148,30 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
         self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
         self.assert_no_shared_leftovers(backing)
         self.assertFalse(any(mounted(d.mnt) for d in daemons))
+
+    def test_a_mount_with_replicas_is_refused_without_shared_or_a_secret_only_its_owner_reads(self):
+        tmp = make_tmp(self, "ckptfs-e2e-replication-refused-")
+        backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "n0")
+        os.mkdir(backing)
+        os.mkdir(mnt)
+        good = os.path.join(tmp, "good.key")
+        write_secret(good, "the group secret of this test's nodes")
+        readable = os.path.join(tmp, "readable.key")
+        write_secret(readable, "the group secret of this test's nodes")
+        os.chmod(readable, 0o644)
+        for options, why in [
+                (f"replicas=1,replication_secret={good}",
+                 "replicas=1 needs -o shared"),
+                (f"shared,node=n0,replicas=1,replication_secret={readable}",
+                 "may be read or written by others than its owner: chmod 600 it"),
+                (f"shared,node=n0,replicas=1,replication_secret={tmp}/missing.key",
+                 "cannot open the replication secret"),
+                ("shared,node=n0,replicas=3", "must be 0, 1 or 2")]:
+            r = run_ckptfs([backing, mnt, "-f", "-o", options])
+            self.assertNotEqual(r.returncode, 0, options)
+            self.assertIn(why, r.stderr, options)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertFalse(mounted(mnt), options)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,26 @@ TEST(ReplicatorTest, TwoReplicasNeedBothPartners) {
   EXPECT_EQ(c->store().Bytes("a", 1), "x");
 }
 
+TEST(ReplicatorTest, SupersededVersionsAreNeverSentAndLetGoOf) {
+  std::unique_ptr<Replicator> a = Start("a", 1);
+  auto superseded = std::make_shared<bool>(false);
+  auto v1 = std::make_shared<Outgoing>(*Version(1, "old chunk"));
+  v1->superseded = [superseded] { return *superseded; };
+  std::weak_ptr<const Outgoing> held = v1;
+  // No partner yet: the version waits in the replicator.
+  a->Sealed(std::move(v1));
+  a->Sealed(Version(2, "new chunk"));
+  a->Fed(2);
+  *superseded = true;
+  a->DropSuperseded();
+  EXPECT_TRUE(held.expired()) << "a superseded version's bytes stay pinned";
+  std::unique_ptr<Replicator> b = Start("b", 1);
+  a->MembersChanged({{"a", a->endpoint()}, {"b", b->endpoint()}});
+  ASSERT_TRUE(Eventually([&] { return a->replicated_seq() == 2; }));
+  EXPECT_EQ(b->store().Bytes("a", 2), "new chunk");
+  EXPECT_EQ(b->store().Totals().replicas, 1u);
+}
+
 TEST(ReplicatorTest, AMemberNeverReplicatesToItselfNorToMembersWithoutAnEndpoint) {
   std::unique_ptr<Replicator> a = Start("a", 1);
   a->MembersChanged({{"a", a->endpoint()}, {"b", ""}, {"c", "not an endpoint"}});
