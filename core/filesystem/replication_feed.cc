@@ -55,7 +55,7 @@ void ReplicationFeed::FeedSealed() {
         return content.ReadInto(offset, length, out);
       };
       // A version rewritten before its flush is cancelled: its blocks must not stay pinned here.
-      v->superseded = [&journal = journal_, entry] { return journal.StateOf(entry).cancelled; };
+      v->superseded = [&journal = journal_, e = entry] { return journal.StateOf(e).cancelled; };
       versions.push_back(std::move(v));
     }
   }
