@@ -204,6 +204,8 @@ Status PartnerServer::TakeOffer(Connection& conn, const std::string& owner, cons
   Replica replica{owner, offer.path, offer.seq, offer.version,
                   std::unique_ptr<char[]>(new char[offer.size ? offer.size : 1]), offer.size};
   Status st = conn.Send(Encode(Type::kAccept, SeqMessage{offer.seq}));
+  // A member that stops sending an accepted replica must not hold its reservation for ever.
+  conn.SetTimeout(settings_.data_timeout);
   uint64_t received = 0;
   while (st.ok() && received < offer.size) {
     Result<FrameHeader> header = conn.ReadHeader();
@@ -220,6 +222,7 @@ Status PartnerServer::TakeOffer(Connection& conn, const std::string& owner, cons
       received += header->length;
     }
   }
+  conn.SetTimeout(std::chrono::milliseconds(0));
   if (!st.ok()) {
     store_.Unreserve(offer.size);
     return st;

@@ -30,6 +30,9 @@ struct PartnerServerSettings {
   std::string bind_address;  // Numeric IPv4 or IPv6; "0.0.0.0" for every interface.
   // A member that has not proven itself within this time is dropped.
   std::chrono::milliseconds handshake_timeout{5000};
+  // How long it waits for the next bytes of a replica it accepted before it drops the
+  // connection and gives the reservation back.
+  std::chrono::milliseconds data_timeout{30000};
 };
 
 class PartnerServer {
