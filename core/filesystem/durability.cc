@@ -137,7 +137,11 @@ void Durability::Start() {
 
 void Durability::LeaveSharedMount() {
   if (replication_feed_) replication_feed_->Stop();
-  if (replicator_) replicator_->Stop();
+  if (replicator_) {
+    // The partners drop what is durable now (everything, after a drain).
+    replicator_->Durable(parts_.journal.durable_seq());
+    replicator_->Stop();
+  }
   if (shared_) shared_->Leave();
 }
 

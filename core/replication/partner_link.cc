@@ -35,6 +35,18 @@ void PartnerLink::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void PartnerLink::Finish() {
+  MutexLock lock(mu_);
+  finishing_ = true;
+  news_pending_ = true;
+  news_.notify_all();
+}
+
+bool PartnerLink::finished() const {
+  MutexLock lock(mu_);
+  return finished_;
+}
+
 void PartnerLink::Enqueue(std::shared_ptr<const Outgoing> version) {
   MutexLock lock(mu_);
   queue_.push_back(std::move(version));
@@ -161,6 +173,10 @@ void PartnerLink::Run() {
       if (stop_) break;
     }
     if (!conn_) {
+      {
+        MutexLock lock(mu_);
+        if (finishing_) break;  // Nobody to tell.
+      }
       Status connected = Connect();
       MutexLock lock(mu_);
       stats_.connected = connected.ok();
@@ -185,11 +201,13 @@ void PartnerLink::Run() {
     }
     std::shared_ptr<const Outgoing> next;
     uint64_t durable_notice = 0;
+    bool finishing = false;
     {
       MutexLock lock(mu_);
       if (durable_ > durable_sent_) durable_notice = durable_;
       while (!queue_.empty() && queue_.front()->Superseded()) queue_.pop_front();
-      if (!queue_.empty()) next = queue_.front();
+      finishing = finishing_;
+      if (!queue_.empty() && !finishing) next = queue_.front();
     }
     Status st;
     if (durable_notice != 0) {
@@ -199,6 +217,7 @@ void PartnerLink::Run() {
         durable_sent_ = std::max(durable_sent_, durable_notice);
       }
     }
+    if (finishing) break;
     if (st.ok() && !next) {
       Wait(std::chrono::milliseconds(1000));
       continue;
@@ -239,6 +258,7 @@ void PartnerLink::Run() {
   MutexLock lock(mu_);
   live_conn_.reset();
   conn_.reset();
+  finished_ = true;
 }
 
 }  // namespace ckptfs::replication

@@ -78,7 +78,12 @@ class PartnerLink {
   uint64_t stored_through() const EXCLUDES(mu_);
   const PartnerAddress& partner() const { return partner_; }
   PartnerLinkStats stats() const EXCLUDES(mu_);
-  // Stops the thread (at destruction too).
+  // Asks the link to end without blocking: it sends no more versions, tells the partner its
+  // durable point once more (after Durable(UINT64_MAX): drop every replica of this member) when
+  // connected, and ends; finished() then says so.
+  void Finish() EXCLUDES(mu_);
+  bool finished() const EXCLUDES(mu_);
+  // Stops the thread at once (at destruction too).
   void Stop() EXCLUDES(mu_);
 
  private:
@@ -101,6 +106,8 @@ class PartnerLink {
   std::condition_variable_any news_;  // With mu_.
   bool stop_ GUARDED_BY(mu_) = false;
   bool news_pending_ GUARDED_BY(mu_) = false;
+  bool finishing_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;
   std::shared_ptr<Connection> live_conn_ GUARDED_BY(mu_);  // For Stop to shut down.
   std::deque<std::shared_ptr<const Outgoing>> queue_ GUARDED_BY(mu_);
   uint64_t durable_ GUARDED_BY(mu_) = 0;

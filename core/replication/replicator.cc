@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "core/replication/replication_policy.h"
 
@@ -89,13 +90,32 @@ Replicator::Replicator(ReplicatorSettings settings, GroupSecret secret)
 
 Replicator::~Replicator() { Stop(); }
 
+namespace {
+
+// How long a retired link may take to tell its former partner before it is stopped anyway, and
+// how long the links may take at Stop.
+constexpr std::chrono::seconds kRetireGrace{5};
+constexpr std::chrono::seconds kStopGrace{1};
+
+}  // namespace
+
 void Replicator::Stop() {
-  std::map<std::string, std::shared_ptr<PartnerLink>> links;
+  std::vector<std::shared_ptr<PartnerLink>> links;
   {
     MutexLock lock(mu_);
-    links.swap(links_);
+    for (auto& [node, link] : links_) links.push_back(link);
+    for (auto& [link, since] : retired_) links.push_back(link);
+    links_.clear();
+    retired_.clear();
   }
-  for (auto& [node, link] : links) link->Stop();
+  for (auto& link : links) link->Finish();
+  const auto give_up = std::chrono::steady_clock::now() + kStopGrace;
+  for (auto& link : links) {
+    while (!link->finished() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    link->Stop();
+  }
   if (server_) server_->Stop();
 }
 
@@ -112,15 +132,27 @@ void Replicator::MembersChanged(const std::vector<MemberEndpoint>& live) {
       policy::PartnersOf(settings_.node, names, settings_.replicas);
   std::vector<std::shared_ptr<PartnerLink>> gone;
   MutexLock lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (it->first->finished() || now - it->second >= kRetireGrace) {
+      gone.push_back(it->first);
+      it = retired_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = links_.begin(); it != links_.end();) {
     const bool kept = std::find(partners.begin(), partners.end(), it->first) != partners.end() &&
                       it->second->partner() == reachable[it->first];
     if (kept) {
       ++it;
     } else {
-      spdlog::info("replication: partner {} at {}:{} left", it->first,
+      spdlog::info("replication: {} at {}:{} is no longer a partner", it->first,
                    it->second->partner().address, it->second->partner().port);
-      gone.push_back(it->second);
+      // It drops every replica of this member; the new partners receive what is not durable.
+      it->second->Durable(UINT64_MAX);
+      it->second->Finish();
+      retired_.emplace_back(it->second, now);
       it = links_.erase(it);
     }
   }

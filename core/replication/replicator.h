@@ -3,11 +3,13 @@
 // written into its member file), and sends each sealed version of its own, in close order, to
 // its N partners (policy::PartnersOf over the live members that publish an endpoint), one
 // PartnerLink each. A version is replicated once every partner holds it; the level is
-// replicated_seq().
+// replicated_seq(). A former partner (the ring changed) is told to drop every replica of this
+// member; at Stop, each partner is told the final durable point.
 //
 // Thread-safe. Lock order: nothing is locked when it calls into its links, server or store.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -92,7 +94,8 @@ class Replicator {
   ReplicatorStatus Status() const EXCLUDES(mu_);
   // The partners' replicas this member holds (for tests, and for completing a dead owner's).
   PartnerStore& store() { return *store_; }
-  // Stops the links and the listener.
+  // Stops the links (each first tells its partner the durable point, for up to a second) and the
+  // listener.
   void Stop() EXCLUDES(mu_);
 
  private:
@@ -107,6 +110,9 @@ class Replicator {
   mutable Mutex mu_;
   // The partners' links, by node name, with the endpoint each was made for.
   std::map<std::string, std::shared_ptr<PartnerLink>> links_ GUARDED_BY(mu_);
+  // Links to former partners, telling them to drop this member's replicas, and since when.
+  std::vector<std::pair<std::shared_ptr<PartnerLink>, std::chrono::steady_clock::time_point>>
+      retired_ GUARDED_BY(mu_);
   // Versions sealed and not durable yet, for partners chosen later.
   std::deque<std::shared_ptr<const Outgoing>> unflushed_ GUARDED_BY(mu_);
   uint64_t durable_ GUARDED_BY(mu_) = 0;

@@ -87,13 +87,21 @@ TEST(ReplicatorTest, VersionsGoToTheNextMemberOfTheRingAndCountAsReplicatedOnceH
   EXPECT_EQ(s.partners[0].link.replicas_stored, 2u);
   EXPECT_EQ(n1->Status().held_by_owner.at("n0"), std::make_pair(uint64_t{2}, uint64_t{32}));
 
-  // n1 leaves: n0's partner becomes n2, which receives every version not durable yet.
+  // n0 sees n1 no more: its partner becomes n2, which receives every version not durable yet,
+  // and n1 (still running) is told to drop n0's replicas.
   n0->Durable(3);
   n0->MembersChanged({{"n0", n0->endpoint()}, {"n2", n2->endpoint()}});
   ASSERT_TRUE(Eventually([&] { return n2->store().Bytes("n0", 5) == "five"; }));
   EXPECT_EQ(n2->store().Bytes("n0", 3), "");
   ASSERT_TRUE(Eventually([&] { return n0->replicated_seq() == 6; }));
-  n0->Durable(6);
+  ASSERT_TRUE(Eventually([&] { return n1->store().Totals().replicas == 0; }));
+  EXPECT_EQ(n1->store().Totals().dropped, 2u);
+  // At its end (an unmount, after the drain) n0 tells its partner the final durable point.
+  n0->Sealed(Version(7, "seven"));
+  n0->Fed(7);
+  ASSERT_TRUE(Eventually([&] { return n2->store().Bytes("n0", 7) == "seven"; }));
+  n0->Durable(7);
+  n0->Stop();
   ASSERT_TRUE(Eventually([&] { return n2->store().Totals().replicas == 0; }));
 }
 
