@@ -274,6 +274,49 @@ int Sync(const std::string& mountpoint, bool progress) {
   return 1;
 }
 
+// Instead of a sync: waits until every file version sealed (closed, fsynced) before the call is in
+// its N partners' memory or durable (-o replicas). Fails when the mount does not replicate, or its
+// worker was replaced meanwhile (the new one's journal starts again).
+int SyncReplicated(const std::string& mountpoint, bool progress) {
+  nlohmann::json stats;
+  std::string error;
+  auto read = [&] {
+    if (!ReadStats(mountpoint, &stats, &error)) return false;
+    if (stats.contains("replication") && stats["replication"].is_object()) return true;
+    error = mountpoint + " is not mounted with -o shared,replicas=N";
+    return false;
+  };
+  if (!read()) {
+    std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+    return 1;
+  }
+  const uint64_t target = stats["replication"].value("sealed_seq", 0ull);
+  auto last_line = std::chrono::steady_clock::now();
+  for (;;) {
+    const nlohmann::json& r = stats["replication"];
+    const uint64_t replicated = r.value("replicated_seq", 0ull);
+    if (r.value("sealed_seq", 0ull) < target) {
+      std::fprintf(stderr, "ckptfs sync: the mount's worker was replaced during the sync; run it "
+                           "again\n");
+      return 1;
+    }
+    const bool finished = replicated >= target;
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && (finished || now - last_line >= std::chrono::seconds(1))) {
+      last_line = now;
+      std::fprintf(stderr, "replicated: %llu of %llu entries in the partners' memory or durable\n",
+                   static_cast<unsigned long long>(std::min(replicated, target)),
+                   static_cast<unsigned long long>(target));
+    }
+    if (finished) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!read()) {
+      std::fprintf(stderr, "ckptfs sync: %s\n", Printable(error).c_str());
+      return 1;
+    }
+  }
+}
+
 // After a sync: waits until every file version made durable so far is on the object store
 // (-o remote), telling the uploads' progress on stderr every second with `progress`. Fails when
 // the mount has no remote, or its worker was replaced meanwhile (its uploads are not resumed yet).
@@ -342,6 +385,36 @@ void PrintShared(const nlohmann::json& shared) {
   }
 }
 
+// The durability ladder of -o replicas (sealed, replicated, durable), the partners and what this
+// member holds for others.
+void PrintReplication(const nlohmann::json& r) {
+  std::printf("replicated       %llu of %llu entries sealed in %llu partner(s)' memory or durable "
+              "(%llu durable), receiving at %s\n",
+              static_cast<unsigned long long>(r.value("replicated_seq", 0ull)),
+              static_cast<unsigned long long>(r.value("sealed_seq", 0ull)),
+              static_cast<unsigned long long>(r.value("replicas", 0ull)),
+              static_cast<unsigned long long>(r.value("durable_seq", 0ull)),
+              Printable(r.value("endpoint", "")).c_str());
+  for (const nlohmann::json& p : r.value("partners", nlohmann::json::array())) {
+    std::printf("  partner %-19s %s at %s: %llu versions (%s) stored, %llu queued, %llu offers "
+                "refused full%s%s\n",
+                Printable(p.value("node", "")).c_str(),
+                p.value("connected", false) ? "connected" : "not connected",
+                Printable(p.value("endpoint", "")).c_str(),
+                static_cast<unsigned long long>(p.value("replicas_stored", 0ull)),
+                HumanBytes(p.value("bytes_stored", 0.0)).c_str(),
+                static_cast<unsigned long long>(p.value("queued", 0ull)),
+                static_cast<unsigned long long>(p.value("offers_full", 0ull)),
+                p.value("last_error", "").empty() ? "" : ", last error: ",
+                Printable(p.value("last_error", "")).c_str());
+  }
+  std::printf("  holding %llu versions (%s of %s) for others; %llu connections refused\n",
+              static_cast<unsigned long long>(r.value("held_replicas", 0ull)),
+              HumanBytes(r.value("held_bytes", 0.0)).c_str(),
+              HumanBytes(r.value("held_limit", 0.0)).c_str(),
+              static_cast<unsigned long long>(r.value("connections_refused", 0ull)));
+}
+
 int PrintStatus(const std::string& mountpoint, bool json) {
   std::string text;
   if (!ReadControlFile(mountpoint + "/.ckptfs/stats", &text)) {
@@ -400,6 +473,9 @@ int PrintStatus(const std::string& mountpoint, bool json) {
                 Printable(r.value("last_error", "")).c_str());
   }
   if (j.contains("shared") && j["shared"].is_object()) PrintShared(j["shared"]);
+  if (j.contains("replication") && j["replication"].is_object()) {
+    PrintReplication(j["replication"]);
+  }
   if (j.contains("worker") && j["worker"].is_object()) {
     const nlohmann::json& w = j["worker"];
     std::printf("worker           %llu (pid %lld, %s), supervisor pid %lld\n",
@@ -511,8 +587,14 @@ int RunClient(int argc, char** argv) {
   sync->add_flag("--progress", progress,
                  "Show on stderr a bar of the bytes made durable, the rate and the time left");
   bool remote = false;
-  sync->add_flag("--remote", remote,
-                 "Then wait until everything made durable is on the object store (-o remote)");
+  CLI::Option* remote_flag = sync->add_flag(
+      "--remote", remote,
+      "Then wait until everything made durable is on the object store (-o remote)");
+  bool replicated = false;
+  sync->add_flag("--replicated", replicated,
+                 "Instead, wait until everything closed so far is in the partners' memory or "
+                 "durable (-o replicas)")
+      ->excludes(remote_flag);
   CLI::App* status = app.add_subcommand("status", "Show the figures of a mount");
   status->add_option("MOUNTPOINT", mountpoint)->required();
   CLI::Option* json_flag = status->add_flag("--json", json, "Print the raw JSON of .ckptfs/stats");
@@ -536,6 +618,7 @@ int RunClient(int argc, char** argv) {
     return app.exit(e);
   }
   if (sync->parsed()) {
+    if (replicated) return SyncReplicated(mountpoint, progress);
     if (int synced = Sync(mountpoint, progress); synced != 0 || !remote) return synced;
     return SyncRemote(mountpoint, progress);
   }

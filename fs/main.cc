@@ -22,6 +22,7 @@
 #include "core/memory/arena.h"
 #include "core/recovery/cache_memory_layout.h"
 #include "core/remote/remote_settings.h"
+#include "core/replication/member_auth.h"
 #include "core/shared/membership.h"
 #include "fs/cache_memory_file.h"
 #include "fs/client.h"
@@ -271,6 +272,9 @@ int Mount(int argc, char** argv) {
     Status st = ApplyMountOptions(list, &o);
     if (!st.ok()) return Fail(st.message());
   }
+  if (Status together = CheckOptionsTogether(o.config); !together.ok()) {
+    return Fail(together.message());
+  }
   const bool worker_asked_foreground = o.foreground;
   if (o.debug) o.foreground = true;
   o.config.backing_dir = backing;
@@ -302,6 +306,11 @@ int Mount(int argc, char** argv) {
     Result<S3Settings> remote = RemoteSettingsOf(o.config, ProcessEnvironment());
     if (!remote.ok()) return Fail(remote.status().message());
     if (Status usable = CheckRemote(*remote); !usable.ok()) return Fail(usable.message());
+  }
+  if (o.config.replicas > 0) {
+    Result<replication::GroupSecret> secret =
+        replication::GroupSecret::Load(o.config.replication_secret);
+    if (!secret.ok()) return Fail("replicas: " + secret.status().message());
   }
   if (access("/dev/fuse", R_OK | W_OK) != 0) {
     return Fail(std::string("cannot use /dev/fuse: ") + std::strerror(errno));

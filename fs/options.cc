@@ -1,5 +1,8 @@
 #include "fs/options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <sstream>
 
 #include "core/remote/s3_location.h"
+#include "core/replication/replication_policy.h"
 #include "core/shared/shared_policy.h"
 #include "fs/status_view.h"
 
@@ -315,6 +319,44 @@ const MountOption kMountOptions[] = {
        return DurationIn(v, std::chrono::milliseconds(10), std::chrono::seconds(10),
                          &o->config.poll_interval);
      }},
+    {"replicas", "N", "0",
+     "with `shared`: each sealed file version is also sent, after its close, to the next N (0–2) "
+     "live members in the ring of node names, which hold it in memory until this member has made "
+     "it durable (the level `replicated` of `ckptfs status`; see \"Replicas in partners' "
+     "memory\"); 0: none",
+     [](const std::string& v, MountOptions* o) {
+       if (v.size() != 1 || v[0] < '0' || v[0] > '0' + policy::kMaxReplicas) {
+         return Status::Error(EINVAL, "must be 0, 1 or 2");
+       }
+       o->config.replicas = v[0] - '0';
+       return Status::Ok();
+     }},
+    {"replication_secret", "PATH", "/etc/ckptfs/replication.key",
+     "with `replicas`: the file holding the secret every member of the group shares (16–4096 "
+     "bytes), owned by root or the daemon's user and readable by its owner only (mode 600); "
+     "members prove it to each other with HMAC-SHA256 when they connect",
+     [](const std::string& v, MountOptions* o) {
+       o->config.replication_secret = v;
+       return Status::Ok();
+     }},
+    {"replication_address", "ADDRESS", "every interface",
+     "with `replicas`: the numeric IPv4 or IPv6 address partners' replicas are received on (a "
+     "port the kernel chooses, published in the member file, so that mounts on one machine "
+     "never collide); by default every interface, published as the host's first address",
+     [](const std::string& v, MountOptions* o) {
+       unsigned char buf[sizeof(in6_addr)];
+       if (inet_pton(AF_INET, v.c_str(), buf) != 1 && inet_pton(AF_INET6, v.c_str(), buf) != 1) {
+         return Status::Error(EINVAL, "not a numeric IPv4 or IPv6 address");
+       }
+       o->config.replication_address = v;
+       return Status::Ok();
+     }},
+    {"replica_memory", "SIZE", "a quarter of cache_size",
+     "with `replicas`: memory for the replicas of other members this member holds (16M or more); "
+     "when it is full, their owners offer again later (back-pressure: no write fails)",
+     [](const std::string& v, MountOptions* o) {
+       return SizeIn(v, 16ull << 20, 1ull << 50, &o->config.replica_memory);
+     }},
     {"remote", "s3://BUCKET/PREFIX", "",
      "the remote tier: every file version, once durable in the backing directory, is uploaded "
      "to this S3 bucket under PREFIX, in close order, commit markers (`commit_markers`) only "
@@ -501,6 +543,15 @@ Status CheckCacheSize(uint64_t cache_size, const MemoryBounds& bounds) {
 }
 
 std::span<const MountOption> MountOptionTable() { return kMountOptions; }
+
+Status CheckOptionsTogether(const Config& config) {
+  if (config.replicas > 0 && !config.shared) {
+    return Status::Error(EINVAL, "replicas=" + std::to_string(config.replicas) +
+                                     " needs -o shared: replicas are held by the other members of "
+                                     "a shared backing directory");
+  }
+  return Status::Ok();
+}
 
 Status ApplyMountOptions(const std::string& list, MountOptions* out) {
   std::stringstream ss(list);

@@ -71,6 +71,8 @@ std::span<const MountOption> MountOptionTable();
 // exec, sync, ...) and ignored otherwise (defaults, auto, noauto, user, users, nouser, owner,
 // group, _netdev, nofail, x-*, X-*, comment=*), as FUSE filesystems do.
 Status ApplyMountOptions(const std::string& list, MountOptions* out);
+// Options that need others: EINVAL with a message naming both (replicas without shared).
+Status CheckOptionsTogether(const Config& config);
 
 // The -o list the FUSE session is made with: ckptfs' own FUSE settings and the options passed
 // on to FUSE. config.backing_dir must be absolute.

@@ -163,6 +163,18 @@ std::string RenderFrame(const nlohmann::json& stats, const FlushTrend& trend,
       lines.push_back(buf);
     }
   }
+  if (stats.contains("replication") && stats["replication"].is_object()) {
+    const nlohmann::json& r = stats["replication"];
+    std::string partners;
+    for (const nlohmann::json& p : r.value("partners", nlohmann::json::array())) {
+      partners += (partners.empty() ? "" : ", ") + p.value("node", "") +
+                  (p.value("connected", false) ? "" : " (not connected)");
+    }
+    lines.push_back("replicas " + std::to_string(r.value("not_replicated_entries", 0ull)) +
+                    " entries not yet in " + std::to_string(r.value("replicas", 0)) +
+                    " partner(s)' memory (" + (partners.empty() ? "none live" : partners) +
+                    "); holding " + HumanBytes(r.value("held_bytes", 0.0)) + " for others");
+  }
 
   const size_t rows = static_cast<size_t>(std::max(c.rows, 1));
   if (lines.size() > rows) {

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ clang pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-dev libgtest-dev
           libgmock-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsystemd-dev
-          libisal-dev libcurl4-openssl-dev libexpat1-dev
+          libisal-dev libcurl4-openssl-dev libexpat1-dev libssl-dev
           python3 python3-venv
           prometheus dpkg-dev fakeroot systemd man-db)
 missing=()

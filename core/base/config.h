@@ -50,6 +50,14 @@ struct Config {
   std::chrono::milliseconds member_timeout{10000};
   // How often the shared directory is read (acknowledgements, requests) and written.
   std::chrono::milliseconds poll_interval{100};
+  // Replication, with shared (core/replication/replicator.h): how many partners hold each sealed
+  // version in memory (0: none), the group secret's file, the address partners' replicas are
+  // received on (empty: every interface, published as the host's first address), and how much
+  // of the partners' replicas this member holds (0: a quarter of cache_size).
+  int replicas = 0;
+  std::string replication_secret = "/etc/ckptfs/replication.key";
+  std::string replication_address;
+  uint64_t replica_memory = 0;
 
   // The remote tier (core/remote/uploader.h): "s3://BUCKET/PREFIX" (empty: none), the endpoint
   // URL of an S3-compatible store (empty: AWS), the region (empty: from the AWS environment or

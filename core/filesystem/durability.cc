@@ -13,6 +13,7 @@
 #include "core/backing/backing_paths.h"
 #include "core/recovery/rescue.h"
 #include "core/remote/remote_settings.h"
+#include "core/replication/replication_policy.h"
 
 namespace ckptfs {
 
@@ -25,10 +26,29 @@ Durability::Durability(const Parts& parts)
 
 Status Durability::JoinSharedMount() {
   Journal& journal = parts_.journal;
+  const Config& config = parts_.config;
+  if (config.replicas > 0) {
+    Result<replication::GroupSecret> secret =
+        replication::GroupSecret::Load(config.replication_secret);
+    if (!secret.ok()) return secret.status();
+    replication::ReplicatorSettings settings;
+    settings.node = config.node;
+    settings.replicas = config.replicas;
+    if (!config.replication_address.empty()) settings.bind_address = config.replication_address;
+    settings.store_bytes = config.replica_memory != 0
+                               ? config.replica_memory
+                               : policy::DefaultPartnerStoreBytes(config.cache_size);
+    Result<std::unique_ptr<replication::Replicator>> replicator =
+        replication::Replicator::Start(std::move(settings), std::move(*secret));
+    if (!replicator.ok()) return replicator.status();
+    replicator_ = std::move(*replicator);
+  }
   Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
-      parts_.config, parts_.env, parts_.store.root_fd, parts_.clock, [&journal] {
+      config, parts_.env, parts_.store.root_fd, parts_.clock,
+      [&journal] {
         return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
-      });
+      },
+      replicator_ ? replicator_->endpoint() : "");
   if (!shared.ok()) {
     return Status::Error(shared.status().err(),
                          "cannot join the mounts sharing the backing directory: " +
@@ -125,9 +145,20 @@ void Durability::Start() {
         },
         [flusher] { flusher->Hurry(); });
   }
+  if (replicator_) {
+    replication_feed_ = std::make_unique<ReplicationFeed>(
+        parts_.journal, parts_.ns, *shared_, *replicator_, parts_.config.poll_interval);
+    replication_feed_->Start();
+  }
 }
 
 void Durability::LeaveSharedMount() {
+  if (replication_feed_) replication_feed_->Stop();
+  if (replicator_) {
+    // The partners drop what is durable now (everything, after a drain).
+    replicator_->Durable(parts_.journal.durable_seq());
+    replicator_->Stop();
+  }
   if (shared_) shared_->Leave();
 }
 
@@ -137,6 +168,8 @@ void Durability::Stop() {
   if (upload_log_dir_ >= 0) close(upload_log_dir_);
   upload_log_dir_ = -1;
   flusher_.reset();
+  replication_feed_.reset();
+  replicator_.reset();
   shared_.reset();
 }
 

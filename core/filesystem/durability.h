@@ -19,9 +19,11 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/flush/flusher.h"
+#include "core/filesystem/replication_feed.h"
 #include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
 #include "core/remote/uploader.h"
+#include "core/replication/replicator.h"
 #include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -46,7 +48,9 @@ class Durability final : private FlushClient {
   explicit Durability(const Parts& parts);
 
   // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
-  // held until the group commits them (core/flush/held_markers.h).
+  // held until the group commits them (core/flush/held_markers.h). With -o replicas, first
+  // starts receiving partners' replicas (its endpoint goes into the member file); fails when the
+  // group secret cannot be read or the address cannot be bound.
   Status JoinSharedMount() EXCLUDES(ns_lock);
   // With -o remote, before Start (and before a recovery): resumes the uploads the upload log in
   // the private area names as not done, then uploads every file version made durable from then
@@ -66,6 +70,8 @@ class Durability final : private FlushClient {
   SharedMount* shared_mount() const { return shared_.get(); }
   // Null unless -o remote.
   const Uploader* uploader() const { return uploader_.get(); }
+  // Null unless -o replicas.
+  const replication::Replicator* replicator() const { return replicator_.get(); }
 
   // Waits until everything journaled up to `point` is durable (in shared mode, its markers
   // committed): the error names every file sealed by then and not durable (the first 100). Ok
@@ -100,6 +106,10 @@ class Durability final : private FlushClient {
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
+  // -o replicas: this member's replication, fed from the journal (null otherwise). The feed
+  // goes before the replicator, the replicator before the shared mount.
+  std::unique_ptr<replication::Replicator> replicator_;
+  std::unique_ptr<ReplicationFeed> replication_feed_;
 };
 
 }  // namespace ckptfs

@@ -630,7 +630,8 @@ Status Filesystem::Sync() { return WaitDurable(SyncPoint()); }
 std::string Filesystem::StatsJson() {
   const Durability& d = durability_;
   return StatsReport{config_, stats_, arena_, journal_, ns_, zarr_, tensors_, d.flusher(),
-                     d.shared_mount(), d.uploader(), control_hooks_.request_stats, control_hooks_.worker_info}
+                     d.shared_mount(), d.uploader(), d.replicator(), control_hooks_.request_stats,
+                     control_hooks_.worker_info}
       .Json();
 }
 

@@ -1,5 +1,7 @@
 #include "core/filesystem/stats_report.h"
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstdint>
 #include <utility>
@@ -98,6 +100,46 @@ std::string StatsReport::Json() const {
     Status failure = flusher.last_commit_failure();
     group["last_commit_error"] = failure.ok() ? "" : failure.ToString();
     j["shared"] = std::move(group);
+  }
+  if (replicator) {
+    const replication::ReplicatorStatus r = replicator->Status();
+    const uint64_t sealed = journal.last_seq();
+    const uint64_t replicated = std::min(r.replicated_seq, sealed);
+    nlohmann::json partners = nlohmann::json::array();
+    for (const replication::PartnerStatus& p : r.partners) {
+      partners.push_back({{"node", p.node},
+                          {"endpoint", p.endpoint},
+                          {"connected", p.link.connected},
+                          {"replicas_stored", p.link.replicas_stored},
+                          {"bytes_stored", p.link.bytes_stored},
+                          {"offers_full", p.link.offers_full},
+                          {"replicas_unsendable", p.link.replicas_unsendable},
+                          {"queued", p.link.queued},
+                          {"last_error", p.link.last_error}});
+    }
+    nlohmann::json held_for = nlohmann::json::array();
+    for (const auto& [owner, counts] : r.held_by_owner) {
+      held_for.push_back({{"node", owner}, {"replicas", counts.first}, {"bytes", counts.second}});
+    }
+    j["replication"] = {
+        {"replicas", r.replicas},
+        {"endpoint", r.endpoint},
+        {"sealed_seq", sealed},
+        {"replicated_seq", replicated},
+        {"durable_seq", journal.durable_seq()},
+        {"not_replicated_entries", sealed - replicated},
+        {"queued_versions", r.queued_versions},
+        {"partners", std::move(partners)},
+        {"held_replicas", r.held.replicas},
+        {"held_bytes", r.held.bytes},
+        {"held_limit", r.held.limit},
+        {"received_replicas", r.held.received},
+        {"dropped_replicas", r.held.dropped},
+        {"offers_refused_full", r.held.refused_full},
+        {"held_for", std::move(held_for)},
+        {"connections_accepted", r.connections_accepted},
+        {"connections_refused", r.connections_refused},
+    };
   }
   if (worker_info) {
     j["worker"] = nlohmann::json::parse(worker_info(), nullptr, /*allow_exceptions=*/false);

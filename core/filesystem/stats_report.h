@@ -13,6 +13,7 @@
 #include "core/flush/flusher.h"
 #include "core/memory/arena.h"
 #include "core/remote/uploader.h"
+#include "core/replication/replicator.h"
 #include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -33,6 +34,7 @@ struct StatsReport {
   Flusher& flusher;
   SharedMount* shared;  // Null unless shared mode.
   const Uploader* uploader;  // Null unless -o remote.
+  const replication::Replicator* replicator;  // Null unless -o replicas.
   // The daemon's parts of the report (Filesystem::SetRequestStats, SetWorkerInfo); unset: left out.
   const std::function<nlohmann::json()>& request_stats;
   const std::function<std::string()>& worker_info;

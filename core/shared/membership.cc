@@ -23,6 +23,8 @@ constexpr size_t kMaxEndsRemembered = 4 * policy::kMaxMembers;
 // Earlier incarnations of its own a member acknowledges for and lists in its file.
 constexpr size_t kMaxFormerIncarnations = 16;
 constexpr size_t kMaxHostBytes = 255;
+// An endpoint "ADDRESS:PORT" a member receives replicas at; validated where it is used.
+constexpr size_t kMaxEndpointBytes = 64;
 // Bad files logged at once; more are ignored without a log line (a flood must not flood the log).
 constexpr size_t kMaxBadFilesLogged = 256;
 
@@ -114,7 +116,8 @@ Membership::Membership(Env& env, int members_fd, MembershipSettings settings, Cl
       member_timeout_(settings.member_timeout),
       clock_(clock),
       progress_(std::move(progress)),
-      host_(std::move(host)) {}
+      host_(std::move(host)),
+      replication_endpoint_(std::move(settings.replication_endpoint)) {}
 
 Membership::~Membership() { env_.Close(members_fd_); }
 
@@ -133,7 +136,9 @@ Result<MemberRecord> Membership::ReadRecord(const std::string& name) const {
       !JsonUnsigned(*j, "sealed", &r.progress.sealed_seq) ||
       !JsonUnsigned(*j, "durable", &r.progress.durable_seq) ||
       !JsonUnsigned(*j, "pending_bytes", &r.progress.pending_bytes) ||
-      !FormerIncarnations(*j, &r.former)) {
+      !FormerIncarnations(*j, &r.former) ||
+      (j->contains("replication") &&
+       !JsonString(*j, "replication", kMaxEndpointBytes, &r.replication_endpoint))) {
     return Status::Error(EINVAL, "not a member file of node " + name);
   }
   r.pid = static_cast<int64_t>(pid);
@@ -153,6 +158,7 @@ Status Membership::Beat() {
                       {"durable", last_progress_.durable_seq},
                       {"pending_bytes", last_progress_.pending_bytes},
                       {"former", former_}};
+  if (!replication_endpoint_.empty()) j["replication"] = replication_endpoint_;
   Status st = ReplaceFile(env_, members_fd_, node_, "." + node_ + "." + incarnation_ + ".tmp",
                           j.dump());
   if (!st.ok()) return st;
@@ -562,8 +568,8 @@ void Membership::PublishView() {
   const Clock::time_point now = clock_.Now();
   std::vector<MemberView> views;
   if (state_ == State::kJoined) {
-    MemberRecord me{node_, host_, incarnation_, getpid(), beat_, last_progress_,
-                    {former_.begin(), former_.end()}};
+    MemberRecord me{node_,  host_,  incarnation_, getpid(), beat_, last_progress_,
+                    {former_.begin(), former_.end()}, replication_endpoint_};
     views.push_back({me, now - last_beat_at_, true});
   }
   for (const auto& [name, o] : observed_) {

@@ -3,7 +3,7 @@
 //
 // Each member owns one file, <backing>/.ckptfs/shared/members/<node>, a small JSON object
 //   {"node", "host", "pid", "incarnation", "beat", "sealed", "durable", "pending_bytes",
-//    "former"}
+//    "former", "replication"}
 // that it rewrites every policy::BeatInterval(member_timeout) (temp file
 // ".<node>.<incarnation>.tmp", then rename), its beat counter one higher each time. The
 // incarnation (16 random hex digits) names one run of the member: a mount that restarts under the
@@ -72,6 +72,9 @@ struct MemberRecord {
   // The incarnations of the same process this one continues (it rejoined from them), at most
   // kMaxFormerIncarnations; optional in the file.
   std::vector<std::string> former;
+  // Where it receives partners' replicas, "ADDRESS:PORT" (-o replicas); optional in the file,
+  // untrusted (core/replication/replicator.h parses it).
+  std::string replication_endpoint;
 };
 
 // One member as this mount sees it.
@@ -102,6 +105,8 @@ const char* LivenessName(Liveness liveness);
 struct MembershipSettings {
   std::string node;  // Must satisfy policy::IsValidNodeName.
   std::chrono::milliseconds member_timeout{10000};
+  // Published in the member file as "replication" when not empty.
+  std::string replication_endpoint;
 };
 
 // `configured` when not empty, else the host name; EINVAL when it is not a valid node name.
@@ -215,6 +220,7 @@ class Membership {
   Clock& clock_;
   const ProgressFn progress_;
   const std::string host_;
+  const std::string replication_endpoint_;
 
   mutable Mutex mu_;
   State state_ GUARDED_BY(mu_) = State::kOut;

@@ -13,10 +13,13 @@ int64_t Milliseconds(Clock::duration d) {
 
 Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env& env,
                                                        int backing_fd, Clock& clock,
-                                                       ProgressFn progress) {
+                                                       ProgressFn progress,
+                                                       std::string replication_endpoint) {
   const std::string& node = config.node;
   Result<std::unique_ptr<Membership>> membership = Membership::Open(
-      env, backing_fd, MembershipSettings{node, config.member_timeout}, clock, progress);
+      env, backing_fd,
+      MembershipSettings{node, config.member_timeout, std::move(replication_endpoint)}, clock,
+      progress);
   if (!membership.ok()) return membership.status();
   Result<std::unique_ptr<SharedCommits>> commits = SharedCommits::Open(
       env, backing_fd, **membership, clock, config.member_timeout, std::move(progress));

@@ -35,9 +35,11 @@ class SharedMount {
   // once, or, when a file holds that name, once its beat has stood still for member_timeout (a
   // run that died elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is
   // not decided within twice member_timeout of real time. `env`, `clock` and `backing_fd` must
-  // outlive it.
+  // outlive it. `replication_endpoint` (not empty with -o replicas) is published in the member
+  // file.
   static Result<std::unique_ptr<SharedMount>> Join(const Config& config, Env& env, int backing_fd,
-                                                   Clock& clock, ProgressFn progress);
+                                                   Clock& clock, ProgressFn progress,
+                                                   std::string replication_endpoint = "");
   ~SharedMount();
   SharedMount(const SharedMount&) = delete;
   SharedMount& operator=(const SharedMount&) = delete;
@@ -57,6 +59,9 @@ class SharedMount {
   // At unmount, once the flusher has drained: stops the thread, acknowledges the requests it sees
   // then, withdraws this member's pending commits and leaves the group.
   void Leave() EXCLUDES(mu_);
+
+  // The live members (this one included), as of the last beat.
+  std::vector<MemberView> Members() const { return membership_->Members(); }
 
   // Members, their heartbeat age and flush lag, pending commits (for stats and `ckptfs status`).
   nlohmann::json StatusJson() const;

@@ -140,6 +140,36 @@ const Field kFields[] = {
      "Commit markers never published: their commit failed."},
     {"shared.last_commit_error", "ckptfs_commit_failing", Kind::kFlag,
      "1 when the latest commit failed."},
+    {"replication", "", Kind::kNone, ""},
+    {"replication.replicas", "ckptfs_replicas", Kind::kGauge,
+     "Partners that hold each sealed version in memory (-o replicas)."},
+    {"replication.endpoint", "", Kind::kNone, ""},
+    {"replication.sealed_seq", "", Kind::kNone, ""},
+    {"replication.replicated_seq", "", Kind::kNone, ""},
+    {"replication.durable_seq", "", Kind::kNone, ""},
+    {"replication.not_replicated_entries", "ckptfs_not_replicated_entries", Kind::kGauge,
+     "Entries sealed and neither in the partners' memory nor durable yet."},
+    {"replication.queued_versions", "ckptfs_replication_queued_versions", Kind::kGauge,
+     "Sealed versions not durable yet, kept for the partners."},
+    {"replication.partners", "ckptfs_replication_partners", Kind::kCount,
+     "Partners this member replicates to."},
+    {"replication.held_replicas", "ckptfs_replicas_held", Kind::kGauge,
+     "Partners' versions this member holds in memory."},
+    {"replication.held_bytes", "ckptfs_replicas_held_bytes", Kind::kGauge,
+     "Bytes of partners' versions this member holds."},
+    {"replication.held_limit", "ckptfs_replica_memory_bytes", Kind::kGauge,
+     "The most this member holds of partners' versions (replica_memory)."},
+    {"replication.received_replicas", "ckptfs_replicas_received_total", Kind::kCounter,
+     "Partners' versions received."},
+    {"replication.dropped_replicas", "ckptfs_replicas_dropped_total", Kind::kCounter,
+     "Partners' versions dropped once their owner made them durable."},
+    {"replication.offers_refused_full", "ckptfs_replica_offers_refused_full_total",
+     Kind::kCounter, "Offers refused because replica_memory was full (offered again later)."},
+    {"replication.held_for", "", Kind::kNone, ""},
+    {"replication.connections_accepted", "ckptfs_replication_connections_accepted_total",
+     Kind::kCounter, "Members that connected and proved the group secret."},
+    {"replication.connections_refused", "ckptfs_replication_connections_refused_total",
+     Kind::kCounter, "Connections refused: no proof of the group secret, or not the protocol."},
     {"worker.pid", "", Kind::kNone, ""},
     {"worker.supervisor_pid", "", Kind::kNone, ""},
     {"worker.binary", "", Kind::kNone, ""},
@@ -345,7 +375,7 @@ std::string MetricsText(const nlohmann::json& stats, const std::string& mountpoi
   };
   if (!stats.is_object()) return w.text();
   visit("", stats);
-  for (const char* group : {"shared", "worker"}) {
+  for (const char* group : {"shared", "replication", "worker"}) {
     if (stats.contains(group) && stats[group].is_object()) {
       visit(std::string(group) + ".", stats[group]);
     }

@@ -190,4 +190,15 @@ std::vector<EntryRef> Journal::Unflushed() const {
   return out;
 }
 
+std::vector<std::pair<EntryRef, FileContent>> Journal::SealedVersionsAfter(uint64_t after) const {
+  JournalLock lock(mu_);
+  std::vector<std::pair<EntryRef, FileContent>> out;
+  for (const EntryRef& e : pending_) {
+    if (e->seq > after && !e->state.done && e->kind == JournalEntry::Kind::kPublish) {
+      out.emplace_back(e, e->snapshot);
+    }
+  }
+  return out;
+}
+
 }  // namespace ckptfs

@@ -22,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/clock.h"
@@ -143,6 +144,11 @@ class Journal {
   // The entries neither durable nor cancelled, in order. Their snapshots may be read once the
   // flusher has stopped, with the namespace lock held (nothing cancels them then).
   std::vector<EntryRef> Unflushed() const EXCLUDES(journal_lock);
+  // The sealed file versions (kPublish entries neither durable nor cancelled) with seq > `after`,
+  // in order, each with a copy of its snapshot taken under the journal's lock (it shares the
+  // blocks, which stay readable from any thread while the copy lives).
+  std::vector<std::pair<EntryRef, FileContent>> SealedVersionsAfter(uint64_t after) const
+      EXCLUDES(journal_lock);
 
  private:
   void CancelLocked(const EntryRef& entry) REQUIRES(journal_lock);

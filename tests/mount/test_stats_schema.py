@@ -1,10 +1,11 @@
 """The stats keys are defined once, in core/stats/stats_schema.json: a mount's stats, under the default
-options and in the shared mode with a remote tier (a real moto S3 server), hold exactly its keys with its types (every d.stats() of every
+options and in the shared mode with replicas and a remote tier (a real moto S3 server), hold exactly its keys with its types (every d.stats() of every
 test checks this too, through ckptfs_testing.stats), and the check names each key that is
 renamed, added, retyped or missing."""
 
 import copy
 import os
+import tempfile
 import unittest
 from unittest import mock
 
@@ -31,11 +32,18 @@ class StatsSchemaTest(unittest.TestCase):
         self.assertIn("fuse_request_seconds", stats)
         self.assertEqual(stats["bytes_written"], 1 << 20)
 
-    def test_a_shared_mount_with_a_remote_writes_every_key_of_the_schema(self):
+    def test_a_shared_mount_with_replicas_and_a_remote_writes_every_key_of_the_schema(self):
+        secret = tempfile.NamedTemporaryFile("w", prefix="ckptfs-schema-", suffix=".key")
+        self.addCleanup(secret.close)
+        os.chmod(secret.name, 0o600)
+        secret.write("the group secret of the schema test\n")
+        secret.flush()
         with MotoServer() as s3, mock.patch.dict(os.environ, CREDENTIALS):
             s3.create_bucket("schema")
             stats = self.saved_stats(["shared", "node=n0", "remote=s3://schema/run",
-                                      f"remote_endpoint={s3.endpoint}"])
+                                      f"remote_endpoint={s3.endpoint}", "replicas=1",
+                                      f"replication_secret={secret.name}",
+                                      "replication_address=127.0.0.1"])
         self.assertEqual(differences(stats), [])
         for key, spec in load_schema()["keys"].items():
             self.assertIn(key, stats)

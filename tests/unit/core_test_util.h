@@ -277,6 +277,10 @@ struct FsOptions {
   // The remote tier (-o remote, remote_endpoint), when not empty.
   std::string remote{};
   std::string remote_endpoint{};
+  // Replication (-o replicas, replication_secret, replication_address), with `node`.
+  int replicas = 0;
+  std::string replication_secret{};
+  std::string replication_address{};
 };
 
 // A started Filesystem over `backing`. `*fault` receives the fault-injecting Env if asked.
@@ -297,6 +301,9 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.arena_fd = o.arena_fd;
   config.remote = o.remote;
   config.remote_endpoint = o.remote_endpoint;
+  config.replicas = o.replicas;
+  config.replication_secret = o.replication_secret;
+  config.replication_address = o.replication_address;
   std::unique_ptr<Env> env = MakeTestEnv(config.queue_depth);
   if (o.fault) {
     auto f = std::make_unique<FaultInjectingEnv>(std::move(env));

@@ -123,6 +123,33 @@ TEST_F(MembershipTest, LivenessFollowsTheBeatCounterNotTheFilesTimes) {
   EXPECT_EQ(a.membership->Judge({"far", "0123456789abcdef"}), Liveness::kDead);
 }
 
+TEST_F(MembershipTest, AMemberPublishesWhereItReceivesReplicasAndTheOthersSeeIt) {
+  SharedNode& a = Start("a", "10.251.7.1:40001");
+  SharedNode& b = Start("b");
+  TickAll();
+  EXPECT_EQ(MemberFile("a")["replication"], "10.251.7.1:40001");
+  EXPECT_FALSE(MemberFile("b").contains("replication")) << "optional: only with -o replicas";
+  std::vector<MemberView> seen = b.membership->Members();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].record.node, "a");
+  EXPECT_EQ(seen[1].record.replication_endpoint, "10.251.7.1:40001");
+  EXPECT_EQ(a.membership->Members()[0].record.replication_endpoint, "10.251.7.1:40001");
+}
+
+TEST_F(MembershipTest, AMemberFileWithAMalformedReplicationEndpointIsNotAMemberFile) {
+  SharedNode& a = Start("a");
+  for (const nlohmann::json& bad : {nlohmann::json(5), nlohmann::json(std::string(65, '1')),
+                                    nlohmann::json::array()}) {
+    WriteHostFile(SharedPath("members/c"),
+                  nlohmann::json{{"node", "c"}, {"host", "h"}, {"pid", 1},
+                                 {"incarnation", "0123456789abcdef"}, {"beat", 1}, {"sealed", 0},
+                                 {"durable", 0}, {"pending_bytes", 0}, {"replication", bad}}
+                      .dump());
+    TickAll();
+    EXPECT_EQ(SeenBy(a), std::vector<std::string>{"a"}) << bad.dump();
+  }
+}
+
 TEST_F(MembershipTest, AMemberWhoseFileTurnedToGarbageIsJudgedDeadByTheSameRule) {
   SharedNode& a = Start("a");
   SharedNode& b = Start("b");
@@ -212,7 +239,7 @@ TEST_F(MembershipTest, NodeNamesThatCouldLeaveTheMembersDirectoryAreRefused) {
            std::string(65, 'x'), std::string("a\0b", 3)}) {
     EXPECT_FALSE(policy::IsValidNodeName(bad)) << bad;
     Result<std::unique_ptr<Membership>> m =
-        Membership::Open(env_, root_fd_, {bad, kMemberTimeout}, clock_, [] {
+        Membership::Open(env_, root_fd_, {bad, kMemberTimeout, ""}, clock_, [] {
           return FlushProgress{};
         });
     EXPECT_EQ(m.status().err(), EINVAL) << bad;

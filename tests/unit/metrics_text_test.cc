@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -68,8 +69,15 @@ nlohmann::json RealMountStats() {
   EXPECT_TRUE(s3.ready() && s3.CreateBucket("stats-bucket")) << CKPTFS_MOTO_SERVER;
   setenv("AWS_ACCESS_KEY_ID", "stats-test-key", 1);
   setenv("AWS_SECRET_ACCESS_KEY", "stats-test-secret", 1);
+  // Replication: its figures too (no partner: a member alone).
+  const std::string secret = backing.path() + ".key";
+  WriteHostFile(secret, "the secret of the stats test's group");
+  EXPECT_EQ(chmod(secret.c_str(), 0600), 0);
   FsOptions o;
   o.node = "node-a";
+  o.replicas = 1;
+  o.replication_secret = secret;
+  o.replication_address = "127.0.0.1";
   o.remote = "s3://stats-bucket/run";
   o.remote_endpoint = s3.endpoint();
   std::unique_ptr<Filesystem> fs = StartFs(backing.path(), o);
@@ -85,6 +93,7 @@ nlohmann::json RealMountStats() {
   EXPECT_TRUE(fs->Sync().ok());
   nlohmann::json stats = nlohmann::json::parse(fs->StatsJson());
   EXPECT_TRUE(fs->Shutdown().ok());
+  unlink(secret.c_str());
   return stats;
 }
 

@@ -90,6 +90,37 @@ TEST(MountOptionsTest, SharedIsAFlagWithoutValue) {
   EXPECT_NE(MountOptionsHelp().find("  shared\n"), std::string::npos) << MountOptionsHelp();
 }
 
+TEST(MountOptionsTest, ReplicationOptionsAreParsedAndBounded) {
+  MountOptions o = Parsed(
+      "shared,replicas=2,replication_secret=/etc/ck.key,replication_address=10.251.0.1,"
+      "replica_memory=1G");
+  EXPECT_EQ(o.config.replicas, 2);
+  EXPECT_EQ(o.config.replication_secret, "/etc/ck.key");
+  EXPECT_EQ(o.config.replication_address, "10.251.0.1");
+  EXPECT_EQ(o.config.replica_memory, 1ull << 30);
+  EXPECT_TRUE(CheckOptionsTogether(o.config).ok());
+  EXPECT_EQ(Parsed("replication_address=fd00::1").config.replication_address, "fd00::1");
+  MountOptions defaults;
+  EXPECT_EQ(defaults.config.replicas, 0);
+  EXPECT_EQ(defaults.config.replication_secret, "/etc/ckptfs/replication.key");
+  EXPECT_TRUE(CheckOptionsTogether(defaults.config).ok());
+  for (const char* bad : {"replicas=3", "replicas=-1", "replicas=01", "replicas=one",
+                          "replication_address=node0", "replication_address=10.251.0.1:80",
+                          "replica_memory=1M"}) {
+    Status st = Refused(bad);
+    EXPECT_EQ(st.err(), EINVAL) << bad;
+  }
+  EXPECT_NE(Refused("replicas=3").message().find("must be 0, 1 or 2"), std::string::npos);
+}
+
+TEST(MountOptionsTest, ReplicasWithoutSharedAreRefusedWithTheReason) {
+  MountOptions o = Parsed("replicas=1");
+  Status st = CheckOptionsTogether(o.config);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("replicas=1 needs -o shared"), std::string::npos) << st.message();
+  EXPECT_TRUE(CheckOptionsTogether(Parsed("replicas=0").config).ok());
+}
+
 TEST(MountOptionsTest, NodeNamesAndMarkerNamesThatCouldEscapeTheirDirectoryAreRefused) {
   for (const char* bad : {"node=../x", "node=a/b", "node=..", "node=.hidden", "node=a b",
                           "commit_markers=../latest", "commit_markers=a/b", "commit_markers=..",

@@ -50,13 +50,14 @@ class SharedStoreTest : public ::testing::Test {
     close(root_fd_);
   }
 
-  // A member named `name`, opened but not joined.
-  SharedNode& Open(const std::string& name) {
+  // A member named `name`, opened but not joined, publishing `replication_endpoint`.
+  SharedNode& Open(const std::string& name, const std::string& replication_endpoint = "") {
     auto node = std::make_unique<SharedNode>(name);
     SharedNode* n = node.get();
     ProgressFn progress = [n] { return n->progress; };
     Result<std::unique_ptr<Membership>> m =
-        Membership::Open(n->env, root_fd_, {name, kMemberTimeout}, clock_, progress);
+        Membership::Open(n->env, root_fd_, {name, kMemberTimeout, replication_endpoint}, clock_,
+                         progress);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     n->membership = std::move(*m);
     Result<std::unique_ptr<SharedCommits>> c = SharedCommits::Open(
@@ -68,8 +69,8 @@ class SharedStoreTest : public ::testing::Test {
   }
 
   // A member named `name`, joined.
-  SharedNode& Start(const std::string& name) {
-    SharedNode& n = Open(name);
+  SharedNode& Start(const std::string& name, const std::string& replication_endpoint = "") {
+    SharedNode& n = Open(name, replication_endpoint);
     Status joined = n.membership->Join();
     EXPECT_TRUE(joined.ok()) << joined.ToString();
     return n;

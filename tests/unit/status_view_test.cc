@@ -190,6 +190,19 @@ TEST(StatusViewTest, TheMembersOfASharedMountAreListed) {
   EXPECT_EQ(lines[9], "  node-b           beat   4500 ms ago, 0 entries pending (0 B)");
 }
 
+TEST(StatusViewTest, TheReplicatedLevelAndThePartnersAreShown) {
+  const nlohmann::json stats = {
+      {"replication",
+       {{"replicas", 2},
+        {"not_replicated_entries", 5},
+        {"held_bytes", 3 << 20},
+        {"partners",
+         {{{"node", "node-b"}, {"connected", true}}, {{"node", "node-c"}, {"connected", false}}}}}}};
+  EXPECT_EQ(LineStarting(RenderFrame(stats, TrendOf(stats), Context(120, 24)), "replicas"),
+            "replicas 5 entries not yet in 2 partner(s)' memory (node-b, node-c (not connected)); "
+            "holding 3.0 MiB for others");
+}
+
 TEST(StatusViewTest, TheWorkerAndItsSupervisorAreShown) {
   const nlohmann::json stats = {{"worker", {{"number", 3}, {"pid", 4242}, {"supervisor_pid", 17}}}};
   EXPECT_EQ(LineStarting(RenderFrame(stats, TrendOf(stats), Context(80, 24)), "worker"),

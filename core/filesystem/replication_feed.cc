@@ -1,0 +1,88 @@
+#include "core/filesystem/replication_feed.h"
+
+#include <utility>
+#include <vector>
+
+namespace ckptfs {
+namespace {
+
+// How soon a sealed version is handed to the replicator (superseded ones are let go of, and
+// partners chosen again, every poll interval).
+constexpr std::chrono::milliseconds kFeedInterval{5};
+
+}  // namespace
+
+ReplicationFeed::ReplicationFeed(Journal& journal, Namespace& ns, SharedMount& shared,
+                                 replication::Replicator& replicator,
+                                 std::chrono::milliseconds poll_interval)
+    : journal_(journal),
+      ns_(ns),
+      shared_(shared),
+      replicator_(replicator),
+      poll_interval_(poll_interval) {}
+
+ReplicationFeed::~ReplicationFeed() { Stop(); }
+
+void ReplicationFeed::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void ReplicationFeed::Stop() {
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
+    wake_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReplicationFeed::FeedSealed() {
+  const uint64_t last = journal_.last_seq();
+  if (last <= fed_) return;
+  std::vector<std::shared_ptr<const replication::Outgoing>> versions;
+  {
+    // The namespace lock keeps paths still while they are read; the journal copies snapshots
+    // under its own.
+    NamespaceLock lock(ns_.mutex());
+    for (auto& [entry, snapshot] : journal_.SealedVersionsAfter(fed_)) {
+      if (entry->seq > last) break;
+      auto v = std::make_shared<replication::Outgoing>();
+      v->seq = entry->seq;
+      v->version = entry->version;
+      v->path = ns_.PathLocked(entry->inode);
+      v->size = snapshot.size();
+      v->read = [content = std::move(snapshot)](uint64_t offset, size_t length, char* out) {
+        return content.ReadInto(offset, length, out);
+      };
+      // A version rewritten before its flush is cancelled: its blocks must not stay pinned here.
+      v->superseded = [&journal = journal_, e = entry] { return journal.StateOf(e).cancelled; };
+      versions.push_back(std::move(v));
+    }
+  }
+  for (auto& v : versions) replicator_.Sealed(std::move(v));
+  replicator_.Fed(last);
+  fed_ = last;
+}
+
+void ReplicationFeed::Run() {
+  auto members_at = std::chrono::steady_clock::time_point{};
+  MutexLock lock(mu_);
+  while (!stop_) {
+    lock.Unlock();
+    if (std::chrono::steady_clock::now() - members_at >= poll_interval_) {
+      std::vector<replication::MemberEndpoint> live;
+      for (const MemberView& m : shared_.Members()) {
+        live.push_back({m.record.node, m.record.replication_endpoint});
+      }
+      replicator_.MembersChanged(live);
+      replicator_.DropSuperseded();
+      members_at = std::chrono::steady_clock::now();
+    }
+    replicator_.Durable(journal_.durable_seq());
+    FeedSealed();
+    lock.Lock();
+    if (!stop_) wake_.wait_for(lock, kFeedInterval);
+  }
+}
+
+}  // namespace ckptfs

@@ -1,0 +1,54 @@
+// ReplicationFeed: what connects a mount's journal to its Replicator (-o shared,replicas=N). A
+// thread of its own, every few milliseconds: hands each newly sealed file version to the
+// replicator in close order (its path and a copy of its snapshot, which shares the blocks), tells
+// it the durable point (partners drop what is durable), and, every poll interval, the live
+// members and their endpoints (partners are chosen again) and which versions were superseded
+// before their flush (a chunk rewritten a hundred times pins one version's blocks, not a
+// hundred).
+//
+// Thread-safe. Lock order: the namespace lock, then the journal's, while it reads the journal;
+// nothing of the mount is locked when it calls the replicator.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <thread>
+
+#include "core/base/thread_annotations.h"
+#include "core/replication/replicator.h"
+#include "core/shared/shared_mount.h"
+#include "core/tree/journal.h"
+#include "core/tree/namespace.h"
+
+namespace ckptfs {
+
+class ReplicationFeed {
+ public:
+  // All must outlive the feed.
+  ReplicationFeed(Journal& journal, Namespace& ns, SharedMount& shared,
+                  replication::Replicator& replicator, std::chrono::milliseconds poll_interval);
+  ~ReplicationFeed();
+  void Start() EXCLUDES(mu_);
+  void Stop() EXCLUDES(mu_);
+  // The replicated level: every entry up to it is in the partners' memory or durable.
+  uint64_t replicated_seq() const { return replicator_.replicated_seq(); }
+
+ private:
+  void Run() EXCLUDES(mu_);
+  // Hands over the versions sealed since the last call.
+  void FeedSealed() EXCLUDES(ns_lock);
+
+  Journal& journal_;
+  Namespace& ns_;
+  SharedMount& shared_;
+  replication::Replicator& replicator_;
+  const std::chrono::milliseconds poll_interval_;
+  uint64_t fed_ = 0;  // Used by the feed's thread only.
+  std::thread thread_;
+  Mutex mu_;
+  std::condition_variable_any wake_;  // With mu_: stop.
+  bool stop_ GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ckptfs

@@ -1,0 +1,178 @@
+"""Replicas in partners' memory (-o shared,replicas=1) between nodes that talk over a network:
+each node is a network namespace joined by a veth pair to a bridge of the test's own
+(ckptfs_testing.netns), with a ckptfs daemon `-o shared,replicas=1` bound to its address, all
+over ONE backing directory, the group secret in a root-only file.
+
+- Each node's sealed file is held in its partner's memory (the next node in the ring of names)
+  before it is durable (flush_delay keeps it from the backing store meanwhile): `ckptfs sync
+  --replicated` returns, the owner's replicated level has reached its sealed one, the partner
+  holds its bytes.
+- A real DCP save through the three mounts (rank r through node r) reaches the backing store as
+  on a plain directory; every node received its owner's versions, and once everything is durable
+  every partner has dropped them (nothing held).
+- A fourth node with another secret is refused by the node it connects to, which logs it, and
+  holds nothing of it; its own mount keeps taking writes.
+No daemon logs an error; every one unmounts with status 0.
+- A mount asking for replicas without the shared mode, or with a secret others may read, or
+  none, is refused with one line saying why, and leaves no mount.
+"""
+
+import os
+import re
+import unittest
+
+from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
+from ckptfs_testing.netns import NetworkNodes
+from test_multinode import NODES, MultiNodeChecks, make_tmp, plain_tree
+
+MEMBER_TIMEOUT_MS = 2000
+# Long enough that a version sealed by the test is replicated well before it is flushed.
+FLUSH_DELAY = "20s"
+# Bounds on waiting for the network and the daemons: a hang, not a speed.
+TIMEOUT = 60.0
+
+
+def write_secret(path, secret):
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(secret + "\n")
+
+
+class ReplicationTest(MultiNodeChecks, unittest.TestCase):
+    def start_node(self, tmp, backing, net, i, node, secret_file):
+        mnt = os.path.join(tmp, node)
+        os.makedirs(mnt, exist_ok=True)
+        d = CkptfsDaemon(backing, mnt,
+                         ["cache_size=512M", "shared", f"node={node}",
+                          f"member_timeout={MEMBER_TIMEOUT_MS}", f"flush_delay={FLUSH_DELAY}",
+                          "replicas=1", f"replication_secret={secret_file}",
+                          f"replication_address={net.address(i)}"],
+                         log_file=os.path.join(tmp, f"{node}.log"), wrapper=net.wrapper(i))
+        self.addCleanup(d.cleanup)
+        d.start()
+        return d
+
+    @staticmethod
+    def replication(d):
+        return d.stats()["replication"]
+
+    def wait_connected(self, d, partner):
+        wait_for(lambda: [(p["node"], p["connected"]) for p in self.replication(d)["partners"]]
+                 == [(partner, True)], TIMEOUT, f"{d.mnt} connected to its partner {partner}")
+
+    def test_replicas_reach_partners_over_the_network_and_are_dropped_once_durable(self):
+        tmp = make_tmp(self, "ckptfs-e2e-replication-")
+        w = workloads.make("dcp", for_test=True)
+        expected, _ = plain_tree(w, tmp, lambda roots: w.save(roots, ranks=len(NODES)))
+        self.assertTrue(expected, "the workload wrote nothing")
+        net = NetworkNodes(self, len(NODES) + 1)
+        secret = os.path.join(tmp, "replication.key")
+        write_secret(secret, "the group secret of this test's nodes")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = [self.start_node(tmp, backing, net, i, node, secret)
+                   for i, node in enumerate(NODES)]
+        partner_of = {n: NODES[(i + 1) % len(NODES)] for i, n in enumerate(NODES)}
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(self.replication(d)["endpoint"].rsplit(":", 1)[0],
+                             net.address(NODES.index(node)))
+            self.wait_connected(d, partner_of[node])
+
+        # A sealed version is in its partner's memory before it is durable.
+        sizes = {}
+        for i, (node, d) in enumerate(zip(NODES, daemons)):
+            data = os.urandom((3 << 20) + 1000 * i)
+            sizes[node] = len(data)
+            with open(d.path(f"staged-{node}.bin"), "wb") as f:
+                f.write(data)
+        for node, d in zip(NODES, daemons):
+            synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
+            self.assertEqual(synced.returncode, 0, synced.stderr)
+            r = self.replication(d)
+            self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+            self.assertLess(r["durable_seq"], r["sealed_seq"],
+                            f"{node} made its file durable before the check: {r}")
+            partner = daemons[NODES.index(partner_of[node])]
+            held = {h["node"]: h for h in self.replication(partner)["held_for"]}
+            self.assertIn(node, held, f"{partner_of[node]} holds nothing of {node}")
+            self.assertEqual(held[node]["bytes"], sizes[node])
+            self.assertFalse(os.path.exists(os.path.join(backing, f"staged-{node}.bin")),
+                             "flushed before its flush_delay")
+
+        # A real DCP save through the three mounts, then everything durable.
+        w.save([d.mnt for d in daemons], ranks=len(NODES))
+        for d in daemons:
+            d.sync()
+        for node in NODES:
+            os.unlink(os.path.join(backing, f"staged-{node}.bin"))
+        self.assert_tree(expected, backing, "backing dir after `ckptfs sync` on every node",
+                         w.varying)
+        for node, d in zip(NODES, daemons):
+            # Once durable, the partner drops every replica it was sent.
+            wait_for(lambda: self.replication(d)["held_replicas"] == 0, TIMEOUT,
+                     f"{node} dropped its partner's durable replicas")
+            r = self.replication(d)
+            print(f"{node}: {r}", flush=True)
+            self.assertEqual(r["held_bytes"], 0)
+            self.assertGreaterEqual(r["received_replicas"], 2, f"{node}: {r}")
+            self.assertEqual(r["dropped_replicas"], r["received_replicas"], f"{node}: {r}")
+            self.assertEqual(r["connections_refused"], 0, f"{node}: {r}")
+            [p] = r["partners"]
+            self.assertGreaterEqual(p["replicas_stored"], 2, f"{node}: {r}")
+            self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
+            self.assertEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+
+        # A member with another secret: n3's partner is n0 (the ring wraps), which refuses it.
+        other = os.path.join(tmp, "other.key")
+        write_secret(other, "a secret of some other group entirely")
+        intruder = self.start_node(tmp, backing, net, 3, "n3", other)
+        refused = re.compile(rf"replication: refused a connection from "
+                             rf"{re.escape(net.address(3))}:\d+: node n3 did not prove it holds "
+                             rf"the secret")
+        wait_for(lambda: refused.search(daemons[0].output()), TIMEOUT,
+                 "n0 logging n3's refusal")
+        self.assertGreaterEqual(self.replication(daemons[0])["connections_refused"], 1)
+        with open(intruder.path("intruder.bin"), "wb") as f:
+            f.write(b"x" * 4096)
+        self.assertEqual(self.replication(daemons[0])["held_for"], [])
+        [p] = self.replication(intruder)["partners"]
+        self.assertEqual((p["node"], p["connected"], p["replicas_stored"]), ("n0", False, 0))
+        intruder.sync()
+        self.assertEqual(intruder.unmount(), 0, intruder.output()[-3000:])
+        os.unlink(os.path.join(backing, "intruder.bin"))
+
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
+        self.assert_no_shared_leftovers(backing)
+        self.assertFalse(any(mounted(d.mnt) for d in daemons))
+
+    def test_a_mount_with_replicas_is_refused_without_shared_or_a_secret_only_its_owner_reads(self):
+        tmp = make_tmp(self, "ckptfs-e2e-replication-refused-")
+        backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "n0")
+        os.mkdir(backing)
+        os.mkdir(mnt)
+        good = os.path.join(tmp, "good.key")
+        write_secret(good, "the group secret of this test's nodes")
+        readable = os.path.join(tmp, "readable.key")
+        write_secret(readable, "the group secret of this test's nodes")
+        os.chmod(readable, 0o644)
+        for options, why in [
+                (f"replicas=1,replication_secret={good}",
+                 "replicas=1 needs -o shared"),
+                (f"shared,node=n0,replicas=1,replication_secret={readable}",
+                 "may be read or written by others than its owner: chmod 600 it"),
+                (f"shared,node=n0,replicas=1,replication_secret={tmp}/missing.key",
+                 "cannot open the replication secret"),
+                ("shared,node=n0,replicas=3", "must be 0, 1 or 2")]:
+            r = run_ckptfs([backing, mnt, "-f", "-o", options])
+            self.assertNotEqual(r.returncode, 0, options)
+            self.assertIn(why, r.stderr, options)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertFalse(mounted(mnt), options)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,66 @@
+"""Nodes as network namespaces: each a namespace with one veth pair to a bridge of the test's own,
+and an address of its own in 10.251.X.0/24 (X chosen free on this machine). Everything is
+removed at cleanup, also when the set-up fails half-way. Needs root and iproute2.
+
+    net = NetworkNodes(test_case, 3)   # registers its cleanup
+    net.address(0)                     # "10.251.X.1"
+    net.wrapper(0)                     # a command prefix running a program in node 0's namespace
+"""
+
+import os
+import random
+import subprocess
+import unittest
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def require_network_namespaces():
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("network namespaces need root")
+    if subprocess.run(["which", "ip", "nsenter"], capture_output=True).returncode != 0:
+        raise unittest.SkipTest("iproute2's ip and util-linux's nsenter are needed")
+
+
+def _subnets_in_use():
+    out = _ip("-4", "-o", "addr", "show").stdout
+    return {line.split()[3].rsplit(".", 1)[0] for line in out.splitlines() if " inet " in line}
+
+
+class NetworkNodes:
+    def __init__(self, tc, count):
+        require_network_namespaces()
+        used = _subnets_in_use()
+        free = [x for x in range(1, 255) if f"10.251.{x}" not in used]
+        if not free:
+            raise RuntimeError("no free 10.251.X.0/24 subnet on this machine")
+        self.x = random.Random(os.getpid()).choice(free)
+        self.bridge = f"ckrb{self.x}"
+        self.namespaces = [f"ckptfs-r{self.x}-{i}" for i in range(count)]
+        tc.addCleanup(self.remove)
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("link", "set", self.bridge, "up")
+        for i, ns in enumerate(self.namespaces):
+            host, inner = f"ckr{self.x}h{i}", f"ckr{self.x}n{i}"
+            _ip("netns", "add", ns)
+            _ip("link", "add", host, "type", "veth", "peer", "name", inner, "netns", ns)
+            _ip("link", "set", host, "master", self.bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", inner)
+            _ip("-n", ns, "link", "set", inner, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+
+    def address(self, i):
+        return f"10.251.{self.x}.{i + 1}"
+
+    def wrapper(self, i):
+        """Runs the command after it in node i's network namespace only (the mount namespace
+        stays the test's, so a FUSE mount made there is seen by the test)."""
+        return ["nsenter", f"--net=/run/netns/{self.namespaces[i]}", "--"]
+
+    def remove(self):
+        """Removes the namespaces (their veth pairs go with them) and the bridge."""
+        for ns in self.namespaces:
+            _ip("netns", "del", ns, check=False)
+        _ip("link", "del", self.bridge, check=False)

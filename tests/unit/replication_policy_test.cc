@@ -1,0 +1,70 @@
+// The pure rules of replication (core/replication/replication_policy.h).
+#include "core/replication/replication_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace ckptfs::policy {
+namespace {
+
+using Names = std::vector<std::string>;
+
+TEST(PartnersOfTest, PartnersAreTheNextMembersInTheRingOfNames) {
+  EXPECT_EQ(PartnersOf("n1", {"n0", "n2", "n3"}, 1), Names({"n2"}));
+  EXPECT_EQ(PartnersOf("n1", {"n3", "n0", "n2"}, 2), Names({"n2", "n3"}));
+}
+
+TEST(PartnersOfTest, TheRingWrapsAroundAfterTheLastName) {
+  EXPECT_EQ(PartnersOf("n3", {"n0", "n1", "n2"}, 1), Names({"n0"}));
+  EXPECT_EQ(PartnersOf("n2", {"n0", "n1", "n3"}, 2), Names({"n3", "n0"}));
+}
+
+TEST(PartnersOfTest, AMemberMissingFromTheLiveListStillFindsItsSuccessor) {
+  // The ring is of live names: a member that is not listed (itself) still has its place.
+  EXPECT_EQ(PartnersOf("b", {"a", "c"}, 1), Names({"c"}));
+}
+
+TEST(PartnersOfTest, FewerLiveMembersGiveFewerPartnersAndNeverSelfOrOneTwice) {
+  EXPECT_EQ(PartnersOf("n0", {"n1"}, 2), Names({"n1"}));
+  EXPECT_EQ(PartnersOf("n0", {"n0", "n1", "n1"}, 2), Names({"n1"}));
+  EXPECT_TRUE(PartnersOf("n0", {}, 2).empty());
+  EXPECT_TRUE(PartnersOf("n0", {"n0"}, 1).empty());
+}
+
+TEST(PartnersOfTest, NoReplicasMeansNoPartners) {
+  EXPECT_TRUE(PartnersOf("n0", {"n1", "n2"}, 0).empty());
+  EXPECT_TRUE(PartnersOf("n0", {"n1", "n2"}, -1).empty());
+}
+
+TEST(PartnersOfTest, EveryMemberIsThePartnerOfAsManyAsItHasPartners) {
+  const Names all = {"a", "b", "c", "d", "e"};
+  std::map<std::string, int> held_for;
+  for (const std::string& self : all) {
+    for (const std::string& p : PartnersOf(self, all, 2)) ++held_for[p];
+  }
+  for (const std::string& n : all) EXPECT_EQ(held_for[n], 2) << n;
+}
+
+TEST(MayHoldTest, AStoreTakesAReplicaOnlyWhileItFits) {
+  EXPECT_TRUE(MayHold(0, 100, 100));
+  EXPECT_TRUE(MayHold(40, 60, 100));
+  EXPECT_FALSE(MayHold(41, 60, 100));
+  EXPECT_FALSE(MayHold(0, 101, 100));
+  EXPECT_TRUE(MayHold(100, 0, 100));
+}
+
+TEST(MayHoldTest, HugeSizesDoNotWrapAround) {
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  EXPECT_FALSE(MayHold(10, max, 100));
+  EXPECT_FALSE(MayHold(max, 10, 100));
+  EXPECT_FALSE(EverFits(max, 100));
+  EXPECT_TRUE(EverFits(100, 100));
+}
+
+TEST(DefaultPartnerStoreBytesTest, IsAQuarterOfTheCache) {
+  EXPECT_EQ(DefaultPartnerStoreBytes(uint64_t{4} << 30), uint64_t{1} << 30);
+}
+
+}  // namespace
+}  // namespace ckptfs::policy

@@ -1,0 +1,142 @@
+// The replication protocol's frames (core/replication/wire.h): every message round-trips, and
+// hostile bytes are refused with EPROTO, never read past their end.
+#include "core/replication/wire.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace ckptfs::replication {
+namespace {
+
+// The body of a whole frame, after checking its header.
+std::string BodyOf(const std::string& frame, Type type) {
+  EXPECT_GE(frame.size(), kHeaderBytes);
+  Result<FrameHeader> header = DecodeHeader(reinterpret_cast<const uint8_t*>(frame.data()));
+  EXPECT_TRUE(header.ok()) << header.status().ToString();
+  EXPECT_EQ(header->type, type);
+  EXPECT_EQ(header->length, frame.size() - kHeaderBytes);
+  return frame.substr(kHeaderBytes);
+}
+
+Nonce Filled(uint8_t v) {
+  Nonce n;
+  n.fill(v);
+  return n;
+}
+
+TEST(WireTest, EveryMessageRoundTrips) {
+  Result<Challenge> c = DecodeChallenge(BodyOf(Encode(Challenge{Filled(7)}), Type::kChallenge));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->nonce, Filled(7));
+
+  Result<Hello> h = DecodeHello(BodyOf(Encode(Hello{"n-1.a_b", Filled(1), Filled(2)}), Type::kHello));
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->node, "n-1.a_b");
+  EXPECT_EQ(h->nonce, Filled(1));
+  EXPECT_EQ(h->mac, Filled(2));
+
+  Result<Welcome> w = DecodeWelcome(BodyOf(Encode(Welcome{"n2", Filled(3)}), Type::kWelcome));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->node, "n2");
+  EXPECT_EQ(w->mac, Filled(3));
+
+  Offer offer{42, 7, (1ull << 40) + 3, "ckpt/step_10/__0_0.distcp"};
+  Result<Offer> o = DecodeOffer(BodyOf(Encode(offer), Type::kOffer));
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->seq, 42u);
+  EXPECT_EQ(o->version, 7u);
+  EXPECT_EQ(o->size, (1ull << 40) + 3);
+  EXPECT_EQ(o->path, offer.path);
+
+  for (Type t : {Type::kAccept, Type::kFull, Type::kTooLarge, Type::kStored, Type::kDurable}) {
+    Result<SeqMessage> s = DecodeSeq(BodyOf(Encode(t, SeqMessage{0x0102030405060708}), t));
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->seq, 0x0102030405060708u);
+  }
+}
+
+TEST(WireTest, HeadersWithUnknownTypesOrHugeBodiesAreRefused) {
+  auto decode = [](std::string header) {
+    return DecodeHeader(reinterpret_cast<const uint8_t*>(header.data()));
+  };
+  EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(0), 1)).status().err(), EPROTO);
+  EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(11), 1)).status().err(), EPROTO);
+  EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(255), 1)).status().err(), EPROTO);
+  EXPECT_EQ(decode(EncodeHeader(Type::kData, kMaxFrameBody + 1)).status().err(), EPROTO);
+  EXPECT_EQ(decode(EncodeHeader(Type::kData, 0xffffffff)).status().err(), EPROTO);
+  EXPECT_TRUE(decode(EncodeHeader(Type::kData, kMaxFrameBody)).ok());
+}
+
+TEST(WireTest, ShortAndOverlongBodiesAreRefused) {
+  const std::string hello = BodyOf(Encode(Hello{"n1", Filled(1), Filled(2)}), Type::kHello);
+  for (size_t n = 0; n < hello.size(); ++n) {
+    EXPECT_EQ(DecodeHello(hello.substr(0, n)).status().err(), EPROTO) << n;
+  }
+  EXPECT_EQ(DecodeHello(hello + "x").status().err(), EPROTO);
+  const std::string offer = BodyOf(Encode(Offer{1, 1, 1, "a/b"}), Type::kOffer);
+  for (size_t n = 0; n < offer.size(); ++n) {
+    EXPECT_EQ(DecodeOffer(offer.substr(0, n)).status().err(), EPROTO) << n;
+  }
+  EXPECT_EQ(DecodeOffer(offer + "x").status().err(), EPROTO);
+  EXPECT_EQ(DecodeSeq("1234567").status().err(), EPROTO);
+  EXPECT_EQ(DecodeSeq("123456789").status().err(), EPROTO);
+  EXPECT_EQ(DecodeChallenge(std::string(kNonceBytes + 1, 'x')).status().err(), EPROTO);
+}
+
+TEST(WireTest, AStringLengthBeyondTheBodyIsRefused) {
+  // A node name claiming 64 bytes with 3 behind it.
+  std::string body = std::string("\x40\x00", 2) + "abc";
+  EXPECT_EQ(DecodeHello(body).status().err(), EPROTO);
+  // A path length beyond kMaxPathBytes is refused before it is read.
+  std::string offer = BodyOf(Encode(Offer{1, 1, 1, "a"}), Type::kOffer);
+  offer[24] = '\xff';
+  offer[25] = '\xff';
+  offer += std::string(0xffff, 'a');
+  EXPECT_EQ(DecodeOffer(offer).status().err(), EPROTO);
+}
+
+TEST(WireTest, InvalidNodeNamesPathsAndSequenceNumbersAreRefused) {
+  for (const char* node : {"", ".hidden", "a/b", "a b", "..", "n\n"}) {
+    std::string body = BodyOf(Encode(Hello{node, Filled(1), Filled(2)}), Type::kHello);
+    EXPECT_EQ(DecodeHello(body).status().err(), EPROTO) << node;
+    body = BodyOf(Encode(Welcome{node, Filled(2)}), Type::kWelcome);
+    EXPECT_EQ(DecodeWelcome(body).status().err(), EPROTO) << node;
+  }
+  EXPECT_EQ(DecodeHello(BodyOf(Encode(Hello{std::string(65, 'a'), Filled(1), Filled(2)}),
+                               Type::kHello)).status().err(),
+            EPROTO);
+  for (std::string path : {std::string(""), std::string("/etc/passwd"), std::string("a/../b"),
+                           std::string(".."), std::string("a//b"), std::string("a/./b"),
+                           std::string("a/"), std::string("a\0b", 3),
+                           std::string(kMaxPathBytes + 1, 'a')}) {
+    std::string body = BodyOf(Encode(Offer{1, 1, 1, path}), Type::kOffer);
+    EXPECT_EQ(DecodeOffer(body).status().err(), EPROTO) << path;
+  }
+  EXPECT_EQ(DecodeOffer(BodyOf(Encode(Offer{0, 1, 1, "a"}), Type::kOffer)).status().err(), EPROTO);
+  EXPECT_EQ(DecodeSeq(std::string(8, '\0')).status().err(), EPROTO);
+}
+
+TEST(WireTest, ValidPathsAreAccepted) {
+  EXPECT_TRUE(IsValidReplicaPath("a"));
+  EXPECT_TRUE(IsValidReplicaPath("ckpt/iter_0000010/.metadata"));
+  EXPECT_TRUE(IsValidReplicaPath("..a/b.."));
+  EXPECT_TRUE(IsValidReplicaPath(std::string(kMaxPathBytes, 'a')));
+}
+
+TEST(WireTest, RandomBytesNeverCrashADecoder) {
+  std::mt19937_64 rng(20261204);
+  for (int i = 0; i < 20000; ++i) {
+    std::string body(rng() % 200, '\0');
+    for (char& c : body) c = static_cast<char>(rng());
+    (void)DecodeChallenge(body);
+    (void)DecodeHello(body);
+    (void)DecodeWelcome(body);
+    (void)DecodeOffer(body);
+    (void)DecodeSeq(body);
+    if (body.size() >= kHeaderBytes) (void)DecodeHeader(reinterpret_cast<const uint8_t*>(body.data()));
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::replication
