@@ -136,12 +136,14 @@ def run(a):
             v, c = times[(place, kind, "verify")], times[(place, kind, "cat")]
             speed = [ci / vi for vi, ci in zip(v, c)]  # Per run: verify's speed as cat's.
             lines.append([place, kind, f"{statistics.median(v):.3f}", f"{statistics.median(c):.3f}",
+                          f"{statistics.median(c) / statistics.median(v):.2f}",
                           f"{statistics.median(speed):.2f}", spread(speed),
                           "yes" if statistics.median(speed) >= 0.8 else "no"])
     print()
-    print(f"{FILES} files, {total / MiB:.0f} MiB, {a.repeat} runs alternated (medians; spread: "
-          "min-max of the runs' ratios)")
-    print(table(["place", "load", "verify s", "cat s", "speed/cat", "spread", ">= 0.8"], lines))
+    print(f"{FILES} files, {total / MiB:.0f} MiB, {a.repeat} runs alternated (medians; speed/cat: "
+          "median of the runs' ratios, spread: their min-max)")
+    print(table(["place", "load", "verify s", "cat s", "cat/verify s", "speed/cat", "spread",
+                 ">= 0.8"], lines))
     off, on = statistics.median(markers["off"]), statistics.median(markers["markers"])
     added = [m - o for m, o in zip(markers["markers"], markers["off"])]
     print()
