@@ -4,10 +4,16 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <iterator>
 #include <span>
+#include <utility>
+#include <vector>
+
+#include "core/base/thread_annotations.h"
 
 namespace ckptfs {
 namespace {
@@ -61,7 +67,39 @@ Result<ChecksumManifest> ParseChecksumManifest(std::string_view text) {
   return manifest;
 }
 
-Result<ChecksumManifest> ReadChecksumManifest(Env& env, int dir_fd) {
+namespace {
+
+// The manifests parsed last, by their file's identity and last change: the files of a directory,
+// verified one after another, have its manifest parsed once while it is unchanged (an update
+// renames a new file in). Thread-safe.
+class ParsedManifests {
+ public:
+  using Id = std::array<int64_t, 5>;
+  std::shared_ptr<const ChecksumManifest> Find(const Id& id) {
+    MutexLock lock(mu_);
+    for (const auto& [kept, manifest] : kept_) {
+      if (kept == id) return manifest;
+    }
+    return nullptr;
+  }
+  void Keep(const Id& id, std::shared_ptr<const ChecksumManifest> manifest) {
+    MutexLock lock(mu_);
+    if (kept_.size() == kKept) kept_.erase(kept_.begin());
+    kept_.emplace_back(id, std::move(manifest));
+  }
+
+ private:
+  static constexpr size_t kKept = 8;
+  Mutex mu_;
+  std::vector<std::pair<Id, std::shared_ptr<const ChecksumManifest>>> kept_ GUARDED_BY(mu_);
+};
+
+ParsedManifests& Parsed() {
+  static ParsedManifests parsed;
+  return parsed;
+}
+
+Result<std::shared_ptr<const ChecksumManifest>> ReadParsedManifest(Env& env, int dir_fd) {
   // Not blocked by a FIFO of that name, nor led elsewhere by a symbolic link.
   Result<int> fd =
       env.Open(dir_fd, kChecksumManifestName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -69,30 +107,47 @@ Result<ChecksumManifest> ReadChecksumManifest(Env& env, int dir_fd) {
   if (!fd.ok()) return fd.status();
   struct stat st {};
   Status s = env.Stat(*fd, "", &st);
+  const ParsedManifests::Id id{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
+                               st.st_size, st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                               st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+  std::shared_ptr<const ChecksumManifest> kept = s.ok() ? Parsed().Find(id) : nullptr;
   std::string text;
-  if (s.ok() && !S_ISREG(st.st_mode)) s = Malformed("not a regular file");
-  if (s.ok() && static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
+  if (s.ok() && !kept && !S_ISREG(st.st_mode)) s = Malformed("not a regular file");
+  if (s.ok() && !kept && static_cast<uint64_t>(st.st_size) > kMaxManifestBytes) {
     s = Status::Error(EFBIG, std::string(kChecksumManifestName) + " is longer than " +
                                  std::to_string(kMaxManifestBytes) + " bytes: not read");
   }
-  if (s.ok()) {
+  if (s.ok() && !kept) {
     text.resize(static_cast<size_t>(st.st_size));
     s = env.Read(*fd, text.data(), text.size(), 0);
   }
   env.Close(*fd);
   if (!s.ok()) return s;
-  return ParseChecksumManifest(text);
+  if (kept) return kept;
+  Result<ChecksumManifest> parsed = ParseChecksumManifest(text);
+  if (!parsed.ok()) return parsed.status();
+  auto manifest = std::make_shared<const ChecksumManifest>(std::move(*parsed));
+  Parsed().Keep(id, manifest);
+  return manifest;
+}
+
+}  // namespace
+
+Result<ChecksumManifest> ReadChecksumManifest(Env& env, int dir_fd) {
+  Result<std::shared_ptr<const ChecksumManifest>> manifest = ReadParsedManifest(env, dir_fd);
+  if (!manifest.ok()) return manifest.status();
+  return **manifest;
 }
 
 Result<ChecksumRecord> ManifestRecordOf(Env& env, int dir_fd, const std::string& name) {
-  Result<ChecksumManifest> manifest = ReadChecksumManifest(env, dir_fd);
+  Result<std::shared_ptr<const ChecksumManifest>> manifest = ReadParsedManifest(env, dir_fd);
   if (!manifest.ok() && manifest.status().err() == ENOENT) {
     return Status::Error(ENODATA, std::string("no checksum record (no extended attribute, no ") +
                                       kChecksumManifestName + ")");
   }
   if (!manifest.ok()) return manifest.status();
-  auto it = manifest->find(name);
-  if (it == manifest->end()) {
+  auto it = (*manifest)->find(name);
+  if (it == (*manifest)->end()) {
     return Status::Error(ENODATA, std::string("no checksum record (no extended attribute, none in ") +
                                       kChecksumManifestName + ")");
   }

@@ -30,7 +30,8 @@ std::string FormatChecksumManifest(const ChecksumManifest& manifest);
 Result<ChecksumManifest> ParseChecksumManifest(std::string_view text);
 
 // The manifest of the directory `dir_fd`: ENOENT when it has none, EFBIG when it is longer than
-// kMaxManifestBytes (never read whole), EINVAL when malformed.
+// kMaxManifestBytes (never read whole), EINVAL when malformed. The last few manifests parsed are
+// kept (by their file's device, inode, size and times): an unchanged one is not read again.
 Result<ChecksumManifest> ReadChecksumManifest(Env& env, int dir_fd);
 
 // The record of `name` in the manifest of `dir_fd`: ENODATA when the manifest has no entry of

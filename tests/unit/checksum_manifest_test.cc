@@ -13,6 +13,7 @@
 #include "core/integrity/checksum.h"
 #include "core/integrity/verifier.h"
 #include "core_test_util.h"
+#include "iouring/fault_injecting_env.h"
 
 namespace ckptfs {
 namespace {
@@ -123,6 +124,27 @@ TEST_F(ChecksumManifestFiles, AFileWithoutAnAttributeIsVerifiedAgainstItsManifes
   EXPECT_EQ(Verify("c").verdict, Verdict::kNoChecksum);
   struct stat st {};
   EXPECT_NE(fstatat(staging_fd_, "m", &st, 0), 0);
+}
+
+TEST_F(ChecksumManifestFiles, AnUnchangedManifestIsParsedOnceAndAChangedOneAgain) {
+  FaultInjectingEnv counting(testing_util::MakeTestEnv());
+  ChecksumManifest manifest;
+  for (int i = 0; i < 100; ++i) manifest["f" + std::to_string(i)] = RecordOf(std::to_string(i));
+  WriteHostFile(dir_ / kChecksumManifestName, FormatChecksumManifest(manifest));
+  for (int i = 0; i < 100; ++i) {
+    Result<ChecksumRecord> record = ManifestRecordOf(counting, dir_fd_, "f" + std::to_string(i));
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    EXPECT_EQ(*record, RecordOf(std::to_string(i)));
+  }
+  EXPECT_EQ(counting.calls(Env::Op::kRead), 1u);
+  // Rewritten in place (another size): read again, and its new records are the ones given.
+  manifest["f0"] = RecordOf("changed");
+  manifest["new"] = RecordOf("new");
+  WriteHostFile(dir_ / kChecksumManifestName, FormatChecksumManifest(manifest));
+  Result<ChecksumRecord> changed = ManifestRecordOf(counting, dir_fd_, "f0");
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(*changed, RecordOf("changed"));
+  EXPECT_EQ(counting.calls(Env::Op::kRead), 2u);
 }
 
 TEST_F(ChecksumManifestFiles, EntriesOfFilesGoneFromTheDirectoryAreDropped) {
