@@ -344,7 +344,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
         }
         MutexLock lock(e.inode->mu);
         e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(s.checksum), {},
-                                                /*from_flusher=*/true};
+                                                /*from_flusher=*/true, /*why_none=*/""};
       }
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);

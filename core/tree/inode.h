@@ -143,6 +143,7 @@ struct Inode {
     std::string record;
     std::weak_ptr<BackingFile> read_from;
     bool from_flusher = false;
+    std::string why_none;  // Without a record: why (a malformed one, a failed read).
   };
   std::optional<ChecksumNote> checksum GUARDED_BY(mu);
   // The daemon's last check of the stored bytes of `version` against its record: by the flusher

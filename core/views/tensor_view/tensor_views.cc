@@ -101,6 +101,7 @@ class TensorViews::View {
     std::optional<std::string> record;
     std::shared_ptr<BackingFile> to_read;
     std::optional<Inode::StoredCheck> check;
+    std::string why_none;
     {
       MutexLock lock(inode.mu);
       *durable = inode.durable_version == inode.version;
@@ -110,6 +111,7 @@ class TensorViews::View {
         if (inode.checksum && inode.checksum->version == version &&
             (inode.checksum->from_flusher || inode.checksum->read_from.lock() == base)) {
           record = inode.checksum->record;
+          why_none = inode.checksum->why_none;
         } else if (base && !base->spill()) {
           to_read = base;
         }
@@ -118,15 +120,18 @@ class TensorViews::View {
         check = inode.last_check;
       }
     }
-    std::string why_none = *durable ? "no checksum record" : "not durable yet";
     if (to_read) {
       Result<ChecksumRecord> read = ReadChecksumRecord(*env, to_read->fd());
       record = read.ok() ? FormatChecksumRecord(*read) : std::string();
+      const int err = read.ok() ? 0 : read.status().err();
+      if (err != 0 && err != ENODATA && err != ENOTSUP) why_none = read.status().message();
       MutexLock lock(inode.mu);
       if (inode.version == version) {
-        inode.checksum = Inode::ChecksumNote{version, *record, to_read, /*from_flusher=*/false};
+        inode.checksum =
+            Inode::ChecksumNote{version, *record, to_read, /*from_flusher=*/false, why_none};
       }
     }
+    if (why_none.empty()) why_none = *durable ? "no checksum record" : "not durable yet";
     nlohmann::json j = {{"durable", *durable}, {"crc32c", nullptr}};
     if (record && !record->empty()) {
       Result<ChecksumRecord> parsed = ParseChecksumRecord(*record);
