@@ -126,8 +126,8 @@ void Walk(const Place& place, const std::string& dir, Listing* out) {
       out->unlisted.emplace_back(path, std::strerror(errno));
     } else if (S_ISDIR(st.st_mode)) {
       if (!LeftOut(place, path, name)) Walk(place, path, out);
-    } else if (S_ISREG(st.st_mode)) {
-      AddFile(place, path, st, out);
+    } else if (S_ISREG(st.st_mode) && name != kChecksumManifestName) {
+      AddFile(place, path, st, out);  // A manifest is checksum records, checked as they are used.
     }
   }
 }

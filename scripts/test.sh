@@ -13,12 +13,13 @@ cmake -S . -B "$clang_build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Deb
 cmake --build "$clang_build" -j"$(nproc)"
 echo "test: the thread-safety build is clean"
 # The tensor views' readers (their fuzz test included), the options parser, the checksum
-# records' parser and verifier, and the remote tier's parsers (s3:// locations, the AWS shared
+# records' and manifests' parsers and verifier, and the remote tier's parsers (s3:// locations, the AWS shared
 # files, S3's XML answers) under ASan+UBSan:
 # only their tests are built, unoptimized (a third of the compile time of -O2 -g; assertions on).
 asan_build="${CKPTFS_ASAN_BUILD_DIR:-build-asan-parsers}"
 asan_tests=(tensor_view_fuzz_test pickle_reader_test zip_reader_test tensor_grid_test
-            tensor_views_test options_test checksum_test verifier_test remote_parsers_test)
+            tensor_views_test options_test checksum_test verifier_test checksum_manifest_test
+            remote_parsers_test)
 cmake -S . -B "$asan_build" -DCMAKE_BUILD_TYPE=Debug -DCKPTFS_SANITIZE=address \
       -DCKPTFS_WERROR=ON >/dev/null
 cmake --build "$asan_build" -j"$(nproc)" --target "${asan_tests[@]}"

@@ -14,6 +14,9 @@
 //     rescue-<time>-<pid>/                 files that could not be flushed at unmount
 //                                          (core/recovery/rescue.h; /var/tmp/ckptfs-rescue-... when
 //                                          the backing directory cannot hold them)
+//   BACKING/DIR/.ckptfs-checksums.json     the checksum records of DIR's files, on a backing
+//                                          filesystem without user extended attributes
+//                                          (core/integrity/checksum_manifest.h)
 #pragma once
 
 #include <cstddef>
@@ -30,5 +33,6 @@ inline constexpr std::string_view kHandoffPrefix = "handoff-";
 inline constexpr std::string_view kSpillPrefix = "spill-";
 inline constexpr size_t kMaxSpillName = 64;
 inline constexpr std::string_view kRescuePrefix = "rescue-";
+inline constexpr const char* kChecksumManifestName = ".ckptfs-checksums.json";
 
 }  // namespace ckptfs

@@ -424,7 +424,7 @@ Status Filesystem::RenameReserved(uint64_t parent, const std::string& name, uint
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
     return Status::Error(EINVAL, "only RENAME_NOREPLACE is supported");
   }
-  Status bad = CheckName(new_name);
+  Status bad = CheckNewName(new_parent, new_name);
   if (!bad.ok()) return bad;
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> src = ns_.DirLocked(parent);
@@ -465,7 +465,7 @@ Result<Attr> Filesystem::LinkWithoutResendCheck(uint64_t ino, uint64_t new_paren
   if (SpecialNodes* special = specials_.ForEntry(new_parent, new_name)) {
     return special->Refuse(SpecialNodes::Change::kLinkInto, new_parent, new_name);
   }
-  Status bad = CheckName(new_name);
+  Status bad = CheckNewName(new_parent, new_name);
   if (!bad.ok()) return bad;
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
@@ -481,7 +481,7 @@ Result<OpenFile> Filesystem::CreateWithoutResendCheck(uint64_t parent, const std
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Refuse(SpecialNodes::Change::kCreate, parent, name);
   }
-  Status bad = CheckName(name);
+  Status bad = CheckNewName(parent, name);
   if (!bad.ok()) return bad;
   uint64_t existing_ino = 0;
   {

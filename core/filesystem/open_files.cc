@@ -322,6 +322,9 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
     inode.read_checked_base = file;
     inode.read_checked_file = *as_it_is;
     inode.read_check_failed = failed;
+    if (v.verdict != Verification::Verdict::kNoChecksum) {
+      inode.last_check = Inode::StoredCheck::Now(inode.version, !failed, "reads");
+    }
   }
   if (v.verdict == Verification::Verdict::kNoChecksum) {
     stats_.read_files_unrecorded++;

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/base/flush_policy.h"
 #include "core/integrity/checksum.h"
+#include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
 #include "core/integrity/verifier.h"
 
@@ -323,6 +325,8 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
 
   // Phase 2: in journal order, publish staged files and apply namespace changes.
   std::vector<int> touched_dirs;
+  // Without user xattrs: the records of the files published, by directory, for its manifest.
+  std::map<int, ChecksumManifest> manifests;
   size_t& done = result.applied;
   for (; done < batch.size(); ++done) {
     const JournalEntry& e = *batch[done];
@@ -334,6 +338,14 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       // Held for its commit: published by ServeHeldMarkers, or never.
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       st = PublishStaged(e, s.name, &touched_dirs);
+      if (st.ok()) {
+        if (!xattrs_supported_) {
+          for (const Inode::Name& n : e.names) manifests[DirFd(n.parent)][n.name] = s.checksum;
+        }
+        MutexLock lock(e.inode->mu);
+        e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(s.checksum), {},
+                                                /*from_flusher=*/true, /*why_none=*/""};
+      }
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);
       if (!st.ok() && !policy::IsTransient(st.err())) {
@@ -347,6 +359,16 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       result.error = st;
       result.failed = batch[done];
       break;
+    }
+  }
+
+  // The manifests, renamed in before the directories are synced (with their files).
+  for (const auto& [dir, records] : manifests) {
+    const std::string staged = "checksums-" + std::to_string(batch[0]->seq);
+    if (Status st = UpdateChecksumManifest(env_, dir, staging_fd_, staged, records); !st.ok()) {
+      stats_.flush_errors++;
+      spdlog::error("the checksum records of {} files could not be kept in {}: {}",
+                    records.size(), kChecksumManifestName, st.ToString());
     }
   }
 
@@ -374,6 +396,11 @@ Status Flusher::ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& re
   const Verification v = VerifyAgainstRecord(env_, *reader, record);
   env_.Close(*reader);
   stats_.bytes_read_back += v.size;
+  if (v.verdict == Verification::Verdict::kOk || v.verdict == Verification::Verdict::kMismatch) {
+    MutexLock lock(entry->inode->mu);
+    entry->inode->last_check = Inode::StoredCheck::Now(
+        entry->version, v.verdict == Verification::Verdict::kOk, "markers");
+  }
   switch (v.verdict) {
     case Verification::Verdict::kOk:
       return Status::Ok();
@@ -400,9 +427,9 @@ Status Flusher::RecordChecksum(int fd, const ChecksumRecord& record) {
   Status st = env_.SetXattr(fd, kChecksumXattr, FormatChecksumRecord(record));
   if (st.err() == ENOTSUP) {
     xattrs_supported_ = false;
-    spdlog::warn("the backing store keeps no user extended attributes ({}): published files "
-                 "carry no checksum record",
-                 st.ToString());
+    spdlog::warn("the backing store keeps no user extended attributes ({}): the checksum "
+                 "records of published files are kept in {} beside them",
+                 st.ToString(), kChecksumManifestName);
     return Status::Ok();
   }
   return st;

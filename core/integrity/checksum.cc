@@ -118,4 +118,14 @@ Result<ChecksumRecord> ChecksumOf(const FileContent& content, uint64_t* summed_n
   return record;
 }
 
+uint32_t WholeFileCrc32c(const ChecksumRecord& record) {
+  uint32_t crc = 0;
+  for (size_t i = 0; i < record.sums.size(); ++i) {
+    const uint64_t begin = i * record.chunk;
+    const uint64_t length = std::min(record.chunk, record.size - begin);
+    crc = i == 0 ? record.sums[0] : Crc32cConcat(crc, record.sums[i], length);
+  }
+  return crc;
+}
+
 }  // namespace ckptfs

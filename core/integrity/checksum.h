@@ -39,4 +39,8 @@ class ChunkedChecksum {
 // a base file cannot be read.
 Result<ChecksumRecord> ChecksumOf(const FileContent& content, uint64_t* summed_now = nullptr);
 
+// The CRC32C of the whole file `record` is of, joined from its chunks' sums (0 when empty): the
+// value `crc32c` tools and object stores show for the file.
+uint32_t WholeFileCrc32c(const ChecksumRecord& record);
+
 }  // namespace ckptfs

@@ -1,5 +1,6 @@
 #include "core/integrity/verifier.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "core/integrity/checksum.h"
+#include "core/integrity/checksum_manifest.h"
 
 namespace ckptfs {
 
@@ -21,11 +23,35 @@ const char* VerdictName(Verification::Verdict verdict) {
   return "?";
 }
 
+namespace {
+
+// The record of `fd` in the manifest of the directory it is in (found by its path in
+// /proc/self/fd); ENODATA when there is none or the file has no path (removed).
+Result<ChecksumRecord> ManifestRecordOfFd(Env& env, int fd) {
+  Result<std::string> path = env.ReadLink(AT_FDCWD, "/proc/self/fd/" + std::to_string(fd));
+  if (!path.ok() || !path->starts_with("/") || path->ends_with(" (deleted)")) {
+    return Status::Error(ENODATA, "no path");
+  }
+  const size_t slash = path->rfind('/');
+  Result<int> dir = env.Open(AT_FDCWD, slash == 0 ? "/" : path->substr(0, slash),
+                             O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!dir.ok()) return Status::Error(ENODATA, "no directory");
+  Result<ChecksumRecord> record = ManifestRecordOf(env, *dir, path->substr(slash + 1));
+  env.Close(*dir);
+  return record;
+}
+
+}  // namespace
+
 Result<ChecksumRecord> ReadChecksumRecord(Env& env, int fd) {
   Result<std::string> text = env.GetXattr(fd, kChecksumXattr, kMaxChecksumRecordBytes);
   if (!text.ok() && text.status().err() == ERANGE) {
     return Status::Error(EINVAL, "malformed checksum record: longer than " +
                                      std::to_string(kMaxChecksumRecordBytes) + " bytes");
+  }
+  if (!text.ok() && (text.status().err() == ENODATA || text.status().err() == ENOTSUP)) {
+    Result<ChecksumRecord> listed = ManifestRecordOfFd(env, fd);
+    if (listed.ok() || listed.status().err() != ENODATA) return listed;
   }
   if (!text.ok()) return text.status();
   return ParseChecksumRecord(*text);
@@ -82,6 +108,7 @@ Verification VerifyFile(Env& env, int data_fd, int record_fd,
       v.reason = "no checksum record (the filesystem keeps no user extended attributes)";
       break;
     case EINVAL:
+    case EFBIG:
       v.reason = record.status().message();
       break;
     default:

@@ -35,9 +35,12 @@ struct Verification {
 // "ok", "mismatch", "no_checksum" or "error".
 const char* VerdictName(Verification::Verdict verdict);
 
-// The record kept in the extended attribute kChecksumXattr of `fd`. ENODATA when the file has
-// none, ENOTSUP where the filesystem keeps none, EINVAL saying what is wrong when it is
-// malformed or longer than kMaxChecksumRecordBytes (never read whole).
+// The record kept in the extended attribute kChecksumXattr of `fd`, or, when it has none or the
+// filesystem keeps none, in the checksum manifest of the directory it is in
+// (checksum_manifest.h). ENODATA when the file has none, ENOTSUP where the filesystem keeps no
+// xattrs and there is no manifest entry, EINVAL saying what is wrong when the record or the
+// manifest is malformed or the record longer than kMaxChecksumRecordBytes (never read whole),
+// EFBIG when the manifest is too long.
 Result<ChecksumRecord> ReadChecksumRecord(Env& env, int fd);
 
 // Reads `fd` from its start to its size (fstat) in spans of kVerifyReadBytes, sums it by the

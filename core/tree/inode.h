@@ -133,6 +133,34 @@ struct Inode {
   std::weak_ptr<BackingFile> read_checked_base GUARDED_BY(mu);
   std::optional<std::array<int64_t, 5>> read_checked_file GUARDED_BY(mu);
   bool read_check_failed GUARDED_BY(mu) = false;
+
+  // --- Integrity (core/integrity): what tensor views' info.json show of its checksum ---
+  // The checksum record of one version of its content (core/integrity/checksum_record.h, as
+  // text): set by the flusher as it publishes that version, or read once from the backing file
+  // `read_from` (the version's base file; a new base file is read again).
+  struct ChecksumNote {
+    uint64_t version = 0;
+    std::string record;
+    std::weak_ptr<BackingFile> read_from;
+    bool from_flusher = false;
+    std::string why_none;  // Without a record: why (a malformed one, a failed read).
+  };
+  std::optional<ChecksumNote> checksum GUARDED_BY(mu);
+  // The daemon's last check of the stored bytes of `version` against its record: by the flusher
+  // before publishing it (verify=markers) or before serving reads (verify=reads).
+  struct StoredCheck {
+    uint64_t version = 0;
+    bool matched = false;
+    const char* by = "";     // "markers" or "reads".
+    int64_t at_unix_ns = 0;  // Wall clock.
+    static StoredCheck Now(uint64_t version, bool matched, const char* by) {
+      return {version, matched, by,
+              std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count()};
+    }
+  };
+  std::optional<StoredCheck> last_check GUARDED_BY(mu);
   // The version whose bytes an open put in the kernel's page cache whole (policy::ChooseOpen's
   // fill_page_cache), since the kernel last looked the inode up (reset at its last FORGET).
   std::optional<uint64_t> page_cache_filled_version GUARDED_BY(mu);

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "core/backing/backing_paths.h"
 #include "core/backing/backing_store.h"
 #include "core/base/flush_policy.h"
 #include "core/base/serve_policy.h"
@@ -39,6 +40,16 @@ Status CheckName(const std::string& name) {
     return Status::Error(EINVAL, "bad name");
   }
   if (name.size() > kNameMax) return Status::Error(ENAMETOOLONG, name);
+  return Status::Ok();
+}
+
+bool PrivateName(uint64_t dir_ino, const std::string& name) {
+  return (dir_ino == kRootIno && name == kReservedName) || name == kChecksumManifestName;
+}
+
+Status CheckNewName(uint64_t dir_ino, const std::string& name) {
+  if (Status bad = CheckName(name); !bad.ok()) return bad;
+  if (PrivateName(dir_ino, name)) return Status::Error(EPERM, name + ": a name ckptfs keeps");
   return Status::Ok();
 }
 
@@ -163,7 +174,7 @@ Result<InodeRef> Namespace::ChildLocked(const InodeRef& dir, const std::string& 
   if (Status bad = CheckName(name); !bad.ok()) return bad;
   if (auto it = dir->children.find(name); it != dir->children.end()) return it->second;
   if ((dir->complete && !FollowsBackingLocked(dir)) || !dir->BackingDir() ||
-      HiddenLocked(dir, name) || (dir->ino == kRootIno && name == kReservedName)) {
+      HiddenLocked(dir, name) || PrivateName(dir->ino, name)) {
     return Status::Error(ENOENT, name);
   }
   Result<InodeRef> inode = BackingInodeLocked(dir, name);
@@ -293,7 +304,7 @@ void Namespace::LoadDirLocked(const InodeRef& dir) {
   if (FollowsBackingLocked(dir)) ForgetVanishedLocked(dir, *listed);
   // Chosen before any is added: a fine grid's virtual chunks may share names with real ones.
   std::erase_if(*listed, [&](const std::string& name) REQUIRES(ns_lock) {
-    return (dir->ino == kRootIno && name == kReservedName) || dir->children.count(name) ||
+    return PrivateName(dir->ino, name) || dir->children.count(name) ||
            HiddenLocked(dir, name);
   });
   for (const std::string& name : *listed) {
@@ -369,7 +380,7 @@ Result<EntryRef> Namespace::AddNewLocked(uint64_t parent, const std::string& nam
                                            FileType type, uint32_t mode, const Caller& c,
                                            JournalEntry::Kind kind) {
   if (parent == kRootIno && name == kReservedName) return Status::Error(EEXIST, name);
-  Status bad = CheckName(name);
+  Status bad = CheckNewName(parent, name);
   if (!bad.ok()) return bad;
   Result<InodeRef> dir = DirLocked(parent);
   if (!dir.ok()) return dir.status();

@@ -84,6 +84,12 @@ Status UnknownInode(uint64_t ino);
 Status CheckName(const std::string& name);
 // A path from the mount's root: names CheckName accepts, joined by '/'.
 bool ValidRelativePath(const std::string& path);
+// Whether `name` in directory `dir_ino` is a name of the backing store the mount never shows:
+// ckptfs' own directory at the top, a checksum manifest (core/integrity/checksum_manifest.h)
+// in any directory.
+bool PrivateName(uint64_t dir_ino, const std::string& name);
+// CheckName, and EPERM for a private name (PrivateName): for a new entry made through the mount.
+Status CheckNewName(uint64_t dir_ino, const std::string& name);
 
 // The wall-clock time, for file times.
 timespec WallTime();

@@ -5,6 +5,7 @@ that follows its checkpoint rewritten and removed; a hostile .metadata."""
 
 import collections
 import errno
+import json
 import os
 import subprocess
 import threading
@@ -15,6 +16,7 @@ import numpy as np
 
 from ckptfs_testing import workloads
 from ckptfs_testing.workloads import tensor_view as tv
+from ckptfs_testing.checksums import whole_crc32c
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 from ckptfs_testing.e2e_check import fresh_mount
 
@@ -44,8 +46,25 @@ class TensorViewTest(unittest.TestCase):
             self.assertTrue(np.array_equal(got, expected), f"{fqn}: the view reads other values")
         return info
 
+    def check_sources(self, info, backing_ckpt, by):
+        """info.json shows each source file durable, with the CRC32C of its bytes on the backing
+        store (PyPI crc32c's), and, when `by` is given, the daemon's last check of it: ok, by
+        `by`."""
+        names = sorted(n for n in os.listdir(backing_ckpt) if n == ".metadata" or n.endswith(".distcp"))
+        self.assertEqual(sorted(info["sources"]), names)
+        for name, source in info["sources"].items():
+            self.assertTrue(source["durable"], name)
+            self.assertEqual(source["crc32c"], whole_crc32c(os.path.join(backing_ckpt, name)), name)
+            if by is None:
+                self.assertNotIn("last_verification", source, name)
+                continue
+            check = source.get("last_verification")
+            self.assertIsNotNone(check, name)
+            self.assertEqual((check["result"], check["by"]), ("ok", by), name)
+            self.assertRegex(check["at"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
     def test_a_dcp_save_by_two_ranks_reads_through_zarr_as_dcp_loads_it_tensor_by_tensor(self):
-        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-dcp-")
+        d, backing, mnt = fresh_mount(self, "ckptfs-e2e-view-dcp-", ("cache_size=1G", "verify=all"))
         ckpt = os.path.join(mnt, "ck")
         tv.save(ckpt)
         info = self.check_view(ckpt)
@@ -60,13 +79,27 @@ class TensorViewTest(unittest.TestCase):
         with open(os.path.join(ckpt, tv.VIEW, "step"), "rb") as f:
             self.assertEqual(torch.load(f, weights_only=False), 12)
         d.sync()
-        self.assertTrue(all(t["durable"] for t in tv.read_view(ckpt)[0]["tensors"]))
+        info = tv.read_view(ckpt)[0]
+        self.assertTrue(all(t["durable"] for t in info["tensors"]))
+        # verify=markers read every file back before publishing it.
+        self.check_sources(info, os.path.join(backing, "ck"), "markers")
         self.assertEqual(d.unmount(), 0, d.output()[-3000:])
         self.assertEqual(d.error_lines(), [], "the daemon logged errors")
-        # Mounted again: the view reads the backing store alone.
-        d2 = CkptfsDaemon(backing, mnt, ("cache_size=1G",))
+        # Mounted again: the view reads the backing store alone; info.json takes each source's
+        # checksum from its record (not from its bytes: nothing is verified for it), and shows
+        # the check verify=reads makes of a source before its first read.
+        d2 = CkptfsDaemon(backing, mnt, ("cache_size=1G", "verify=reads"))
         self.addCleanup(d2.cleanup)
         d2.start()
+        for _ in range(3):
+            with open(os.path.join(ckpt, tv.VIEW, "info.json")) as f:
+                self.check_sources(json.load(f), os.path.join(backing, "ck"), None)
+        self.assertEqual(d2.stats()["bytes_verified_for_reads"], 0)
+        for name in os.listdir(ckpt):
+            with open(os.path.join(ckpt, name), "rb") as f:
+                f.read(1)
+        with open(os.path.join(ckpt, tv.VIEW, "info.json")) as f:
+            self.check_sources(json.load(f), os.path.join(backing, "ck"), "reads")
         self.check_view(ckpt)
         self.assertEqual(d2.unmount(), 0, d2.output()[-3000:])
 

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import unittest
 
@@ -13,7 +14,7 @@ import crc32c
 import numpy as np
 import zarr
 
-from ckptfs_testing.checksums import XATTR, parse_record
+from ckptfs_testing.checksums import MANIFEST, XATTR, parse_record, record_of, sums_of
 from ckptfs_testing.file_contents import distinct_content
 from ckptfs_testing.harness import CkptfsMount, require_fuse, run_ckptfs
 
@@ -239,6 +240,72 @@ class VerifyTest(unittest.TestCase):
             with open(m.path("big.bin"), "rb") as f:
                 f.seek(17 * MiB)
                 self.assertNotEqual(f.read(1), distinct_content("big.bin", 17 * MiB + 1)[-1:])
+
+    def test_over_a_filesystem_without_user_xattrs_records_are_kept_in_a_manifest_per_directory(self):
+        # ramfs keeps no extended attributes (setxattr: EOPNOTSUPP) and has no O_DIRECT.
+        ramfs = os.path.join(self.dir, "ramfs")
+        os.mkdir(ramfs)
+        subprocess.run(["mount", "-t", "ramfs", "ramfs", ramfs], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", ramfs], check=False)
+        backing = os.path.join(ramfs, "backing")
+        os.mkdir(backing)
+        b = lambda name: os.path.join(backing, name)  # noqa: E731
+        with CkptfsMount(options=("verify=markers",), backing=backing) as m:
+            self.write_through_mount(m)
+            stats = m.stats()
+            self.assertEqual((stats["checksum_mismatches"], stats["flush_errors"]), (0, 0), stats)
+            # The manifests are the backing store's, not the mount's: never listed, never found,
+            # never made through it.
+            for d in ("", "sub", "sub/deeper"):
+                self.assertTrue(os.path.isfile(os.path.join(backing, d, MANIFEST)), d)
+                self.assertNotIn(MANIFEST, os.listdir(m.path(d) if d else m.mnt))
+                self.assertFalse(os.path.exists(os.path.join(m.path(d) if d else m.mnt, MANIFEST)))
+            for make in (lambda: open(m.path("sub", MANIFEST), "w"),
+                         lambda: os.mkdir(m.path(MANIFEST)),
+                         lambda: os.rename(m.path("b.bin"), m.path("sub", MANIFEST)),
+                         lambda: os.link(m.path("b.bin"), m.path(MANIFEST))):
+                with self.assertRaises(OSError) as made:
+                    make()
+                self.assertEqual(made.exception.errno, errno.EPERM)
+            status, report, err = verify(m.mnt)
+            self.assertEqual(status, 0, err)
+            self.assert_all_ok(report, m.mnt)
+            with open(m.log_file, errors="replace") as log:
+                self.assertIn(f"checksum records of published files are kept in {MANIFEST}",
+                              log.read())
+        for name, size in FILES.items():
+            self.assertEqual(record_of(b(name)), (8 * MiB, size, sums_of(b(name), 8 * MiB)), name)
+        status, report, err = verify(backing)
+        self.assertEqual(status, 0, err)
+        self.assert_all_ok(report, backing)  # The manifests are not verified as files.
+        # Corruption is found through the manifest, by verify and by verify=reads.
+        with open(b("big.bin"), "r+b") as f:
+            f.seek(17 * MiB + 5)
+            byte = f.read(1)
+            f.seek(17 * MiB + 5)
+            f.write(bytes([byte[0] ^ 0x20]))
+        status, report, err = verify(backing)
+        self.assert_mismatches(status, report, err, backing, {"big.bin": ("16-24", False)})
+        with CkptfsMount(options=("verify=reads",), backing=backing,
+                         expect_errors=[r"big\.bin: its backing file does not match"]) as m:
+            with open(m.path("big.bin"), "rb") as f:
+                with self.assertRaises(OSError) as raised:
+                    f.read(4096)
+                self.assertEqual(raised.exception.errno, errno.EIO)
+            with open(m.path("b.bin"), "rb") as f:
+                self.assertEqual(f.read(), distinct_content("b.bin", FILES["b.bin"]))
+            self.assertEqual(m.stats()["read_files_verified"], 1)
+        # A hostile manifest, or none: status 2 saying why, never a crash.
+        with open(b(os.path.join("sub", MANIFEST)), "w") as f:
+            f.write('{"ckptfs_checksums": 1, "files": {"g.bin": [' * 1000)
+        os.remove(b(os.path.join("sub/deeper", MANIFEST)))
+        status, report, err = verify(b("sub"))
+        self.assertEqual(status, 2, err)
+        files = by_path(report, b("sub"))
+        self.assertEqual({n: f["status"] for n, f in files.items()},
+                         {n[len("sub/"):]: "no_checksum" for n in FILES if n.startswith("sub/")})
+        self.assertIn("malformed checksum manifest", files["g.bin"]["reason"])
+        self.assertIn("no checksum record", files["deeper/empty"]["reason"])
 
     def test_a_zarr_array_the_mount_shows_with_a_fine_grid_is_verified_as_stored(self):
         with CkptfsMount(backing=self.backing) as m:

@@ -15,7 +15,9 @@
 
 #include "core/base/thread_annotations.h"
 #include "core/integrity/checksum.h"
+#include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/verifier.h"
 #include "core/memory/arena.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
@@ -253,7 +255,7 @@ TEST_F(FlusherTest, APublishedFileCarriesTheChecksumOfItsBytes) {
   EXPECT_EQ(stats_.bytes_checksummed.load(), bytes.size());
 }
 
-TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesFilesArePublishedWithoutRecords) {
+TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesRecordsGoToTheDirectorysManifest) {
   fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
   StartFlusher();
   uint64_t a = Publish(root_, "a", Pattern(8, 100));
@@ -264,6 +266,25 @@ TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesFilesArePublish
   EXPECT_EQ(HostFile("b"), Pattern(9, 200));
   EXPECT_EQ(RecordOf(dir_ / "b").status().err(), ENODATA);
   EXPECT_EQ(fault_->calls(Env::Op::kSetXattr), 1u);  // Not tried again after the refusal.
+  // Both records are in the manifest beside them, and verification finds them there.
+  const int root = open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(root, 0);
+  Result<ChecksumManifest> manifest = ReadChecksumManifest(*fault_, root);
+  close(root);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().ToString();
+  for (const auto& [name, bytes] : {std::pair{"a", Pattern(8, 100)}, std::pair{"b", Pattern(9, 200)}}) {
+    SCOPED_TRACE(name);
+    Crc32c crc;
+    crc.Update(bytes.data(), bytes.size());
+    ASSERT_EQ(manifest->count(name), 1u);
+    EXPECT_EQ(manifest->at(name), (ChecksumRecord{kMinChecksumChunk, bytes.size(), {crc.value()}}));
+    const int fd = open((dir_ / name).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(VerifyFile(*fault_, fd, fd).verdict, Verification::Verdict::kOk);
+    close(fd);
+  }
+  EXPECT_EQ(stats_.flush_errors.load(), 0u);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
 }
 
 TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBeforeTheMarker) {

@@ -6,6 +6,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <chrono>
 #include <map>
@@ -13,6 +16,8 @@
 #include <string>
 
 #include "core/filesystem/filesystem.h"
+#include "core/integrity/checksum_record.h"
+#include "core/memory/crc32c.h"
 #include "core_test_util.h"
 #include "tensor_view_corpus.h"
 
@@ -59,6 +64,40 @@ class TensorViewsTest : public ::testing::Test {
   TempDir backing_;
   std::unique_ptr<Filesystem> fs_;
 };
+
+TEST_F(TensorViewsTest, InfoJsonShowsEachSourcesCrc32cFromItsRecordOrWhyItHasNone) {
+  // Staged: not durable, no checksum yet.
+  SaveCheckpoint();
+  nlohmann::json staged = Info()["sources"];
+  EXPECT_EQ(staged["__0_0.distcp"]["no_checksum"], "not durable yet") << staged.dump();
+  EXPECT_TRUE(staged["__0_0.distcp"]["crc32c"].is_null());
+  // Found on the backing store: the shard's record read from its attribute (one chunk: its
+  // CRC32C), a hand-edited record on .metadata named as malformed, the view never crashing.
+  ASSERT_EQ(mkdir((backing_ / "found").c_str(), 0755), 0);
+  const std::string shard = Corpus("shard.distcp");
+  WriteHostFile(backing_ / "found/__0_0.distcp", shard);
+  WriteHostFile(backing_ / "found/.metadata", Corpus("dcp.metadata"));
+  Crc32c crc;
+  crc.Update(shard.data(), shard.size());
+  const std::string record =
+      FormatChecksumRecord(ChecksumRecord{kMinChecksumChunk, shard.size(), {crc.value()}});
+  ASSERT_EQ(setxattr((backing_ / "found/__0_0.distcp").c_str(), kChecksumXattr, record.data(),
+                     record.size(), 0), 0);
+  const std::string garbage = "crc32c chunk=8388608 size=1 sums=zz";
+  ASSERT_EQ(setxattr((backing_ / "found/.metadata").c_str(), kChecksumXattr, garbage.data(),
+                     garbage.size(), 0), 0);
+  for (int i = 0; i < 2; ++i) {  // The second from what the inodes keep.
+    Result<std::string> text = ReadFile(*fs_, "found/.tensors/info.json");
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    nlohmann::json sources = nlohmann::json::parse(*text)["sources"];
+    EXPECT_EQ(sources["__0_0.distcp"]["durable"], true) << sources.dump();
+    EXPECT_EQ(sources["__0_0.distcp"]["crc32c"], fmt::format("{:08x}", crc.value()));
+    EXPECT_FALSE(sources["__0_0.distcp"].contains("last_verification"));
+    EXPECT_TRUE(sources[".metadata"]["crc32c"].is_null());
+    EXPECT_EQ(sources[".metadata"]["no_checksum"],
+              "malformed checksum record: a sum is not 8 lowercase hex digits");
+  }
+}
 
 TEST_F(TensorViewsTest, AStagedCheckpointsTensorsReadAsSavedAndBecomeDurableWithSync) {
   SaveCheckpoint();

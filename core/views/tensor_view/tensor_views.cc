@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/base/serve_policy.h"
+#include "core/integrity/checksum.h"
+#include "core/integrity/checksum_record.h"
+#include "core/integrity/verifier.h"
 #include "core/views/tensor_view/dcp_metadata.h"
 #include "core/views/tensor_view/dcp_view.h"
 #include "core/views/tensor_view/torch_save_view.h"
@@ -42,6 +46,16 @@ void ShowDurability(nlohmann::json& j, const std::vector<bool>& durable) {
   for (auto& [key, value] : j.items()) ShowDurability(value, durable);
 }
 
+// `unix_ns` as ISO 8601 UTC to the millisecond.
+std::string UtcText(int64_t unix_ns) {
+  const time_t seconds = static_cast<time_t>(unix_ns / 1000000000);
+  tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  const size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", std::string_view(text, n), (unix_ns / 1000000) % 1000);
+}
+
 }  // namespace
 
 class TensorViews::View {
@@ -58,19 +72,83 @@ class TensorViews::View {
   ViewTree tree;
   uint32_t uid = 0, gid = 0;
   timespec time{};
+  Env* env = nullptr;  // Reads the sources' checksum records.
 
   uint64_t Ino(uint32_t node) const { return kTensorViewInoBit | serial << 32 | node; }
 
-  // info.json with each entry's durability now.
+  // info.json with each entry's durability now, and each source file's checksum and the
+  // daemon's last check of it.
   std::string InfoText() const {
     std::vector<bool> durable(sources.size());
+    nlohmann::json files = nlohmann::json::object();
     for (size_t i = 0; i < sources.size(); ++i) {
-      MutexLock lock(sources[i]->mu);
-      durable[i] = sources[i]->durable_version == sources[i]->version;
+      bool is_durable = false;
+      files[source_names[i]] = SourceIntegrity(i, &is_durable);
+      durable[i] = is_durable;
     }
     nlohmann::json out = tree.info;
     ShowDurability(out, durable);
+    out["sources"] = std::move(files);
     return JsonText(out, 1);
+  }
+
+  // What info.json shows of source `i`: whether it is durable, its whole CRC32C from its
+  // record, and the daemon's last check of its stored bytes. The record of a version is read
+  // from its backing file once (then kept on the inode), never the file's bytes.
+  nlohmann::json SourceIntegrity(size_t i, bool* durable) const {
+    Inode& inode = *sources[i];
+    const uint64_t version = stamps[i].version;
+    std::optional<std::string> record;
+    std::shared_ptr<BackingFile> to_read;
+    std::optional<Inode::StoredCheck> check;
+    std::string why_none;
+    {
+      MutexLock lock(inode.mu);
+      *durable = inode.durable_version == inode.version;
+      const bool current = inode.version == version;
+      if (*durable && current) {
+        const std::shared_ptr<BackingFile>& base = inode.content.base();
+        if (inode.checksum && inode.checksum->version == version &&
+            (inode.checksum->from_flusher || inode.checksum->read_from.lock() == base)) {
+          record = inode.checksum->record;
+          why_none = inode.checksum->why_none;
+        } else if (base && !base->spill()) {
+          to_read = base;
+        }
+      }
+      if (current && inode.last_check && inode.last_check->version == version) {
+        check = inode.last_check;
+      }
+    }
+    if (to_read) {
+      Result<ChecksumRecord> read = ReadChecksumRecord(*env, to_read->fd());
+      record = read.ok() ? FormatChecksumRecord(*read) : std::string();
+      const int err = read.ok() ? 0 : read.status().err();
+      if (err != 0 && err != ENODATA && err != ENOTSUP) why_none = read.status().message();
+      MutexLock lock(inode.mu);
+      if (inode.version == version) {
+        inode.checksum =
+            Inode::ChecksumNote{version, *record, to_read, /*from_flusher=*/false, why_none};
+      }
+    }
+    if (why_none.empty()) why_none = *durable ? "no checksum record" : "not durable yet";
+    nlohmann::json j = {{"durable", *durable}, {"crc32c", nullptr}};
+    if (record && !record->empty()) {
+      Result<ChecksumRecord> parsed = ParseChecksumRecord(*record);
+      if (parsed.ok()) {
+        j["crc32c"] = fmt::format("{:08x}", WholeFileCrc32c(*parsed));
+        j["checksum_chunks"] = parsed->sums.size();
+      } else {
+        why_none = parsed.status().message();
+      }
+    }
+    if (j["crc32c"].is_null()) j["no_checksum"] = why_none;
+    if (check) {
+      j["last_verification"] = {{"result", check->matched ? "ok" : "mismatch"},
+                                {"by", check->by},
+                                {"at", UtcText(check->at_unix_ns)}};
+    }
+    return j;
   }
 
   Attr AttrOf(uint32_t index) const {
@@ -171,6 +249,7 @@ Result<Attr> TensorViews::Build(Checkpoint ck) {
   view->dir_ino = ck.dir->ino;
   view->path = ck.path;
   view->dir_entries = ck.dir_entries;
+  view->env = &env_;
   std::vector<ViewSource> sources;
   for (const SourceFile& f : ck.files) {
     view->sources.push_back(f.inode);

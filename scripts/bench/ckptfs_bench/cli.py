@@ -89,6 +89,15 @@ each shard's zip, read from the .distcp files), view (every chunk file of the vi
 in 1 MiB reads into one buffer (as cat does), and zarr (zarr.open(...)[...] of every tensor
 through the view: one read of each whole chunk). Cold: caches dropped before each read-through; warm: the same again right after.
 
+--verify (instead of the workloads): `ckptfs verify` of a checkpoint of --verify-gib (default
+4 x scale) GiB in 8 files, written through a mount, against `cat FILES > /dev/null`, on the backing
+directory and through a mount, cold (the files' own pages dropped with fadvise DONTNEED: the
+rest of the page cache is left alone) and warm; alternated, --repeat runs, medians, and per run
+verify's speed as cat's (spread: min-max). Then what -o verify=markers adds to the publication of
+a marker closed after the files (from its close until it is on the backing store under its name),
+fresh mounts with verify=off and verify=markers alternated, beside the time of cat of the same
+files cold and from the page cache.
+
 --remote (instead of the workloads): upload throughput of -o remote against boto3's upload_file,
 both to one moto server on this machine (--remote-mib, default 256 x scale, in 4 files): ckptfs
 from the first write through the mount until `ckptfs sync --remote` returns, boto3 upload_file of
@@ -103,13 +112,13 @@ import shutil
 import sys
 import warnings
 
-from . import fuse_ring, remote, saves, takeover, tensor_view
+from . import fuse_ring, remote, saves, takeover, tensor_view, verify
 from .contenders import ALL_WORKLOADS
 from .measure import fs_type
 
 # Modes run instead of the save comparison, by the flag that asks for each (the first one set).
 MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run,
-         "remote": remote.run}
+         "remote": remote.run, "verify": verify.run}
 
 
 def keep_library_output(path):
@@ -152,6 +161,8 @@ def parse_args():
         a.view_gib = a.scale
     if a.takeover_gib is None:
         a.takeover_gib = 6 * a.scale
+    if a.verify_gib is None:
+        a.verify_gib = 4 * a.scale
     if a.only:
         a.only = [n for x in a.only for n in x.split(",") if n]
         bad = [n for n in a.only if n not in ALL_WORKLOADS]
@@ -219,6 +230,10 @@ def parser():
                     help="measure uploads through a mount with -o remote against boto3's "
                     "upload_file, both to a local moto server, instead of the workloads")
     ap.add_argument("--remote-mib", type=int, help="MiB uploaded by --remote (default 256 x scale)")
+    ap.add_argument("--verify", action="store_true",
+                    help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "
+                    "a marker's publication, instead of the workloads")
+    ap.add_argument("--verify-gib", type=float, help="checkpoint size for --verify (default 4 x scale)")
     ap.add_argument("--fuse-ring", action="store_true",
                     help="measure the warm load of --small-count (default 5,000) small files over "
                     "/dev/fuse and over FUSE over io_uring (-o io_uring=on) instead of the workloads")
