@@ -10,43 +10,15 @@ import unittest
 from unittest import mock
 
 from ckptfs_testing.file_contents import distinct_content
-from ckptfs_testing.harness import CkptfsMount, mounted, require_fuse, run_ckptfs
+from ckptfs_testing.harness import CkptfsMount, mounted, run_ckptfs
+from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote, write
 from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer, signature_matches
 
 MiB = 1 << 20
-BUCKET = "ckpt"
 PREFIX = "job/7"
 
 
-def write(path, data):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def sync_remote(m, progress=False):
-    r = run_ckptfs(["sync", m.mnt, "--remote"] + (["--progress"] if progress else []), timeout=120)
-    if r.returncode != 0:
-        raise AssertionError(f"ckptfs sync --remote failed ({r.returncode}): {r.stderr}")
-    return r
-
-
-class RemoteTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        require_fuse()
-        cls.s3 = MotoServer().__enter__()
-        cls.s3.create_bucket(BUCKET)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.s3.stop()
-
-    def setUp(self):
-        patcher = mock.patch.dict(os.environ, CREDENTIALS)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-
+class RemoteTest(RemoteStoreTestCase):
     def options(self, endpoint, prefix):
         return [f"remote=s3://{BUCKET}/{prefix}", f"remote_endpoint={endpoint}",
                 "remote_part_size=5M", "remote_concurrency=4", "flush_delay=0"]

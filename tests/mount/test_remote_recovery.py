@@ -13,31 +13,17 @@ import signal
 import time
 import unittest
 import urllib.parse
-from unittest import mock
 
 import crc32c
 
 from ckptfs_testing.ckptfs_daemon import wait_for
 from ckptfs_testing.file_contents import distinct_content
-from ckptfs_testing.harness import (CkptfsMount, choose_seed, require_fuse, require_long,
-                                    run_ckptfs)
-from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer
+from ckptfs_testing.harness import CkptfsMount, choose_seed, require_long, run_ckptfs
+from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote, write
+from ckptfs_testing.s3_server import FaultProxy
 
 MiB = 1 << 20
-BUCKET = "ckpt"
 PART = 16 * MiB  # remote_part_size's default.
-
-
-def write(path, data):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def sync_remote(m):
-    r = run_ckptfs(["sync", m.mnt, "--remote"], timeout=240)
-    if r.returncode != 0:
-        raise AssertionError(f"ckptfs sync --remote failed ({r.returncode}): {r.stderr}")
 
 
 def key_of(path):
@@ -45,23 +31,8 @@ def key_of(path):
     return urllib.parse.unquote(path.split("?", 1)[0])[len(BUCKET) + 2:]
 
 
-class RemoteRecoveryTest(unittest.TestCase):
+class RemoteRecoveryTest(RemoteStoreTestCase):
     OUTAGE_SECONDS = 3
-
-    @classmethod
-    def setUpClass(cls):
-        require_fuse()
-        cls.s3 = MotoServer().__enter__()
-        cls.s3.create_bucket(BUCKET)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.s3.stop()
-
-    def setUp(self):
-        patcher = mock.patch.dict(os.environ, CREDENTIALS)
-        patcher.start()
-        self.addCleanup(patcher.stop)
 
     def options(self, proxy, prefix):
         # The defaults: 16 MiB parts, 8 requests in flight.
@@ -157,7 +128,7 @@ class RemoteRecoveryTest(unittest.TestCase):
                 # The mount goes on saving.
                 self.save(m, rng, "step_3", saved)
                 m.sync()
-                sync_remote(m)
+                sync_remote(m, timeout=240)
                 self.assertEqual(m.stats()["remote"]["pending_files"], 0)
             self.assert_store_holds_exactly(prefix, saved, proxy)
 
@@ -190,7 +161,7 @@ class RemoteRecoveryTest(unittest.TestCase):
                 self.assertNotEqual(m.stats()["remote"]["last_error"], "")
                 time.sleep(max(0.0, self.OUTAGE_SECONDS - (time.monotonic() - went_down)))
                 proxy.come_back()
-                sync_remote(m)
+                sync_remote(m, timeout=240)
                 stats = m.stats()["remote"]
                 self.assertEqual(stats["pending_files"], 0)
                 self.assertEqual(stats["last_error"], "")
