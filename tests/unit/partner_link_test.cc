@@ -14,36 +14,15 @@
 #include <thread>
 
 #include "core/replication/partner_server.h"
+#include "replication_fixture.h"
 
 namespace ckptfs::replication {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Waits up to 20 s for `done`.
-template <typename F>
-bool Eventually(F done) {
-  for (auto until = std::chrono::steady_clock::now() + 20s;
-       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
-    if (done()) return true;
-  }
-  return done();
-}
-
-std::shared_ptr<const Outgoing> Version(uint64_t seq, std::string bytes) {
-  auto data = std::make_shared<std::string>(std::move(bytes));
-  auto v = std::make_shared<Outgoing>();
-  v->seq = seq;
-  v->version = seq * 10;
-  v->path = "ckpt/file" + std::to_string(seq);
-  v->size = data->size();
-  v->read = [data](uint64_t offset, size_t length, char* out) -> Result<size_t> {
-    size_t n = std::min<size_t>(length, data->size() - offset);
-    std::memcpy(out, data->data() + offset, n);
-    return n;
-  };
-  return v;
-}
+using testing_util::Eventually;
+using testing_util::Version;
 
 std::string Pattern(size_t size, char seed) {
   std::string s(size, '\0');

@@ -8,32 +8,15 @@
 #include <cstring>
 #include <thread>
 
+#include "replication_fixture.h"
+
 namespace ckptfs::replication {
 namespace {
 
 using namespace std::chrono_literals;
 
-template <typename F>
-bool Eventually(F done) {
-  for (auto until = std::chrono::steady_clock::now() + 20s;
-       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
-    if (done()) return true;
-  }
-  return done();
-}
-
-std::shared_ptr<const Outgoing> Version(uint64_t seq, std::string bytes) {
-  auto data = std::make_shared<std::string>(std::move(bytes));
-  auto v = std::make_shared<Outgoing>();
-  v->seq = seq;
-  v->path = "f" + std::to_string(seq);
-  v->size = data->size();
-  v->read = [data](uint64_t offset, size_t length, char* out) -> Result<size_t> {
-    std::memcpy(out, data->data() + offset, length);
-    return length;
-  };
-  return v;
-}
+using testing_util::Eventually;
+using testing_util::Version;
 
 GroupSecret Secret() { return *GroupSecret::FromBytes("the secret of the replicator test"); }
 
