@@ -12,6 +12,7 @@
 
 #include "core/integrity/checksum.h"
 #include "core/integrity/verifier.h"
+#include "checksum_record_of.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
 
@@ -19,15 +20,10 @@ namespace ckptfs {
 namespace {
 
 using testing_util::Pattern;
+using testing_util::RecordOf;
 using testing_util::TempDir;
 using testing_util::WriteHostFile;
 using Verdict = Verification::Verdict;
-
-ChecksumRecord RecordOf(const std::string& bytes) {
-  ChunkedChecksum sum(bytes.size());
-  sum.Update(bytes.data(), bytes.size());
-  return std::move(sum).Finish();
-}
 
 const std::string kRecord = "crc32c chunk=8388608 size=3 sums=352441c2";
 

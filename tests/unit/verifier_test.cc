@@ -12,23 +12,19 @@
 
 #include "core/integrity/checksum.h"
 #include "core/integrity/checksum_record.h"
+#include "checksum_record_of.h"
 #include "core_test_util.h"
 
 namespace ckptfs {
 namespace {
 
 using testing_util::Pattern;
+using testing_util::RecordOf;
 using testing_util::TempDir;
 using testing_util::WriteHostFile;
 using Verdict = Verification::Verdict;
 
 constexpr uint64_t MiB = uint64_t{1} << 20;
-
-ChecksumRecord RecordOf(const std::string& bytes) {
-  ChunkedChecksum sum(bytes.size());
-  sum.Update(bytes.data(), bytes.size());
-  return std::move(sum).Finish();
-}
 
 class VerifierTest : public ::testing::Test {
  protected:
