@@ -148,12 +148,25 @@ struct LoggedUploads {
   }
 };
 
+// Whether the version handed over at `earlier` is superseded by the one of the same key handed
+// over at `later` (> earlier), so only the later one is uploaded: only when nothing handed over
+// between them is a barrier (`is_barrier(k)`: a commit marker or a removal), since a barrier
+// must follow a version of every file handed over before it, the earlier one included.
+template <typename IsBarrier>
+bool SupersededBy(size_t earlier, size_t later, IsBarrier is_barrier) {
+  for (size_t k = earlier + 1; k < later; ++k) {
+    if (is_barrier(k)) return false;
+  }
+  return true;
+}
+
 enum class Resumed { kUpload, kRemove, kSkip };
 
 // What a restarted mount does with a pending logged version of a path, in log order, given
 // whether the file now under the path is that version (`same_version`; false when it is gone),
-// and whether a later pending record names the same path (`named_again`). A removal is done. A
-// version superseded by a later record is skipped (the later one uploads). A version replaced
+// and whether a later pending record of the same path supersedes it (`named_again`:
+// SupersededBy). A removal is done. A superseded version is skipped (the later one uploads); one
+// named again after a barrier goes as the file now is, like a replaced one. A version replaced
 // since by one the log does not name (published as the worker died, before it was logged; the
 // recovery publishes it again) is uploaded as the file now is when it is data, which only puts
 // data ahead of markers, and skipped when it is a marker, whose data may not be logged yet: a

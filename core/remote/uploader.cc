@@ -167,12 +167,16 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& repl
 }
 
 void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
-  // A waiting version of the same key is superseded: only the newest is uploaded.
-  for (auto& earlier : jobs_) {
-    if (earlier->key == job->key && earlier->phase == Job::Phase::kWaiting &&
-        earlier->generation == 0 && earlier->in_flight == 0) {
-      earlier->phase = Job::Phase::kDone;
+  // A waiting version of the same key is superseded: only the newest is uploaded. Searched from
+  // the newest back to the first barrier (the rule of policy::SupersededBy).
+  for (auto earlier = jobs_.rbegin(); earlier != jobs_.rend(); ++earlier) {
+    Job& candidate = **earlier;
+    if (candidate.phase == Job::Phase::kDone) continue;
+    if (candidate.key == job->key && candidate.phase == Job::Phase::kWaiting &&
+        candidate.generation == 0 && candidate.in_flight == 0) {
+      candidate.phase = Job::Phase::kDone;
     }
+    if (candidate.marker || candidate.removal) break;
   }
   TrimLocked();
   if (log && log_) log_->HandedOver(job->logged);
@@ -200,9 +204,14 @@ Status Uploader::Resume() {
       ++refused;
       continue;
     }
+    const auto is_barrier = [&](size_t k) {
+      const std::string& path = pending[k].path;
+      return pending[k].removal ||
+             policy::IsCommitMarker(path.substr(path.rfind('/') + 1), settings_.markers);
+    };
     bool named_again = false;
     for (size_t j = i + 1; j < pending.size() && !named_again; ++j) {
-      named_again = pending[j].path == v.path;
+      named_again = pending[j].path == v.path && policy::SupersededBy(i, j, is_barrier);
     }
     const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path);
     struct stat st {};

@@ -7,7 +7,7 @@
 // whose parts go in parallel (`concurrency` requests in flight in all, one thread and connection
 // each); the object appears under its key only when complete (S3 completes a multipart upload
 // atomically). Versions of one key are uploaded one after another, a waiting one dropped when a
-// newer one is handed over. A commit marker (config.commit_markers) starts only once every
+// newer one is handed over with no marker or removal between them. A commit marker (config.commit_markers) starts only once every
 // version handed over before it is on the store; so does the removal of a renamed file's old
 // name. Failed requests are retried (policy::JudgeRequest) and, when they fail for good, the
 // whole step again after a back-off: nothing handed over is dropped while the mount runs.

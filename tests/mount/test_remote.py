@@ -10,7 +10,7 @@ import unittest
 from unittest import mock
 
 from ckptfs_testing.file_contents import distinct_content
-from ckptfs_testing.harness import CkptfsMount, mounted, run_ckptfs
+from ckptfs_testing.harness import CkptfsMount, mounted, run_ckptfs, wait_for
 from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote, write
 from ckptfs_testing.s3_server import CREDENTIALS, FaultProxy, MotoServer, signature_matches
 
@@ -105,6 +105,35 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(len(data_done), 2, log)
             self.assertGreater(marker[0][0], max(data_done),
                                "the marker was sent before the data it commits was on the store")
+
+    def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
+        prefix = PREFIX + "/rewritten"
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # The first version of x stays in flight while the next ones are handed over.
+            proxy.inject("delay", method="PUT", query_part="/step_3/x", count=1, delay=6.0)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                versions = [b"x of step 2", b"x of step 3", b"x of step 4"]
+
+                def hand_over(path, data, count):
+                    write(path, data)
+                    wait_for(lambda: m.stats()["remote"]["handed_over"] >= count, 30,
+                             lambda: f"{path} not handed over: {m.stats()['remote']}")
+
+                hand_over(m.path("step_3", "x"), versions[0], 1)
+                hand_over(m.path("step_3", "x"), versions[1], 2)
+                hand_over(m.path("step_3", ".metadata"), b"commits x of step 3", 3)
+                hand_over(m.path("step_3", "x"), versions[2], 4)
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
+            self.assertEqual(proxy.injected, {"delay": 1})
+            log = list(proxy.log)
+            marker = [e for e in log if e[2] == "PUT" and e[3].endswith("/step_3/.metadata")]
+            self.assertEqual(len(marker), 1, log)
+            x_done = [e[1] for e in log
+                      if e[2] == "PUT" and e[3].endswith("/step_3/x") and e[4] == 200]
+            self.assertEqual(len([t for t in x_done if t < marker[0][0]]), 2,
+                             "the marker was sent before the version of x it commits was on the "
+                             f"store: {log}")
 
     def test_a_remote_that_cannot_be_used_refuses_the_mount_with_one_line(self):
         unreachable = MotoServer()  # A free port nothing listens on.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "crc32c_of.h"
 
@@ -123,6 +124,17 @@ TEST(RemotePolicyTest, ThePendingVersionsAreThoseAfterTheLastDoneCount) {
   EXPECT_EQ(log.Pending()[0].path, "c");
   log.done = 7;  // Never written so, but bounded all the same.
   EXPECT_TRUE(log.Pending().empty());
+}
+
+TEST(RemotePolicyTest, AVersionIsSupersededOnlyByALaterOneWithNoMarkerOrRemovalBetween) {
+  // Handed over: 0 x, 1 y, 2 .metadata, 3 x, 4 removal, 5 x, 6 y.
+  const std::vector<bool> barrier = {false, false, true, false, true, false, false};
+  const auto is_barrier = [&](size_t k) { return static_cast<bool>(barrier[k]); };
+  EXPECT_FALSE(SupersededBy(0, 3, is_barrier)) << "the marker at 2 must follow x's version at 0";
+  EXPECT_FALSE(SupersededBy(3, 5, is_barrier)) << "the removal at 4 must follow x at 3";
+  EXPECT_TRUE(SupersededBy(5, 6, is_barrier));
+  EXPECT_TRUE(SupersededBy(2, 3, is_barrier)) << "a barrier itself may be superseded";
+  EXPECT_TRUE(SupersededBy(0, 1, is_barrier));
 }
 
 TEST(RemotePolicyTest, AResumedMarkerIsOnlyTheVersionTheLogNamesAndDataIsItsNewestVersion) {

@@ -260,6 +260,29 @@ TEST_F(UploadResumeTest, WhatTheLogLeftPendingIsUploadedInOrderAndOpenUploadsAbo
   EXPECT_FALSE(std::filesystem::exists(root_ + "/.ckptfs/uploads.log"));
 }
 
+TEST_F(UploadResumeTest, AFileRewrittenAfterAMarkerIsResumedAheadOfTheMarker) {
+  std::string log(UploadLogHeader());
+  log += EncodeHandedOver(Write("step/x", "the version the marker commits"));
+  log += EncodeHandedOver(Write("step/.metadata", "marker"));
+  ASSERT_EQ(unlink((root_ + "/step/x").c_str()), 0);
+  log += EncodeHandedOver(Write("step/x", "a later version"));
+  std::ofstream(root_ + "/.ckptfs/uploads.log", std::ios::binary) << log;
+  UploaderSettings unreachable = Settings();
+  unreachable.s3.endpoint = "http://127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  Stats stats;
+  {
+    Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(unreachable, stats);
+    ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+    EXPECT_FALSE((*uploader)->Stop(std::chrono::milliseconds(0)).ok());
+  }
+  policy::LoggedUploads held;
+  ASSERT_TRUE(UploadLog::Open(reserved_, "uploads.log", &held).ok());
+  std::vector<std::string> order;
+  for (const policy::LoggedUploads::Version& v : held.Pending()) order.push_back(v.path);
+  EXPECT_EQ(order, (std::vector<std::string>{"step/x", "step/.metadata", "step/x"}))
+      << "x goes as it now is before the marker, which must follow a version of it";
+}
+
 TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUploader) {
   const std::string a = Pattern(2000, 'q');
   const policy::LoggedUploads::Version logged = Write("step/a", a);
