@@ -1,7 +1,7 @@
-"""Real PyTorch DCP through a mount with a remote tier (-o remote, a real moto S3 server): after
-`ckptfs sync --remote` every object on the store equals the file the save published in the
-backing directory byte for byte (.metadata included), and the backing directory matches the plain
-run as in every e2e test (.metadata compared as there)."""
+"""Real PyTorch DCP and Megatron-core torch_dist saves through a mount with a remote tier
+(-o remote, a real moto S3 server): after `ckptfs sync --remote` every object on the store equals
+the file the save published in the backing directory byte for byte (.metadata included), and the
+backing directory matches the plain run as in every e2e test (.metadata compared as there)."""
 
 import os
 import unittest
@@ -13,25 +13,24 @@ from ckptfs_testing.e2e_check import check_workload
 from ckptfs_testing.s3_server import CREDENTIALS, MotoServer
 
 BUCKET = "ckpt"
-PREFIX = "dcp-run"
 
 
-class DCPRemoteTest(unittest.TestCase):
-    def test_a_save_is_on_the_store_byte_for_byte_after_sync_remote(self):
-        w = workloads.make("dcp", scale=0.5, for_test=True)
+class RemoteSaveTest(unittest.TestCase):
+    def check_save_reaches_the_store(self, workload, prefix):
+        w = workloads.make(workload, for_test=True, **({"scale": 0.5} if workload == "dcp" else {}))
         with MotoServer() as s3, mock.patch.dict(os.environ, CREDENTIALS):
             s3.create_bucket(BUCKET)
 
             def every_object_equals_its_file(d, backing):
                 r = run_ckptfs(["sync", d.mnt, "--remote"], timeout=300)
                 self.assertEqual(r.returncode, 0, r.stderr)
-                store = s3.objects(BUCKET, PREFIX + "/")
+                store = s3.objects(BUCKET, prefix + "/")
                 files = {}
                 for root, dirs, names in os.walk(backing):
                     dirs[:] = [x for x in dirs if not (root == backing and x == ".ckptfs")]
                     for n in names:
                         with open(os.path.join(root, n), "rb") as f:
-                            files[PREFIX + "/" + os.path.relpath(os.path.join(root, n),
+                            files[prefix + "/" + os.path.relpath(os.path.join(root, n),
                                                                  backing)] = f.read()
                 self.assertTrue(any(k.endswith("/.metadata") for k in files), sorted(files))
                 self.assertEqual(sorted(store), sorted(files))
@@ -41,9 +40,15 @@ class DCPRemoteTest(unittest.TestCase):
                 self.assertEqual(remote["pending_files"], 0, remote)
                 self.assertEqual(remote["last_error"], "", remote)
 
-            check_workload(self, w, options=("cache_size=1G", f"remote=s3://{BUCKET}/{PREFIX}",
+            check_workload(self, w, options=("cache_size=1G", f"remote=s3://{BUCKET}/{prefix}",
                                               f"remote_endpoint={s3.endpoint}"),
                            after_sync=every_object_equals_its_file)
+
+    def test_a_dcp_save_is_on_the_store_byte_for_byte_after_sync_remote(self):
+        self.check_save_reaches_the_store("dcp", "dcp-run")
+
+    def test_a_megatron_torch_dist_save_is_on_the_store_byte_for_byte_after_sync_remote(self):
+        self.check_save_reaches_the_store("mcore_torch_dist", "mcore-run")
 
 
 if __name__ == "__main__":
