@@ -7,17 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <string_view>
 #include <unordered_map>
 
 #include "core/base/thread_annotations.h"
 #include "core/filesystem/open_mode.h"
 
 namespace ckptfs {
-
-// The value of field `key` ("RssAnon", "PPid", ...) of a /proc/PID/status text: its first number
-// (kB for sizes); nullopt when the field is missing or malformed.
-std::optional<uint64_t> ProcStatusField(std::string_view status, std::string_view key);
 
 // The facts of thread `tid`'s process and of its parent; nullopt when /proc does not tell them
 // (the process or its parent gone, a kernel thread).

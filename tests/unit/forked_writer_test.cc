@@ -1,5 +1,5 @@
 // Tests of how the FUSE adapter tells a writer that writes from memory forked from its parent:
-// the /proc facts read of real processes, and the parser of /proc/PID/status.
+// the /proc facts read of real processes.
 #include "fs/forked_writer.h"
 
 #include <gtest/gtest.h>
@@ -11,18 +11,6 @@
 
 namespace ckptfs {
 namespace {
-
-TEST(ForkedWriterTest, StatusFieldsAreReadByNameAndMalformedOnesAreNone) {
-  const char* status = "Name:\tpython\nTgid:\t4242\nPPid:\t17\nRssAnon:\t  204800 kB\n";
-  EXPECT_EQ(ProcStatusField(status, "Tgid"), 4242u);
-  EXPECT_EQ(ProcStatusField(status, "PPid"), 17u);
-  EXPECT_EQ(ProcStatusField(status, "RssAnon"), 204800u);
-  EXPECT_EQ(ProcStatusField(status, "Pid"), std::nullopt) << "PPid is not Pid";
-  EXPECT_EQ(ProcStatusField(status, "Rss"), std::nullopt) << "RssAnon is not Rss";
-  EXPECT_EQ(ProcStatusField("RssAnon:\tmany kB\n", "RssAnon"), std::nullopt);
-  EXPECT_EQ(ProcStatusField("RssAnon:\t99999999999999999999999 kB\n", "RssAnon"), std::nullopt);
-  EXPECT_EQ(ProcStatusField("", "RssAnon"), std::nullopt);
-}
 
 // Runs `judge` in a child forked from this process, which holds `parent_bytes` of memory it
 // touched; returns what the child judged.
