@@ -103,6 +103,12 @@ both to one moto server on this machine (--remote-mib, default 256 x scale, in 4
 from the first write through the mount until `ckptfs sync --remote` returns, boto3 upload_file of
 the same files; alternated, --repeat runs, medians.
 
+--replication (instead of the workloads): how fast a node's files reach its partner's memory
+(-o shared,replicas=1) against iperf3 over the same veth pair between two network namespaces:
+--replication-mib (default 1024 x scale) MiB in 4 files written through node 0's mount, from the
+first write until `ckptfs sync --replicated` returns; iperf3's one TCP stream for 5 s. Alternated,
+--repeat runs, medians.
+
 Needs root (drop_caches, FUSE). Cleans up its mounts and directories, also on failure.
 """
 import argparse
@@ -112,13 +118,13 @@ import shutil
 import sys
 import warnings
 
-from . import fuse_ring, remote, saves, takeover, tensor_view, verify
+from . import fuse_ring, remote, replication, saves, takeover, tensor_view, verify
 from .contenders import ALL_WORKLOADS
 from .measure import fs_type
 
 # Modes run instead of the save comparison, by the flag that asks for each (the first one set).
 MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run,
-         "remote": remote.run, "verify": verify.run}
+         "remote": remote.run, "verify": verify.run, "replication": replication.run}
 
 
 def keep_library_output(path):
@@ -234,6 +240,11 @@ def parser():
                     help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "
                     "a marker's publication, instead of the workloads")
     ap.add_argument("--verify-gib", type=float, help="checkpoint size for --verify (default 4 x scale)")
+    ap.add_argument("--replication", action="store_true",
+                    help="measure replication into a partner's memory (-o replicas=1) against "
+                    "iperf3 over one veth pair, instead of the workloads")
+    ap.add_argument("--replication-mib", type=int,
+                    help="MiB written by --replication (default 1024 x scale)")
     ap.add_argument("--fuse-ring", action="store_true",
                     help="measure the warm load of --small-count (default 5,000) small files over "
                     "/dev/fuse and over FUSE over io_uring (-o io_uring=on) instead of the workloads")
