@@ -1,10 +1,13 @@
 """multinode: a DCP save of 3 ranks, each through its own mount (-o shared) of one backing
 directory, as on 3 nodes over a shared filesystem; timed until the save returns and until its
-marker (.metadata) is on the backing store."""
+marker (.metadata) is on the backing store, and with replicas (ckptfs3r) until every member's
+files are in its partner's memory (`ckptfs sync --replicated` on each)."""
 import os
 import shutil
 import threading
 import time
+
+from ckptfs_testing.ckptfs_daemon import run_ckptfs
 
 from ckptfs_testing import workloads
 from ckptfs_testing.workloads import ranks
@@ -13,7 +16,7 @@ from ckptfs_testing.ckptfs_daemon import mounted
 MULTINODE = "multinode"
 MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own mount "
                          "(-o shared) of one backing directory")
-MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3"]
+MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r"]
 MULTINODE_NODES = ("n0", "n1", "n2")
 MULTINODE_SCALE = 0.5  # Of dcp's size: 512 MiB at --scale 1.
 MARKER_POLL = 0.01  # Seconds between looks for the marker on the backing store.
@@ -28,11 +31,11 @@ def run_multinode(bench, contender, w):
     """One run of the multinode workload on `bench` (a saves.Bench): {"save", "marker", ...}."""
     a = bench.args
     rec = {"contender": contender}
-    ranks = len(MULTINODE_NODES)
+    rank_count = len(MULTINODE_NODES)
     if contender == "plain":
         backing = os.path.join(bench.workdir, "plain", MULTINODE)
         os.makedirs(backing)
-        roots = [backing] * ranks
+        roots = [backing] * rank_count
     else:
         backing = os.path.join(bench.workdir, "backing", MULTINODE)
         os.makedirs(backing)
@@ -42,20 +45,28 @@ def run_multinode(bench, contender, w):
         if contender == "ckptfs1":
             os.makedirs(os.path.join(bench.workdir, "mnt"), exist_ok=True)
             daemons.append(bench.mount(backing, os.path.join(bench.workdir, "mnt"), "multinode"))
-            roots = [daemons[0].mnt] * ranks
-        elif contender == "ckptfs3":
+            roots = [daemons[0].mnt] * rank_count
+        elif contender in ("ckptfs3", "ckptfs3r"):
+            extra = replication_options(bench.workdir) if contender == "ckptfs3r" else []
             for node in MULTINODE_NODES:
                 mnt = os.path.join(bench.workdir, node)
                 os.makedirs(mnt, exist_ok=True)
                 daemons.append(bench.mount(backing, mnt, f"multinode-{node}",
-                                           ["shared", f"node={node}"]))
+                                           ["shared", f"node={node}"] + extra))
             roots = [d.mnt for d in daemons]
         if a.warm_up:  # As the other workloads' first save: memory faulted in before.
-            rec["save_first"] = w.save([os.path.join(r, "first") for r in roots], ranks=ranks)
+            rec["save_first"] = w.save([os.path.join(r, "first") for r in roots],
+                                       ranks=rank_count)
             for d in daemons:
                 d.sync()
         watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
-        rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=ranks)
+        rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=rank_count)
+        if contender == "ckptfs3r":
+            for d in daemons:
+                r = run_ckptfs(["sync", d.mnt, "--replicated"], timeout=MARKER_TIMEOUT)
+                if r.returncode != 0:
+                    raise RuntimeError("ckptfs sync --replicated failed: " + r.stderr)
+            rec["replicated"] = time.monotonic() - ranks.last_start_line
         seen = watch.wait(MARKER_TIMEOUT) - ranks.last_start_line
         # The plain directory's .metadata is fsynced before its save returns.
         rec["marker"] = rec["save"] if contender == "plain" else seen
@@ -75,6 +86,16 @@ def run_multinode(bench, contender, w):
         if not any(mounted(os.path.join(bench.workdir, m)) for m in ("mnt",) + MULTINODE_NODES):
             shutil.rmtree(os.path.dirname(backing), ignore_errors=True)
     return rec
+
+
+def replication_options(workdir):
+    """-o options of a member with one partner (replicas=1) on this machine: the bench's secret
+    (written once, root-only), received on loopback."""
+    secret = os.path.join(workdir, "replication.key")
+    if not os.path.exists(secret):
+        with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write("the secret of the bench's members\n")
+    return ["replicas=1", f"replication_secret={secret}", "replication_address=127.0.0.1"]
 
 
 class MarkerWatch:

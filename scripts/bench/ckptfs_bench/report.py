@@ -99,15 +99,17 @@ def multinode_section(results):
     for c in mn["contenders"]:
         m = mn["median"].get(c, {})
         rows.append((c, str(len(mn["runs"].get(c, []))), fmt(m.get("save")),
-                     fmt(m.get("marker")),
+                     fmt(m.get("marker")), fmt(m.get("replicated")),
                      fmt(ratio(m.get("save"), p.get("save"))),
                      fmt(ratio(m.get("marker"), p.get("marker"))),
                      fmt(ratio(m.get("save"), one.get("save")))))
     return [f"multinode: {mn['description']}, {mn['logical_bytes'] / MiB:.0f} MiB (seconds, "
             f"medians; marker: from the start line until .metadata is on the backing store, "
-            f"looked for every {MARKER_POLL * 1000:.0f} ms; plain's marker is its save)",
-            table(("contender", "runs", "save", "marker", "save/plain", "marker/plain",
-                   "save/ckptfs1"), rows), ""]
+            f"looked for every {MARKER_POLL * 1000:.0f} ms; plain's marker is its save; "
+            f"replicated: from the start line until every member's files are in its partner's "
+            f"memory)",
+            table(("contender", "runs", "save", "marker", "replicated", "save/plain",
+                   "marker/plain", "save/ckptfs1"), rows), ""]
 
 
 def async_section(results):
@@ -160,7 +162,7 @@ def targets(results, cache_size_bytes):
          + zarr_dist_targets(results)
          + distopt_targets(results)
          + async_targets(results) + cold_load_targets(results)
-         + hwm_targets(results, cache_size_bytes))
+         + hwm_targets(results, cache_size_bytes) + replication_targets(results))
     return [x if len(x) == 4 else x + ("<=",) for x in t]
 
 
@@ -180,6 +182,15 @@ def seq_targets(results):
         t.append(("seq: ckptfs durable <= 1.15x plain+sync",
                   ratio(big["ckptfs"].get("durable"), big["plain"].get("durable")), 1.15))
     return t
+
+
+def replication_targets(results):
+    """Replicas must not slow a save: a multinode save with replicas=1 against replicas=0."""
+    m = results.get(MULTINODE, {}).get("median")
+    if not m or "ckptfs3r" not in m:
+        return []
+    return [("multinode: save with replicas=1 <= 1.1x replicas=0",
+             ratio(m["ckptfs3r"].get("save"), m.get("ckptfs3", {}).get("save")), 1.1)]
 
 
 def small_writes_targets(results):
