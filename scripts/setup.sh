@@ -3,7 +3,8 @@
 #   - Debian packages for the C++ side (and fuse3's fusermount3 and mount.fuse3; clang for the
 #     thread-safety build of scripts/test.sh; for the tests of packaging: promtool from
 #     prometheus, dpkg-dev and fakeroot for the .deb, systemd-analyze from systemd, man-db; ip and
-#     tc of iproute2 for the tests' network namespaces, iperf3 for the replication bench);
+#     tc of iproute2 and nft for the tests' network namespaces and their slow, lossy links,
+#     iperf3 for the replication bench);
 #   - a Python virtual environment in .venv/ with the pinned packages of scripts/requirements.txt
 #     (torch first, alone, so that nothing pulls a newer torch) and, editable, the package
 #     ckptfs_testing of tests/support that the Python tests and the bench import;
@@ -15,7 +16,7 @@ packages=(cmake g++ clang pkg-config libfuse3-dev fuse3 liburing-dev libspdlog-d
           libgmock-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libsystemd-dev
           libisal-dev libcurl4-openssl-dev libexpat1-dev libssl-dev
           python3 python3-venv
-          prometheus dpkg-dev fakeroot systemd man-db iproute2 iperf3)
+          prometheus dpkg-dev fakeroot systemd man-db iproute2 nftables iperf3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,10 +1,12 @@
 """Nodes as network namespaces: each a namespace with one veth pair to a bridge of the test's own,
 and an address of its own in 10.251.X.0/24 (X chosen free on this machine). Everything is
-removed at cleanup, also when the set-up fails half-way. Needs root and iproute2.
+removed at cleanup, also when the set-up fails half-way. Needs root and iproute2 (and nftables
+for shape()).
 
     net = NetworkNodes(test_case, 3)   # registers its cleanup
     net.address(0)                     # "10.251.X.1"
     net.wrapper(0)                     # a command prefix running a program in node 0's namespace
+    net.shape(0, "100mbit", 1)         # node 0's side of its link slow and lossy
 """
 
 import os
@@ -58,6 +60,23 @@ class NetworkNodes:
         """Runs the command after it in node i's network namespace only (the mount namespace
         stays the test's, so a FUSE mount made there is seen by the test)."""
         return ["nsenter", f"--net=/run/netns/{self.namespaces[i]}", "--"]
+
+    def shape(self, i, rate="100mbit", loss_percent=1):
+        """Makes node i's link slow and lossy on its side, as a congested network is: what it
+        sends is limited to `rate` by tc's token bucket filter (queued up to 100 ms), and
+        `loss_percent` of its packets are dropped at random by nftables (this machine's kernel
+        has no tc netem)."""
+        run = ["ip", "netns", "exec", self.namespaces[i]]
+        subprocess.run(run + ["tc", "qdisc", "add", "dev", f"ckr{self.x}n{i}", "root", "tbf",
+                              "rate", rate, "burst", "64kb", "latency", "100ms"],
+                       capture_output=True, text=True, check=True)
+        for rule in (["add", "table", "inet", "ckptfs_loss"],
+                     ["add", "chain", "inet", "ckptfs_loss", "out",
+                      "{ type filter hook output priority 0; }"],
+                     ["add", "rule", "inet", "ckptfs_loss", "out", "oifname",
+                      f"ckr{self.x}n{i}", "numgen", "random", "mod", "100", "<",
+                      str(loss_percent), "drop"]):
+            subprocess.run(run + ["nft"] + rule, capture_output=True, text=True, check=True)
 
     def remove(self):
         """Removes the namespaces (their veth pairs go with them) and the bridge."""
