@@ -15,6 +15,7 @@
 #include "core/filesystem/stats_report.h"
 #include "core/filesystem/worker_takeover.h"
 #include "core/recovery/cache_memory_layout.h"
+#include "core/remote/remote_settings.h"
 
 namespace ckptfs {
 namespace {
@@ -44,6 +45,18 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   }
   if (!config.remote.empty()) {
     if (Status connected = fs->durability_.ConnectRemote(); !connected.ok()) return connected;
+    Result<S3Settings> s3 = RemoteSettingsOf(resolved, ProcessEnvironment());
+    if (!s3.ok()) return s3.status();
+    RemoteReaderSettings reading;
+    reading.s3 = *s3;
+    reading.concurrency = resolved.remote_concurrency;
+    reading.markers = resolved.commit_markers;
+    reading.staging_fd = store->staging_fd;
+    reading.reserved_name = kReservedName;
+    reading.manifest_name = kChecksumManifestName;
+    Result<std::unique_ptr<RemoteReader>> reader = RemoteReader::Make(reading, fs->stats_);
+    if (!reader.ok()) return reader.status();
+    fs->remote_reader_ = std::move(*reader);
   }
   return fs;
 }
@@ -135,6 +148,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Lookup(parent, name);
   }
+  ListRemoteDir(parent);
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -225,6 +239,7 @@ Result<Attr> Filesystem::MkdirWithoutResendCheck(uint64_t parent, const std::str
   if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
   Result<InodeRef> made = ns_.MkdirLocked(parent, name, mode, c);
   if (!made.ok()) return made.status();
+  (*made)->remote_listed = true;  // What it holds on the store is not this mount's.
   kernel_state_.RecordNodeLocked(*made);
   return ns_.AttrOf(**made);
 }
@@ -323,6 +338,10 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags, const Caller& c) {
+  // A placeholder is fetched before it is renamed: the uploader puts the file under its new name.
+  if (Status fetched = FetchRemoteFile(EntryIno(parent, name), O_RDONLY); !fetched.ok()) {
+    return fetched;
+  }
   Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
@@ -358,6 +377,8 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
 
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
+  // A placeholder is fetched before it gets a name the uploader puts on the store.
+  if (Status fetched = FetchRemoteFile(ino, O_RDONLY); !fetched.ok()) return fetched;
   return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link",
                          new_parent, new_name);
 }
@@ -522,6 +543,7 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) files_.WaitPassthroughReleased(ino);
+  if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) return fetched;
   return Reserving(c, [&](Reservation& reservation, size_t& more) {
     return files_.Open(ino, flags, c, reservation, more);
   });
@@ -600,10 +622,83 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
     if (!entries.ok()) return entries.status();
     return handles_.AddDir(std::move(*entries));
   }
+  ListRemoteDir(ino);
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) return dir.status();
   return handles_.AddDir(ns_.ListLocked(*dir, ino));
+}
+
+void Filesystem::ListRemoteDir(uint64_t ino) {
+  if (!remote_reader_) return;
+  InodeRef dir;
+  std::shared_ptr<BackingFile> backing;
+  std::string path;
+  {
+    NamespaceLock lock(ns_.mutex());
+    dir = ns_.FindLocked(ino);
+    if (!dir || dir->type != FileType::kDirectory || dir->remote_listed || dir->zarr) return;
+    if (dir->ino != kRootIno && dir->names.empty()) return;  // Removed.
+    backing = dir->BackingDir();
+    if (!backing) return;  // Not on the backing directory yet: made through this mount.
+    path = dir->ino == kRootIno ? "" : ns_.PathLocked(dir);
+  }
+  const Status listed = remote_reader_->ListInto(backing->fd(), path);
+  NamespaceLock lock(ns_.mutex());
+  if (!listed.ok()) {
+    spdlog::warn("remote: listing /{} from the store: {} (shown as the backing directory has "
+                 "it; listed again at its next lookup)", path, listed.ToString());
+    return;
+  }
+  dir->remote_listed = true;
+  dir->complete = false;  // Its backing directory is read again, with what the store added.
+}
+
+uint64_t Filesystem::EntryIno(uint64_t parent, const std::string& name) {
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
+  if (!dir.ok()) return 0;
+  auto it = (*dir)->children.find(name);
+  return it == (*dir)->children.end() ? 0 : it->second->ino;
+}
+
+Status Filesystem::FetchRemoteFile(uint64_t ino, int flags) {
+  if (!remote_reader_) return Status::Ok();
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return Status::Ok();
+  int fd = -1;
+  int open_error = 0;
+  bool placeholder = false;
+  std::string path;
+  {
+    NamespaceLock lock(ns_.mutex());
+    InodeRef inode = ns_.FindLocked(ino);
+    if (!inode || inode->type != FileType::kRegular) return Status::Ok();
+    std::shared_ptr<BackingFile> base;
+    {
+      MutexLock inode_lock(inode->mu);
+      base = inode->content.base();
+    }
+    int checked = -1;
+    if (inode->origin_dir) {
+      checked = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
+                       O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    } else if (base) {
+      checked = dup(base->fd());
+    }
+    if (checked < 0) return Status::Ok();  // No backing file: the open finds out what it has.
+    placeholder = RemoteReader::IsPlaceholder(checked);
+    if (placeholder) {
+      fd = open(("/proc/self/fd/" + std::to_string(checked)).c_str(), O_RDWR | O_CLOEXEC);
+      open_error = fd < 0 ? errno : 0;
+    }
+    close(checked);
+    path = ns_.PathLocked(inode);
+  }
+  if (!placeholder) return Status::Ok();
+  if (fd < 0) return Status::Error(open_error, "remote: opening the placeholder of " + path);
+  Status fetched = remote_reader_->Fetch(fd, path);
+  close(fd);
+  return fetched;
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {

@@ -42,6 +42,7 @@
 #include "core/memory/arena.h"
 #include "core/recovery/handoff.h"
 #include "core/recovery/recovery_log.h"
+#include "core/remote/remote_reader.h"
 #include "core/stats/stats.h"
 #include "core/tree/inode.h"
 #include "core/tree/journal.h"
@@ -275,6 +276,17 @@ class Filesystem final : private ControlFiles::Source {
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
                         size_t& more) EXCLUDES(ns_lock);
 
+  // -o remote, the read path (core/remote/remote_reader.h): lists directory `ino` from the store
+  // the first time it is needed, before the namespace reads its backing directory. A failure is
+  // logged; the directory then shows what the backing directory holds, and is listed again at
+  // its next need.
+  void ListRemoteDir(uint64_t ino) EXCLUDES(ns_lock);
+  // -o remote: fills the backing file of regular file `ino` from the store when it is a
+  // placeholder, before it is opened with `flags` (not for O_TRUNC: its bytes are not read).
+  Status FetchRemoteFile(uint64_t ino, int flags) EXCLUDES(ns_lock);
+  // The number of the child `name` of directory `parent` the namespace holds; 0 when none.
+  uint64_t EntryIno(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
 
@@ -304,6 +316,8 @@ class Filesystem final : private ControlFiles::Source {
   KernelStateKeeper kernel_state_;
   Durability durability_;
   OpenFiles files_;
+  // -o remote: the read path from the store (null otherwise).
+  std::unique_ptr<RemoteReader> remote_reader_;
   // What the daemon around the core sets for the control files before the first request (the
   // setters above).
   struct ControlHooks {

@@ -1,0 +1,163 @@
+"""The remote tier's read path (restart on any node): a checkpoint saved with real DCP and
+torch.save through a mount with a remote (a real moto S3 server) and synced to the store is shown,
+after unmounting, by a mount of a new empty backing directory with the same remote, directory by
+directory as it is looked at, and loads equal through DCP's loader and torch.load; names on the
+store that are not one plain name are refused, never followed."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+
+from ckptfs_testing.harness import CkptfsMount
+from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote
+
+PREFIX = "read"
+
+# The state both sides make: deterministic tensors, a few MiB in all (some .distcp files span
+# several ranged GETs of the fetch).
+STATE = textwrap.dedent("""
+    import torch
+
+    def state(tag):
+        g = torch.Generator().manual_seed(sum(map(ord, tag)))
+        return {
+            "model.embed": torch.randn(2048, 512, generator=g),
+            "model.layer0.weight": torch.randn(512, 512, generator=g).to(torch.float16),
+            "optimizer.exp_avg.embed": torch.randn(2048, 512, generator=g),
+            "optimizer.step": torch.tensor(10),
+        }
+""")
+
+SAVE = STATE + textwrap.dedent("""
+    import os, sys, warnings
+    import torch.distributed.checkpoint as dcp
+    warnings.filterwarnings("ignore")  # One rank without a process group: DCP's no_dist mode.
+    root = sys.argv[1]
+    dcp.save(state("dcp"), checkpoint_id=os.path.join(root, "iter_0000010", "dcp"))
+    torch.save(state("torch"), os.path.join(root, "iter_0000010", "model.pt"))
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("10")
+""")
+
+LOAD = STATE + textwrap.dedent("""
+    import os, sys, warnings
+    import torch.distributed.checkpoint as dcp
+    warnings.filterwarnings("ignore")
+    root = sys.argv[1]
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt")) as f:
+        it = int(f.read())
+    ckpt = os.path.join(root, f"iter_{it:07d}")
+    expected = state("dcp")
+    loaded = {k: torch.zeros_like(v) for k, v in expected.items()}
+    dcp.load(loaded, checkpoint_id=os.path.join(ckpt, "dcp"))
+    for k, v in expected.items():
+        assert torch.equal(loaded[k], v), f"dcp: {k} differs"
+    got = torch.load(os.path.join(ckpt, "model.pt"), weights_only=True)
+    for k, v in state("torch").items():
+        assert torch.equal(got[k], v), f"torch.load: {k} differs"
+    print("loaded equal", len(expected) + len(got))
+""")
+
+
+def run_python(script, root):
+    r = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True,
+                       timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"python failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+def tree(root):
+    """Every file under `root` (the private area aside) with its size."""
+    found = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not (d == root and x == ".ckptfs")]
+        for f in files:
+            p = os.path.join(d, f)
+            found[os.path.relpath(p, root)] = os.path.getsize(p)
+    return found
+
+
+class RemoteReadTest(RemoteStoreTestCase):
+    def options(self, prefix):
+        return [f"remote=s3://{BUCKET}/{prefix}", f"remote_endpoint={self.s3.endpoint}",
+                "flush_delay=0"]
+
+    def test_an_empty_mount_shows_the_stores_checkpoint_lazily_and_dcp_and_torch_load_it(self):
+        prefix = PREFIX + "/restart"
+        with CkptfsMount(options=self.options(prefix)) as a:
+            run_python(SAVE, a.mnt)
+            a.sync()
+            sync_remote(a)
+            saved = tree(a.backing)
+        self.assertIn("iter_0000010/dcp/.metadata", saved)
+        self.assertIn("iter_0000010/model.pt", saved)
+
+        with CkptfsMount(options=self.options(prefix)) as b:
+            self.assertEqual(tree(b.backing), {}, "the new backing directory is not empty")
+            self.assertEqual(sorted(os.listdir(b.mnt)),
+                             ["iter_0000010", "latest_checkpointed_iteration.txt"])
+            remote = b.stats()["remote"]
+            self.assertEqual(remote["directories_listed"], 1, "more than the root was listed")
+            self.assertEqual(remote["files_fetched"], 0, "a file was fetched before its open")
+            self.assertEqual(os.listdir(os.path.join(b.backing, "iter_0000010")), [],
+                             "a directory not looked at was listed")
+            # Every file shows with its size before any is fetched.
+            self.assertEqual(tree(b.mnt), saved)
+            remote = b.stats()["remote"]
+            self.assertEqual(remote["files_fetched"], 0)
+            self.assertEqual(remote["directories_listed"], 3)
+
+            self.assertIn("loaded equal", run_python(LOAD, b.mnt))
+            remote = b.stats()["remote"]
+            self.assertEqual(remote["files_fetched"], len(saved), remote)
+            self.assertEqual(remote["bytes_fetched"], sum(saved.values()), remote)
+            self.assertEqual(remote["directories_listed"], 3, "a directory was listed twice")
+            self.assertEqual(remote["names_refused"], 0)
+            # The local tier keeps what was fetched: a cache of the store, byte for byte.
+            store = self.s3.objects(BUCKET, prefix + "/")
+            for rel in saved:
+                with open(os.path.join(b.backing, rel), "rb") as f:
+                    self.assertTrue(f.read() == store[f"{prefix}/{rel}"], rel)
+            self.assertEqual(sorted(os.listdir(os.path.join(b.backing, ".ckptfs", "staging"))),
+                             [])
+
+    def test_a_directory_made_through_the_mount_shows_only_what_the_mount_writes(self):
+        prefix = PREFIX + "/made"
+        with CkptfsMount(options=self.options(prefix)) as m:
+            self.assertEqual(os.listdir(m.mnt), [])
+            # Objects another node put under a name this mount then makes itself.
+            self.s3.client().put_object(Bucket=BUCKET, Key=f"{prefix}/step_2/stale.bin",
+                                        Body=b"from an earlier run")
+            os.mkdir(m.path("step_2"))
+            with open(m.path("step_2", "new.bin"), "wb") as f:
+                f.write(b"this run")
+            self.assertEqual(os.listdir(m.path("step_2")), ["new.bin"])
+
+    def test_names_on_the_store_that_are_not_one_plain_name_are_refused_not_followed(self):
+        prefix = PREFIX + "/hostile"
+        client = self.s3.client()
+        for key in [f"{prefix}/../escape.bin", f"{prefix}//abs.bin", f"{prefix}/./dot.bin",
+                    f"{prefix}/{'n' * 300}", f"{prefix}/d/../../up.bin", f"{prefix}/fine.bin",
+                    f"{prefix}/d/ok.bin"]:
+            client.put_object(Bucket=BUCKET, Key=key, Body=b"bytes of " + key.encode())
+        with CkptfsMount(options=self.options(prefix)) as m:
+            self.assertEqual(sorted(os.listdir(m.mnt)), ["d", "fine.bin"])
+            self.assertEqual(os.listdir(m.path("d")), ["ok.bin"])
+            with open(m.path("fine.bin"), "rb") as f:
+                self.assertEqual(f.read(), f"bytes of {prefix}/fine.bin".encode())
+            remote = m.stats()["remote"]
+            self.assertGreaterEqual(remote["names_refused"], 5, remote)
+            outside = os.path.dirname(m.backing)
+            for d in (outside, os.path.dirname(outside)):
+                for name in ("escape.bin", "up.bin", "abs.bin"):
+                    self.assertFalse(os.path.exists(os.path.join(d, name)), f"{d}/{name}")
+            self.assertEqual(tree(m.backing), {"fine.bin": len(f"bytes of {prefix}/fine.bin"),
+                                               "d/ok.bin": len(f"bytes of {prefix}/d/ok.bin")})
+            self.assertNotIn("Traceback", m.output())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
