@@ -44,7 +44,27 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
   }
   if (!config.remote.empty()) {
-    if (Status connected = fs->durability_.ConnectRemote(); !connected.ok()) return connected;
+    Filesystem* self = fs.get();
+    if (config.local_size > 0) {
+      Result<S3Location> location = S3Location::Parse(config.remote);
+      if (!location.ok()) return location.status();
+      fs->local_tier_ = std::make_unique<LocalTier>(
+          LocalTier::Settings{config.local_size, *location, store->root_fd}, fs->stats_,
+          [self](const std::string& path, const std::function<bool()>& evict) {
+            return self->MayEvict(path, evict);
+          },
+          [self] {
+            const Uploader* uploader = self->durability_.uploader();
+            return uploader ? uploader->Progress().pending_bytes : 0;
+          });
+    }
+    auto on_uploaded = [self](const std::string& path, uint64_t ino, uint64_t size,
+                              int64_t mtime_ns) {
+      if (self->local_tier_) self->local_tier_->OnStore(path, ino, size, mtime_ns, "");
+    };
+    if (Status connected = fs->durability_.ConnectRemote(on_uploaded); !connected.ok()) {
+      return connected;
+    }
     Result<S3Settings> s3 = RemoteSettingsOf(resolved, ProcessEnvironment());
     if (!s3.ok()) return s3.status();
     RemoteReaderSettings reading;
@@ -110,6 +130,7 @@ WorkerTakeover Filesystem::Takeover() {
 Filesystem::~Filesystem() {
   arena_.StopBackground();
   durability_.Stop();
+  local_tier_.reset();  // Before the backing directory closes; the uploader is stopped.
   NamespaceLock lock(ns_.mutex());
   handles_.ClearLocked();  // Files the kernel never released (the mount went away).
   durability_.reclaimer().ClearLocked();
@@ -133,6 +154,7 @@ void Filesystem::Start() {
   }
   arena_.WatchSystemMemory();
   durability_.Start();
+  if (local_tier_) local_tier_->Start();
 }
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
@@ -339,12 +361,16 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags, const Caller& c) {
   // A placeholder is fetched before it is renamed: the uploader puts the file under its new name.
-  if (Status fetched = FetchRemoteFile(EntryIno(parent, name), O_RDONLY); !fetched.ok()) {
+  const uint64_t renamed = EntryIno(parent, name);
+  PinLocal(renamed);
+  if (Status fetched = FetchRemoteFile(renamed, O_RDONLY); !fetched.ok()) {
+    UnpinLocal(renamed);
     return fetched;
   }
   Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
+  UnpinLocal(renamed);
   if (!c.resent || st.err() != ENOENT || !HasEntry(new_parent, new_name)) return st;
   NoteAppliedBefore("rename", name);
   return Status::Ok();
@@ -378,9 +404,15 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
   // A placeholder is fetched before it gets a name the uploader puts on the store.
-  if (Status fetched = FetchRemoteFile(ino, O_RDONLY); !fetched.ok()) return fetched;
-  return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link",
-                         new_parent, new_name);
+  PinLocal(ino);
+  if (Status fetched = FetchRemoteFile(ino, O_RDONLY); !fetched.ok()) {
+    UnpinLocal(ino);
+    return fetched;
+  }
+  Result<Attr> linked = EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c,
+                                        "link", new_parent, new_name);
+  UnpinLocal(ino);
+  return linked;
 }
 
 Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
@@ -543,10 +575,16 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) files_.WaitPassthroughReleased(ino);
-  if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) return fetched;
-  return Reserving(c, [&](Reservation& reservation, size_t& more) {
+  PinLocal(ino);
+  if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) {
+    UnpinLocal(ino);
+    return fetched;
+  }
+  Result<OpenFile> opened = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return files_.Open(ino, flags, c, reservation, more);
   });
+  UnpinLocal(ino);
+  return opened;
 }
 
 
@@ -696,9 +734,51 @@ Status Filesystem::FetchRemoteFile(uint64_t ino, int flags) {
   }
   if (!placeholder) return Status::Ok();
   if (fd < 0) return Status::Error(open_error, "remote: opening the placeholder of " + path);
-  Status fetched = remote_reader_->Fetch(fd, path);
+  std::string etag;
+  Status fetched = remote_reader_->Fetch(fd, path, &etag);
+  struct stat st {};
+  if (fetched.ok() && local_tier_ && fstat(fd, &st) == 0) {
+    local_tier_->OnStore(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, etag);
+  }
   close(fd);
   return fetched;
+}
+
+void Filesystem::PinLocal(uint64_t ino) {
+  if (!local_tier_ || ino == 0) return;
+  NamespaceLock lock(ns_.mutex());
+  ++local_pins_[ino];
+}
+
+void Filesystem::UnpinLocal(uint64_t ino) {
+  if (!local_tier_ || ino == 0) return;
+  NamespaceLock lock(ns_.mutex());
+  auto it = local_pins_.find(ino);
+  if (it != local_pins_.end() && --it->second == 0) local_pins_.erase(it);
+}
+
+bool Filesystem::MayEvict(const std::string& path, const std::function<bool()>& evict) {
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(kRootIno);
+  for (size_t start = 0; inode && start <= path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    auto it = inode->children.find(path.substr(start, end - start));
+    // A name the namespace never took from the backing directory: nothing of it is held.
+    if (it == inode->children.end()) return evict();
+    inode = it->second;
+    start = end + 1;
+  }
+  if (!inode || inode->type != FileType::kRegular || inode->open_handles > 0 ||
+      local_pins_.count(inode->ino) || ns_.PendingLocked(inode)) {
+    return false;
+  }
+  MutexLock inode_lock(inode->mu);
+  if (inode->durable_version != inode->version) return false;
+  // Its content is then read from the backing file by name only, so its next open fetches it.
+  if (!inode->origin_dir) stats_.evicted_blocks += durability_.reclaimer().UnloadLocked(inode);
+  if (!inode->origin_dir) return false;
+  return evict();
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {

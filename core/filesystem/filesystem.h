@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,7 @@
 #include "core/memory/arena.h"
 #include "core/recovery/handoff.h"
 #include "core/recovery/recovery_log.h"
+#include "core/remote/local_tier.h"
 #include "core/remote/remote_reader.h"
 #include "core/stats/stats.h"
 #include "core/tree/inode.h"
@@ -284,6 +286,14 @@ class Filesystem final : private ControlFiles::Source {
   // -o remote: fills the backing file of regular file `ino` from the store when it is a
   // placeholder, before it is opened with `flags` (not for O_TRUNC: its bytes are not read).
   Status FetchRemoteFile(uint64_t ino, int flags) EXCLUDES(ns_lock);
+  // -o local_size: keeps file `ino` from being evicted until UnpinLocal (between the fetch that
+  // makes its backing file whole and the operation that needs it so).
+  void PinLocal(uint64_t ino) EXCLUDES(ns_lock);
+  void UnpinLocal(uint64_t ino) EXCLUDES(ns_lock);
+  // LocalTier's gate: runs `evict` (under the namespace lock) when file `path` of the backing
+  // directory is neither open, pinned, nor holding anything not durable; what it holds in memory
+  // is dropped first (Reclaimer::UnloadLocked).
+  bool MayEvict(const std::string& path, const std::function<bool()>& evict) EXCLUDES(ns_lock);
   // The number of the child `name` of directory `parent` the namespace holds; 0 when none.
   uint64_t EntryIno(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
 
@@ -318,6 +328,11 @@ class Filesystem final : private ControlFiles::Source {
   OpenFiles files_;
   // -o remote: the read path from the store (null otherwise).
   std::unique_ptr<RemoteReader> remote_reader_;
+  // Files PinLocal keeps, by inode number, with their pin counts.
+  std::map<uint64_t, unsigned> local_pins_ GUARDED_BY(ns_lock);
+  // -o local_size: what is evicted from the backing directory (null otherwise). Destroyed first
+  // (its thread calls the namespace and the uploader).
+  std::unique_ptr<LocalTier> local_tier_;
   // What the daemon around the core sets for the control files before the first request (the
   // setters above).
   struct ControlHooks {

@@ -209,7 +209,7 @@ bool RemoteReader::IsPlaceholder(int fd) {
   return fgetxattr(fd, kRemotePlaceholderAttr, nullptr, 0) >= 0;
 }
 
-Status RemoteReader::Fetch(int fd, const std::string& what) {
+Status RemoteReader::Fetch(int fd, const std::string& what, std::string* fetched_etag) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return Status::FromErrno(what);
   const std::pair<uint64_t, uint64_t> id{st.st_dev, st.st_ino};
@@ -231,6 +231,11 @@ Status RemoteReader::Fetch(int fd, const std::string& what) {
                                       settings_.s3.location.ToString());
     } else {
       result = FetchRanges(fd, key, etag, static_cast<uint64_t>(st.st_size));
+    }
+    if (result.ok()) {
+      const timespec times[2] = {st.st_atim, st.st_mtim};
+      (void)futimens(fd, times);
+      if (fetched_etag) *fetched_etag = etag;
     }
     // The bytes are durable before the mark goes: a crash in between fetches them again.
     if (result.ok() && fdatasync(fd) != 0) result = Status::FromErrno(what);

@@ -63,7 +63,8 @@ class RemoteReader {
   static bool IsPlaceholder(int fd);
   // Fills placeholder `fd` (open for writing; `what` names it in messages) with its object's
   // bytes and removes its mark (see above); ok at once when it is no placeholder (any longer).
-  Status Fetch(int fd, const std::string& what) EXCLUDES(mu_);
+  // Keeps the file's times. `etag` (when not null) is set to the ETag it was fetched with.
+  Status Fetch(int fd, const std::string& what, std::string* etag = nullptr) EXCLUDES(mu_);
 
  private:
   RemoteReader(const RemoteReaderSettings& settings, Stats& stats);

@@ -64,6 +64,9 @@ struct Stats {
   std::atomic<uint64_t> remote_files_fetched{0};
   std::atomic<uint64_t> remote_bytes_fetched{0};
   std::atomic<uint64_t> remote_names_refused{0};
+  // -o local_size (core/remote/local_tier.h): files and bytes evicted from the backing directory.
+  std::atomic<uint64_t> remote_files_evicted{0};
+  std::atomic<uint64_t> remote_bytes_evicted{0};
   // Per published file: from the flusher taking it to durable (the time of its batch), and from
   // its sealing (close, fsync) to durable.
   Histogram flush_seconds{kFlushBuckets};

@@ -2,16 +2,24 @@
 torch.save through a mount with a remote (a real moto S3 server) and synced to the store is shown,
 after unmounting, by a mount of a new empty backing directory with the same remote, directory by
 directory as it is looked at, and loads equal through DCP's loader and torch.load; names on the
-store that are not one plain name are refused, never followed."""
+store that are not one plain name are refused, never followed. With local_size, the files on the
+store leave the backing directory oldest checkpoint first and are read back equal."""
+
+MiB = 1 << 20
+PLACEHOLDER_ATTR = "user.ckptfs.remote"
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 import unittest
 
+from ckptfs_testing.file_contents import distinct_content
 from ckptfs_testing.harness import CkptfsMount
-from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote
+from ckptfs_testing.remote_tests import BUCKET, RemoteStoreTestCase, sync_remote, write
 
 PREFIX = "read"
 
@@ -157,6 +165,48 @@ class RemoteReadTest(RemoteStoreTestCase):
             self.assertEqual(tree(m.backing), {"fine.bin": len(f"bytes of {prefix}/fine.bin"),
                                                "d/ok.bin": len(f"bytes of {prefix}/d/ok.bin")})
             self.assertNotIn("Traceback", m.output())
+
+    def test_with_local_size_the_oldest_checkpoints_on_the_store_are_evicted_and_read_back(self):
+        prefix = PREFIX + "/evict"
+        backing = tempfile.mkdtemp(prefix="ckptfs-evict-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
+        data = {}
+        with CkptfsMount(options=self.options(prefix) + ["local_size=5M"], backing=backing) as m:
+            for step in (1, 2, 3):
+                for i in range(2):
+                    rel = f"step_{step}/shard_{i}.distcp"
+                    data[rel] = distinct_content(rel, MiB)
+                    write(m.path(rel), data[rel])
+                m.sync()
+                sync_remote(m)  # The steps reach the store in order.
+            write(m.path("latest.txt"), b"3")
+            m.sync()
+            sync_remote(m)
+            deadline = time.monotonic() + 60
+            while m.stats()["remote"]["files_evicted"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            remote = m.stats()["remote"]
+            # 6 MiB on the store, 5 MiB kept: step_1, the oldest, goes whole; nothing more.
+            self.assertEqual(remote["files_evicted"], 2, remote)
+            self.assertEqual(remote["bytes_evicted"], 2 * MiB, remote)
+            for rel in data:
+                path = os.path.join(backing, rel)
+                st = os.stat(path)
+                self.assertEqual(st.st_size, MiB, rel)
+                evicted = rel.startswith("step_1/")
+                self.assertEqual(PLACEHOLDER_ATTR in os.listxattr(path), evicted, rel)
+                if evicted:
+                    self.assertLess(st.st_blocks * 512, MiB, f"{rel}: its blocks are not freed")
+            # Still listed, and read back equal through the mount (step_1 fetched from the store;
+            # read last: fetched, it is the newest on the store and step_2 may go instead).
+            self.assertEqual(sorted(os.listdir(m.path("step_1"))),
+                             ["shard_0.distcp", "shard_1.distcp"])
+            for rel, d in sorted(data.items(), reverse=True):
+                with open(m.path(rel), "rb") as f:
+                    self.assertTrue(f.read() == d, rel)
+            self.assertEqual(m.stats()["remote"]["files_fetched"], 2)
+            with open(os.path.join(backing, "step_1", "shard_0.distcp"), "rb") as f:
+                self.assertTrue(f.read() == data["step_1/shard_0.distcp"])
 
 
 if __name__ == "__main__":
