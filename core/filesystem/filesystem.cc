@@ -576,12 +576,20 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
   }
   if ((flags & O_ACCMODE) != O_RDONLY) files_.WaitPassthroughReleased(ino);
   PinLocal(ino);
-  if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) {
+  bool lazy = false;
+  if ((flags & O_ACCMODE) == O_RDONLY) {
+    Result<bool> made = OpenRemoteLazily(ino);
+    if (!made.ok()) {
+      UnpinLocal(ino);
+      return made.status();
+    }
+    lazy = *made;
+  } else if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) {
     UnpinLocal(ino);
     return fetched;
   }
   Result<OpenFile> opened = Reserving(c, [&](Reservation& reservation, size_t& more) {
-    return files_.Open(ino, flags, c, reservation, more);
+    return files_.Open(ino, flags, c, reservation, more, /*may_bypass=*/!lazy);
   });
   UnpinLocal(ino);
   return opened;
@@ -592,6 +600,9 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
   if (SpecialFile* special = found->special()) return special->Read(offset, size);
+  if (remote_reader_) {
+    if (Status st = FetchForRead(found->file()->inode->ino, offset, size); !st.ok()) return st;
+  }
   return files_.Read(*found->file(), offset, size);
 }
 
@@ -700,49 +711,102 @@ uint64_t Filesystem::EntryIno(uint64_t parent, const std::string& name) {
   return it == (*dir)->children.end() ? 0 : it->second->ino;
 }
 
+Result<int> Filesystem::OpenPlaceholder(uint64_t ino, std::string* path) {
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
+  if (!inode || inode->type != FileType::kRegular) return -1;
+  std::shared_ptr<BackingFile> base;
+  {
+    MutexLock inode_lock(inode->mu);
+    base = inode->content.base();
+  }
+  int checked = -1;
+  if (inode->origin_dir) {
+    checked = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
+                     O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  } else if (base) {
+    checked = dup(base->fd());
+  }
+  if (checked < 0) return -1;  // No backing file: the open finds out what it has.
+  int fd = -1;
+  int open_error = 0;
+  const bool placeholder = RemoteReader::IsPlaceholder(checked);
+  if (placeholder) {
+    fd = open(("/proc/self/fd/" + std::to_string(checked)).c_str(), O_RDWR | O_CLOEXEC);
+    open_error = fd < 0 ? errno : 0;
+  }
+  close(checked);
+  *path = ns_.PathLocked(inode);
+  if (placeholder && fd < 0) {
+    return Status::Error(open_error, "remote: opening the placeholder of " + *path);
+  }
+  return fd;
+}
+
 Status Filesystem::FetchRemoteFile(uint64_t ino, int flags) {
   if (!remote_reader_) return Status::Ok();
   if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return Status::Ok();
-  int fd = -1;
-  int open_error = 0;
-  bool placeholder = false;
   std::string path;
-  {
-    NamespaceLock lock(ns_.mutex());
-    InodeRef inode = ns_.FindLocked(ino);
-    if (!inode || inode->type != FileType::kRegular) return Status::Ok();
-    std::shared_ptr<BackingFile> base;
-    {
-      MutexLock inode_lock(inode->mu);
-      base = inode->content.base();
-    }
-    int checked = -1;
-    if (inode->origin_dir) {
-      checked = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
-                       O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    } else if (base) {
-      checked = dup(base->fd());
-    }
-    if (checked < 0) return Status::Ok();  // No backing file: the open finds out what it has.
-    placeholder = RemoteReader::IsPlaceholder(checked);
-    if (placeholder) {
-      fd = open(("/proc/self/fd/" + std::to_string(checked)).c_str(), O_RDWR | O_CLOEXEC);
-      open_error = fd < 0 ? errno : 0;
-    }
-    close(checked);
-    path = ns_.PathLocked(inode);
-  }
-  if (!placeholder) return Status::Ok();
-  if (fd < 0) return Status::Error(open_error, "remote: opening the placeholder of " + path);
+  Result<int> fd = OpenPlaceholder(ino, &path);
+  if (!fd.ok()) return fd.status();
+  if (*fd < 0) return Status::Ok();
   std::string etag;
-  Status fetched = remote_reader_->Fetch(fd, path, &etag);
+  Status fetched = remote_reader_->Fetch(*fd, path, &etag);
+  if (fetched.ok()) {
+    MutexLock lock(lazy_mu_);
+    lazy_files_.erase(ino);  // Whole now: what it knew of its ranges is moot.
+  }
   struct stat st {};
-  if (fetched.ok() && local_tier_ && fstat(fd, &st) == 0) {
+  if (fetched.ok() && local_tier_ && fstat(*fd, &st) == 0) {
     local_tier_->OnStore(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
                          int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, etag);
   }
-  close(fd);
+  close(*fd);
   return fetched;
+}
+
+Result<bool> Filesystem::OpenRemoteLazily(uint64_t ino) {
+  if (!remote_reader_) return false;
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.count(ino)) return true;
+  }
+  std::string path;
+  Result<int> fd = OpenPlaceholder(ino, &path);
+  if (!fd.ok()) return fd.status();
+  if (*fd < 0) return false;
+  Result<std::shared_ptr<RemoteReader::LazyFile>> file = remote_reader_->OpenLazy(*fd, path);
+  if (!file.ok()) return file.status();
+  if (!*file) return false;
+  MutexLock lock(lazy_mu_);
+  lazy_files_.emplace(ino, std::move(*file));  // Another open's, when it was first.
+  return true;
+}
+
+Status Filesystem::FetchForRead(uint64_t ino, uint64_t offset, size_t size) {
+  std::shared_ptr<RemoteReader::LazyFile> file;
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.empty()) return Status::Ok();
+    auto it = lazy_files_.find(ino);
+    if (it == lazy_files_.end()) return Status::Ok();
+    file = it->second;
+  }
+  Result<bool> completed = remote_reader_->EnsureFetched(*file, offset, size);
+  if (!completed.ok()) return completed.status();
+  if (!*completed) return Status::Ok();
+  {
+    MutexLock lock(lazy_mu_);
+    auto it = lazy_files_.find(ino);
+    if (it != lazy_files_.end() && it->second == file) lazy_files_.erase(it);
+  }
+  struct stat st {};
+  if (local_tier_ && fstat(file->fd(), &st) == 0) {
+    local_tier_->OnStore(file->what(), static_cast<uint64_t>(st.st_ino),
+                         static_cast<uint64_t>(st.st_size),
+                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, "");
+  }
+  return Status::Ok();
 }
 
 void Filesystem::PinLocal(uint64_t ino) {
@@ -772,6 +836,10 @@ bool Filesystem::MayEvict(const std::string& path, const std::function<bool()>& 
   if (!inode || inode->type != FileType::kRegular || inode->open_handles > 0 ||
       local_pins_.count(inode->ino) || ns_.PendingLocked(inode)) {
     return false;
+  }
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.count(inode->ino)) return false;  // Not whole: not resident either.
   }
   MutexLock inode_lock(inode->mu);
   if (inode->durable_version != inode->version) return false;

@@ -286,6 +286,9 @@ class Filesystem final : private ControlFiles::Source {
   // -o remote: fills the backing file of regular file `ino` from the store when it is a
   // placeholder, before it is opened with `flags` (not for O_TRUNC: its bytes are not read).
   Status FetchRemoteFile(uint64_t ino, int flags) EXCLUDES(ns_lock);
+  // The backing file of regular file `ino`, open for writing, when it is a placeholder; -1 when
+  // it is not (or has no backing file). `path` is set to the file's path.
+  Result<int> OpenPlaceholder(uint64_t ino, std::string* path) EXCLUDES(ns_lock);
   // -o local_size: keeps file `ino` from being evicted until UnpinLocal (between the fetch that
   // makes its backing file whole and the operation that needs it so).
   void PinLocal(uint64_t ino) EXCLUDES(ns_lock);
@@ -294,6 +297,11 @@ class Filesystem final : private ControlFiles::Source {
   // directory is neither open, pinned, nor holding anything not durable; what it holds in memory
   // is dropped first (Reclaimer::UnloadLocked).
   bool MayEvict(const std::string& path, const std::function<bool()>& evict) EXCLUDES(ns_lock);
+  // -o remote: a read-only open of placeholder `ino` makes it a LazyFile read as it is fetched
+  // (core/remote/remote_reader.h); true when it is one (its open then never bypasses Read).
+  Result<bool> OpenRemoteLazily(uint64_t ino) EXCLUDES(ns_lock, lazy_mu_);
+  // Before a read of [offset, offset + size) of `ino`: fetches what a LazyFile lacks of it.
+  Status FetchForRead(uint64_t ino, uint64_t offset, size_t size) EXCLUDES(lazy_mu_);
   // The number of the child `name` of directory `parent` the namespace holds; 0 when none.
   uint64_t EntryIno(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
 
@@ -328,6 +336,9 @@ class Filesystem final : private ControlFiles::Source {
   OpenFiles files_;
   // -o remote: the read path from the store (null otherwise).
   std::unique_ptr<RemoteReader> remote_reader_;
+  // Placeholders open for reading and not whole yet, by inode number. A leaf lock.
+  Mutex lazy_mu_;
+  std::map<uint64_t, std::shared_ptr<RemoteReader::LazyFile>> lazy_files_ GUARDED_BY(lazy_mu_);
   // Files PinLocal keeps, by inode number, with their pin counts.
   std::map<uint64_t, unsigned> local_pins_ GUARDED_BY(ns_lock);
   // -o local_size: what is evicted from the backing directory (null otherwise). Destroyed first

@@ -261,7 +261,11 @@ Status RemoteReader::Fetch(int fd, const std::string& what, std::string* fetched
 
 Status RemoteReader::FetchRanges(int fd, const std::string& key, const std::string& etag,
                                  uint64_t size) {
-  const std::vector<policy::FetchRange> ranges = policy::PlanFetch(size, settings_.range_size);
+  return FetchList(fd, key, etag, policy::PlanFetch(size, settings_.range_size));
+}
+
+Status RemoteReader::FetchList(int fd, const std::string& key, const std::string& etag,
+                               const std::vector<policy::FetchRange>& ranges) {
   std::atomic<size_t> next{0};
   Mutex failed_mu;
   Status failed;
@@ -304,6 +308,97 @@ Status RemoteReader::FetchRanges(int fd, const std::string& key, const std::stri
     return Status::Error(ESTALE, key + ": the object changed on the store since it was listed");
   }
   return failed;
+}
+
+RemoteReader::LazyFile::~LazyFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Result<std::shared_ptr<RemoteReader::LazyFile>> RemoteReader::OpenLazy(int fd,
+                                                                       const std::string& what) {
+  auto file = std::make_shared<LazyFile>();
+  file->fd_ = fd;
+  file->what_ = what;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return Status::FromErrno(what);
+  std::string mark(kMaxMark, '\0');
+  const ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, mark.data(), mark.size());
+  if (got < 0) {
+    if (errno == ENODATA) return std::shared_ptr<LazyFile>();
+    return Status::FromErrno("remote: reading the mark of " + what);
+  }
+  mark.resize(static_cast<size_t>(got));
+  const size_t split = mark.find('\n');
+  file->etag_ = split == mark.npos ? "" : UsableEtag(mark.substr(0, split));
+  file->key_ = split == mark.npos ? "" : mark.substr(split + 1);
+  if (!policy::IsPlaceholderKey(file->key_, settings_.s3.location.prefix)) {
+    return Status::Error(EIO, "remote: " + what + ": its placeholder names no object of " +
+                                  settings_.s3.location.ToString());
+  }
+  file->size_ = static_cast<uint64_t>(st.st_size);
+  file->times_[0] = st.st_atim;
+  file->times_[1] = st.st_mtim;
+  MutexLock lock(file->mu_);
+  file->ranges_.assign(policy::PlanFetch(file->size_, settings_.range_size).size(),
+                       LazyFile::Range::kMissing);
+  return file;
+}
+
+Result<bool> RemoteReader::EnsureFetched(LazyFile& file, uint64_t offset, uint64_t length) {
+  const uint64_t range = std::max<uint64_t>(settings_.range_size, 1);
+  std::vector<policy::FetchRange> mine;
+  std::vector<size_t> mine_index;
+  size_t first = 0, last = 0;  // The ranges read: [first, last).
+  {
+    MutexLock lock(file.mu_);
+    if (file.complete_ || length == 0 || offset >= file.size_) return false;
+    first = offset / range;
+    last = std::min<size_t>((std::min(offset + length, file.size_) + range - 1) / range,
+                            file.ranges_.size());
+    const size_t ahead = std::min<size_t>(last + settings_.read_ahead, file.ranges_.size());
+    for (size_t i = first; i < ahead; ++i) {
+      if (file.ranges_[i] != LazyFile::Range::kMissing) continue;
+      file.ranges_[i] = LazyFile::Range::kFetching;
+      mine.push_back({i * range, std::min(range, file.size_ - i * range)});
+      mine_index.push_back(i);
+    }
+  }
+  Status fetched = mine.empty() ? Status::Ok() : FetchList(file.fd_, file.key_, file.etag_, mine);
+  bool completed = false;
+  {
+    MutexLock lock(file.mu_);
+    for (size_t i : mine_index) {
+      file.ranges_[i] = fetched.ok() ? LazyFile::Range::kHere : LazyFile::Range::kMissing;
+      if (fetched.ok()) ++file.here_;
+    }
+    file.changed_.notify_all();
+    if (!fetched.ok()) {
+      stats_.remote_errors++;
+      spdlog::error("remote: fetching {} from the store failed: {}", file.what_,
+                    fetched.ToString());
+      return fetched;
+    }
+    // The ranges read that others are fetching.
+    for (size_t i = first; i < last; ++i) {
+      while (file.ranges_[i] == LazyFile::Range::kFetching) file.changed_.wait(lock);
+      if (file.ranges_[i] != LazyFile::Range::kHere) {
+        return Status::Error(EIO, "remote: fetching " + file.what_ + " failed");
+      }
+    }
+    if (file.here_ == file.ranges_.size() && !file.complete_) {
+      file.complete_ = completed = true;
+    }
+  }
+  if (completed) {
+    (void)futimens(file.fd_, file.times_);
+    // The bytes are durable before the mark goes: a crash in between fetches them again.
+    if (fdatasync(file.fd_) != 0 ||
+        (fremovexattr(file.fd_, kRemotePlaceholderAttr) != 0 && errno != ENODATA)) {
+      return Status::FromErrno("remote: completing " + file.what_);
+    }
+    stats_.remote_files_fetched++;
+  }
+  return completed;
 }
 
 }  // namespace ckptfs

@@ -132,6 +132,30 @@ class RemoteReadTest(RemoteStoreTestCase):
             self.assertEqual(sorted(os.listdir(os.path.join(b.backing, ".ckptfs", "staging"))),
                              [])
 
+    def test_a_file_on_the_store_is_fetched_as_it_is_read_in_ranges(self):
+        prefix = PREFIX + "/ranges"
+        data = distinct_content("ranges", 40 * MiB + 123)
+        self.s3.client().put_object(Bucket=BUCKET, Key=f"{prefix}/step/__0_0.distcp", Body=data)
+        with CkptfsMount(options=self.options(prefix)) as m:
+            backing_file = os.path.join(m.backing, "step", "__0_0.distcp")
+            with open(m.path("step", "__0_0.distcp"), "rb") as f:
+                self.assertEqual(os.fstat(f.fileno()).st_size, len(data))
+                f.seek(len(data) - 4096)
+                self.assertTrue(f.read() == data[-4096:])
+                remote = m.stats()["remote"]
+                # The last range (8 MiB ranges, the last one 123 bytes past 40 MiB), not all.
+                self.assertLess(remote["bytes_fetched"], len(data) // 2, remote)
+                self.assertEqual(remote["files_fetched"], 0, remote)
+                self.assertIn(PLACEHOLDER_ATTR, os.listxattr(backing_file))
+                f.seek(0)
+                self.assertTrue(f.read() == data)
+            remote = m.stats()["remote"]
+            self.assertEqual(remote["bytes_fetched"], len(data), remote)
+            self.assertEqual(remote["files_fetched"], 1, remote)
+            self.assertNotIn(PLACEHOLDER_ATTR, os.listxattr(backing_file))
+            with open(backing_file, "rb") as f:
+                self.assertTrue(f.read() == data)
+
     def test_a_directory_made_through_the_mount_shows_only_what_the_mount_writes(self):
         prefix = PREFIX + "/made"
         with CkptfsMount(options=self.options(prefix)) as m:

@@ -313,6 +313,7 @@ class RemoteReaderTest : public RemoteStoreTest {
     r.s3.location.prefix = prefix_;
     r.concurrency = 3;
     r.range_size = 1 << 20;
+    r.read_ahead = 1;
     r.markers = {".metadata"};
     r.staging_fd = staging_fd_;
     r.reserved_name = kReservedName;
@@ -381,6 +382,34 @@ TEST_F(RemoteReaderTest, ADirectoryIsListedAsPlaceholdersAndAFetchFillsOneWithTh
   EXPECT_TRUE(Read("step_1/__0_0.distcp") == big);
   EXPECT_EQ(stats_.remote_bytes_fetched.load(), big.size());
   EXPECT_EQ(stats_.remote_files_fetched.load(), 1u);
+}
+
+TEST_F(RemoteReaderTest, ALazyFileFetchesTheRangesReadAndTheReadAheadThenLosesItsMark) {
+  const std::string big = Pattern((6 << 20) + 12345, 'z');  // 7 ranges of 1 MiB.
+  Put("lazy.bin", big);
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
+  const int fd = open((root_ + "/lazy.bin").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  Result<std::shared_ptr<RemoteReader::LazyFile>> file = reader_->OpenLazy(fd, "lazy.bin");
+  ASSERT_TRUE(file.ok() && *file) << file.status().ToString();
+  // Bytes in range 3: range 3 and the read-ahead (range 4) are fetched, nothing else.
+  Result<bool> done = reader_->EnsureFetched(**file, (3 << 20) + 10, 100);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_FALSE(*done);
+  EXPECT_EQ(stats_.remote_bytes_fetched.load(), 2u << 20);
+  EXPECT_TRUE(RemoteReader::IsPlaceholder(fd));
+  std::string got(2 << 20, '\0');
+  ASSERT_EQ(pread(fd, got.data(), got.size(), 3 << 20), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == big.substr(3 << 20, 2 << 20));
+  // The rest: the file is whole, durable, unmarked.
+  done = reader_->EnsureFetched(**file, 0, big.size());
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_TRUE(*done);
+  EXPECT_FALSE(RemoteReader::IsPlaceholder(fd));
+  EXPECT_EQ(stats_.remote_bytes_fetched.load(), big.size());
+  EXPECT_EQ(stats_.remote_files_fetched.load(), 1u);
+  file->reset();  // Closes fd.
+  EXPECT_TRUE(Read("lazy.bin") == big);
 }
 
 TEST_F(RemoteReaderTest, NamesAlreadyInTheBackingDirectoryWinOverTheStores) {
