@@ -402,6 +402,14 @@ const MountOption kMountOptions[] = {
      [](const std::string& v, MountOptions* o) {
        return SizeIn(v, 1, 64, &o->config.remote_concurrency);
      }},
+    {"local_size", "SIZE", "0 (never evict)",
+     "with `remote`: the local tier is a cache of the store: once the files in the backing "
+     "directory that are on their way to the store or on it hold more than SIZE, files already "
+     "on the store are evicted from the backing directory, oldest checkpoints first (newest kept); "
+     "they stay listed and are fetched again at their next open",
+     [](const std::string& v, MountOptions* o) {
+       return SizeIn(v, 1, 1ull << 60, &o->config.local_size);
+     }},
     {"metrics", "[HOST:]PORT", "",
      "serve Prometheus metrics at `http://HOST:PORT/metrics` (see \"Metrics\"); HOST is "
      "`127.0.0.1` unless given (`0.0.0.0`: every interface, `[::1]`: IPv6)",
@@ -549,6 +557,10 @@ Status CheckOptionsTogether(const Config& config) {
     return Status::Error(EINVAL, "replicas=" + std::to_string(config.replicas) +
                                      " needs -o shared: replicas are held by the other members of "
                                      "a shared backing directory");
+  }
+  if (config.local_size > 0 && config.remote.empty()) {
+    return Status::Error(EINVAL, "local_size needs -o remote: only files on the store are "
+                                 "evicted from the backing directory");
   }
   return Status::Ok();
 }

@@ -17,6 +17,9 @@
 //   BACKING/DIR/.ckptfs-checksums.json     the checksum records of DIR's files, on a backing
 //                                          filesystem without user extended attributes
 //                                          (core/integrity/checksum_manifest.h)
+//   BACKING/DIR/NAME  with user.ckptfs.remote  a placeholder of an object listed on the store and
+//                                          not fetched yet: a sparse file of the object's size
+//                                          (core/remote/remote_reader.h)
 #pragma once
 
 #include <cstddef>
@@ -34,5 +37,7 @@ inline constexpr std::string_view kSpillPrefix = "spill-";
 inline constexpr size_t kMaxSpillName = 64;
 inline constexpr std::string_view kRescuePrefix = "rescue-";
 inline constexpr const char* kChecksumManifestName = ".ckptfs-checksums.json";
+// The extended attribute that marks a placeholder; its value is the object's ETag.
+inline constexpr const char* kRemotePlaceholderAttr = "user.ckptfs.remote";
 
 }  // namespace ckptfs

@@ -67,6 +67,10 @@ struct Config {
   std::string remote_region;
   uint64_t remote_part_size = 16ull << 20;
   unsigned remote_concurrency = 8;
+  // With `remote`: the bytes the local tier (the backing directory) keeps of files on their way to
+  // the store and files on the store; over it, files on the store are evicted, oldest checkpoints
+  // first (core/remote/local_tier.h). 0: nothing is evicted.
+  uint64_t local_size = 0;
 
   // Which worker of the mount this is (0: the first, or a mount without a supervisor): the inode
   // numbers and handles each worker makes are its own, so a worker never takes those of one it

@@ -70,7 +70,8 @@ Status Durability::JoinSharedMount() {
   return Status::Ok();
 }
 
-Status Durability::ConnectRemote() {
+Status Durability::ConnectRemote(
+    std::function<void(const std::string&, uint64_t, uint64_t, int64_t)> on_uploaded) {
   const Config& config = parts_.config;
   Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
   if (!s3.ok()) return s3.status();
@@ -92,6 +93,7 @@ Status Durability::ConnectRemote() {
   settings.log_name = config.shared ? "uploads-" + config.node + ".log" : "uploads.log";
   settings.abort_open_uploads = !config.shared;
   settings.reserved_name = kReservedName;
+  settings.on_uploaded = std::move(on_uploaded);
   Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);
   if (!uploader.ok()) return uploader.status();
   uploader_ = std::move(*uploader);

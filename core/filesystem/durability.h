@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,7 +57,9 @@ class Durability final : private FlushClient {
   // the private area names as not done, then uploads every file version made durable from then
   // on (core/remote/uploader.h, upload_log.h). Fails when there are no credentials, or the log
   // cannot be written.
-  Status ConnectRemote();
+  // `on_uploaded` (may be empty) is UploaderSettings::on_uploaded.
+  Status ConnectRemote(
+      std::function<void(const std::string&, uint64_t, uint64_t, int64_t)> on_uploaded = nullptr);
   // Starts the flusher thread (and the shared mount's).
   void Start();
   // Leaves the shared mount, if any: its markers are no longer committed.

@@ -15,6 +15,7 @@
 #include "core/filesystem/stats_report.h"
 #include "core/filesystem/worker_takeover.h"
 #include "core/recovery/cache_memory_layout.h"
+#include "core/remote/remote_settings.h"
 
 namespace ckptfs {
 namespace {
@@ -43,7 +44,39 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
     if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
   }
   if (!config.remote.empty()) {
-    if (Status connected = fs->durability_.ConnectRemote(); !connected.ok()) return connected;
+    Filesystem* self = fs.get();
+    if (config.local_size > 0) {
+      Result<S3Location> location = S3Location::Parse(config.remote);
+      if (!location.ok()) return location.status();
+      fs->local_tier_ = std::make_unique<LocalTier>(
+          LocalTier::Settings{config.local_size, *location, store->root_fd}, fs->stats_,
+          [self](const std::string& path, const std::function<bool()>& evict) {
+            return self->MayEvict(path, evict);
+          },
+          [self] {
+            const Uploader* uploader = self->durability_.uploader();
+            return uploader ? uploader->Progress().pending_bytes : 0;
+          });
+    }
+    auto on_uploaded = [self](const std::string& path, uint64_t ino, uint64_t size,
+                              int64_t mtime_ns) {
+      if (self->local_tier_) self->local_tier_->OnStore(path, ino, size, mtime_ns, "");
+    };
+    if (Status connected = fs->durability_.ConnectRemote(on_uploaded); !connected.ok()) {
+      return connected;
+    }
+    Result<S3Settings> s3 = RemoteSettingsOf(resolved, ProcessEnvironment());
+    if (!s3.ok()) return s3.status();
+    RemoteReaderSettings reading;
+    reading.s3 = *s3;
+    reading.concurrency = resolved.remote_concurrency;
+    reading.markers = resolved.commit_markers;
+    reading.staging_fd = store->staging_fd;
+    reading.reserved_name = kReservedName;
+    reading.manifest_name = kChecksumManifestName;
+    Result<std::unique_ptr<RemoteReader>> reader = RemoteReader::Make(reading, fs->stats_);
+    if (!reader.ok()) return reader.status();
+    fs->remote_reader_ = std::move(*reader);
   }
   return fs;
 }
@@ -97,6 +130,7 @@ WorkerTakeover Filesystem::Takeover() {
 Filesystem::~Filesystem() {
   arena_.StopBackground();
   durability_.Stop();
+  local_tier_.reset();  // Before the backing directory closes; the uploader is stopped.
   NamespaceLock lock(ns_.mutex());
   handles_.ClearLocked();  // Files the kernel never released (the mount went away).
   durability_.reclaimer().ClearLocked();
@@ -120,6 +154,7 @@ void Filesystem::Start() {
   }
   arena_.WatchSystemMemory();
   durability_.Start();
+  if (local_tier_) local_tier_->Start();
 }
 
 bool Filesystem::NoFileOpenFor(Clock::duration quiet) const {
@@ -135,6 +170,7 @@ Result<Attr> Filesystem::Lookup(uint64_t parent, const std::string& name) {
   if (SpecialNodes* special = specials_.ForEntry(parent, name)) {
     return special->Lookup(parent, name);
   }
+  ListRemoteDir(parent);
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(parent);
   if (!dir.ok()) return dir.status();
@@ -225,6 +261,7 @@ Result<Attr> Filesystem::MkdirWithoutResendCheck(uint64_t parent, const std::str
   if (Status full = kernel_state_.RoomLocked(nullptr, 0); !full.ok()) return full;
   Result<InodeRef> made = ns_.MkdirLocked(parent, name, mode, c);
   if (!made.ok()) return made.status();
+  (*made)->remote_listed = true;  // What it holds on the store is not this mount's.
   kernel_state_.RecordNodeLocked(*made);
   return ns_.AttrOf(**made);
 }
@@ -323,9 +360,17 @@ Result<std::string> Filesystem::Readlink(uint64_t ino) {
 
 Status Filesystem::Rename(uint64_t parent, const std::string& name, uint64_t new_parent,
                           const std::string& new_name, unsigned flags, const Caller& c) {
+  // A placeholder is fetched before it is renamed: the uploader puts the file under its new name.
+  const uint64_t renamed = EntryIno(parent, name);
+  PinLocal(renamed);
+  if (Status fetched = FetchRemoteFile(renamed, O_RDONLY); !fetched.ok()) {
+    UnpinLocal(renamed);
+    return fetched;
+  }
   Status st = Reserving(c, [&](Reservation& reservation, size_t& more) {
     return RenameReserved(parent, name, new_parent, new_name, flags, reservation, more);
   });
+  UnpinLocal(renamed);
   if (!c.resent || st.err() != ENOENT || !HasEntry(new_parent, new_name)) return st;
   NoteAppliedBefore("rename", name);
   return Status::Ok();
@@ -358,8 +403,16 @@ Result<Attr> Filesystem::Mknod(uint64_t parent, const std::string& name, uint32_
 
 Result<Attr> Filesystem::Link(uint64_t ino, uint64_t new_parent, const std::string& new_name,
                               const Caller& c) {
-  return EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c, "link",
-                         new_parent, new_name);
+  // A placeholder is fetched before it gets a name the uploader puts on the store.
+  PinLocal(ino);
+  if (Status fetched = FetchRemoteFile(ino, O_RDONLY); !fetched.ok()) {
+    UnpinLocal(ino);
+    return fetched;
+  }
+  Result<Attr> linked = EntryMadeBefore(LinkWithoutResendCheck(ino, new_parent, new_name), c,
+                                        "link", new_parent, new_name);
+  UnpinLocal(ino);
+  return linked;
 }
 
 Result<Attr> Filesystem::EntryMadeBefore(Result<Attr> made, const Caller& c, const char* op,
@@ -522,9 +575,24 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
     if (std::optional<OpenFile> before = OpenedBeforeLocked(c, "open")) return *before;
   }
   if ((flags & O_ACCMODE) != O_RDONLY) files_.WaitPassthroughReleased(ino);
-  return Reserving(c, [&](Reservation& reservation, size_t& more) {
-    return files_.Open(ino, flags, c, reservation, more);
+  PinLocal(ino);
+  bool lazy = false;
+  if ((flags & O_ACCMODE) == O_RDONLY) {
+    Result<bool> made = OpenRemoteLazily(ino);
+    if (!made.ok()) {
+      UnpinLocal(ino);
+      return made.status();
+    }
+    lazy = *made;
+  } else if (Status fetched = FetchRemoteFile(ino, flags); !fetched.ok()) {
+    UnpinLocal(ino);
+    return fetched;
+  }
+  Result<OpenFile> opened = Reserving(c, [&](Reservation& reservation, size_t& more) {
+    return files_.Open(ino, flags, c, reservation, more, /*may_bypass=*/!lazy);
   });
+  UnpinLocal(ino);
+  return opened;
 }
 
 
@@ -532,6 +600,9 @@ Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size)
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
   if (SpecialFile* special = found->special()) return special->Read(offset, size);
+  if (remote_reader_) {
+    if (Status st = FetchForRead(found->file()->inode->ino, offset, size); !st.ok()) return st;
+  }
   return files_.Read(*found->file(), offset, size);
 }
 
@@ -600,10 +671,182 @@ Result<uint64_t> Filesystem::OpenDir(uint64_t ino) {
     if (!entries.ok()) return entries.status();
     return handles_.AddDir(std::move(*entries));
   }
+  ListRemoteDir(ino);
   NamespaceLock lock(ns_.mutex());
   Result<InodeRef> dir = ns_.DirLocked(ino);
   if (!dir.ok()) return dir.status();
   return handles_.AddDir(ns_.ListLocked(*dir, ino));
+}
+
+void Filesystem::ListRemoteDir(uint64_t ino) {
+  if (!remote_reader_) return;
+  InodeRef dir;
+  std::shared_ptr<BackingFile> backing;
+  std::string path;
+  {
+    NamespaceLock lock(ns_.mutex());
+    dir = ns_.FindLocked(ino);
+    if (!dir || dir->type != FileType::kDirectory || dir->remote_listed || dir->zarr) return;
+    if (dir->ino != kRootIno && dir->names.empty()) return;  // Removed.
+    backing = dir->BackingDir();
+    if (!backing) return;  // Not on the backing directory yet: made through this mount.
+    path = dir->ino == kRootIno ? "" : ns_.PathLocked(dir);
+  }
+  const Status listed = remote_reader_->ListInto(backing->fd(), path);
+  NamespaceLock lock(ns_.mutex());
+  if (!listed.ok()) {
+    spdlog::warn("remote: listing /{} from the store: {} (shown as the backing directory has "
+                 "it; listed again at its next lookup)", path, listed.ToString());
+    return;
+  }
+  dir->remote_listed = true;
+  dir->complete = false;  // Its backing directory is read again, with what the store added.
+}
+
+uint64_t Filesystem::EntryIno(uint64_t parent, const std::string& name) {
+  NamespaceLock lock(ns_.mutex());
+  Result<InodeRef> dir = ns_.DirLocked(parent);
+  if (!dir.ok()) return 0;
+  auto it = (*dir)->children.find(name);
+  return it == (*dir)->children.end() ? 0 : it->second->ino;
+}
+
+Result<int> Filesystem::OpenPlaceholder(uint64_t ino, std::string* path) {
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(ino);
+  if (!inode || inode->type != FileType::kRegular) return -1;
+  std::shared_ptr<BackingFile> base;
+  {
+    MutexLock inode_lock(inode->mu);
+    base = inode->content.base();
+  }
+  int checked = -1;
+  if (inode->origin_dir) {
+    checked = openat(inode->origin_dir->fd(), inode->origin_name.c_str(),
+                     O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  } else if (base) {
+    checked = dup(base->fd());
+  }
+  if (checked < 0) return -1;  // No backing file: the open finds out what it has.
+  int fd = -1;
+  int open_error = 0;
+  const bool placeholder = RemoteReader::IsPlaceholder(checked);
+  if (placeholder) {
+    fd = open(("/proc/self/fd/" + std::to_string(checked)).c_str(), O_RDWR | O_CLOEXEC);
+    open_error = fd < 0 ? errno : 0;
+  }
+  close(checked);
+  *path = ns_.PathLocked(inode);
+  if (placeholder && fd < 0) {
+    return Status::Error(open_error, "remote: opening the placeholder of " + *path);
+  }
+  return fd;
+}
+
+Status Filesystem::FetchRemoteFile(uint64_t ino, int flags) {
+  if (!remote_reader_) return Status::Ok();
+  if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY) return Status::Ok();
+  std::string path;
+  Result<int> fd = OpenPlaceholder(ino, &path);
+  if (!fd.ok()) return fd.status();
+  if (*fd < 0) return Status::Ok();
+  std::string etag;
+  Status fetched = remote_reader_->Fetch(*fd, path, &etag);
+  if (fetched.ok()) {
+    MutexLock lock(lazy_mu_);
+    lazy_files_.erase(ino);  // Whole now: what it knew of its ranges is moot.
+  }
+  struct stat st {};
+  if (fetched.ok() && local_tier_ && fstat(*fd, &st) == 0) {
+    local_tier_->OnStore(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, etag);
+  }
+  close(*fd);
+  return fetched;
+}
+
+Result<bool> Filesystem::OpenRemoteLazily(uint64_t ino) {
+  if (!remote_reader_) return false;
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.count(ino)) return true;
+  }
+  std::string path;
+  Result<int> fd = OpenPlaceholder(ino, &path);
+  if (!fd.ok()) return fd.status();
+  if (*fd < 0) return false;
+  Result<std::shared_ptr<RemoteReader::LazyFile>> file = remote_reader_->OpenLazy(*fd, path);
+  if (!file.ok()) return file.status();
+  if (!*file) return false;
+  MutexLock lock(lazy_mu_);
+  lazy_files_.emplace(ino, std::move(*file));  // Another open's, when it was first.
+  return true;
+}
+
+Status Filesystem::FetchForRead(uint64_t ino, uint64_t offset, size_t size) {
+  std::shared_ptr<RemoteReader::LazyFile> file;
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.empty()) return Status::Ok();
+    auto it = lazy_files_.find(ino);
+    if (it == lazy_files_.end()) return Status::Ok();
+    file = it->second;
+  }
+  Result<bool> completed = remote_reader_->EnsureFetched(*file, offset, size);
+  if (!completed.ok()) return completed.status();
+  if (!*completed) return Status::Ok();
+  {
+    MutexLock lock(lazy_mu_);
+    auto it = lazy_files_.find(ino);
+    if (it != lazy_files_.end() && it->second == file) lazy_files_.erase(it);
+  }
+  struct stat st {};
+  if (local_tier_ && fstat(file->fd(), &st) == 0) {
+    local_tier_->OnStore(file->what(), static_cast<uint64_t>(st.st_ino),
+                         static_cast<uint64_t>(st.st_size),
+                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, "");
+  }
+  return Status::Ok();
+}
+
+void Filesystem::PinLocal(uint64_t ino) {
+  if (!local_tier_ || ino == 0) return;
+  NamespaceLock lock(ns_.mutex());
+  ++local_pins_[ino];
+}
+
+void Filesystem::UnpinLocal(uint64_t ino) {
+  if (!local_tier_ || ino == 0) return;
+  NamespaceLock lock(ns_.mutex());
+  auto it = local_pins_.find(ino);
+  if (it != local_pins_.end() && --it->second == 0) local_pins_.erase(it);
+}
+
+bool Filesystem::MayEvict(const std::string& path, const std::function<bool()>& evict) {
+  NamespaceLock lock(ns_.mutex());
+  InodeRef inode = ns_.FindLocked(kRootIno);
+  for (size_t start = 0; inode && start <= path.size();) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    auto it = inode->children.find(path.substr(start, end - start));
+    // A name the namespace never took from the backing directory: nothing of it is held.
+    if (it == inode->children.end()) return evict();
+    inode = it->second;
+    start = end + 1;
+  }
+  if (!inode || inode->type != FileType::kRegular || inode->open_handles > 0 ||
+      local_pins_.count(inode->ino) || ns_.PendingLocked(inode)) {
+    return false;
+  }
+  {
+    MutexLock lock(lazy_mu_);
+    if (lazy_files_.count(inode->ino)) return false;  // Not whole: not resident either.
+  }
+  MutexLock inode_lock(inode->mu);
+  if (inode->durable_version != inode->version) return false;
+  // Its content is then read from the backing file by name only, so its next open fetches it.
+  if (!inode->origin_dir) stats_.evicted_blocks += durability_.reclaimer().UnloadLocked(inode);
+  if (!inode->origin_dir) return false;
+  return evict();
 }
 
 Result<std::vector<DirEntry>> Filesystem::ReadDir(uint64_t dir_handle, uint64_t offset) {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,8 @@
 #include "core/memory/arena.h"
 #include "core/recovery/handoff.h"
 #include "core/recovery/recovery_log.h"
+#include "core/remote/local_tier.h"
+#include "core/remote/remote_reader.h"
 #include "core/stats/stats.h"
 #include "core/tree/inode.h"
 #include "core/tree/journal.h"
@@ -275,6 +278,33 @@ class Filesystem final : private ControlFiles::Source {
   Status UnlinkReserved(uint64_t parent, const std::string& name, Reservation& reservation,
                         size_t& more) EXCLUDES(ns_lock);
 
+  // -o remote, the read path (core/remote/remote_reader.h): lists directory `ino` from the store
+  // the first time it is needed, before the namespace reads its backing directory. A failure is
+  // logged; the directory then shows what the backing directory holds, and is listed again at
+  // its next need.
+  void ListRemoteDir(uint64_t ino) EXCLUDES(ns_lock);
+  // -o remote: fills the backing file of regular file `ino` from the store when it is a
+  // placeholder, before it is opened with `flags` (not for O_TRUNC: its bytes are not read).
+  Status FetchRemoteFile(uint64_t ino, int flags) EXCLUDES(ns_lock);
+  // The backing file of regular file `ino`, open for writing, when it is a placeholder; -1 when
+  // it is not (or has no backing file). `path` is set to the file's path.
+  Result<int> OpenPlaceholder(uint64_t ino, std::string* path) EXCLUDES(ns_lock);
+  // -o local_size: keeps file `ino` from being evicted until UnpinLocal (between the fetch that
+  // makes its backing file whole and the operation that needs it so).
+  void PinLocal(uint64_t ino) EXCLUDES(ns_lock);
+  void UnpinLocal(uint64_t ino) EXCLUDES(ns_lock);
+  // LocalTier's gate: runs `evict` (under the namespace lock) when file `path` of the backing
+  // directory is neither open, pinned, nor holding anything not durable; what it holds in memory
+  // is dropped first (Reclaimer::UnloadLocked).
+  bool MayEvict(const std::string& path, const std::function<bool()>& evict) EXCLUDES(ns_lock);
+  // -o remote: a read-only open of placeholder `ino` makes it a LazyFile read as it is fetched
+  // (core/remote/remote_reader.h); true when it is one (its open then never bypasses Read).
+  Result<bool> OpenRemoteLazily(uint64_t ino) EXCLUDES(ns_lock, lazy_mu_);
+  // Before a read of [offset, offset + size) of `ino`: fetches what a LazyFile lacks of it.
+  Status FetchForRead(uint64_t ino, uint64_t offset, size_t size) EXCLUDES(lazy_mu_);
+  // The number of the child `name` of directory `parent` the namespace holds; 0 when none.
+  uint64_t EntryIno(uint64_t parent, const std::string& name) EXCLUDES(ns_lock);
+
   // Whether no file (control files aside) has been open for at least `quiet`.
   bool NoFileOpenFor(Clock::duration quiet) const EXCLUDES(ns_lock);
 
@@ -304,6 +334,16 @@ class Filesystem final : private ControlFiles::Source {
   KernelStateKeeper kernel_state_;
   Durability durability_;
   OpenFiles files_;
+  // -o remote: the read path from the store (null otherwise).
+  std::unique_ptr<RemoteReader> remote_reader_;
+  // Placeholders open for reading and not whole yet, by inode number. A leaf lock.
+  Mutex lazy_mu_;
+  std::map<uint64_t, std::shared_ptr<RemoteReader::LazyFile>> lazy_files_ GUARDED_BY(lazy_mu_);
+  // Files PinLocal keeps, by inode number, with their pin counts.
+  std::map<uint64_t, unsigned> local_pins_ GUARDED_BY(ns_lock);
+  // -o local_size: what is evicted from the backing directory (null otherwise). Destroyed first
+  // (its thread calls the namespace and the uploader).
+  std::unique_ptr<LocalTier> local_tier_;
   // What the daemon around the core sets for the control files before the first request (the
   // setters above).
   struct ControlHooks {

@@ -61,9 +61,9 @@ void OpenFiles::WaitPageCacheFilled(NamespaceLock& lock, const InodeRef& inode) 
 }
 
 Result<OpenFile> OpenFiles::Open(uint64_t ino, int flags, const Caller& c,
-                                 Reservation& reservation, size_t& more) {
+                                 Reservation& reservation, size_t& more, bool may_bypass) {
   PageCacheFill fill;
-  Result<OpenFile> opened = OpenUnfilled(ino, flags, c, reservation, more, fill);
+  Result<OpenFile> opened = OpenUnfilled(ino, flags, c, reservation, more, fill, may_bypass);
   if (fill.file) FillPageCache(fill);
   return opened;
 }
@@ -85,7 +85,7 @@ void OpenFiles::FillPageCache(const PageCacheFill& fill) {
 
 Result<OpenFile> OpenFiles::OpenUnfilled(uint64_t ino, int flags, const Caller& c,
                                          Reservation& reservation, size_t& more,
-                                         PageCacheFill& fill) {
+                                         PageCacheFill& fill, bool may_bypass) {
   NamespaceLock lock(ns_.mutex());
   InodeRef inode = ns_.FindLocked(ino);
   if (!inode) return UnknownInode(ino);
@@ -145,7 +145,7 @@ Result<OpenFile> OpenFiles::OpenUnfilled(uint64_t ino, int flags, const Caller& 
     MutexLock ilock(inode->mu);
     h->file()->wrote_version = inode->version;
   }
-  return OpenHandleLocked(std::move(h), /*may_bypass=*/true, c, &fill);
+  return OpenHandleLocked(std::move(h), may_bypass, c, may_bypass ? &fill : nullptr);
 }
 
 Result<OpenFile> OpenFiles::CreateLocked(const InodeRef& dir, const std::string& name,

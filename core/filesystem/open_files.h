@@ -84,8 +84,10 @@ class OpenFiles {
   // Opens regular file `ino` of the namespace for `flags` (O_TRUNC empties it) on behalf of
   // `c`. When the open needs memory that `reservation` lacks, sets `more` to the blocks it needs
   // and changes nothing. ETXTBSY for an open for writing while passthrough readers hold it.
+  // Without `may_bypass`, every read of the handle comes through Read (no passthrough, page cache
+  // fill or direct reads): a file whose backing bytes are fetched as they are read.
   Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c, Reservation& reservation,
-                        size_t& more) EXCLUDES(ns_lock);
+                        size_t& more, bool may_bypass = true) EXCLUDES(ns_lock);
   // Creates regular file `name` (not there) in `dir`, open for `flags`, looked up once.
   Result<OpenFile> CreateLocked(const InodeRef& dir, const std::string& name, uint32_t mode,
                                 int flags, const Caller& c) REQUIRES(ns_lock);
@@ -143,8 +145,8 @@ class OpenFiles {
   Status CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) EXCLUDES(inode.mu);
   // Open without its page cache fill, which it sets in `fill` for the caller.
   Result<OpenFile> OpenUnfilled(uint64_t ino, int flags, const Caller& c,
-                                Reservation& reservation, size_t& more, PageCacheFill& fill)
-      EXCLUDES(ns_lock);
+                                Reservation& reservation, size_t& more, PageCacheFill& fill,
+                                bool may_bypass) EXCLUDES(ns_lock);
   // Reads the file of `fill` and stores it in the kernel's page cache, then ends the inode's
   // filling (a failure leaves the reads to the daemon).
   void FillPageCache(const PageCacheFill& fill) EXCLUDES(ns_lock);

@@ -90,6 +90,12 @@ std::string StatsReport::Json() const {
         {"retries", stats.remote_retries.load()},
         {"errors", stats.remote_errors.load()},
         {"last_error", p.last_error.ok() ? "" : p.last_error.ToString()},
+        {"directories_listed", stats.remote_directories_listed.load()},
+        {"files_fetched", stats.remote_files_fetched.load()},
+        {"bytes_fetched", stats.remote_bytes_fetched.load()},
+        {"names_refused", stats.remote_names_refused.load()},
+        {"files_evicted", stats.remote_files_evicted.load()},
+        {"bytes_evicted", stats.remote_bytes_evicted.load()},
     };
   }
   if (shared) {

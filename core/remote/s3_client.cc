@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "core/memory/crc32c.h"
 #include "core/remote/remote_policy.h"
+#include "core/remote/remote_read_policy.h"
 #include "core/remote/s3_xml.h"
 
 namespace ckptfs {
@@ -24,6 +26,8 @@ struct S3Client::Request {
   std::string body;    // Or this (POST).
   std::vector<std::string> headers;  // More headers ("Name: value"), signed with the others.
   size_t max_answer = 1 << 20;
+  int sink_fd = -1;  // GET: the answer's body written to sink_fd from sink_offset (not kept).
+  uint64_t sink_offset = 0;
 };
 
 struct S3Client::Answer {
@@ -32,6 +36,7 @@ struct S3Client::Answer {
   long http = 0;
   std::string body;
   std::string etag;
+  uint64_t sunk = 0;  // Bytes written to Request::sink_fd.
   // Times libcurl sent the request again by itself: a reused connection died before an answer.
   unsigned resent = 0;
 };
@@ -160,12 +165,39 @@ struct Sink {
   std::string* out;
   size_t max;
   bool overflow = false;
+  // A successful answer's body goes to `fd` (when not -1) from `offset`; an error's XML to `out`.
+  int fd = -1;
+  uint64_t offset = 0;
+  uint64_t* written = nullptr;
+  CURL* curl = nullptr;
+  int error = 0;
 };
 
 size_t WriteAnswer(char* data, size_t size, size_t count, void* user) {
   auto* sink = static_cast<Sink*>(user);
   const size_t n = size * count;
-  if (sink->out->size() + n > sink->max) {
+  long http = 0;
+  if (sink->fd >= 0) curl_easy_getinfo(sink->curl, CURLINFO_RESPONSE_CODE, &http);
+  if (sink->fd >= 0 && http >= 200 && http < 300) {
+    if (*sink->written + n > sink->max) {
+      sink->overflow = true;
+      return 0;
+    }
+    for (size_t done = 0; done < n;) {
+      const ssize_t put = pwrite(sink->fd, data + done, n - done,
+                                 static_cast<off_t>(sink->offset + *sink->written + done));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) {
+        sink->error = put < 0 ? errno : EIO;
+        return 0;
+      }
+      done += static_cast<size_t>(put);
+    }
+    *sink->written += n;
+    return n;
+  }
+  // An error's XML (with a file sink, `max` bounds the file's bytes, not this).
+  if (sink->out->size() + n > (sink->fd >= 0 ? size_t{1} << 20 : sink->max)) {
     sink->overflow = true;
     return 0;  // Aborts the transfer.
   }
@@ -295,6 +327,10 @@ S3Client::Answer S3Client::Try(const Request& request) {
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   Sink sink{&answer.body, request.max_answer};
+  sink.fd = request.sink_fd;
+  sink.offset = request.sink_offset;
+  sink.written = &answer.sunk;
+  sink.curl = curl;
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteAnswer);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, TakeHeader);
@@ -311,6 +347,10 @@ S3Client::Answer S3Client::Try(const Request& request) {
   if (sink.overflow) {
     answer.status = Status::Error(EFBIG, what + ": the answer is larger than " +
                                              std::to_string(request.max_answer) + " bytes");
+    return answer;
+  }
+  if (sink.error != 0) {
+    answer.status = Status::Error(sink.error, what + ": writing the local file");
     return answer;
   }
   if (body.error != 0) {
@@ -527,6 +567,94 @@ Result<std::string> S3Client::GetObject(const std::string& key, size_t max_bytes
   Result<Answer> answer = Run(request, hook, policy::kCheckRetries);
   if (!answer.ok()) return answer.status();
   return std::move(answer->body);
+}
+
+Status S3Client::GetRange(const std::string& key, uint64_t offset, uint64_t length, int fd,
+                          const RetryHook& hook, unsigned max_retries,
+                          const std::string& if_match) {
+  if (length == 0) return Status::Ok();
+  Request request;
+  request.key = key;
+  request.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" +
+                            std::to_string(offset + length - 1));
+  if (!if_match.empty()) request.headers.push_back("If-Match: " + if_match);
+  request.sink_fd = fd;
+  request.sink_offset = offset;
+  request.max_answer = length;
+  Result<Answer> answer = Run(request, hook, max_retries);
+  if (!answer.ok()) return answer.status();
+  if (answer->sunk != length) {
+    return Status::Error(EIO, "GET s3://" + settings_.location.bucket + "/" + key + " bytes " +
+                                  std::to_string(offset) + "+" + std::to_string(length) +
+                                  ": the store sent " + std::to_string(answer->sunk));
+  }
+  return Status::Ok();
+}
+
+Result<S3Client::ListPage> S3Client::ListObjects(const std::string& prefix,
+                                                 const std::string& token, unsigned max_keys,
+                                                 const RetryHook& hook) {
+  CURL* curl = static_cast<CURL*>(curl_);
+  auto escape = [&](const std::string& text) -> std::optional<std::string> {
+    char* escaped = curl_easy_escape(curl, text.c_str(), static_cast<int>(text.size()));
+    if (!escaped) return std::nullopt;
+    std::string out = escaped;
+    curl_free(escaped);
+    return out;
+  };
+  std::optional<std::string> escaped_prefix = escape(prefix);
+  std::optional<std::string> escaped_token = escape(token);
+  if (!escaped_prefix || !escaped_token) {
+    return Status::Error(ENOMEM, "ListObjectsV2: cannot encode the prefix");
+  }
+  Request request;
+  // Canonical order: sorted by name.
+  request.query = (token.empty() ? "" : "continuation-token=" + *escaped_token + "&") +
+                  "delimiter=%2F&encoding-type=url&list-type=2&max-keys=" +
+                  std::to_string(max_keys) + "&prefix=" + *escaped_prefix;
+  Result<Answer> answer = Run(request, hook, policy::kCheckRetries + 3);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  if (!xml.ok() || xml->root != "ListBucketResult") {
+    return Status::Error(EPROTO, "ListObjectsV2 " + prefix + ": " +
+                                     (xml.ok() ? "not a listing" : xml.status().message()));
+  }
+  const bool url_encoded = xml->Field("EncodingType") == "url";
+  auto decode = [&](const std::string& text) -> std::optional<std::string> {
+    if (!url_encoded) return text;
+    return policy::UrlDecodeKey(text);
+  };
+  ListPage page;
+  for (const S3Xml::Group& group : xml->groups) {
+    auto field = [&](const char* name) {
+      auto it = group.fields.find(name);
+      return it == group.fields.end() ? std::string() : it->second;
+    };
+    if (group.name == "Contents") {
+      std::optional<std::string> key = decode(field("Key"));
+      if (!key) continue;  // A broken escape: no name of ours.
+      ListedObject object;
+      object.key = std::move(*key);
+      const std::string size = field("Size");
+      char* end = nullptr;
+      errno = 0;
+      object.size = std::strtoull(size.c_str(), &end, 10);
+      if (size.empty() || *end != '\0' || errno != 0 || size.front() == '-') continue;
+      object.etag = field("ETag");
+      object.last_modified = field("LastModified");
+      page.objects.push_back(std::move(object));
+    } else if (group.name == "CommonPrefixes") {
+      std::optional<std::string> common = decode(field("Prefix"));
+      if (common) page.prefixes.push_back(std::move(*common));
+    }
+  }
+  if (xml->Field("IsTruncated") == "true") {
+    page.next_token = xml->Field("NextContinuationToken");
+    if (page.next_token.empty()) {
+      return Status::Error(EPROTO, "ListObjectsV2 " + prefix + ": truncated, with no token");
+    }
+  }
+  return page;
 }
 
 }  // namespace ckptfs

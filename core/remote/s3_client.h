@@ -83,6 +83,27 @@ class S3Client {
   Status DeleteObject(const std::string& key, const RetryHook& hook);
   // The object's bytes (at most `max_bytes`: EFBIG beyond).
   Result<std::string> GetObject(const std::string& key, size_t max_bytes, const RetryHook& hook);
+  // Bytes [offset, offset + length) of the object (a ranged GET), written to `fd` at the same
+  // offset, only while the object's ETag is `if_match` (when not empty: HTTP 412 otherwise). EIO
+  // when the store answers with another length; retried as uploads are (at most `max_retries`).
+  Status GetRange(const std::string& key, uint64_t offset, uint64_t length, int fd,
+                  const RetryHook& hook, unsigned max_retries, const std::string& if_match = "");
+  // One page of ListObjectsV2 of `prefix` with delimiter '/' (`token`: the page after the one
+  // that gave it; empty for the first). Keys and prefixes as the store names them, decoded
+  // (asked with encoding-type=url); untrusted.
+  struct ListedObject {
+    std::string key;
+    uint64_t size = 0;
+    std::string etag;
+    std::string last_modified;
+  };
+  struct ListPage {
+    std::vector<ListedObject> objects;
+    std::vector<std::string> prefixes;
+    std::string next_token;  // Empty: the last page.
+  };
+  Result<ListPage> ListObjects(const std::string& prefix, const std::string& token,
+                               unsigned max_keys, const RetryHook& hook);
 
  private:
   struct Request;

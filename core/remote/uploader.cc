@@ -437,6 +437,10 @@ void Uploader::Perform(S3Client& client, Task& task) {
       [[fallthrough]];
     case Task::Kind::kComplete:
       stats_.remote_files_uploaded++;
+      if (settings_.on_uploaded) {
+        settings_.on_uploaded(job.logged.path, job.logged.inode, job.logged.size,
+                              job.logged.mtime_ns);
+      }
       FinishLocked(job);
       return;
     case Task::Kind::kDelete:

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -57,6 +58,10 @@ struct UploaderSettings {
   bool abort_open_uploads = true;
   // The private area of the backing directory (".ckptfs"): logged paths under it are refused.
   std::string reserved_name;
+  // Told of each file version that reached the store (its path, inode, size and mtime as handed
+  // over), on an upload thread with the uploader's lock held: it must not call the uploader.
+  std::function<void(const std::string& path, uint64_t ino, uint64_t size, int64_t mtime_ns)>
+      on_uploaded;
 };
 
 // What the remote tier has done, for stats.

@@ -58,6 +58,15 @@ struct Stats {
   std::atomic<uint64_t> remote_files_uploaded{0};
   std::atomic<uint64_t> remote_retries{0};
   std::atomic<uint64_t> remote_errors{0};
+  // -o remote, the read path (core/remote/remote_reader.h): directories listed from the store,
+  // files and bytes fetched from it, names it listed that were refused.
+  std::atomic<uint64_t> remote_directories_listed{0};
+  std::atomic<uint64_t> remote_files_fetched{0};
+  std::atomic<uint64_t> remote_bytes_fetched{0};
+  std::atomic<uint64_t> remote_names_refused{0};
+  // -o local_size (core/remote/local_tier.h): files and bytes evicted from the backing directory.
+  std::atomic<uint64_t> remote_files_evicted{0};
+  std::atomic<uint64_t> remote_bytes_evicted{0};
   // Per published file: from the flusher taking it to durable (the time of its batch), and from
   // its sealing (close, fsync) to durable.
   Histogram flush_seconds{kFlushBuckets};

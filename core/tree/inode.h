@@ -182,6 +182,11 @@ struct Inode {
   // The .zarray of a fine-grid array: the text clients read (`content` holds the real one).
   std::string served_text GUARDED_BY(mu);
 
+  // --- Remote tier (core/remote/remote_reader.h): what the object store shows of it ---
+  // Directory: its entries on the store are in the backing directory (listed by this worker, or
+  // made through this mount: what it holds is what this mount writes).
+  bool remote_listed GUARDED_BY(ns_lock) = false;
+
   // --- Takeover (core/filesystem/kernel_state_keeper.h): what the next worker finds of it ---
   // Its entry in the kernel state record (core/recovery/kernel_state_record.h), or -1, the node id
   // that entry names it by (its own, or an earlier worker's that the kernel holds), and whether

@@ -87,14 +87,16 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(proxy.injected, {"slowdown": 2, "500": 1, "reset": 1, "delay": 1})
             # Every request libcurl signed carries the signature botocore computes for it (moto
             # does not check signatures): HEAD bucket, the listing of open multipart uploads,
-            # PUT object, the multipart requests.
+            # the listings of the directories looked into (ListObjectsV2), PUT object, the
+            # multipart requests.
             kinds = set()
             for e in proxy.log:
                 ok, expected, sent = signature_matches(e[2], proxy.endpoint + e[3], e[5],
                                                        CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
                 self.assertTrue(ok, f"{e[2]} {e[3]}: signed {sent}, botocore says {expected}")
                 kinds.add((e[2], "partNumber=" in e[3], "uploads" in e[3]))
-            self.assertEqual(len(kinds), 6, kinds)
+            self.assertIn(("GET", False, False), kinds)  # ListObjectsV2.
+            self.assertEqual(len(kinds), 7, kinds)
             # The marker was put only after every object before it was complete.
             log = list(proxy.log)
             marker = [e for e in log if e[2] == "PUT" and e[3].endswith("/.metadata")]

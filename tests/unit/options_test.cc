@@ -121,6 +121,17 @@ TEST(MountOptionsTest, ReplicasWithoutSharedAreRefusedWithTheReason) {
   EXPECT_TRUE(CheckOptionsTogether(Parsed("replicas=0").config).ok());
 }
 
+TEST(MountOptionsTest, LocalSizeWithoutARemoteIsRefusedWithTheReason) {
+  Status st = CheckOptionsTogether(Parsed("local_size=10G").config);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("local_size needs -o remote"), std::string::npos) << st.message();
+  MountOptions o = Parsed("remote=s3://bucket/run,local_size=10G");
+  EXPECT_EQ(o.config.local_size, 10ull << 30);
+  EXPECT_TRUE(CheckOptionsTogether(o.config).ok());
+  EXPECT_EQ(MountOptions().config.local_size, 0u);
+  EXPECT_EQ(Refused("local_size=0").err(), EINVAL);
+}
+
 TEST(MountOptionsTest, NodeNamesAndMarkerNamesThatCouldEscapeTheirDirectoryAreRefused) {
   for (const char* bad : {"node=../x", "node=a/b", "node=..", "node=.hidden", "node=a b",
                           "commit_markers=../latest", "commit_markers=a/b", "commit_markers=..",

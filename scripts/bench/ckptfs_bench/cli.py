@@ -111,6 +111,11 @@ the same files; alternated, --repeat runs, medians.
 first write until `ckptfs sync --replicated` returns; iperf3's one TCP stream for 5 s. Alternated,
 --repeat runs, medians.
 
+--remote-load (instead of the workloads): loading a DCP checkpoint that is only on the store
+(--remote-mib, default 256 x scale): dcp.load through a mount of an empty directory with -o remote
+(listing and fetching from the store), against boto3's download_file of its objects then dcp.load
+from the local copy; alternated, --repeat runs, medians.
+
 Needs root (drop_caches, FUSE). Cleans up its mounts and directories, also on failure.
 """
 import argparse
@@ -120,13 +125,14 @@ import shutil
 import sys
 import warnings
 
-from . import fuse_ring, remote, replication, saves, takeover, tensor_view, verify
+from . import fuse_ring, remote, remote_load, replication, saves, takeover, tensor_view, verify
 from .contenders import ALL_WORKLOADS
 from .measure import fs_type
 
 # Modes run instead of the save comparison, by the flag that asks for each (the first one set).
 MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run,
-         "remote": remote.run, "verify": verify.run, "replication": replication.run}
+         "remote": remote.run, "remote_load": remote_load.run, "verify": verify.run,
+         "replication": replication.run}
 
 
 def keep_library_output(path):
@@ -237,7 +243,12 @@ def parser():
     ap.add_argument("--remote", action="store_true",
                     help="measure uploads through a mount with -o remote against boto3's "
                     "upload_file, both to a local moto server, instead of the workloads")
-    ap.add_argument("--remote-mib", type=int, help="MiB uploaded by --remote (default 256 x scale)")
+    ap.add_argument("--remote-load", action="store_true",
+                    help="measure loading a DCP checkpoint that is only on the store through a "
+                    "mount of an empty directory with -o remote, against boto3's download_file "
+                    "then a local load, both from a local moto server, instead of the workloads")
+    ap.add_argument("--remote-mib", type=int,
+                    help="MiB uploaded by --remote, or loaded by --remote-load (default 256 x scale)")
     ap.add_argument("--verify", action="store_true",
                     help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "
                     "a marker's publication, instead of the workloads")
