@@ -14,6 +14,7 @@
 #include "core/integrity/checksum.h"
 #include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/read_back.h"
 #include "core/integrity/verifier.h"
 
 namespace ckptfs {
@@ -317,9 +318,16 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   }
 
   if (VerifiesMarkers(config_.verify)) {
+    std::vector<ReadBackFile> files;
+    std::vector<size_t> owners;
     for (size_t i : sync_owner) {
-      Staged& s = staged[i];
-      if (s.status.ok()) s.status = ReadBack(batch[i], s.fd, s.checksum);
+      if (!staged[i].status.ok()) continue;
+      files.push_back(ReadBackFile{staged[i].fd, &staged[i].checksum});
+      owners.push_back(i);
+    }
+    const std::vector<ReadBackOutcome> outcomes = ReadBackFiles(env_, files);
+    for (size_t k = 0; k < owners.size(); ++k) {
+      staged[owners[k]].status = CheckReadBack(batch[owners[k]], outcomes[k]);
     }
   }
 
@@ -388,14 +396,15 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   return result;
 }
 
-Status Flusher::ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record) {
-  // A second descriptor of the staged file, through the page cache: the staged one may be
-  // O_DIRECT, whose reads need aligned buffers.
-  Result<int> reader = env_.Open(AT_FDCWD, "/proc/self/fd/" + std::to_string(fd), O_RDONLY);
-  if (!reader.ok()) return Status::Error(reader.status().err(), "read back: open");
-  const Verification v = VerifyAgainstRecord(env_, *reader, record);
-  env_.Close(*reader);
+Status Flusher::CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outcome) {
+  const Verification& v = outcome.verification;
   stats_.bytes_read_back += v.size;
+  if (outcome.from_page_cache && !read_back_from_page_cache_) {
+    read_back_from_page_cache_ = true;
+    spdlog::warn("the backing filesystem has no O_DIRECT: verify=markers reads files back from "
+                 "this machine's page cache, which checks the copy into it, not what the "
+                 "backing store keeps");
+  }
   if (v.verdict == Verification::Verdict::kOk || v.verdict == Verification::Verdict::kMismatch) {
     MutexLock lock(entry->inode->mu);
     entry->inode->last_check = Inode::StoredCheck::Now(

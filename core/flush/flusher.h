@@ -27,6 +27,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/flush/held_markers.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/read_back.h"
 #include "core/shared/shared_commit.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -139,10 +140,11 @@ class Flusher {
   // Keeps `record` with the staging file `fd` (core/integrity/checksum_record.h); nothing where
   // the backing store keeps no user extended attributes (said once in the log).
   Status RecordChecksum(int fd, const ChecksumRecord& record);
-  // -o verify=markers: reads the staged file `fd` of `entry` back from the backing store and
-  // checks it against `record`. A mismatch is logged and counted, and fails the entry with EIO:
-  // its batch stops before it is published, and the retry writes it again from memory.
-  Status ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record);
+  // -o verify=markers: takes the outcome of reading the staged file of `entry` back from the
+  // backing store (core/integrity/read_back.h). A mismatch is logged and counted, and fails the
+  // entry with EIO: its batch stops before it is published, and the retry writes it again from
+  // memory.
+  Status CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outcome);
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);
@@ -186,6 +188,7 @@ class Flusher {
   const int staging_fd_;
   bool tmpfile_in_place_ = true;  // Flusher thread only: O_TMPFILE works on the backing store.
   bool xattrs_supported_ = true;  // Flusher thread only: the backing store keeps user xattrs.
+  bool read_back_from_page_cache_ = false;  // Flusher thread only: said once in the log.
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   Journal& journal_;  // Its own lock, taken after mu_.
   Stats& stats_;

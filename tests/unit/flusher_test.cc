@@ -291,7 +291,7 @@ TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBefo
   config_.verify = VerifyMode::kMarkers;
   RecordingClient& client = StartFlusher();
   const std::string big = Pattern(10, (1 << 20) + 4101);  // O_DIRECT: read back from the disk.
-  const std::string small = Pattern(11, 3000);              // Buffered: from the page cache.
+  const std::string small = Pattern(11, 3000);              // Buffered, read back past the cache.
   for (const auto& [name, bytes] : {std::pair{"big", big}, std::pair{"small", small}}) {
     SCOPED_TRACE(name);
     const uint64_t mismatches = stats_.checksum_mismatches.load();
