@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>  // RENAME_EXCHANGE
 #include <map>
 #include <set>
 
@@ -334,7 +335,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   // Phase 2: in journal order, publish staged files and apply namespace changes.
   std::vector<int> touched_dirs;
   // Without user xattrs: the records of the files published, by directory, for its manifest.
-  std::map<int, ChecksumManifest> manifests;
+  Manifests manifests;
   size_t& done = result.applied;
   for (; done < batch.size(); ++done) {
     const JournalEntry& e = *batch[done];
@@ -346,16 +347,10 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
       // Held for its commit: published by ServeHeldMarkers, or never.
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       st = PublishStaged(e, s.name, &touched_dirs);
-      if (st.ok()) {
-        if (!xattrs_supported_) {
-          for (const Inode::Name& n : e.names) manifests[DirFd(n.parent)][n.name] = s.checksum;
-        }
-        MutexLock lock(e.inode->mu);
-        e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(s.checksum), {},
-                                                /*from_flusher=*/true, /*why_none=*/""};
-      }
+      if (st.ok()) NotePublished(e, s.checksum, &manifests);
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);
+      if (st.ok()) CarryRecords(e, &manifests);
       if (!st.ok() && !policy::IsTransient(st.err())) {
         spdlog::error("backing store refused {} of {}: {}; skipped", KindName(e.kind), e.name,
                       st.ToString());
@@ -371,14 +366,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   }
 
   // The manifests, renamed in before the directories are synced (with their files).
-  for (const auto& [dir, records] : manifests) {
-    const std::string staged = "checksums-" + std::to_string(batch[0]->seq);
-    if (Status st = UpdateChecksumManifest(env_, dir, staging_fd_, staged, records); !st.ok()) {
-      stats_.flush_errors++;
-      spdlog::error("the checksum records of {} files could not be kept in {}: {}",
-                    records.size(), kChecksumManifestName, st.ToString());
-    }
-  }
+  KeepManifests(manifests, batch[0]->seq);
 
   // Phase 3: make the directory changes durable.
   const Status dir_status = SyncDirectories(std::move(touched_dirs));
@@ -394,6 +382,55 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     if (i >= done && !s.name.empty()) (void)env_.Unlink(staging_fd_, s.name);
   }
   return result;
+}
+
+void Flusher::NotePublished(const JournalEntry& e, const ChecksumRecord& checksum,
+                            Manifests* manifests) {
+  if (!xattrs_supported_) {
+    for (const Inode::Name& n : e.names) (*manifests)[DirFd(n.parent)][n.name] = checksum;
+  }
+  MutexLock lock(e.inode->mu);
+  e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(checksum), {},
+                                          /*from_flusher=*/true, /*why_none=*/""};
+}
+
+std::optional<ChecksumRecord> Flusher::ManifestRecord(int dir, const std::string& name,
+                                                      const Manifests& manifests) {
+  if (auto d = manifests.find(dir); d != manifests.end()) {
+    if (auto r = d->second.find(name); r != d->second.end()) return r->second;
+  }
+  Result<ChecksumRecord> kept = ManifestRecordOf(env_, dir, name);
+  if (!kept.ok()) return std::nullopt;
+  return *kept;
+}
+
+void Flusher::CarryRecords(const JournalEntry& e, Manifests* manifests) {
+  using Kind = JournalEntry::Kind;
+  if (xattrs_supported_ || (e.kind != Kind::kRename && e.kind != Kind::kLink)) return;
+  const int from = DirFd(e.parent);
+  const int to = DirFd(e.new_parent);
+  if (from < 0 || to < 0 || (from == to && e.name == e.new_name)) return;
+  const std::optional<ChecksumRecord> moved = ManifestRecord(from, e.name, *manifests);
+  const bool exchange = e.kind == Kind::kRename && (e.rename_flags & RENAME_EXCHANGE) != 0;
+  const std::optional<ChecksumRecord> other =
+      exchange ? ManifestRecord(to, e.new_name, *manifests) : std::nullopt;
+  if (e.kind == Kind::kRename && (moved || other)) {
+    ChecksumManifest& old_dir = (*manifests)[from];  // Rewritten: the old name goes.
+    old_dir.erase(e.name);
+    if (other) old_dir[e.name] = *other;
+  }
+  if (moved) (*manifests)[to][e.new_name] = *moved;
+}
+
+void Flusher::KeepManifests(const Manifests& manifests, uint64_t seq) {
+  for (const auto& [dir, records] : manifests) {
+    const std::string staged = "checksums-" + std::to_string(seq);
+    if (Status st = UpdateChecksumManifest(env_, dir, staging_fd_, staged, records); !st.ok()) {
+      stats_.flush_errors++;
+      spdlog::error("the checksum records of {} files could not be kept in {}: {}",
+                    records.size(), kChecksumManifestName, st.ToString());
+    }
+  }
 }
 
 Status Flusher::CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outcome) {

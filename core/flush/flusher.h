@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +27,7 @@
 #include "core/base/config.h"
 #include "core/base/thread_annotations.h"
 #include "core/flush/held_markers.h"
+#include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
 #include "core/integrity/read_back.h"
 #include "core/shared/shared_commit.h"
@@ -151,6 +153,21 @@ class Flusher {
   // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), else drops the
   // held markers it supersedes.
   bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name) EXCLUDES(mu_);
+  // Without user xattrs: the checksum records to set in the manifests of directories (by fd).
+  using Manifests = std::map<int, ChecksumManifest>;
+  // Publish `e` is on the backing store with `checksum`: the inode learns it, and, without user
+  // xattrs, `manifests` get its names.
+  void NotePublished(const JournalEntry& e, const ChecksumRecord& checksum, Manifests* manifests);
+  // Rename or link `e` was applied on the backing store: without user xattrs, the records of the
+  // names it moved (`manifests` first, else the manifests on the backing store) go to their new
+  // names in `manifests` (a rename's old directory is rewritten, which drops the old name).
+  void CarryRecords(const JournalEntry& e, Manifests* manifests);
+  // The record of `name` in directory `dir`: in `manifests`, else its directory's manifest.
+  std::optional<ChecksumRecord> ManifestRecord(int dir, const std::string& name,
+                                               const Manifests& manifests);
+  // Writes `manifests` into their directories (named in the staging directory after `seq`);
+  // failures are logged and counted, not retried.
+  void KeepManifests(const Manifests& manifests, uint64_t seq);
   // Posts the commits of new held markers, and publishes (or fails) the decided ones.
   void ServeHeldMarkers() EXCLUDES(mu_);
   // Gives up held markers that will never be published: removes their staged files, releases

@@ -19,6 +19,7 @@
 #include "core/integrity/checksum_record.h"
 #include "core/integrity/verifier.h"
 #include "core/memory/arena.h"
+#include "checksum_record_of.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
 
@@ -140,6 +141,31 @@ class FlusherTest : public ::testing::Test {
     Reservation reservation = arena_.Reserve(e->snapshot.BlocksNeededForWrite(0, bytes.size()));
     EXPECT_TRUE(e->snapshot.Write(0, bytes.data(), bytes.size(), reservation).ok());
     return journal_.Append(e);
+  }
+  // Journals the rename of `name` in `parent` to `new_name` in `new_parent`. Returns its seq.
+  uint64_t Rename(const InodeRef& parent, const std::string& name, const InodeRef& new_parent,
+                  const std::string& new_name, unsigned flags = 0) {
+    auto e = NewEntry(Kind::kRename, NewInode(FileType::kRegular), parent, name);
+    e->new_parent = new_parent;
+    e->new_name = new_name;
+    e->rename_flags = flags;
+    return journal_.Append(e);
+  }
+  // The manifest of directory `rel` of the backing directory.
+  Result<ChecksumManifest> Manifest(const std::string& rel) {
+    const int fd = open((dir_ / rel).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    Result<ChecksumManifest> manifest = ReadChecksumManifest(*fault_, fd);
+    close(fd);
+    return manifest;
+  }
+  // Verifies backing file `rel` against its record (in its directory's manifest).
+  Verification::Verdict Verified(const std::string& rel) {
+    const int fd = open((dir_ / rel).c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    const Verification v = VerifyFile(*fault_, fd, fd);
+    close(fd);
+    return v.verdict;
   }
   std::string HostFile(const std::string& rel) {
     return testing_util::ReadHostFile(dir_ / rel).value_or("<missing>");
@@ -285,6 +311,41 @@ TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesRecordsGoToTheD
   }
   EXPECT_EQ(stats_.flush_errors.load(), 0u);
   EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
+}
+
+TEST_F(FlusherTest, WithoutExtendedAttributesARenamedFileTakesItsRecordToItsNewName) {
+  using testing_util::RecordOf;  // Of bytes, not of a backing file.
+  fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
+  StartFlusher();
+  InodeRef dir = Mkdir(root_, "d");
+  const std::string a = Pattern(20, 5000);
+  const std::string b = Pattern(21, 6000);
+  const std::string c = Pattern(22, 7000);
+  const std::string x = Pattern(23, 8000);
+  Publish(root_, "a.tmp", a);
+  Publish(root_, "c", c);
+  ASSERT_TRUE(flusher_->WaitDurable(Publish(root_, "x", x)).ok());
+  // Renamed in a later batch (into another directory, and over an exchange); published and
+  // renamed in one batch.
+  Rename(root_, "a.tmp", dir, "a");
+  Rename(root_, "c", root_, "x", RENAME_EXCHANGE);
+  Publish(root_, "b.tmp", b);
+  ASSERT_TRUE(flusher_->WaitDurable(Rename(root_, "b.tmp", root_, "b")).ok());
+  EXPECT_EQ(HostFile("d/a"), a);
+  EXPECT_EQ(HostFile("b"), b);
+  EXPECT_EQ(HostFile("x"), c);
+  EXPECT_EQ(HostFile("c"), x);
+
+  Result<ChecksumManifest> root = Manifest("");
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ(*root, (ChecksumManifest{{"b", RecordOf(b)}, {"c", RecordOf(x)}, {"x", RecordOf(c)}}));
+  Result<ChecksumManifest> in_d = Manifest("d");
+  ASSERT_TRUE(in_d.ok()) << in_d.status().ToString();
+  EXPECT_EQ(*in_d, (ChecksumManifest{{"a", RecordOf(a)}}));
+  for (const char* name : {"d/a", "b", "c", "x"}) {
+    EXPECT_EQ(Verified(name), Verification::Verdict::kOk) << name;
+  }
+  EXPECT_EQ(stats_.flush_errors.load(), 0u);
 }
 
 TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBeforeTheMarker) {
