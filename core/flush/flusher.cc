@@ -343,7 +343,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     Status st = s.status;
     if (applied[done]) {
       AddAppliedDirs(e, &touched_dirs);
-    } else if (st.ok() && post_commit_ && HoldOrSupersede(batch[done], s.name)) {
+    } else if (st.ok() && post_commit_ && HoldOrSupersede(batch[done], s.name, s.checksum)) {
       // Held for its commit: published by ServeHeldMarkers, or never.
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       st = PublishStaged(e, s.name, &touched_dirs);
@@ -693,7 +693,8 @@ Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   return result;
 }
 
-bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name) {
+bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name,
+                              const ChecksumRecord& checksum) {
   if (HeldMarkers::IsMarker(*e, config_.commit_markers)) {
     std::string path = client_.PathOf(e);
     journal_.Hold(e);
@@ -707,7 +708,7 @@ bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name)
       return true;
     }
     MutexLock lock(mu_);
-    held_.Add(e, std::move(staged), std::move(path));
+    held_.Add(e, std::move(staged), std::move(path), checksum);
     return true;
   }
   std::vector<HeldMarker> dropped;
@@ -741,8 +742,15 @@ void Flusher::ServeHeldMarkers() {
     Status outcome = *m.outcome;
     if (outcome.ok()) {
       std::vector<int> dirs;
-      outcome = e.kind == JournalEntry::Kind::kPublish ? PublishStaged(e, m.staged_name, &dirs)
-                                                        : ApplyNamespaceOp(e, &dirs);
+      Manifests manifests;
+      if (e.kind == JournalEntry::Kind::kPublish) {
+        outcome = PublishStaged(e, m.staged_name, &dirs);
+        if (outcome.ok()) NotePublished(e, m.checksum, &manifests);
+      } else {
+        outcome = ApplyNamespaceOp(e, &dirs);
+        if (outcome.ok()) CarryRecords(e, &manifests);
+      }
+      KeepManifests(manifests, e.seq);
       if (Status synced = SyncDirectories(std::move(dirs)); outcome.ok()) outcome = synced;
     }
     if (!outcome.ok() && !m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);

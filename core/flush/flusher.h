@@ -150,9 +150,10 @@ class Flusher {
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);
-  // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), else drops the
-  // held markers it supersedes.
-  bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name) EXCLUDES(mu_);
+  // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), with its
+  // staged file and the checksum of its bytes, else drops the held markers it supersedes.
+  bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name,
+                       const ChecksumRecord& checksum) EXCLUDES(mu_);
   // Without user xattrs: the checksum records to set in the manifests of directories (by fd).
   using Manifests = std::map<int, ChecksumManifest>;
   // Publish `e` is on the backing store with `checksum`: the inode learns it, and, without user

@@ -114,11 +114,14 @@ class FlusherTest : public ::testing::Test {
     close(staging_fd_);
   }
 
-  // Starts a flusher reporting to a new RecordingClient, which waits `report_delay` in Flushed.
-  RecordingClient& StartFlusher(std::chrono::milliseconds report_delay = 0ms) {
+  // Starts a flusher reporting to a new RecordingClient, which waits `report_delay` in Flushed;
+  // with `post`, markers are held for their commits (shared mode), posted through it.
+  RecordingClient& StartFlusher(std::chrono::milliseconds report_delay = 0ms,
+                                PostCommitFn post = {}) {
     client_ = std::make_unique<RecordingClient>(report_delay);
     flusher_ = std::make_unique<Flusher>(config_, *fault_, Clock::Steady(), staging_fd_, journal_,
                                          stats_, *client_);
+    if (post) flusher_->HoldMarkers(std::move(post), [] {});
     flusher_->Start();
     return *client_;
   }
@@ -346,6 +349,39 @@ TEST_F(FlusherTest, WithoutExtendedAttributesARenamedFileTakesItsRecordToItsNewN
     EXPECT_EQ(Verified(name), Verification::Verdict::kOk) << name;
   }
   EXPECT_EQ(stats_.flush_errors.load(), 0u);
+}
+
+TEST_F(FlusherTest, WithoutExtendedAttributesAMarkerHeldForItsCommitGetsItsRecordWhenPublished) {
+  using testing_util::RecordOf;  // Of bytes, not of a backing file.
+  fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
+  config_.commit_markers = {".metadata", "latest"};
+  std::atomic<int> posted{0};
+  StartFlusher(0ms, [&](const std::string&) -> Result<std::string> {
+    return "commit-" + std::to_string(++posted);
+  });
+  const std::string shard = Pattern(24, 9000);
+  Publish(root_, "shard", shard);
+  // A marker written in place, and one renamed into place.
+  const uint64_t metadata = Publish(root_, ".metadata", "done");
+  Publish(root_, "latest.tmp", "7");
+  const uint64_t latest = Rename(root_, "latest.tmp", root_, "latest");
+  ASSERT_TRUE(flusher_->WaitDurable(latest).ok());
+  while (posted.load() < 2) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(HostFile(".metadata"), "<missing>");
+  flusher_->CommitsDecided({CommitOutcome{"commit-1", ".metadata", Status::Ok()},
+                            CommitOutcome{"commit-2", "latest", Status::Ok()}});
+  ASSERT_TRUE(flusher_->WaitCommitted(std::max(metadata, latest)).ok());
+  EXPECT_EQ(HostFile(".metadata"), "done");
+  EXPECT_EQ(HostFile("latest"), "7");
+
+  Result<ChecksumManifest> root = Manifest("");
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ(*root, (ChecksumManifest{{".metadata", RecordOf("done")},
+                                     {"latest", RecordOf("7")},
+                                     {"shard", RecordOf(shard)}}));
+  for (const char* name : {".metadata", "latest", "shard"}) {
+    EXPECT_EQ(Verified(name), Verification::Verdict::kOk) << name;
+  }
 }
 
 TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBeforeTheMarker) {
