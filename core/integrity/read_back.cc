@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include "core/memory/crc32c.h"
 
@@ -124,14 +125,19 @@ std::vector<ReadBackOutcome> ReadBackFiles(Env& env, std::span<const ReadBackFil
     for (size_t k = begin; k < end; ++k) {
       if (!read[k - begin].ok()) Fail(outcomes[spans[k].file], read[k - begin]);
     }
-    summing = std::async(std::launch::async, [&spans, &readers, begin, end, base] {
+    auto sum_window = [&spans, &readers, begin, end, base] {
       for (size_t k = begin; k < end; ++k) {
         const Span& sp = spans[k];
         Crc32c crc;
         crc.Update(base + (k - begin) * kReadBackSpan, sp.length);
         readers[sp.file].span_sums[sp.index] = crc.value();
       }
-    });
+    };
+    try {
+      summing = std::async(std::launch::async, sum_window);
+    } catch (const std::system_error&) {  // No thread to be had: summed here, not overlapped.
+      sum_window();
+    }
   }
   if (summing.valid()) summing.get();
 
