@@ -199,15 +199,17 @@ const MountOption kMountOptions[] = {
      "synced, and checked against the checksum (CRC32C) taken of its bytes in memory, before it "
      "is published under its name; so no commit marker is ever published over a file that does "
      "not match. A version that does not match is not published: it is logged (`stats`: "
-     "`checksum_mismatches`) and written again from memory, and until it matches, it and what "
-     "was sealed after it wait as for any failed flush (`ckptfs sync` fails naming it). Files of "
-     "1 MiB or more, written with O_DIRECT, are read back from the device; smaller ones from the "
-     "backing store's page cache. `reads`: a file read through the mount from the backing store "
-     "is read whole and checked against its checksum record before the first read of its bytes "
-     "is answered; a file that does not match fails every read with EIO (logged, `stats`: "
-     "`read_mismatches`), one without a record is served unchecked (`read_files_unrecorded`); "
-     "passthrough is off, so that every read reaches the daemon. `all`: `markers` and `reads`. "
-     "`off`: checksums are kept with published files, not read back",
+     "`checksum_mismatches`) and written again from memory, and until it matches, it and what was "
+     "sealed after it wait as for any failed flush (`ckptfs sync` fails naming it). Files are "
+     "read back past this machine's page cache (O_DIRECT: from the device, or from the server of "
+     "a network filesystem), a batch's all at once; where the backing filesystem has no O_DIRECT, "
+     "through the page cache (said in the log). `reads`: a file read through the mount (or "
+     "through a tensor view) from the backing store is read whole and checked against its "
+     "checksum record before the first read of its bytes is answered; a file that does not match "
+     "fails every read with EIO (logged, `stats`: `read_mismatches`), one without a record is "
+     "served unchecked (`read_files_unrecorded`); passthrough is off, so that every read reaches "
+     "the daemon. `all`: `markers` and `reads`. `off`: checksums are kept with published files, "
+     "not read back",
      [](const std::string& v, MountOptions* o) {
        return Choose<VerifyMode>(v,
                                  {{"off", VerifyMode::kOff}, {"markers", VerifyMode::kMarkers},

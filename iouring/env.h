@@ -11,7 +11,8 @@
 // descriptor itself. Symbolic links are not followed (Open: unless its flags say so). Every
 // failure is a Status with the call's errno and a message naming the call and the name.
 //
-// Thread model: Write and Sync (the batched data path) belong to one owner thread, the flusher.
+// Thread model: Write, Sync and ReadBatch (the batched data path) belong to one owner thread, the
+// flusher.
 // Every other call may be made from any thread.
 #pragma once
 
@@ -44,6 +45,16 @@ struct WriteRequest {
   }
 };
 
+// Read `length` bytes at `offset` of `fd` into `dst`, which must stay valid until the call that
+// carries the request returns. With O_DIRECT fds, `dst`, offset and length must be aligned by the
+// caller.
+struct ReadBatchRequest {
+  int fd = -1;
+  uint64_t offset = 0;
+  char* dst = nullptr;
+  size_t length = 0;
+};
+
 class Env {
  public:
   // Every call of an Env, for fault injection and counting.
@@ -56,7 +67,7 @@ class Env {
     kStatFs,
     kReadLink,
     kListDir,
-    kRead,
+    kRead,  // Read, and one request of ReadBatch.
     kWriteAt,
     kCopy,
     kTruncate,
@@ -91,6 +102,12 @@ class Env {
   // fdatasync (data_only) or fsync of every fd (files or directories), concurrently where
   // possible. One Status per fd, in order. Returns only when no request is in flight any more.
   virtual std::vector<Status> Sync(std::span<const int> fds, bool data_only) = 0;
+
+  // Performs every request as Read does (short reads continued, EINTR/EAGAIN retried, bytes past
+  // the end of the file read as zeros), many in flight at once where possible. One Status per
+  // request, in order; a failure of one does not stop the others. Returns only when no request
+  // is in flight any more.
+  virtual std::vector<Status> ReadBatch(std::span<const ReadBatchRequest> requests) = 0;
 
   // openat(dir, name, flags | O_CLOEXEC, mode): the new descriptor.
   virtual Result<int> Open(int dir, const std::string& name, int flags, mode_t mode = 0) = 0;

@@ -42,6 +42,22 @@ Status EnvWrapper::Read(int fd, char* dst, size_t length, uint64_t offset) {
   return Forwarded(Op::kRead, {}, [&] { return target_->Read(fd, dst, length, offset); });
 }
 
+std::vector<Status> EnvWrapper::ReadBatch(std::span<const ReadBatchRequest> requests) {
+  std::vector<Status> results(requests.size());
+  std::vector<ReadBatchRequest> forwarded;
+  std::vector<size_t> slots;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    results[i] = BeforeCall(Op::kRead, {});
+    if (!results[i].ok()) continue;
+    forwarded.push_back(requests[i]);
+    slots.push_back(i);
+  }
+  if (forwarded.empty()) return results;
+  std::vector<Status> statuses = target_->ReadBatch(forwarded);
+  for (size_t k = 0; k < slots.size(); ++k) results[slots[k]] = std::move(statuses[k]);
+  return results;
+}
+
 Status EnvWrapper::WriteAt(int fd, const char* src, size_t length, uint64_t offset) {
   return Forwarded(Op::kWriteAt, {}, [&] { return target_->WriteAt(fd, src, length, offset); });
 }

@@ -31,6 +31,8 @@ class EnvWrapper : public Env {
   std::vector<Status> Sync(std::span<const int> fds, bool data_only) override {
     return target_->Sync(fds, data_only);
   }
+  // BeforeCall(kRead) for each request; those it fails are not forwarded.
+  std::vector<Status> ReadBatch(std::span<const ReadBatchRequest> requests) override;
 
   Result<int> Open(int dir, const std::string& name, int flags, mode_t mode) override;
   // Cannot fail: forwarded whatever BeforeCall says.

@@ -127,6 +127,15 @@ std::vector<Status> PosixEnv::Sync(std::span<const int> fds, bool data_only) {
   return results;
 }
 
+std::vector<Status> PosixEnv::ReadBatch(std::span<const ReadBatchRequest> requests) {
+  std::vector<Status> results;
+  results.reserve(requests.size());
+  for (const ReadBatchRequest& r : requests) {
+    results.push_back(Read(r.fd, r.dst, r.length, r.offset));
+  }
+  return results;
+}
+
 Result<int> PosixEnv::Open(int dir, const std::string& name, int flags, mode_t mode) {
   int fd;
   do {

@@ -14,6 +14,8 @@ class PosixEnv : public Env {
   std::string Name() const override { return "posix"; }
   std::vector<Status> Write(std::span<const WriteRequest> requests) override;
   std::vector<Status> Sync(std::span<const int> fds, bool data_only) override;
+  // One Read after the other.
+  std::vector<Status> ReadBatch(std::span<const ReadBatchRequest> requests) override;
 
   Result<int> Open(int dir, const std::string& name, int flags, mode_t mode) override;
   void Close(int fd) override;

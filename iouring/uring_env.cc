@@ -1,4 +1,4 @@
-// The io_uring Env: every write and sync of a batch goes through one ring, with up to
+// The io_uring Env: every write, sync and read of a batch goes through one ring, with up to
 // `queue_depth` of them in flight at once.
 #include <liburing.h>
 #include <limits.h>
@@ -39,7 +39,7 @@ int IoUringDisabledSysctl() {
   return value;
 }
 
-// Owns one ring for its whole lifetime. Write and Sync are not thread-safe: the thread that calls
+// Owns one ring for its whole lifetime. Write, Sync and ReadBatch are not thread-safe: the thread that calls
 // them owns the ring while it does; every call reaps all it submitted before returning. Every
 // other call is PosixEnv's.
 class UringEnv final : public PosixEnv {
@@ -78,6 +78,9 @@ class UringEnv final : public PosixEnv {
     if (!io_uring_opcode_supported(probe.get(), IORING_OP_WRITEV)) {
       return Status::Error(EOPNOTSUPP, "io_uring lacks IORING_OP_WRITEV");
     }
+    if (!io_uring_opcode_supported(probe.get(), IORING_OP_READV)) {
+      return Status::Error(EOPNOTSUPP, "io_uring lacks IORING_OP_READV");
+    }
     if (!io_uring_opcode_supported(probe.get(), IORING_OP_FSYNC)) {
       return Status::Error(EOPNOTSUPP, "io_uring lacks IORING_OP_FSYNC");
     }
@@ -91,6 +94,31 @@ class UringEnv final : public PosixEnv {
     std::vector<Status> results(requests.size());
     ops_.clear();
     for (size_t i = 0; i < requests.size(); ++i) AddWriteOps(i, requests[i], results);
+    Run(results);
+    return results;
+  }
+
+  std::vector<Status> ReadBatch(std::span<const ReadBatchRequest> requests) override {
+    if (!broken_.ok()) return Broken(requests.size());
+    std::vector<Status> results(requests.size());
+    ops_.clear();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ReadBatchRequest& r = requests[i];
+      if (r.offset > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        results[i] = Status::Error(EINVAL, "readv fd " + std::to_string(r.fd) + " at offset " +
+                                               std::to_string(r.offset));
+        continue;
+      }
+      if (r.length == 0) continue;
+      RingOp op;
+      op.slot = i;
+      op.fd = r.fd;
+      op.read = true;
+      op.offset = r.offset;
+      op.iov.push_back(iovec{r.dst, r.length});
+      op.remaining = r.length;
+      ops_.push_back(std::move(op));
+    }
     Run(results);
     return results;
   }
@@ -114,16 +142,17 @@ class UringEnv final : public PosixEnv {
  private:
   enum class RingOpState { kReady, kQueued, kInFlight, kDone };
 
-  // One SQE's worth of work: a writev of at most IOV_MAX iovecs, or an fsync.
+  // One SQE's worth of work: a writev of at most IOV_MAX iovecs, a readv, or an fsync.
   struct RingOp {
     size_t slot = 0;  // index of the request (or fd) whose Status this op reports into
     int fd = -1;
     bool sync = false;
+    bool read = false;
     bool data_only = false;
-    uint64_t offset = 0;     // file offset of the first byte not yet written
-    std::vector<iovec> iov;  // bytes not yet written are iov[first..]
+    uint64_t offset = 0;     // file offset of the first byte not yet written (read)
+    std::vector<iovec> iov;  // bytes not yet written (read) are iov[first..]
     size_t first = 0;
-    uint64_t remaining = 0;  // bytes not yet written
+    uint64_t remaining = 0;  // bytes not yet written (read)
     RingOpState state = RingOpState::kReady;
   };
 
@@ -131,7 +160,8 @@ class UringEnv final : public PosixEnv {
 
   static std::string Describe(const RingOp& op) {
     if (op.sync) return (op.data_only ? "fdatasync fd " : "fsync fd ") + std::to_string(op.fd);
-    return "writev fd " + std::to_string(op.fd) + " at offset " + std::to_string(op.offset);
+    return (op.read ? "readv fd " : "writev fd ") + std::to_string(op.fd) + " at offset " +
+           std::to_string(op.offset);
   }
 
   // Splits `request` into ops of at most IOV_MAX iovecs; zero-byte requests need no op.
@@ -202,6 +232,9 @@ class UringEnv final : public PosixEnv {
       ready_.pop_front();
       if (op.sync) {
         io_uring_prep_fsync(sqe, op.fd, op.data_only ? IORING_FSYNC_DATASYNC : 0);
+      } else if (op.read) {
+        io_uring_prep_readv(sqe, op.fd, op.iov.data() + op.first,
+                            static_cast<unsigned>(op.iov.size() - op.first), op.offset);
       } else {
         io_uring_prep_writev(sqe, op.fd, op.iov.data() + op.first,
                              static_cast<unsigned>(op.iov.size() - op.first), op.offset);
@@ -280,6 +313,12 @@ class UringEnv final : public PosixEnv {
       return;
     }
     if (op.sync) return;
+    if (res == 0 && op.read) {  // The end of the file: the rest reads as zeros.
+      for (size_t i = op.first; i < op.iov.size(); ++i) {
+        std::memset(op.iov[i].iov_base, 0, op.iov[i].iov_len);
+      }
+      return;
+    }
     if (res == 0) {
       if (results[op.slot].ok()) {
         results[op.slot] = Status::Error(EIO, Describe(op) + " wrote nothing");
@@ -295,7 +334,7 @@ class UringEnv final : public PosixEnv {
     ready_.push_back(index);
   }
 
-  // Drops the first `n` written bytes from `op`.
+  // Drops the first `n` bytes written (read) from `op`.
   static void Advance(RingOp& op, uint64_t n) {
     n = std::min(n, op.remaining);
     op.offset += n;

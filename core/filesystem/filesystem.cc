@@ -98,7 +98,13 @@ Filesystem::Filesystem(const Config& config, const BackingStore& store, std::uni
               VerifiesReads(config_.verify)}) {
   specials_.Add(
       std::make_unique<ControlNodes>(static_cast<ControlFiles::Source&>(*this), WallTime()));
-  specials_.Add(std::make_unique<TensorViewNodes>(tensors_));
+  TensorViewNodes::SourceCheck check_sources;
+  if (VerifiesReads(config_.verify)) {
+    check_sources = [this](Inode& inode, const std::shared_ptr<BackingFile>& file) {
+      return files_.CheckSource(inode, file);
+    };
+  }
+  specials_.Add(std::make_unique<TensorViewNodes>(tensors_, std::move(check_sources)));
   Reclaimer& reclaimer = durability_.reclaimer();
   arena_.SetReclaimer([&reclaimer](size_t wanted) { return reclaimer.Reclaim(wanted); });
   reclaimer.SetSpillObserver([this](Inode& inode) REQUIRES(inode.mu) {

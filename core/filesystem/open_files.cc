@@ -298,6 +298,17 @@ Result<std::array<int64_t, 5>> FileAsItIs(const BackingFile& file) {
 
 }  // namespace
 
+Status OpenFiles::CheckSource(Inode& inode, const std::shared_ptr<BackingFile>& file) {
+  if (file->spill()) return Status::Ok();
+  {
+    MutexLock lock(inode.mu);
+    if (inode.read_checked_base.lock() == file) {
+      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
+    }
+  }
+  return CheckBacking(inode, file);
+}
+
 Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>& file) {
   Result<std::array<int64_t, 5>> as_it_is = FileAsItIs(*file);
   if (!as_it_is.ok()) return as_it_is.status();

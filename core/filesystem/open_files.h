@@ -107,6 +107,10 @@ class OpenFiles {
                             PageCacheFill* fill = nullptr) REQUIRES(ns_lock);
 
   Result<ReadData> Read(FileHandle& h, uint64_t offset, size_t size);
+  // verify=reads of bytes of `inode` read from its backing file `file` by another reader than
+  // its handles (a tensor view): `file` is read whole and checked against its record unless it
+  // was; EIO when it does not match. A spill file holds the daemon's own bytes: not checked.
+  Status CheckSource(Inode& inode, const std::shared_ptr<BackingFile>& file) EXCLUDES(inode.mu);
   // Writes into the file's memory (a virtual zarr chunk: into its range of the real chunk),
   // waiting for memory as long as it takes; EINTR when `c` is killed meanwhile.
   Result<size_t> Write(FileHandle& h, uint64_t offset, const char* data, size_t size,

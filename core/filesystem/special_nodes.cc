@@ -19,10 +19,18 @@ class ControlFile final : public SpecialFile {
 
 class TensorViewFile final : public SpecialFile {
  public:
-  TensorViewFile(TensorViews& views, std::shared_ptr<const TensorViews::OpenView> open)
-      : views_(views), open_(std::move(open)) {}
+  TensorViewFile(TensorViews& views, std::shared_ptr<const TensorViews::OpenView> open,
+                 const TensorViewNodes::SourceCheck& check)
+      : views_(views), open_(std::move(open)), check_(check) {}
   Result<ReadData> Read(uint64_t offset, size_t size) override {
-    return views_.Read(*open_, offset, size);
+    if (!check_) return views_.Read(*open_, offset, size);
+    std::vector<TensorViews::BackingSource> backing;
+    Result<ReadData> read = views_.Read(*open_, offset, size, &backing);
+    for (const TensorViews::BackingSource& b : backing) {
+      if (!read.ok()) break;
+      if (Status checked = check_(*b.inode, b.file); !checked.ok()) return checked;
+    }
+    return read;
   }
   Result<size_t> Write(std::string_view) override {
     return Status::Error(EBADF, "a view of a checkpoint is read-only");
@@ -33,6 +41,7 @@ class TensorViewFile final : public SpecialFile {
  private:
   TensorViews& views_;
   std::shared_ptr<const TensorViews::OpenView> open_;
+  const TensorViewNodes::SourceCheck& check_;  // The provider's, which outlives its files.
 };
 
 }  // namespace
@@ -82,8 +91,8 @@ Result<SpecialNodes::Opened> TensorViewNodes::Open(uint64_t ino, int flags) {
   // A view's file never changes (a changed checkpoint gets new nodes): cached pages stay right;
   // info.json is made at each open.
   const bool generated = TensorViews::Generated(**opened);
-  return Opened{attr, std::make_unique<TensorViewFile>(views_, std::move(*opened)), generated,
-                !generated};
+  return Opened{attr, std::make_unique<TensorViewFile>(views_, std::move(*opened), check_),
+                generated, !generated};
 }
 
 Status TensorViewNodes::Refuse(Change, uint64_t node, const std::string&) const {

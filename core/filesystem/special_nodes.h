@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,7 +88,12 @@ class ControlNodes final : public SpecialNodes {
 class TensorViewNodes final : public SpecialNodes {
  public:
   // `views` must outlive this.
-  explicit TensorViewNodes(TensorViews& views) : views_(views) {}
+  // Checks the bytes a view's read takes of a source's backing file (verify=reads), before the
+  // read is answered; an error fails the read.
+  using SourceCheck = std::function<Status(Inode&, const std::shared_ptr<BackingFile>&)>;
+  // `views` must outlive this; `check` may be empty (reads are not checked).
+  explicit TensorViewNodes(TensorViews& views, SourceCheck check = {})
+      : views_(views), check_(std::move(check)) {}
   bool Serves(uint64_t ino) const override { return IsTensorViewIno(ino); }
   bool ServesEntry(uint64_t parent, const std::string&) const override {
     return IsTensorViewIno(parent);
@@ -103,6 +109,7 @@ class TensorViewNodes final : public SpecialNodes {
 
  private:
   TensorViews& views_;
+  const SourceCheck check_;
 };
 
 // The providers of special nodes, asked in the order added.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>  // RENAME_EXCHANGE
 #include <map>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "core/integrity/checksum.h"
 #include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/read_back.h"
 #include "core/integrity/verifier.h"
 
 namespace ckptfs {
@@ -317,16 +319,23 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   }
 
   if (VerifiesMarkers(config_.verify)) {
+    std::vector<ReadBackFile> files;
+    std::vector<size_t> owners;
     for (size_t i : sync_owner) {
-      Staged& s = staged[i];
-      if (s.status.ok()) s.status = ReadBack(batch[i], s.fd, s.checksum);
+      if (!staged[i].status.ok()) continue;
+      files.push_back(ReadBackFile{staged[i].fd, &staged[i].checksum});
+      owners.push_back(i);
+    }
+    const std::vector<ReadBackOutcome> outcomes = ReadBackFiles(env_, files);
+    for (size_t k = 0; k < owners.size(); ++k) {
+      staged[owners[k]].status = CheckReadBack(batch[owners[k]], outcomes[k]);
     }
   }
 
   // Phase 2: in journal order, publish staged files and apply namespace changes.
   std::vector<int> touched_dirs;
   // Without user xattrs: the records of the files published, by directory, for its manifest.
-  std::map<int, ChecksumManifest> manifests;
+  Manifests manifests;
   size_t& done = result.applied;
   for (; done < batch.size(); ++done) {
     const JournalEntry& e = *batch[done];
@@ -334,20 +343,14 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
     Status st = s.status;
     if (applied[done]) {
       AddAppliedDirs(e, &touched_dirs);
-    } else if (st.ok() && post_commit_ && HoldOrSupersede(batch[done], s.name)) {
+    } else if (st.ok() && post_commit_ && HoldOrSupersede(batch[done], s.name, s.checksum)) {
       // Held for its commit: published by ServeHeldMarkers, or never.
     } else if (st.ok() && e.kind == JournalEntry::Kind::kPublish) {
       st = PublishStaged(e, s.name, &touched_dirs);
-      if (st.ok()) {
-        if (!xattrs_supported_) {
-          for (const Inode::Name& n : e.names) manifests[DirFd(n.parent)][n.name] = s.checksum;
-        }
-        MutexLock lock(e.inode->mu);
-        e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(s.checksum), {},
-                                                /*from_flusher=*/true, /*why_none=*/""};
-      }
+      if (st.ok()) NotePublished(e, s.checksum, &manifests);
     } else if (st.ok()) {
       st = ApplyNamespaceOp(e, &touched_dirs);
+      if (st.ok()) CarryRecords(e, &manifests);
       if (!st.ok() && !policy::IsTransient(st.err())) {
         spdlog::error("backing store refused {} of {}: {}; skipped", KindName(e.kind), e.name,
                       st.ToString());
@@ -363,14 +366,7 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   }
 
   // The manifests, renamed in before the directories are synced (with their files).
-  for (const auto& [dir, records] : manifests) {
-    const std::string staged = "checksums-" + std::to_string(batch[0]->seq);
-    if (Status st = UpdateChecksumManifest(env_, dir, staging_fd_, staged, records); !st.ok()) {
-      stats_.flush_errors++;
-      spdlog::error("the checksum records of {} files could not be kept in {}: {}",
-                    records.size(), kChecksumManifestName, st.ToString());
-    }
-  }
+  KeepManifests(manifests, batch[0]->seq);
 
   // Phase 3: make the directory changes durable.
   const Status dir_status = SyncDirectories(std::move(touched_dirs));
@@ -388,14 +384,64 @@ Flusher::BatchResult Flusher::ApplyBatch(const std::vector<EntryRef>& batch) {
   return result;
 }
 
-Status Flusher::ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record) {
-  // A second descriptor of the staged file, through the page cache: the staged one may be
-  // O_DIRECT, whose reads need aligned buffers.
-  Result<int> reader = env_.Open(AT_FDCWD, "/proc/self/fd/" + std::to_string(fd), O_RDONLY);
-  if (!reader.ok()) return Status::Error(reader.status().err(), "read back: open");
-  const Verification v = VerifyAgainstRecord(env_, *reader, record);
-  env_.Close(*reader);
+void Flusher::NotePublished(const JournalEntry& e, const ChecksumRecord& checksum,
+                            Manifests* manifests) {
+  if (!xattrs_supported_) {
+    for (const Inode::Name& n : e.names) (*manifests)[DirFd(n.parent)][n.name] = checksum;
+  }
+  MutexLock lock(e.inode->mu);
+  e.inode->checksum = Inode::ChecksumNote{e.version, FormatChecksumRecord(checksum), {},
+                                          /*from_flusher=*/true, /*why_none=*/""};
+}
+
+std::optional<ChecksumRecord> Flusher::ManifestRecord(int dir, const std::string& name,
+                                                      const Manifests& manifests) {
+  if (auto d = manifests.find(dir); d != manifests.end()) {
+    if (auto r = d->second.find(name); r != d->second.end()) return r->second;
+  }
+  Result<ChecksumRecord> kept = ManifestRecordOf(env_, dir, name);
+  if (!kept.ok()) return std::nullopt;
+  return *kept;
+}
+
+void Flusher::CarryRecords(const JournalEntry& e, Manifests* manifests) {
+  using Kind = JournalEntry::Kind;
+  if (xattrs_supported_ || (e.kind != Kind::kRename && e.kind != Kind::kLink)) return;
+  const int from = DirFd(e.parent);
+  const int to = DirFd(e.new_parent);
+  if (from < 0 || to < 0 || (from == to && e.name == e.new_name)) return;
+  const std::optional<ChecksumRecord> moved = ManifestRecord(from, e.name, *manifests);
+  const bool exchange = e.kind == Kind::kRename && (e.rename_flags & RENAME_EXCHANGE) != 0;
+  const std::optional<ChecksumRecord> other =
+      exchange ? ManifestRecord(to, e.new_name, *manifests) : std::nullopt;
+  if (e.kind == Kind::kRename && (moved || other)) {
+    ChecksumManifest& old_dir = (*manifests)[from];  // Rewritten: the old name goes.
+    old_dir.erase(e.name);
+    if (other) old_dir[e.name] = *other;
+  }
+  if (moved) (*manifests)[to][e.new_name] = *moved;
+}
+
+void Flusher::KeepManifests(const Manifests& manifests, uint64_t seq) {
+  for (const auto& [dir, records] : manifests) {
+    const std::string staged = "checksums-" + std::to_string(seq);
+    if (Status st = UpdateChecksumManifest(env_, dir, staging_fd_, staged, records); !st.ok()) {
+      stats_.flush_errors++;
+      spdlog::error("the checksum records of {} files could not be kept in {}: {}",
+                    records.size(), kChecksumManifestName, st.ToString());
+    }
+  }
+}
+
+Status Flusher::CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outcome) {
+  const Verification& v = outcome.verification;
   stats_.bytes_read_back += v.size;
+  if (outcome.from_page_cache && !read_back_from_page_cache_) {
+    read_back_from_page_cache_ = true;
+    spdlog::warn("the backing filesystem has no O_DIRECT: verify=markers reads files back from "
+                 "this machine's page cache, which checks the copy into it, not what the "
+                 "backing store keeps");
+  }
   if (v.verdict == Verification::Verdict::kOk || v.verdict == Verification::Verdict::kMismatch) {
     MutexLock lock(entry->inode->mu);
     entry->inode->last_check = Inode::StoredCheck::Now(
@@ -647,7 +693,8 @@ Status Flusher::Drain(std::chrono::milliseconds retry_for) {
   return result;
 }
 
-bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name) {
+bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name,
+                              const ChecksumRecord& checksum) {
   if (HeldMarkers::IsMarker(*e, config_.commit_markers)) {
     std::string path = client_.PathOf(e);
     journal_.Hold(e);
@@ -661,7 +708,7 @@ bool Flusher::HoldOrSupersede(const EntryRef& e, const std::string& staged_name)
       return true;
     }
     MutexLock lock(mu_);
-    held_.Add(e, std::move(staged), std::move(path));
+    held_.Add(e, std::move(staged), std::move(path), checksum);
     return true;
   }
   std::vector<HeldMarker> dropped;
@@ -695,8 +742,15 @@ void Flusher::ServeHeldMarkers() {
     Status outcome = *m.outcome;
     if (outcome.ok()) {
       std::vector<int> dirs;
-      outcome = e.kind == JournalEntry::Kind::kPublish ? PublishStaged(e, m.staged_name, &dirs)
-                                                        : ApplyNamespaceOp(e, &dirs);
+      Manifests manifests;
+      if (e.kind == JournalEntry::Kind::kPublish) {
+        outcome = PublishStaged(e, m.staged_name, &dirs);
+        if (outcome.ok()) NotePublished(e, m.checksum, &manifests);
+      } else {
+        outcome = ApplyNamespaceOp(e, &dirs);
+        if (outcome.ok()) CarryRecords(e, &manifests);
+      }
+      KeepManifests(manifests, e.seq);
       if (Status synced = SyncDirectories(std::move(dirs)); outcome.ok()) outcome = synced;
     }
     if (!outcome.ok() && !m.staged_name.empty()) (void)env_.Unlink(staging_fd_, m.staged_name);

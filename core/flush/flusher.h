@@ -16,6 +16,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,7 +27,9 @@
 #include "core/base/config.h"
 #include "core/base/thread_annotations.h"
 #include "core/flush/held_markers.h"
+#include "core/integrity/checksum_manifest.h"
 #include "core/integrity/checksum_record.h"
+#include "core/integrity/read_back.h"
 #include "core/shared/shared_commit.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -139,16 +142,33 @@ class Flusher {
   // Keeps `record` with the staging file `fd` (core/integrity/checksum_record.h); nothing where
   // the backing store keeps no user extended attributes (said once in the log).
   Status RecordChecksum(int fd, const ChecksumRecord& record);
-  // -o verify=markers: reads the staged file `fd` of `entry` back from the backing store and
-  // checks it against `record`. A mismatch is logged and counted, and fails the entry with EIO:
-  // its batch stops before it is published, and the retry writes it again from memory.
-  Status ReadBack(const EntryRef& entry, int fd, const ChecksumRecord& record);
+  // -o verify=markers: takes the outcome of reading the staged file of `entry` back from the
+  // backing store (core/integrity/read_back.h). A mismatch is logged and counted, and fails the
+  // entry with EIO: its batch stops before it is published, and the retry writes it again from
+  // memory.
+  Status CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outcome);
   // Renames the staged file `staged_name` to every name of publish `e`.
   Status PublishStaged(const JournalEntry& e, const std::string& staged_name,
                        std::vector<int>* touched_dirs);
-  // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), else drops the
-  // held markers it supersedes.
-  bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name) EXCLUDES(mu_);
+  // Phase 2 of a batch in shared mode: holds entry `e` when it is a marker (true), with its
+  // staged file and the checksum of its bytes, else drops the held markers it supersedes.
+  bool HoldOrSupersede(const EntryRef& e, const std::string& staged_name,
+                       const ChecksumRecord& checksum) EXCLUDES(mu_);
+  // Without user xattrs: the checksum records to set in the manifests of directories (by fd).
+  using Manifests = std::map<int, ChecksumManifest>;
+  // Publish `e` is on the backing store with `checksum`: the inode learns it, and, without user
+  // xattrs, `manifests` get its names.
+  void NotePublished(const JournalEntry& e, const ChecksumRecord& checksum, Manifests* manifests);
+  // Rename or link `e` was applied on the backing store: without user xattrs, the records of the
+  // names it moved (`manifests` first, else the manifests on the backing store) go to their new
+  // names in `manifests` (a rename's old directory is rewritten, which drops the old name).
+  void CarryRecords(const JournalEntry& e, Manifests* manifests);
+  // The record of `name` in directory `dir`: in `manifests`, else its directory's manifest.
+  std::optional<ChecksumRecord> ManifestRecord(int dir, const std::string& name,
+                                               const Manifests& manifests);
+  // Writes `manifests` into their directories (named in the staging directory after `seq`);
+  // failures are logged and counted, not retried.
+  void KeepManifests(const Manifests& manifests, uint64_t seq);
   // Posts the commits of new held markers, and publishes (or fails) the decided ones.
   void ServeHeldMarkers() EXCLUDES(mu_);
   // Gives up held markers that will never be published: removes their staged files, releases
@@ -186,6 +206,7 @@ class Flusher {
   const int staging_fd_;
   bool tmpfile_in_place_ = true;  // Flusher thread only: O_TMPFILE works on the backing store.
   bool xattrs_supported_ = true;  // Flusher thread only: the backing store keeps user xattrs.
+  bool read_back_from_page_cache_ = false;  // Flusher thread only: said once in the log.
   const size_t max_batch_entries_;  // policy::MaxBatchEntries of RLIMIT_NOFILE at start.
   Journal& journal_;  // Its own lock, taken after mu_.
   Stats& stats_;

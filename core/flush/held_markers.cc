@@ -43,13 +43,15 @@ std::vector<HeldMarkers::Target> HeldMarkers::TargetsOf(const JournalEntry& e) {
   return targets;
 }
 
-void HeldMarkers::Add(EntryRef entry, std::string staged_name, std::string path) {
+void HeldMarkers::Add(EntryRef entry, std::string staged_name, std::string path,
+                      ChecksumRecord checksum) {
   const uint64_t seq = entry->seq;
   if (held_.count(seq)) return;
   HeldMarker& m = held_[seq];
   m.entry = std::move(entry);
   m.staged_name = std::move(staged_name);
   m.path = std::move(path);
+  m.checksum = std::move(checksum);
 }
 
 std::vector<std::pair<uint64_t, std::string>> HeldMarkers::Unposted() const {

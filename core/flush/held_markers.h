@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/integrity/checksum_record.h"
 #include "core/tree/journal.h"
 
 namespace ckptfs {
@@ -28,6 +29,7 @@ namespace ckptfs {
 struct HeldMarker {
   EntryRef entry;
   std::string staged_name;  // A publish: its file in the staging directory.
+  ChecksumRecord checksum;  // A publish: of its bytes (the manifest keeps it without xattrs).
   std::string path;         // In the mount, for messages.
   std::string commit_id;    // Empty until posted.
   std::optional<Status> outcome;
@@ -41,8 +43,9 @@ class HeldMarkers {
   static bool IsMarker(const JournalEntry& e, const std::vector<std::string>& markers);
 
   // Holds `entry` (once: a batch retried after a failed directory sync holds nothing again),
-  // with its staged file (a publish) and its path in the mount.
-  void Add(EntryRef entry, std::string staged_name, std::string path);
+  // with its staged file and the checksum of its bytes (a publish) and its path in the mount.
+  void Add(EntryRef entry, std::string staged_name, std::string path,
+           ChecksumRecord checksum = {});
   // The held markers not posted yet: (seq, path).
   std::vector<std::pair<uint64_t, std::string>> Unposted() const;
   // Records how posting the marker `seq` went: its commit id, or why it could not be posted

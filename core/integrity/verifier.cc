@@ -81,7 +81,14 @@ Verification VerifyAgainstRecord(Env& env, int fd, const ChecksumRecord& record,
     sum.Update(buffer.get(), span);
     if (on_read) on_read(span);
   }
-  const std::vector<uint32_t> sums = std::move(sum).Finish().sums;
+  return CompareWithRecord(record, v.size, std::move(sum).Finish().sums);
+}
+
+Verification CompareWithRecord(const ChecksumRecord& record, uint64_t size,
+                               const std::vector<uint32_t>& sums) {
+  Verification v;
+  v.recorded_size = record.size;
+  v.size = size;
   size_t chunk = 0;
   while (chunk < sums.size() && chunk < record.sums.size() && sums[chunk] == record.sums[chunk]) {
     ++chunk;

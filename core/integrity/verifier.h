@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/base/status.h"
 #include "core/integrity/checksum_record.h"
@@ -42,6 +43,11 @@ const char* VerdictName(Verification::Verdict verdict);
 // manifest is malformed or the record longer than kMaxChecksumRecordBytes (never read whole),
 // EFBIG when the manifest is too long.
 Result<ChecksumRecord> ReadChecksumRecord(Env& env, int fd);
+
+// The verdict of a file of `size` bytes whose chunks (of the record's chunk size) sum to `sums`:
+// kOk, or kMismatch with the first differing chunk.
+Verification CompareWithRecord(const ChecksumRecord& record, uint64_t size,
+                               const std::vector<uint32_t>& sums);
 
 // Reads `fd` from its start to its size (fstat) in spans of kVerifyReadBytes, sums it by the
 // record's chunk and compares: kOk, kMismatch with the first differing chunk, or kError when

@@ -270,9 +270,22 @@ class VerifyTest(unittest.TestCase):
             status, report, err = verify(m.mnt)
             self.assertEqual(status, 0, err)
             self.assert_all_ok(report, m.mnt)
+            # A file renamed after it was published takes its record to its new name.
+            with open(m.path("renamed.tmp"), "wb") as f:
+                f.write(distinct_content("renamed", 3 * MiB))
+            m.sync()
+            os.rename(m.path("renamed.tmp"), m.path("sub", "renamed.bin"))
+            m.sync()
+            status, report, err = verify(m.path("sub", "renamed.bin"))
+            self.assertEqual(status, 0, (report, err))
+            os.remove(m.path("sub", "renamed.bin"))
+            m.sync()
             with open(m.log_file, errors="replace") as log:
-                self.assertIn(f"checksum records of published files are kept in {MANIFEST}",
-                              log.read())
+                text = log.read()
+            self.assertIn(f"checksum records of published files are kept in {MANIFEST}", text)
+            # ramfs has no O_DIRECT: read back through the page cache, and said.
+            self.assertIn("no O_DIRECT: verify=markers reads files back from this machine's "
+                          "page cache", text)
         for name, size in FILES.items():
             self.assertEqual(record_of(b(name)), (8 * MiB, size, sums_of(b(name), 8 * MiB)), name)
         status, report, err = verify(backing)

@@ -265,6 +265,7 @@ struct FsOptions {
   std::chrono::milliseconds unmount_retry{10000};
   FsyncMode fsync_mode = FsyncMode::kWait;
   bool fault = false;  // Wrap the Env in a FaultInjectingEnv.
+  VerifyMode verify = VerifyMode::kOff;
   // Shared mode (-o shared) as node `node`, when not empty.
   std::string node{};
   std::chrono::milliseconds member_timeout{1000};
@@ -292,6 +293,7 @@ inline std::unique_ptr<Filesystem> StartFs(const std::string& backing, const FsO
   config.flush_delay = o.flush_delay;
   config.unmount_retry = o.unmount_retry;
   config.fsync_mode = o.fsync_mode;
+  config.verify = o.verify;
   config.queue_depth = 16;
   config.shared = !o.node.empty();
   config.node = o.node;

@@ -523,6 +523,68 @@ TEST_P(EnvTest, AnOpenFileIsStatedAndReadAsItIsNow) {
   EXPECT_EQ(env_->Read(-1, back.data(), back.size(), 0).err(), EBADF);
 }
 
+TEST_P(EnvTest, ABatchOfReadsThroughDepthEightReadsEveryRangeAndZerosPastTheEnd) {
+  int a = Create("a");
+  int b = Create("b");
+  Bytes bytes_a = Pattern(8, 300'000);
+  Bytes bytes_b = Pattern(9, 5'000);
+  for (const auto& [fd, bytes] : {std::pair{a, &bytes_a}, std::pair{b, &bytes_b}}) {
+    const char* data = reinterpret_cast<const char*>(bytes->data());
+    ASSERT_TRUE(env_->WriteAt(fd, data, bytes->size(), 0).ok());
+  }
+  // 20 ranges of a (more than the depth), one of b crossing its end, one of a bad fd.
+  std::vector<std::string> buffers(22, std::string(16'384, 'x'));
+  std::vector<ReadBatchRequest> requests;
+  for (size_t i = 0; i < 20; ++i) {
+    requests.push_back(ReadBatchRequest{a, i * 15'000, buffers[i].data(), buffers[i].size()});
+  }
+  requests.push_back(ReadBatchRequest{b, 4'000, buffers[20].data(), buffers[20].size()});
+  requests.push_back(ReadBatchRequest{-1, 0, buffers[21].data(), buffers[21].size()});
+  std::vector<Status> results = env_->ReadBatch(requests);
+  ASSERT_EQ(results.size(), requests.size());
+  for (size_t i = 0; i < 21; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(results[i].ok()) << results[i].ToString();
+  }
+  EXPECT_EQ(results[21].err(), EBADF);
+  for (size_t i = 0; i < 20; ++i) {
+    const size_t at = i * 15'000;
+    const size_t in_file = std::min<size_t>(buffers[i].size(), bytes_a.size() - at);
+    EXPECT_EQ(buffers[i].substr(0, in_file),
+              std::string(reinterpret_cast<const char*>(&bytes_a[at]), in_file)) << i;
+    EXPECT_EQ(buffers[i].substr(in_file), std::string(buffers[i].size() - in_file, '\0')) << i;
+  }
+  EXPECT_EQ(buffers[20].substr(0, 1'000),
+            std::string(reinterpret_cast<const char*>(&bytes_b[4'000]), 1'000));
+  EXPECT_EQ(buffers[20].substr(1'000), std::string(buffers[20].size() - 1'000, '\0'));
+  EXPECT_TRUE(env_->ReadBatch({}).empty());
+}
+
+TEST_P(EnvTest, ABatchOfDirectReadsReadsAnUnalignedFileToItsEnd) {
+  // O_DIRECT needs aligned buffers, offsets and lengths: the last range is rounded up past the end.
+  int fd = Create("direct");
+  Bytes bytes = Pattern(10, (1 << 20) + 4'101);
+  ASSERT_TRUE(env_->WriteAt(fd, reinterpret_cast<const char*>(bytes.data()), bytes.size(), 0).ok());
+  ExpectAllOk(env_->Sync(std::vector<int>{fd}, /*data_only=*/true));
+  int direct = open(Path("direct").c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  ASSERT_GE(direct, 0) << std::strerror(errno);
+  constexpr size_t kSpan = 1 << 20;
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> buffer(static_cast<char*>(std::aligned_alloc(4096, 2 * kSpan)));
+  std::vector<ReadBatchRequest> requests{
+      ReadBatchRequest{direct, 0, buffer.get(), kSpan},
+      ReadBatchRequest{direct, kSpan, buffer.get() + kSpan, 8'192}};
+  std::vector<Status> results = env_->ReadBatch(requests);
+  close(direct);
+  ExpectAllOk(results);
+  EXPECT_EQ(std::string(buffer.get(), bytes.size()),
+            std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  EXPECT_EQ(std::string(buffer.get() + bytes.size(), kSpan + 8'192 - bytes.size()),
+            std::string(kSpan + 8'192 - bytes.size(), '\0'));
+}
+
 // A wrapper that changes one call: unlinks fail with EROFS; everything else reaches the Env.
 class NoUnlinkEnv final : public EnvWrapper {
  public:
@@ -886,6 +948,28 @@ TEST_P(FaultInjectionTest, ReadsAndStatsOfAnOpenFileFailWithoutReachingTheDisk) 
   EXPECT_EQ(back, "abc");
   ASSERT_TRUE(fault_->Stat(fd, "", &st).ok());
   EXPECT_EQ(st.st_size, 3);
+}
+
+TEST_P(FaultInjectionTest, AReadOfABatchFailsAloneWithoutReachingTheDisk) {
+  int fd = Create("batch");
+  ASSERT_TRUE(fault_->WriteAt(fd, "abcdef", 6, 0).ok());
+  fault_->Inject(FaultInjectingEnv::Fault(Env::Op::kRead, EIO).After(1).Times(1));
+  std::string first(3, 'x');
+  std::string second(3, 'x');
+  std::string third(3, 'x');
+  std::vector<ReadBatchRequest> requests{ReadBatchRequest{fd, 0, first.data(), 3},
+                                         ReadBatchRequest{fd, 3, second.data(), 3},
+                                         ReadBatchRequest{fd, 3, third.data(), 3}};
+  std::vector<Status> results = fault_->ReadBatch(requests);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_EQ(results[1].err(), EIO);
+  EXPECT_TRUE(results[2].ok()) << results[2].ToString();
+  EXPECT_EQ(first, "abc");
+  EXPECT_EQ(second, "xxx");
+  EXPECT_EQ(third, "def");
+  EXPECT_EQ(fault_->calls(Env::Op::kRead), 3u);
+  EXPECT_EQ(counting_->calls(Env::Op::kRead), 2u);
 }
 
 TEST(MakeUringEnvTest, RejectsZeroQueueDepth) {

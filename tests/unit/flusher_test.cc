@@ -19,6 +19,7 @@
 #include "core/integrity/checksum_record.h"
 #include "core/integrity/verifier.h"
 #include "core/memory/arena.h"
+#include "checksum_record_of.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
 
@@ -113,11 +114,14 @@ class FlusherTest : public ::testing::Test {
     close(staging_fd_);
   }
 
-  // Starts a flusher reporting to a new RecordingClient, which waits `report_delay` in Flushed.
-  RecordingClient& StartFlusher(std::chrono::milliseconds report_delay = 0ms) {
+  // Starts a flusher reporting to a new RecordingClient, which waits `report_delay` in Flushed;
+  // with `post`, markers are held for their commits (shared mode), posted through it.
+  RecordingClient& StartFlusher(std::chrono::milliseconds report_delay = 0ms,
+                                PostCommitFn post = {}) {
     client_ = std::make_unique<RecordingClient>(report_delay);
     flusher_ = std::make_unique<Flusher>(config_, *fault_, Clock::Steady(), staging_fd_, journal_,
                                          stats_, *client_);
+    if (post) flusher_->HoldMarkers(std::move(post), [] {});
     flusher_->Start();
     return *client_;
   }
@@ -140,6 +144,31 @@ class FlusherTest : public ::testing::Test {
     Reservation reservation = arena_.Reserve(e->snapshot.BlocksNeededForWrite(0, bytes.size()));
     EXPECT_TRUE(e->snapshot.Write(0, bytes.data(), bytes.size(), reservation).ok());
     return journal_.Append(e);
+  }
+  // Journals the rename of `name` in `parent` to `new_name` in `new_parent`. Returns its seq.
+  uint64_t Rename(const InodeRef& parent, const std::string& name, const InodeRef& new_parent,
+                  const std::string& new_name, unsigned flags = 0) {
+    auto e = NewEntry(Kind::kRename, NewInode(FileType::kRegular), parent, name);
+    e->new_parent = new_parent;
+    e->new_name = new_name;
+    e->rename_flags = flags;
+    return journal_.Append(e);
+  }
+  // The manifest of directory `rel` of the backing directory.
+  Result<ChecksumManifest> Manifest(const std::string& rel) {
+    const int fd = open((dir_ / rel).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    Result<ChecksumManifest> manifest = ReadChecksumManifest(*fault_, fd);
+    close(fd);
+    return manifest;
+  }
+  // Verifies backing file `rel` against its record (in its directory's manifest).
+  Verification::Verdict Verified(const std::string& rel) {
+    const int fd = open((dir_ / rel).c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << std::strerror(errno);
+    const Verification v = VerifyFile(*fault_, fd, fd);
+    close(fd);
+    return v.verdict;
   }
   std::string HostFile(const std::string& rel) {
     return testing_util::ReadHostFile(dir_ / rel).value_or("<missing>");
@@ -287,11 +316,79 @@ TEST_F(FlusherTest, WhereTheBackingStoreKeepsNoExtendedAttributesRecordsGoToTheD
   EXPECT_TRUE(std::filesystem::is_empty(dir_ / ".ckptfs/staging"));
 }
 
+TEST_F(FlusherTest, WithoutExtendedAttributesARenamedFileTakesItsRecordToItsNewName) {
+  using testing_util::RecordOf;  // Of bytes, not of a backing file.
+  fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
+  StartFlusher();
+  InodeRef dir = Mkdir(root_, "d");
+  const std::string a = Pattern(20, 5000);
+  const std::string b = Pattern(21, 6000);
+  const std::string c = Pattern(22, 7000);
+  const std::string x = Pattern(23, 8000);
+  Publish(root_, "a.tmp", a);
+  Publish(root_, "c", c);
+  ASSERT_TRUE(flusher_->WaitDurable(Publish(root_, "x", x)).ok());
+  // Renamed in a later batch (into another directory, and over an exchange); published and
+  // renamed in one batch.
+  Rename(root_, "a.tmp", dir, "a");
+  Rename(root_, "c", root_, "x", RENAME_EXCHANGE);
+  Publish(root_, "b.tmp", b);
+  ASSERT_TRUE(flusher_->WaitDurable(Rename(root_, "b.tmp", root_, "b")).ok());
+  EXPECT_EQ(HostFile("d/a"), a);
+  EXPECT_EQ(HostFile("b"), b);
+  EXPECT_EQ(HostFile("x"), c);
+  EXPECT_EQ(HostFile("c"), x);
+
+  Result<ChecksumManifest> root = Manifest("");
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ(*root, (ChecksumManifest{{"b", RecordOf(b)}, {"c", RecordOf(x)}, {"x", RecordOf(c)}}));
+  Result<ChecksumManifest> in_d = Manifest("d");
+  ASSERT_TRUE(in_d.ok()) << in_d.status().ToString();
+  EXPECT_EQ(*in_d, (ChecksumManifest{{"a", RecordOf(a)}}));
+  for (const char* name : {"d/a", "b", "c", "x"}) {
+    EXPECT_EQ(Verified(name), Verification::Verdict::kOk) << name;
+  }
+  EXPECT_EQ(stats_.flush_errors.load(), 0u);
+}
+
+TEST_F(FlusherTest, WithoutExtendedAttributesAMarkerHeldForItsCommitGetsItsRecordWhenPublished) {
+  using testing_util::RecordOf;  // Of bytes, not of a backing file.
+  fault_->Inject(Fault(Env::Op::kSetXattr, EOPNOTSUPP).Times(1));
+  config_.commit_markers = {".metadata", "latest"};
+  std::atomic<int> posted{0};
+  StartFlusher(0ms, [&](const std::string&) -> Result<std::string> {
+    return "commit-" + std::to_string(++posted);
+  });
+  const std::string shard = Pattern(24, 9000);
+  Publish(root_, "shard", shard);
+  // A marker written in place, and one renamed into place.
+  const uint64_t metadata = Publish(root_, ".metadata", "done");
+  Publish(root_, "latest.tmp", "7");
+  const uint64_t latest = Rename(root_, "latest.tmp", root_, "latest");
+  ASSERT_TRUE(flusher_->WaitDurable(latest).ok());
+  while (posted.load() < 2) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(HostFile(".metadata"), "<missing>");
+  flusher_->CommitsDecided({CommitOutcome{"commit-1", ".metadata", Status::Ok()},
+                            CommitOutcome{"commit-2", "latest", Status::Ok()}});
+  ASSERT_TRUE(flusher_->WaitCommitted(std::max(metadata, latest)).ok());
+  EXPECT_EQ(HostFile(".metadata"), "done");
+  EXPECT_EQ(HostFile("latest"), "7");
+
+  Result<ChecksumManifest> root = Manifest("");
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  EXPECT_EQ(*root, (ChecksumManifest{{".metadata", RecordOf("done")},
+                                     {"latest", RecordOf("7")},
+                                     {"shard", RecordOf(shard)}}));
+  for (const char* name : {".metadata", "latest", "shard"}) {
+    EXPECT_EQ(Verified(name), Verification::Verdict::kOk) << name;
+  }
+}
+
 TEST_F(FlusherTest, WithVerifyMarkersACorruptedWriteIsWrittenAgainFromMemoryBeforeTheMarker) {
   config_.verify = VerifyMode::kMarkers;
   RecordingClient& client = StartFlusher();
   const std::string big = Pattern(10, (1 << 20) + 4101);  // O_DIRECT: read back from the disk.
-  const std::string small = Pattern(11, 3000);              // Buffered: from the page cache.
+  const std::string small = Pattern(11, 3000);              // Buffered, read back past the cache.
   for (const auto& [name, bytes] : {std::pair{"big", big}, std::pair{"small", small}}) {
     SCOPED_TRACE(name);
     const uint64_t mismatches = stats_.checksum_mismatches.load();

@@ -18,6 +18,7 @@
 #include "core/filesystem/filesystem.h"
 #include "core/integrity/checksum_record.h"
 #include "core/memory/crc32c.h"
+#include "checksum_record_of.h"
 #include "core_test_util.h"
 #include "tensor_view_corpus.h"
 
@@ -97,6 +98,47 @@ TEST_F(TensorViewsTest, InfoJsonShowsEachSourcesCrc32cFromItsRecordOrWhyItHasNon
     EXPECT_EQ(sources[".metadata"]["no_checksum"],
               "malformed checksum record: a sum is not 8 lowercase hex digits");
   }
+}
+
+TEST_F(TensorViewsTest, WithVerifyReadsATensorReadFromASourceThatDoesNotMatchItsRecordIsEio) {
+  // Two checkpoints found on the backing store, their shards with the record of the saved bytes;
+  // one shard has a byte changed since, outside the tensors' bytes.
+  const std::string shard = Corpus("shard.distcp");
+  const std::string changed = [&] {
+    std::string c = shard;
+    c[0] ^= 0x01;
+    return c;
+  }();
+  const std::string record = FormatChecksumRecord(RecordOf(shard));
+  for (const auto& [dir, bytes] : {std::pair{"clean", &shard}, std::pair{"changed", &changed}}) {
+    ASSERT_EQ(mkdir((backing_ / dir).c_str(), 0755), 0);
+    const std::string path = backing_ / (std::string(dir) + "/__0_0.distcp");
+    WriteHostFile(path, *bytes);
+    ASSERT_EQ(setxattr(path.c_str(), kChecksumXattr, record.data(), record.size(), 0), 0);
+    WriteHostFile(backing_ / (std::string(dir) + "/.metadata"), Corpus("dcp.metadata"));
+  }
+  // Without verify=reads the changed bytes are served.
+  Result<std::string> unchecked = ReadFile(*fs_, "changed/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(unchecked.ok()) << unchecked.status().ToString();
+  ASSERT_TRUE(fs_->Shutdown().ok());
+
+  FsOptions o;
+  o.verify = VerifyMode::kReads;
+  fs_ = StartFs(backing_.path(), o);
+  ASSERT_NE(fs_, nullptr);
+  Result<std::string> clean = ReadFile(*fs_, "clean/.tensors/model.layer.weight/0.0");
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  EXPECT_TRUE(SameBytes(*clean, Corpus("weight.raw")));
+  EXPECT_EQ(StatOf(*fs_, "read_files_verified"), 1u);
+  for (const char* tensor : {"model.layer.weight/0.0", "model.layer.bias/0"}) {
+    Result<std::string> failed = ReadFile(*fs_, std::string("changed/.tensors/") + tensor);
+    EXPECT_EQ(failed.status().err(), EIO) << tensor << ": " << failed.status().ToString();
+  }
+  EXPECT_EQ(StatOf(*fs_, "read_mismatches"), 1u);  // Checked once, failed for every read.
+  nlohmann::json sources =
+      nlohmann::json::parse(ReadFile(*fs_, "changed/.tensors/info.json").value())["sources"];
+  EXPECT_EQ(sources["__0_0.distcp"]["last_verification"]["result"], "mismatch") << sources.dump();
+  EXPECT_EQ(sources["__0_0.distcp"]["last_verification"]["by"], "reads");
 }
 
 TEST_F(TensorViewsTest, AStagedCheckpointsTensorsReadAsSavedAndBecomeDurableWithSync) {

@@ -370,7 +370,8 @@ Attr TensorViews::AttrOf(const OpenView& file) {
 }
 
 Status TensorViews::SegmentsLocked(const View& view, const ViewNode& node, uint64_t from, uint64_t to,
-                                   std::vector<ReadSegment>& out) {
+                                   std::vector<ReadSegment>& out,
+                                   std::vector<BackingSource>* backing) {
   auto it = std::upper_bound(node.ranges.begin(), node.ranges.end(), from,
                              [](uint64_t at, const ViewRange& r) { return at < r.start; });
   --it;
@@ -391,6 +392,11 @@ Status TensorViews::SegmentsLocked(const View& view, const ViewNode& node, uint6
         return Status::Error(ESTALE, view.path + ": the checkpoint changed since its view was made");
       }
       for (ReadSegment& s : src->content.Read(r.offset + skip, static_cast<size_t>(length))) {
+        const bool listed = backing == nullptr || s.kind != ReadSegment::Kind::kBacking ||
+                            std::any_of(backing->begin(), backing->end(), [&](const auto& b) {
+                              return b.inode == src && b.file == s.file;
+                            });
+        if (!listed) backing->push_back(BackingSource{src, s.file});
         out.push_back(std::move(s));
       }
     }
@@ -399,7 +405,8 @@ Status TensorViews::SegmentsLocked(const View& view, const ViewNode& node, uint6
   return Status::Ok();
 }
 
-Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t size) {
+Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t size,
+                                   std::vector<BackingSource>* backing) {
   const View& view = *file.view;
   const ViewNode& node = view.tree.nodes[file.node];
   ReadData out;
@@ -419,7 +426,7 @@ Result<ReadData> TensorViews::Read(const OpenView& file, uint64_t offset, size_t
   std::vector<ReadSegment> to_advise;
   {
     NamespaceLock lock(ns_.mutex());
-    Status st = SegmentsLocked(view, node, offset, end, out.segments);
+    Status st = SegmentsLocked(view, node, offset, end, out.segments, backing);
     if (!st.ok()) return st;
     if (ahead) {
       file.read_ahead_until.store(ahead_to, std::memory_order_relaxed);

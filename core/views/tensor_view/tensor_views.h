@@ -86,7 +86,15 @@ class TensorViews {
   Result<std::vector<DirEntry>> List(uint64_t ino);
   // EROFS for writing; EISDIR for a directory.
   Result<std::shared_ptr<const OpenView>> Open(uint64_t ino, int flags);
-  Result<ReadData> Read(const OpenView& file, uint64_t offset, size_t size);
+  // A source file whose backing file a read takes bytes of.
+  struct BackingSource {
+    InodeRef inode;
+    std::shared_ptr<BackingFile> file;
+  };
+  // With `backing` given, appends the sources whose backing files the read takes bytes of (once
+  // each, in the order read).
+  Result<ReadData> Read(const OpenView& file, uint64_t offset, size_t size,
+                        std::vector<BackingSource>* backing = nullptr);
   static Attr AttrOf(const OpenView& file);
   // Whether its content is made at open (info.json) rather than fixed.
   static bool Generated(const OpenView& file);
@@ -98,10 +106,12 @@ class TensorViews {
   // The view and node index of `ino`, or ESTALE.
   Result<std::pair<std::shared_ptr<const View>, uint32_t>> Node(uint64_t ino) const;
 
-  // The segments of [from, to) of view file `node`, appended to `out`; ESTALE when a source
-  // changed since the view was built.
+  // The segments of [from, to) of view file `node`, appended to `out` (and the sources read from
+  // their backing files to `backing`, when given); ESTALE when a source changed since the view
+  // was built.
   Status SegmentsLocked(const View& view, const ViewNode& node, uint64_t from, uint64_t to,
-                        std::vector<ReadSegment>& out) REQUIRES(ns_lock);
+                        std::vector<ReadSegment>& out,
+                        std::vector<BackingSource>* backing = nullptr) REQUIRES(ns_lock);
 
   Namespace& ns_;
   Env& env_;

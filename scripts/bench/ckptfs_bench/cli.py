@@ -97,8 +97,9 @@ directory and through a mount, cold (the files' own pages dropped with fadvise D
 rest of the page cache is left alone) and warm; alternated, --repeat runs, medians, and per run
 verify's speed as cat's (spread: min-max). Then what -o verify=markers adds to the publication of
 a marker closed after the files (from its close until it is on the backing store under its name),
-fresh mounts with verify=off and verify=markers alternated, beside the time of cat of the same
-files cold and from the page cache.
+fresh mounts with verify=off and verify=markers alternated (and with --verify-baseline CKPTFS,
+verify=markers of that binary too, with the added time as the baseline's per run), beside the time
+of cat of the same files cold and from the page cache. --verify-markers-only measures only that.
 
 --remote (instead of the workloads): upload throughput of -o remote against boto3's upload_file,
 both to one moto server on this machine (--remote-mib, default 256 x scale, in 4 files): ckptfs
@@ -253,6 +254,11 @@ def parser():
                     help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "
                     "a marker's publication, instead of the workloads")
     ap.add_argument("--verify-gib", type=float, help="checkpoint size for --verify (default 4 x scale)")
+    ap.add_argument("--verify-markers-only", action="store_true",
+                    help="--verify measures only what -o verify=markers adds to a marker")
+    ap.add_argument("--verify-baseline", metavar="CKPTFS",
+                    help="--verify also measures -o verify=markers of this ckptfs binary (the "
+                    "previous main), alternated with the one under test")
     ap.add_argument("--replication", action="store_true",
                     help="measure replication into a partner's memory (-o replicas=1) against "
                     "iperf3 over one veth pair, instead of the workloads")

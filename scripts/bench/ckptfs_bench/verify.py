@@ -2,6 +2,7 @@
 backing directory and through a mount, cold (the files' pages dropped from the page cache, theirs
 only) and warm; and what -o verify=markers adds to the publication of a commit marker written
 after the checkpoint's files."""
+import contextlib
 import os
 import statistics
 import subprocess
@@ -86,14 +87,30 @@ def verify_against_cat(a, backing, mnt, opts, total):
     return times
 
 
-def marker_publication(a, backing, mnt, opts, total, verify):
+@contextlib.contextmanager
+def binary(path):
+    """CKPTFS_BIN set to `path` (unchanged when None) while the block runs."""
+    saved = os.environ.get("CKPTFS_BIN")
+    if path:
+        os.environ["CKPTFS_BIN"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CKPTFS_BIN", None)
+        else:
+            os.environ["CKPTFS_BIN"] = saved
+
+
+def marker_publication(a, backing, mnt, opts, total, verify, ckptfs=None):
     """Seconds from the close of a marker written after the checkpoint's files until it is on
-    the backing store under its name, through a fresh mount with -o verify=`verify`."""
+    the backing store under its name, through a fresh mount with -o verify=`verify` of the
+    binary `ckptfs` (None: the one under test)."""
     for p in (backing, mnt):
         os.makedirs(p, exist_ok=True)
     marker = os.path.join(backing, "ck", ".metadata")
-    with CkptfsDaemon(backing, mnt, opts + [f"verify={verify}"],
-                      log_file=os.path.join(a.workdir, "daemon.log")) as d:
+    with binary(ckptfs), CkptfsDaemon(backing, mnt, opts + [f"verify={verify}"],
+                                      log_file=os.path.join(a.workdir, "daemon.log")) as d:
         write_files(os.path.join(mnt, "ck"), total)
         with open(os.path.join(mnt, "ck", ".metadata"), "wb") as f:
             f.write(b"marker")
@@ -109,27 +126,7 @@ def marker_publication(a, backing, mnt, opts, total, verify):
     return t
 
 
-def run(a):
-    backing, mnt = os.path.join(a.workdir, "backing"), os.path.join(a.workdir, "mnt")
-    for p in (backing, mnt):
-        os.makedirs(p)
-    total = int(a.verify_gib * (1 << 30)) // FILES // WRITE * WRITE * FILES
-    opts = [f"cache_size={a.cache_size}"] + [o for o in a.ckptfs_opts.split(",") if o]
-    times = verify_against_cat(a, backing, mnt, opts, total)
-    # Reading the checkpoint's bytes from the backing store, cold and from the page cache: what
-    # verify=markers reads back (files of 1 MiB or more come from the device).
-    ckpt = os.path.join(backing, "ck")
-    paths = sorted(os.path.join(ckpt, n) for n in os.listdir(ckpt))
-    drop_pages(paths)
-    cat_cold, _ = timed(run_cat, paths)
-    cat_warm, _ = timed(run_cat, paths)
-    subprocess.run(["rm", "-rf", backing, mnt], check=True)
-    markers = {"off": [], "markers": []}
-    for rep in range(a.repeat):
-        for verify in (["off", "markers"] if rep % 2 == 0 else ["markers", "off"]):
-            t = marker_publication(a, backing, mnt, opts, total, verify)
-            markers[verify].append(t)
-            print(f"marker published, verify={verify}: {t:.3f}s", flush=True)
+def verify_table(times):
     lines = []
     for place in ("backing", "mount"):
         for kind in ("cold", "warm"):
@@ -139,19 +136,64 @@ def run(a):
                           f"{statistics.median(c) / statistics.median(v):.2f}",
                           f"{statistics.median(speed):.2f}", spread(speed),
                           "yes" if statistics.median(speed) >= 0.8 else "no"])
+    return table(["place", "load", "verify s", "cat s", "cat/verify s", "speed/cat", "spread",
+                  ">= 0.8"], lines)
+
+
+def run(a):
+    backing, mnt = os.path.join(a.workdir, "backing"), os.path.join(a.workdir, "mnt")
+    for p in (backing, mnt):
+        os.makedirs(p)
+    total = int(a.verify_gib * (1 << 30)) // FILES // WRITE * WRITE * FILES
+    opts = [f"cache_size={a.cache_size}"] + [o for o in a.ckptfs_opts.split(",") if o]
+    times = {}
+    if not a.verify_markers_only:
+        times = verify_against_cat(a, backing, mnt, opts, total)
+        subprocess.run(["rm", "-rf", backing, mnt], check=True)
+    # Reading the checkpoint's bytes from the backing store, cold and from the page cache: what
+    # verify=markers reads back (from the device, where the backing filesystem has O_DIRECT).
+    with CkptfsDaemon(backing, mnt, opts, log_file=os.path.join(a.workdir, "daemon.log")) as d:
+        write_files(os.path.join(mnt, "ck"), total)
+        d.sync()
+    ckpt = os.path.join(backing, "ck")
+    paths = sorted(os.path.join(ckpt, n) for n in os.listdir(ckpt))
+    drop_pages(paths)
+    cat_cold, _ = timed(run_cat, paths)
+    cat_warm, _ = timed(run_cat, paths)
+    subprocess.run(["rm", "-rf", backing, mnt], check=True)
+    # (label, verify, binary): the binary under test without and with the gate, and with
+    # --verify-baseline the gate of another binary (the previous main), alternated.
+    variants = [("verify=off", "off", None), ("verify=markers", "markers", None)]
+    if a.verify_baseline:
+        variants.append(("verify=markers, baseline", "markers", a.verify_baseline))
+    markers = {label: [] for label, _, _ in variants}
+    for rep in range(a.repeat):
+        shift = rep % len(variants)
+        for label, verify, ckptfs in variants[shift:] + variants[:shift]:
+            t = marker_publication(a, backing, mnt, opts, total, verify, ckptfs)
+            markers[label].append(t)
+            print(f"marker published, {label}: {t:.3f}s", flush=True)
+    if times:
+        print()
+        print(f"{FILES} files, {total / MiB:.0f} MiB, {a.repeat} runs alternated (medians; "
+              "speed/cat: median of the runs' ratios, spread: their min-max)")
+        print(verify_table(times))
+    off = markers["verify=off"]
+    rows = [[label, f"{statistics.median(markers[label]):.3f}"] for label, _, _ in variants]
+    for label, _, _ in variants[1:]:
+        added = [m - o for m, o in zip(markers[label], off)]
+        rows.append([f"added by {label} (median of paired runs)", f"{statistics.median(added):.3f}"])
+        rows.append([f"added by {label}, spread", spread(added)])
+    if a.verify_baseline:
+        ratio = [(m - o) / (b - o) for m, b, o in
+                 zip(markers["verify=markers"], markers["verify=markers, baseline"], off)]
+        rows.append(["added as the baseline's (median of paired runs)",
+                     f"{statistics.median(ratio):.2f}"])
+        rows.append(["added as the baseline's, spread", spread(ratio)])
+    rows += [["cat of the files, cold", f"{cat_cold:.3f}"],
+             ["cat of the files, page cache", f"{cat_warm:.3f}"]]
     print()
-    print(f"{FILES} files, {total / MiB:.0f} MiB, {a.repeat} runs alternated (medians; speed/cat: "
-          "median of the runs' ratios, spread: their min-max)")
-    print(table(["place", "load", "verify s", "cat s", "cat/verify s", "speed/cat", "spread",
-                 ">= 0.8"], lines))
-    off, on = statistics.median(markers["off"]), statistics.median(markers["markers"])
-    added = [m - o for m, o in zip(markers["markers"], markers["off"])]
-    print()
-    print(table(["marker published after", "s"],
-                [["verify=off", f"{off:.3f}"], ["verify=markers", f"{on:.3f}"],
-                 ["added (median of paired runs)", f"{statistics.median(added):.3f}"],
-                 ["added, spread", spread(added)],
-                 ["cat of the files, cold", f"{cat_cold:.3f}"],
-                 ["cat of the files, page cache", f"{cat_warm:.3f}"]]))
+    print(f"marker closed after {FILES} files, {total / MiB:.0f} MiB; {a.repeat} runs alternated")
+    print(table(["marker published after", "s"], rows))
     return {"verify": {" ".join(k): v for k, v in times.items()}, "marker": markers,
             "cat_cold": cat_cold, "cat_warm": cat_warm, "bytes": total}
