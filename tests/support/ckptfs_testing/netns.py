@@ -5,6 +5,7 @@ removed at cleanup, also when the set-up fails half-way. Needs root and iproute2
     net = NetworkNodes(test_case, 3)   # registers its cleanup
     net.address(0)                     # "10.251.X.1"
     net.wrapper(0)                     # a command prefix running a program in node 0's namespace
+    net.set_link(0, up=False)          # node 0 cut off the network (up=True: back on)
 """
 
 import os
@@ -53,6 +54,10 @@ class NetworkNodes:
 
     def address(self, i):
         return f"10.251.{self.x}.{i + 1}"
+
+    def set_link(self, i, up):
+        """Sets node i's link up or down (down: the node is cut off the network)."""
+        _ip("-n", self.namespaces[i], "link", "set", f"ckr{self.x}n{i}", "up" if up else "down")
 
     def wrapper(self, i):
         """Runs the command after it in node i's network namespace only (the mount namespace
