@@ -2,8 +2,8 @@
 // address, authenticates each member that connects (member_auth.h; a refused one is logged and
 // counted), and keeps the replicas it is offered in a PartnerStore, answering each offer at once:
 // accepted, full (the member offers again later) or too large; and what each member says it
-// covers (a dead member's commits are completed from it: stand_in.h). Each connection is served on a
-// thread of its own (at most kMaxConnections at a time; more are closed at once).
+// covers (a dead member's commits are completed from it: stand_in.h). Each connection is served
+// on a thread of its own (at most kMaxConnections at a time; more are closed at once).
 //
 // Thread-safe. Stop (or destruction) closes every connection and joins every thread.
 #pragma once

@@ -99,7 +99,8 @@ Result<FrameHeader> DecodeHeader(const uint8_t* bytes) {
   uint32_t length = 0;
   for (int i = 3; i >= 0; --i) length = (length << 8) | bytes[i];
   const uint8_t type = bytes[4];
-  if (type < static_cast<uint8_t>(Type::kChallenge) || type > static_cast<uint8_t>(Type::kCovered)) {
+  if (type < static_cast<uint8_t>(Type::kChallenge) ||
+      type > static_cast<uint8_t>(Type::kCovered)) {
     return Status::Error(EPROTO, "unknown frame type " + std::to_string(type));
   }
   if (length > kMaxFrameBody) {

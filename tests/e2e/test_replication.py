@@ -22,9 +22,10 @@ No daemon logs an error; every one unmounts with status 0.
   acknowledges for it: the marker appears, the backing tree is the plain run's byte for byte,
   the live members log no error and unmount with status 0; the time from the death to the
   marker is printed; then the node comes back under its name (a new daemon that recovers what
-  the dead one had sealed) and the tree stays the plain run's. Once with the test's options, once with only those the promise needs
-  (shared, node, replicas=1, replication_secret, replication_address; cache_size only to fit
-  three daemons on this machine), with its default member_timeout and flush_delay. And a victim
+  the dead one had sealed) and the tree stays the plain run's. Once with the test's options,
+  once with only those the promise needs (shared, node, replicas=1, replication_secret,
+  replication_address; cache_size only to fit three daemons on this machine), with the default
+  member_timeout and flush_delay. And a victim
   whose link was down since before the save (nothing replicated): the commit fails as without
   replicas, the marker never appears. Seeded: CKPTFS_REPLICATION_SEED=N replays.
 - A mount asking for replicas without the shared mode, or with a secret others may read, or
@@ -189,7 +190,8 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
         net = NetworkNodes(self, len(NODES))
         secret = os.path.join(tmp, "replication.key")
         write_secret(secret, "the group secret of this test's nodes")
-        cases = [("replicated", False, True), ("replicated, the promise's options only", True, True),
+        cases = [("replicated", False, True),
+                 ("replicated, the promise's options only", True, True),
                  ("not replicated", False, False)]
         for k, (what, promise_only, replicated) in enumerate(cases):
             victim = rng.choice([1, 2])  # n0 holds rank 0, which commits the marker.

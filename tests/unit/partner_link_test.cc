@@ -114,7 +114,8 @@ TEST_F(PartnerLinkTest, AVersionLargerThanThePartnerMayHoldIsSkippedAndHoldsTheR
 
 TEST_F(PartnerLinkTest, VersionsAlreadyDurableAreNeverSent) {
   StartPartner(64 << 20);
-  PartnerLink link("n0", kRun, {"n1", "127.0.0.1", 1}, secret_);  // Nobody listens: nothing is sent.
+  // Nobody listens: nothing is sent.
+  PartnerLink link("n0", kRun, {"n1", "127.0.0.1", 1}, secret_);
   link.Enqueue(Version(1, "a"));
   link.Enqueue(Version(2, "b"));
   EXPECT_EQ(link.stored_through(), 0u);
