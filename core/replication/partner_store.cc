@@ -69,16 +69,6 @@ std::optional<uint64_t> PartnerStore::CoveredOf(const OwnerRun& owner) const {
   return it == held_.end() ? std::nullopt : it->second.covered;
 }
 
-std::vector<OwnerRun> PartnerStore::RunsOf(const std::string& node) const {
-  MutexLock lock(mu_);
-  std::vector<OwnerRun> runs;
-  for (auto it = held_.lower_bound(OwnerRun{node, ""}); it != held_.end() && it->first.node == node;
-       ++it) {
-    runs.push_back(it->first);
-  }
-  return runs;
-}
-
 std::vector<Replica> PartnerStore::Through(const OwnerRun& owner, uint64_t through) const {
   MutexLock lock(mu_);
   std::vector<Replica> out;
@@ -89,14 +79,6 @@ std::vector<Replica> PartnerStore::Through(const OwnerRun& owner, uint64_t throu
     out.push_back(r);
   }
   return out;
-}
-
-void PartnerStore::Forget(const OwnerRun& owner) {
-  MutexLock lock(mu_);
-  auto it = held_.find(owner);
-  if (it == held_.end()) return;
-  totals_.dropped += DropLocked(it->second, UINT64_MAX);
-  held_.erase(it);
 }
 
 void PartnerStore::CountCompleted() {

@@ -65,12 +65,8 @@ class PartnerStore {
   void Covered(const OwnerRun& owner, uint64_t seq) EXCLUDES(mu_);
   // What `owner` last said it covers; nullopt when it said nothing.
   std::optional<uint64_t> CoveredOf(const OwnerRun& owner) const EXCLUDES(mu_);
-  // The runs of `node` this store heard from.
-  std::vector<OwnerRun> RunsOf(const std::string& node) const EXCLUDES(mu_);
   // `owner`'s replicas with seq <= `through`, in seq order (copies that share the bytes).
   std::vector<Replica> Through(const OwnerRun& owner, uint64_t through) const EXCLUDES(mu_);
-  // Forgets `owner`: its replicas and what it said it covers (a dead owner completed).
-  void Forget(const OwnerRun& owner) EXCLUDES(mu_);
   // One more version was made durable for a dead owner.
   void CountCompleted() EXCLUDES(mu_);
 
@@ -90,7 +86,7 @@ class PartnerStore {
 
   const uint64_t limit_;
   mutable Mutex mu_;
-  // By owner run. An entry stays while it holds replicas or a covered point, until Forget.
+  // By owner run. An entry stays while it holds replicas or a covered point.
   std::map<OwnerRun, Held> held_ GUARDED_BY(mu_);
   PartnerStoreTotals totals_ GUARDED_BY(mu_);
 };

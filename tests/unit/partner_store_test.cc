@@ -80,10 +80,10 @@ TEST(PartnerStoreTest, ARestartedOwnersVersionsAreKeptApartFromItsEarlierRuns) {
   // The new run's durable point drops nothing of the earlier run.
   EXPECT_EQ(store.DropDurable(after, 5), 1u);
   EXPECT_EQ(store.Bytes(before, 1), "old");
-  EXPECT_EQ(store.RunsOf("n0"), std::vector<OwnerRun>{before});
+  EXPECT_EQ(store.ByOwner().at("n0"), std::make_pair(uint64_t{1}, uint64_t{3}));
 }
 
-TEST(PartnerStoreTest, WhatAnOwnerCoversOnlyRisesAndIsForgottenWithIt) {
+TEST(PartnerStoreTest, WhatAnOwnerCoversOnlyRisesAndOutlivesItsReplicas) {
   PartnerStore store(100);
   const OwnerRun n0{"n0", kRun};
   EXPECT_EQ(store.CoveredOf(n0), std::nullopt);
@@ -100,10 +100,9 @@ TEST(PartnerStoreTest, WhatAnOwnerCoversOnlyRisesAndIsForgottenWithIt) {
   EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 5}));
   EXPECT_EQ(store.DropDurable(n0, 100), 3u);
   EXPECT_EQ(store.CoveredOf(n0), 7u);
-  store.Forget(n0);
-  EXPECT_EQ(store.CoveredOf(n0), std::nullopt);
-  EXPECT_EQ(store.RunsOf("n0"), std::vector<OwnerRun>{});
+  EXPECT_EQ(store.CoveredOf({"n0", "fedcba9876543210"}), std::nullopt);
   EXPECT_EQ(store.Totals().bytes, 0u);
+  EXPECT_TRUE(store.ByOwner().empty());
 }
 
 }  // namespace
