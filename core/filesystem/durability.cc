@@ -55,6 +55,17 @@ Status Durability::JoinSharedMount() {
                              shared.status().message());
   }
   shared_ = std::move(*shared);
+  if (replicator_) {
+    stand_in_ = std::make_unique<replication::StandInWriter>(
+        parts_.env, parts_.store.root_fd, parts_.store.staging_fd, replicator_->store(),
+        config.commit_markers);
+    shared_->SetStandIn(replicator_->run(), [writer = stand_in_.get()](
+                                                const MemberId& dead,
+                                                const std::optional<Sight>& sight) {
+      if (!sight) return writer->Complete({dead.node, ""}, std::nullopt);
+      return writer->Complete({dead.node, sight->run}, sight->sealed);
+    });
+  }
   RemoveStagingLeftovers(parts_.env, parts_.store.staging_fd,
                          TakesOverStagedFiles(parts_.config));
   SharedMount* mount = shared_.get();
@@ -171,8 +182,9 @@ void Durability::Stop() {
   upload_log_dir_ = -1;
   flusher_.reset();
   replication_feed_.reset();
-  replicator_.reset();
   shared_.reset();
+  stand_in_.reset();
+  replicator_.reset();
 }
 
 Status Durability::WaitDurable(uint64_t point) {

@@ -25,6 +25,7 @@
 #include "core/memory/arena.h"
 #include "core/remote/uploader.h"
 #include "core/replication/replicator.h"
+#include "core/replication/stand_in.h"
 #include "core/shared/shared_mount.h"
 #include "core/stats/stats.h"
 #include "core/tree/journal.h"
@@ -75,6 +76,7 @@ class Durability final : private FlushClient {
   const Uploader* uploader() const { return uploader_.get(); }
   // Null unless -o replicas.
   const replication::Replicator* replicator() const { return replicator_.get(); }
+  const replication::StandInWriter* stand_in() const { return stand_in_.get(); }
 
   // Waits until everything journaled up to `point` is durable (in shared mode, its markers
   // committed): the error names every file sealed by then and not durable (the first 100). Ok
@@ -109,10 +111,14 @@ class Durability final : private FlushClient {
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
-  // -o replicas: this member's replication, fed from the journal (null otherwise). The feed
-  // goes before the replicator, the replicator before the shared mount.
+  // -o replicas: this member's replication, fed from the journal (null otherwise). At Stop the
+  // feed goes first, then the shared mount (whose thread calls the stand-in), the stand-in, the
+  // replicator.
   std::unique_ptr<replication::Replicator> replicator_;
   std::unique_ptr<ReplicationFeed> replication_feed_;
+  // -o replicas: completes dead members' parts of commits from the replicas held for them (called
+  // by the shared mount's thread).
+  std::unique_ptr<replication::StandInWriter> stand_in_;
 };
 
 }  // namespace ckptfs

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/replication/replication_policy.h"
+
 namespace ckptfs {
 namespace {
 
@@ -64,6 +66,15 @@ void ReplicationFeed::FeedSealed() {
   fed_ = last;
 }
 
+uint64_t ReplicationFeed::FirstPendingNamespaceChange() const {
+  for (const EntryRef& e : journal_.Unflushed()) {
+    if (e->kind != JournalEntry::Kind::kPublish && e->kind != JournalEntry::Kind::kMkdir) {
+      return e->seq;
+    }
+  }
+  return 0;
+}
+
 void ReplicationFeed::Run() {
   auto members_at = std::chrono::steady_clock::time_point{};
   MutexLock lock(mu_);
@@ -78,8 +89,12 @@ void ReplicationFeed::Run() {
       replicator_.DropSuperseded();
       members_at = std::chrono::steady_clock::now();
     }
-    replicator_.Durable(journal_.durable_seq());
     FeedSealed();
+    // Read after the feed (what it names up to `fed_` was handed over); the durable point read
+    // after it covers every namespace change it found done, and reaches the partners first.
+    const uint64_t replayable = policy::ReplayableThrough(fed_, FirstPendingNamespaceChange());
+    replicator_.Durable(journal_.durable_seq());
+    replicator_.Replayable(replayable);
     lock.Lock();
     if (!stop_) wake_.wait_for(lock, kFeedInterval);
   }

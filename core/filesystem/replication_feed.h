@@ -4,7 +4,8 @@
 // it the durable point (partners drop what is durable), and, every poll interval, the live
 // members and their endpoints (partners are chosen again) and which versions were superseded
 // before their flush (a chunk rewritten a hundred times pins one version's blocks, not a
-// hundred).
+// hundred); and up to where its partners could replay its journal (versions and directory
+// creations, policy::ReplayableThrough), for what they are told they cover.
 //
 // Thread-safe. Lock order: the namespace lock, then the journal's, while it reads the journal;
 // nothing of the mount is locked when it calls the replicator.
@@ -38,6 +39,9 @@ class ReplicationFeed {
   void Run() EXCLUDES(mu_);
   // Hands over the versions sealed since the last call.
   void FeedSealed() EXCLUDES(ns_lock);
+  // The seq of the first entry not durable that is neither a file version nor a directory's
+  // creation (what partners do not replay); 0 when none is.
+  uint64_t FirstPendingNamespaceChange() const;
 
   Journal& journal_;
   Namespace& ns_;

@@ -140,6 +140,7 @@ std::string StatsReport::Json() const {
         {"held_bytes", r.held.bytes},
         {"held_limit", r.held.limit},
         {"received_replicas", r.held.received},
+        {"completed_for_dead", r.held.completed_for_dead},
         {"dropped_replicas", r.held.dropped},
         {"offers_refused_full", r.held.refused_full},
         {"held_for", std::move(held_for)},

@@ -18,8 +18,12 @@ constexpr std::chrono::milliseconds kFullRetry{50};
 
 }  // namespace
 
-PartnerLink::PartnerLink(std::string self_node, PartnerAddress partner, const GroupSecret& secret)
-    : self_node_(std::move(self_node)), partner_(std::move(partner)), secret_(secret) {
+PartnerLink::PartnerLink(std::string self_node, std::string run, PartnerAddress partner,
+                         const GroupSecret& secret)
+    : self_node_(std::move(self_node)),
+      run_(std::move(run)),
+      partner_(std::move(partner)),
+      secret_(secret) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -64,6 +68,14 @@ void PartnerLink::Durable(uint64_t seq) {
   news_.notify_all();
 }
 
+void PartnerLink::Coverable(uint64_t seq) {
+  MutexLock lock(mu_);
+  if (seq <= coverable_) return;
+  coverable_ = seq;
+  news_pending_ = true;
+  news_.notify_all();
+}
+
 void PartnerLink::DropSuperseded() {
   MutexLock lock(mu_);
   std::erase_if(queue_, [](const auto& v) { return v->Superseded(); });
@@ -71,6 +83,10 @@ void PartnerLink::DropSuperseded() {
 
 uint64_t PartnerLink::stored_through() const {
   MutexLock lock(mu_);
+  return StoredThroughLocked();
+}
+
+uint64_t PartnerLink::StoredThroughLocked() const {
   uint64_t through = queue_.empty() ? UINT64_MAX : queue_.front()->seq - 1;
   if (!unsendable_.empty()) through = std::min(through, *unsendable_.begin() - 1);
   return std::max(through, durable_);
@@ -105,7 +121,8 @@ Status PartnerLink::Connect() {
   if (!challenge.ok()) return challenge.status();
   Result<Nonce> nonce = RandomNonce();
   if (!nonce.ok()) return nonce.status();
-  Hello hello{self_node_, *nonce, secret_.MemberProof(challenge->nonce, *nonce, self_node_)};
+  Hello hello{self_node_, run_, *nonce,
+              secret_.MemberProof(challenge->nonce, *nonce, self_node_)};
   if (Status st = conn->Send(Encode(hello)); !st.ok()) return st;
   body = conn->Expect(Type::kWelcome);
   if (!body.ok()) {
@@ -123,6 +140,8 @@ Status PartnerLink::Connect() {
                                      partner_.node);
   }
   conn_ = std::move(conn);
+  MutexLock lock(mu_);
+  covered_sent_ = 0;  // A new connection: the partner is told again.
   return Status::Ok();
 }
 
@@ -201,10 +220,13 @@ void PartnerLink::Run() {
     }
     std::shared_ptr<const Outgoing> next;
     uint64_t durable_notice = 0;
+    uint64_t covered_notice = 0;
     bool finishing = false;
     {
       MutexLock lock(mu_);
       if (durable_ > durable_sent_) durable_notice = durable_;
+      const uint64_t covered = std::min(coverable_, StoredThroughLocked());
+      if (covered > covered_sent_) covered_notice = covered;
       while (!queue_.empty() && queue_.front()->Superseded()) queue_.pop_front();
       finishing = finishing_;
       if (!queue_.empty() && !finishing) next = queue_.front();
@@ -215,6 +237,14 @@ void PartnerLink::Run() {
       if (st.ok()) {
         MutexLock lock(mu_);
         durable_sent_ = std::max(durable_sent_, durable_notice);
+      }
+    }
+    // After the durable point: the partner drops what is durable before it learns what it covers.
+    if (st.ok() && covered_notice != 0) {
+      st = conn_->Send(Encode(Type::kCovered, SeqMessage{covered_notice}));
+      if (st.ok()) {
+        MutexLock lock(mu_);
+        covered_sent_ = std::max(covered_sent_, covered_notice);
       }
     }
     if (finishing) break;

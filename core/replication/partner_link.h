@@ -4,7 +4,9 @@
 // accepts, offered again a little later when the partner is full (back-pressure: nothing on the
 // writer's side ever fails or waits for it), skipped when it can never fit or cannot be read. It tells the partner
 // of the owner's durable point, so the partner drops what it need no longer hold, and drops such
-// versions from its own queue unsent.
+// versions from its own queue unsent; and of the point it covers: every entry the owner sealed
+// up to it is held by the partner or durable (what a partner completing a dead owner's commits
+// relies on, stand_in.h).
 //
 // Thread-safe.
 #pragma once
@@ -61,8 +63,10 @@ struct PartnerLinkStats {
 
 class PartnerLink {
  public:
-  // Starts the link's thread. `secret` must outlive the link.
-  PartnerLink(std::string self_node, PartnerAddress partner, const GroupSecret& secret);
+  // Starts the link's thread for member `self_node`, whose versions `run` numbers (wire.h).
+  // `secret` must outlive the link.
+  PartnerLink(std::string self_node, std::string run, PartnerAddress partner,
+              const GroupSecret& secret);
   ~PartnerLink();
   PartnerLink(const PartnerLink&) = delete;
   PartnerLink& operator=(const PartnerLink&) = delete;
@@ -71,6 +75,10 @@ class PartnerLink {
   void Enqueue(std::shared_ptr<const Outgoing> version) EXCLUDES(mu_);
   // The owner made everything up to `seq` durable.
   void Durable(uint64_t seq) EXCLUDES(mu_);
+  // Every entry the owner sealed up to `seq` that is not durable is a version queued to this
+  // link (or was superseded) or a directory's creation: the partner is told it covers
+  // min(seq, stored_through()) once that rises.
+  void Coverable(uint64_t seq) EXCLUDES(mu_);
   // Drops the queued versions that were superseded (Outgoing::superseded).
   void DropSuperseded() EXCLUDES(mu_);
   // Every version queued with seq <= it is held by the partner or durable (versions that cannot
@@ -88,6 +96,7 @@ class PartnerLink {
 
  private:
   void Run() EXCLUDES(mu_);
+  uint64_t StoredThroughLocked() const REQUIRES(mu_);
   Status Connect() EXCLUDES(mu_);
   // Offers `version` and, when accepted, sends it. Ok(true) when stored, Ok(false) when the
   // partner was full; EFBIG when it can never fit the partner. `unreadable` is set when its bytes
@@ -97,6 +106,7 @@ class PartnerLink {
   void Wait(std::chrono::milliseconds timeout) EXCLUDES(mu_);
 
   const std::string self_node_;
+  const std::string run_;
   const PartnerAddress partner_;
   const GroupSecret& secret_;
   // Owned by the link's thread; Stop shuts it down from outside.
@@ -112,6 +122,8 @@ class PartnerLink {
   std::deque<std::shared_ptr<const Outgoing>> queue_ GUARDED_BY(mu_);
   uint64_t durable_ GUARDED_BY(mu_) = 0;
   uint64_t durable_sent_ GUARDED_BY(mu_) = 0;
+  uint64_t coverable_ GUARDED_BY(mu_) = 0;
+  uint64_t covered_sent_ GUARDED_BY(mu_) = 0;  // On this connection.
   // Versions that cannot be replicated (too large for the partner, or unreadable) and are not
   // durable yet.
   std::set<uint64_t> unsendable_ GUARDED_BY(mu_);

@@ -128,7 +128,7 @@ void PartnerServer::AcceptLoop() {
   }
 }
 
-Result<std::string> PartnerServer::Authenticate(Connection& conn) {
+Result<OwnerRun> PartnerServer::Authenticate(Connection& conn) {
   Result<Nonce> challenge = RandomNonce();
   if (!challenge.ok()) return challenge.status();
   if (Status st = conn.Send(Encode(Challenge{*challenge})); !st.ok()) return st;
@@ -142,13 +142,13 @@ Result<std::string> PartnerServer::Authenticate(Connection& conn) {
   Welcome welcome{settings_.node,
                   secret_.PartnerProof(*challenge, hello->nonce, hello->node, settings_.node)};
   if (Status st = conn.Send(Encode(welcome)); !st.ok()) return st;
-  return hello->node;
+  return OwnerRun{hello->node, hello->run};
 }
 
 void PartnerServer::Serve(Connection& conn) {
   const std::string peer = conn.Peer();
   conn.SetTimeout(settings_.handshake_timeout);
-  Result<std::string> owner = Authenticate(conn);
+  Result<OwnerRun> owner = Authenticate(conn);
   if (!owner.ok()) {
     ++refused_;
     spdlog::warn("replication: refused a connection from {}: {}", peer,
@@ -157,7 +157,7 @@ void PartnerServer::Serve(Connection& conn) {
   }
   ++accepted_;
   conn.SetTimeout(std::chrono::milliseconds(0));
-  spdlog::info("replication: node {} connected from {}", *owner, peer);
+  spdlog::info("replication: node {} (run {}) connected from {}", owner->node, owner->run, peer);
   Status st;
   while (st.ok()) {
     Result<FrameHeader> header = conn.ReadHeader();
@@ -173,26 +173,28 @@ void PartnerServer::Serve(Connection& conn) {
     if (header->type == Type::kOffer) {
       Result<Offer> offer = DecodeOffer(*body);
       st = offer.ok() ? TakeOffer(conn, *owner, *offer) : offer.status();
-    } else if (header->type == Type::kDurable) {
-      Result<SeqMessage> durable = DecodeSeq(*body);
-      if (durable.ok()) {
-        store_.DropDurable(*owner, durable->seq);
+    } else if (header->type == Type::kDurable || header->type == Type::kCovered) {
+      Result<SeqMessage> point = DecodeSeq(*body);
+      if (!point.ok()) {
+        st = point.status();
+      } else if (header->type == Type::kDurable) {
+        store_.DropDurable(*owner, point->seq);
       } else {
-        st = durable.status();
+        store_.Covered(*owner, point->seq);
       }
     } else {
       st = Status::Error(EPROTO, std::string("unexpected ") + TypeName(header->type) + " frame");
     }
   }
   if (st.err() == ECONNRESET) {
-    spdlog::info("replication: node {} ({}) disconnected", *owner, peer);
+    spdlog::info("replication: node {} ({}) disconnected", owner->node, peer);
   } else {
-    spdlog::warn("replication: connection of node {} ({}) ended: {}", *owner, peer,
+    spdlog::warn("replication: connection of node {} ({}) ended: {}", owner->node, peer,
                  st.ToString());
   }
 }
 
-Status PartnerServer::TakeOffer(Connection& conn, const std::string& owner, const Offer& offer) {
+Status PartnerServer::TakeOffer(Connection& conn, const OwnerRun& owner, const Offer& offer) {
   switch (store_.Reserve(offer.size)) {
     case PartnerStore::Room::kTooLarge:
       return conn.Send(Encode(Type::kTooLarge, SeqMessage{offer.seq}));
@@ -202,7 +204,7 @@ Status PartnerServer::TakeOffer(Connection& conn, const std::string& owner, cons
       break;
   }
   Replica replica{owner, offer.path, offer.seq, offer.version,
-                  std::unique_ptr<char[]>(new char[offer.size ? offer.size : 1]), offer.size};
+                  std::shared_ptr<char[]>(new char[offer.size ? offer.size : 1]), offer.size};
   Status st = conn.Send(Encode(Type::kAccept, SeqMessage{offer.seq}));
   // A member that stops sending an accepted replica must not hold its reservation for ever.
   conn.SetTimeout(settings_.data_timeout);

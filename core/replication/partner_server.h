@@ -1,8 +1,9 @@
 // PartnerServer: the listening side of replication. It binds an ephemeral TCP port on one
 // address, authenticates each member that connects (member_auth.h; a refused one is logged and
 // counted), and keeps the replicas it is offered in a PartnerStore, answering each offer at once:
-// accepted, full (the member offers again later) or too large. Each connection is served on a
-// thread of its own (at most kMaxConnections at a time; more are closed at once).
+// accepted, full (the member offers again later) or too large; and what each member says it
+// covers (a dead member's commits are completed from it: stand_in.h). Each connection is served
+// on a thread of its own (at most kMaxConnections at a time; more are closed at once).
 //
 // Thread-safe. Stop (or destruction) closes every connection and joins every thread.
 #pragma once
@@ -63,10 +64,10 @@ class PartnerServer {
   void AcceptLoop() EXCLUDES(mu_);
   // Serves one connection until it ends.
   void Serve(Connection& conn);
-  // The handshake: the member's node name once it proved it holds the secret.
-  Result<std::string> Authenticate(Connection& conn);
+  // The handshake: the member's node name and run once it proved it holds the secret.
+  Result<OwnerRun> Authenticate(Connection& conn);
   // Takes one offered replica (the offer was read).
-  Status TakeOffer(Connection& conn, const std::string& owner, const Offer& offer);
+  Status TakeOffer(Connection& conn, const OwnerRun& owner, const Offer& offer);
   void ReapDone() REQUIRES(mu_);
 
   const PartnerServerSettings settings_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,13 +18,20 @@
 
 namespace ckptfs::replication {
 
-// A sealed file version of an owner, as its partner holds it.
+// One run of an owner: its node name and the run (wire.h) that numbers its versions.
+struct OwnerRun {
+  std::string node;
+  std::string run;
+  auto operator<=>(const OwnerRun&) const = default;
+};
+
+// A sealed file version of an owner, as its partner holds it. Copies share the bytes.
 struct Replica {
-  std::string owner;     // The owner's node name.
+  OwnerRun owner;
   std::string path;      // Relative to the backing directory.
-  uint64_t seq = 0;      // The owner's close order (its journal's sequence number).
+  uint64_t seq = 0;      // The owner's close order (its journal's sequence number in that run).
   uint64_t version = 0;  // The file's version at the owner.
-  std::unique_ptr<char[]> bytes;
+  std::shared_ptr<char[]> bytes;
   uint64_t size = 0;
 };
 
@@ -35,6 +43,7 @@ struct PartnerStoreTotals {
   uint64_t received = 0;  // Replicas kept since the start.
   uint64_t dropped = 0;   // Replicas dropped because their owner made them durable.
   uint64_t refused_full = 0;
+  uint64_t completed_for_dead = 0;  // Versions made durable for dead owners (stand_in.h).
 };
 
 class PartnerStore {
@@ -46,24 +55,39 @@ class PartnerStore {
   Room Reserve(uint64_t size) EXCLUDES(mu_);
   // Gives back a reservation whose replica did not arrive whole.
   void Unreserve(uint64_t size) EXCLUDES(mu_);
-  // Keeps a replica whose `size` bytes were reserved. A replica of the same owner and seq
+  // Keeps a replica whose `size` bytes were reserved. A replica of the same owner run and seq
   // replaces the one held (its reservation is given back).
   void Keep(Replica replica) EXCLUDES(mu_);
   // Drops `owner`'s replicas with seq <= `durable_seq`; returns how many.
-  size_t DropDurable(const std::string& owner, uint64_t durable_seq) EXCLUDES(mu_);
+  size_t DropDurable(const OwnerRun& owner, uint64_t durable_seq) EXCLUDES(mu_);
+  // The owner told this partner that everything it sealed up to `seq` is held here or durable
+  // (wire.h Covered); the point only rises.
+  void Covered(const OwnerRun& owner, uint64_t seq) EXCLUDES(mu_);
+  // What `owner` last said it covers; nullopt when it said nothing.
+  std::optional<uint64_t> CoveredOf(const OwnerRun& owner) const EXCLUDES(mu_);
+  // `owner`'s replicas with seq <= `through`, in seq order (copies that share the bytes).
+  std::vector<Replica> Through(const OwnerRun& owner, uint64_t through) const EXCLUDES(mu_);
+  // One more version was made durable for a dead owner.
+  void CountCompleted() EXCLUDES(mu_);
 
   PartnerStoreTotals Totals() const EXCLUDES(mu_);
   // Per owner: how many replicas and bytes are held.
   std::map<std::string, std::pair<uint64_t, uint64_t>> ByOwner() const EXCLUDES(mu_);
-  // The bytes of `owner`'s replica `seq` (empty when not held), for tests and the later
-  // completion of a dead owner's checkpoint.
-  std::string Bytes(const std::string& owner, uint64_t seq) const EXCLUDES(mu_);
+  // The bytes of `owner`'s replica `seq` (empty when not held), for tests.
+  std::string Bytes(const OwnerRun& owner, uint64_t seq) const EXCLUDES(mu_);
 
  private:
+  struct Held {
+    std::map<uint64_t, Replica> replicas;  // By seq.
+    std::optional<uint64_t> covered;
+  };
+  // Drops `held`'s replicas with seq <= `through`; returns how many.
+  size_t DropLocked(Held& held, uint64_t through) REQUIRES(mu_);
+
   const uint64_t limit_;
   mutable Mutex mu_;
-  // By owner, then seq.
-  std::map<std::string, std::map<uint64_t, Replica>> held_ GUARDED_BY(mu_);
+  // By owner run. An entry stays while it holds replicas or a covered point.
+  std::map<OwnerRun, Held> held_ GUARDED_BY(mu_);
   PartnerStoreTotals totals_ GUARDED_BY(mu_);
 };
 

@@ -1,10 +1,11 @@
 // Rules of replication (-o shared,replicas=N), as pure functions: which members hold a member's
-// replicas, and whether a partner's store may take one more.
-// core/replication/replicator and core/replication/partner_store apply them.
+// replicas, whether a partner's store may take one more, and when a partner may complete a dead
+// member's commits. core/replication/replicator, partner_store and stand_in apply them.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,50 @@ inline bool EverFits(uint64_t size, uint64_t limit) { return size <= limit; }
 
 // The share of the cache a partner's store may hold by default.
 inline uint64_t DefaultPartnerStoreBytes(uint64_t cache_size) { return cache_size / 4; }
+
+// What an owner tells a partner it covers: every entry it sealed up to that point is held by the
+// partner or durable. `fed`: every version sealed up to it was queued to the partner's link;
+// `stored_through`: every version queued up to it is held by the partner or durable;
+// `replayable_through`: every entry up to it that is not durable is a file version or a
+// directory's creation (a partner replays nothing else: a rename, unlink, link, ... keeps the
+// point below it until it is durable).
+inline uint64_t CoveredPoint(uint64_t fed, uint64_t stored_through, uint64_t replayable_through) {
+  return std::min({fed, stored_through, replayable_through});
+}
+
+// The replayable point of a journal whose last entry is `last` and whose first entry that is not
+// durable and neither a file version nor a directory's creation is `first_other` (0: none).
+inline uint64_t ReplayableThrough(uint64_t last, uint64_t first_other) {
+  return first_other == 0 ? last : std::min(last, first_other - 1);
+}
+
+// Whether a partner completes a dead member's part of one commit (makes its versions durable and
+// acknowledges for it), or why not.
+enum class StandIn {
+  kComplete,
+  kUnseen,          // The member died before it saw the request: what it owed is unknown.
+  kNotReplicated,   // Something it had sealed when it saw the request is not held here.
+  kNothingHeld,     // It never told this member what it covers: not its partner.
+};
+// `sealed_at_sight`: the member's sealed point when it first saw the request (it covers
+// everything the commit needs of it), nullopt when it left none; `covered`: the point the member
+// last said this partner covers, nullopt when it said nothing to this partner. Sound: it
+// completes only when every entry the commit needs of the member is held here or durable.
+inline StandIn MayStandIn(std::optional<uint64_t> sealed_at_sight,
+                          std::optional<uint64_t> covered) {
+  if (!sealed_at_sight) return StandIn::kUnseen;
+  if (*sealed_at_sight == 0) return StandIn::kComplete;  // It owed nothing.
+  if (!covered) return StandIn::kNothingHeld;
+  if (*covered < *sealed_at_sight) return StandIn::kNotReplicated;
+  return StandIn::kComplete;
+}
+
+// Whether a stand-in writes a dead member's held replica `seq` of a file named `base_name` for a
+// commit that needs the member's entries up to `through`, when it wrote them up to `written`
+// already: in close order, each once; never a commit marker (the dead member's own commits die
+// with it: a marker is published only by its committer).
+inline bool StandInWrites(uint64_t seq, uint64_t written, uint64_t through, bool is_marker) {
+  return seq > written && seq <= through && !is_marker;
+}
 
 }  // namespace ckptfs::policy

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/replication/replication_policy.h"
+#include "core/shared/shared_policy.h"
 
 namespace ckptfs::replication {
 
@@ -66,6 +67,19 @@ std::string LocalAddress() {
 
 Result<std::unique_ptr<Replicator>> Replicator::Start(ReplicatorSettings settings,
                                                       GroupSecret secret) {
+  if (settings.run.empty()) {
+    Result<Nonce> random = RandomNonce();
+    if (!random.ok()) return random.status();
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (size_t i = 0; i < policy::kIncarnationLength / 2; ++i) {
+      settings.run += kHex[(*random)[i] >> 4];
+      settings.run += kHex[(*random)[i] & 0xf];
+    }
+  }
+  if (!policy::IsValidIncarnation(settings.run)) {
+    return ckptfs::Status::Error(EINVAL, "replication run " + settings.run +
+                                             " is not 16 hex digits");
+  }
   std::unique_ptr<Replicator> r(new Replicator(std::move(settings), std::move(secret)));
   r->store_ = std::make_unique<PartnerStore>(r->settings_.store_bytes);
   Result<std::unique_ptr<PartnerServer>> server = PartnerServer::Start(
@@ -78,9 +92,9 @@ Result<std::unique_ptr<Replicator>> Replicator::Start(ReplicatorSettings setting
     address = (bind == "0.0.0.0" || bind == "::") ? LocalAddress() : bind;
   }
   r->endpoint_ = FormatEndpoint(address, r->server_->port());
-  spdlog::info("replication: {} replica(s) of each sealed version; receiving partners' replicas "
-               "at {} (bound to {}), up to {} bytes",
-               r->settings_.replicas, r->endpoint_, r->settings_.bind_address,
+  spdlog::info("replication: {} replica(s) of each sealed version (run {}); receiving partners' "
+               "replicas at {} (bound to {}), up to {} bytes",
+               r->settings_.replicas, r->settings_.run, r->endpoint_, r->settings_.bind_address,
                r->settings_.store_bytes);
   return r;
 }
@@ -158,11 +172,13 @@ void Replicator::MembersChanged(const std::vector<MemberEndpoint>& live) {
   }
   for (const std::string& node : partners) {
     if (links_.count(node)) continue;
-    auto link = std::make_shared<PartnerLink>(settings_.node, reachable[node], secret_);
+    auto link =
+        std::make_shared<PartnerLink>(settings_.node, settings_.run, reachable[node], secret_);
     spdlog::info("replication: partner {} at {}", node,
                  FormatEndpoint(reachable[node].address, reachable[node].port));
     link->Durable(durable_);
     for (const auto& v : unflushed_) link->Enqueue(v);
+    link->Coverable(CoverableLocked());
     links_[node] = std::move(link);
   }
   lock.Unlock();
@@ -179,6 +195,17 @@ void Replicator::Sealed(std::shared_ptr<const Outgoing> version) {
 void Replicator::Fed(uint64_t seq) {
   MutexLock lock(mu_);
   fed_ = std::max(fed_, seq);
+  for (auto& [node, link] : links_) link->Coverable(CoverableLocked());
+}
+
+void Replicator::Replayable(uint64_t seq) {
+  MutexLock lock(mu_);
+  replayable_ = std::max(replayable_, seq);
+  for (auto& [node, link] : links_) link->Coverable(CoverableLocked());
+}
+
+uint64_t Replicator::CoverableLocked() const {
+  return policy::CoveredPoint(fed_, UINT64_MAX, std::max(replayable_, durable_));
 }
 
 void Replicator::Durable(uint64_t seq) {

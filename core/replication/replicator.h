@@ -34,6 +34,8 @@ struct ReplicatorSettings {
   // host's first non-loopback address (LocalAddress).
   std::string publish_address;
   uint64_t store_bytes = 0;  // How much of partners' replicas this member holds at most.
+  // Names this process's versions to its partners (wire.h); empty: chosen at random at Start.
+  std::string run;
 };
 
 // A live member's published endpoint, as read from its member file.
@@ -78,12 +80,18 @@ class Replicator {
 
   // What to publish in the member file.
   const std::string& endpoint() const { return endpoint_; }
+  // The run that names this process's versions at its partners.
+  const std::string& run() const { return settings_.run; }
   // The live members now (the shared mount's view): partners are chosen again from them.
   void MembersChanged(const std::vector<MemberEndpoint>& live) EXCLUDES(mu_);
   // A version sealed (seqs rising): sent to every partner.
   void Sealed(std::shared_ptr<const Outgoing> version) EXCLUDES(mu_);
   // Every version sealed up to `seq` was handed to Sealed.
   void Fed(uint64_t seq) EXCLUDES(mu_);
+  // Every entry sealed up to `seq` that is not durable is a file version or a directory's
+  // creation (a partner can replay those alone): partners are told they cover up to it, as far
+  // as they hold what was fed (policy::CoveredPoint).
+  void Replayable(uint64_t seq) EXCLUDES(mu_);
   // Everything up to `seq` is durable on the backing store.
   void Durable(uint64_t seq) EXCLUDES(mu_);
   // Lets go of the versions superseded before they were flushed (and of their blocks).
@@ -94,12 +102,15 @@ class Replicator {
   ReplicatorStatus Status() const EXCLUDES(mu_);
   // The partners' replicas this member holds (for tests, and for completing a dead owner's).
   PartnerStore& store() { return *store_; }
+  const PartnerStore& store() const { return *store_; }
   // Stops the links (each first tells its partner the durable point, for up to a second) and the
   // listener.
   void Stop() EXCLUDES(mu_);
 
  private:
   Replicator(ReplicatorSettings settings, GroupSecret secret);
+  // What the links may tell their partners they cover.
+  uint64_t CoverableLocked() const REQUIRES(mu_);
 
   const ReplicatorSettings settings_;
   const GroupSecret secret_;
@@ -117,6 +128,7 @@ class Replicator {
   std::deque<std::shared_ptr<const Outgoing>> unflushed_ GUARDED_BY(mu_);
   uint64_t durable_ GUARDED_BY(mu_) = 0;
   uint64_t fed_ GUARDED_BY(mu_) = 0;
+  uint64_t replayable_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace ckptfs::replication

@@ -90,6 +90,7 @@ const char* TypeName(Type type) {
     case Type::kData: return "data";
     case Type::kStored: return "stored";
     case Type::kDurable: return "durable";
+    case Type::kCovered: return "covered";
   }
   return "unknown";
 }
@@ -98,7 +99,8 @@ Result<FrameHeader> DecodeHeader(const uint8_t* bytes) {
   uint32_t length = 0;
   for (int i = 3; i >= 0; --i) length = (length << 8) | bytes[i];
   const uint8_t type = bytes[4];
-  if (type < static_cast<uint8_t>(Type::kChallenge) || type > static_cast<uint8_t>(Type::kDurable)) {
+  if (type < static_cast<uint8_t>(Type::kChallenge) ||
+      type > static_cast<uint8_t>(Type::kCovered)) {
     return Status::Error(EPROTO, "unknown frame type " + std::to_string(type));
   }
   if (length > kMaxFrameBody) {
@@ -123,6 +125,7 @@ std::string Encode(const Challenge& m) {
 std::string Encode(const Hello& m) {
   std::string body;
   PutString(&body, m.node);
+  PutString(&body, m.run);
   PutBytes(&body, m.nonce);
   PutBytes(&body, m.mac);
   return Frame(Type::kHello, body);
@@ -161,9 +164,11 @@ Result<Challenge> DecodeChallenge(std::string_view body) {
 Result<Hello> DecodeHello(std::string_view body) {
   Hello m;
   Reader r(body);
-  r.String(policy::kMaxNodeNameLength, &m.node) && r.Bytes(&m.nonce) && r.Bytes(&m.mac);
+  r.String(policy::kMaxNodeNameLength, &m.node) &&
+      r.String(policy::kIncarnationLength, &m.run) && r.Bytes(&m.nonce) && r.Bytes(&m.mac);
   if (Status st = r.Done("hello"); !st.ok()) return st;
   if (!policy::IsValidNodeName(m.node)) return BadNode("hello", m.node);
+  if (!policy::IsValidIncarnation(m.run)) return Status::Error(EPROTO, "hello: invalid run");
   return m;
 }
 

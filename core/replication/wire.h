@@ -5,12 +5,16 @@
 // exactly (no trailing bytes), and names and paths are validated before anyone uses them.
 //
 // A connection, member (the owner of versions) to partner:
-//   partner: Challenge{nonce}            member: Hello{node, nonce, mac}
+//   partner: Challenge{nonce}            member: Hello{node, run, nonce, mac}
 //   partner: Welcome{node, mac}          (member_auth.h: each proves it holds the secret)
 // then, any number of times, member: Offer{seq, version, size, path}, answered by
 //   partner: Accept{seq} (the bytes are reserved: member sends Data frames of exactly `size`
 //            bytes in all, then partner: Stored{seq}), Full{seq} (try again later) or
-//            TooLarge{seq} (never fits); and member: Durable{seq} (drop my replicas up to seq).
+//            TooLarge{seq} (never fits); and member: Durable{seq} (drop my replicas up to seq),
+//   and Covered{seq} (everything I sealed up to seq is held by you or durable: what a partner
+//   needs to know before it completes a dead member's commits, core/replication/stand_in.h).
+// `run` names the member's process (its journal): a member that restarts under the same node
+// name numbers its versions from 1 again, so a partner keys replicas by node, run and seq.
 #pragma once
 
 #include <array>
@@ -45,6 +49,7 @@ enum class Type : uint8_t {
   kData = 8,
   kStored = 9,
   kDurable = 10,
+  kCovered = 11,
 };
 const char* TypeName(Type type);
 
@@ -62,6 +67,7 @@ struct Challenge {
 };
 struct Hello {
   std::string node;
+  std::string run;  // policy::IsValidIncarnation.
   Nonce nonce{};
   Mac mac{};
 };
@@ -75,7 +81,7 @@ struct Offer {
   uint64_t size = 0;
   std::string path;
 };
-// Accept, Full, TooLarge, Stored and Durable carry a sequence number only.
+// Accept, Full, TooLarge, Stored, Durable and Covered carry a sequence number only.
 struct SeqMessage {
   uint64_t seq = 0;
 };
@@ -88,7 +94,7 @@ std::string Encode(const Offer& m);
 std::string Encode(Type type, const SeqMessage& m);
 
 // Decoders of a body of the type they name: EPROTO with the reason for anything malformed
-// (short, trailing bytes, an invalid node name or path, a zero sequence number).
+// (short, trailing bytes, an invalid node name, run or path, a zero sequence number).
 Result<Challenge> DecodeChallenge(std::string_view body);
 Result<Hello> DecodeHello(std::string_view body);
 Result<Welcome> DecodeWelcome(std::string_view body);

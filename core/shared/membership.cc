@@ -543,6 +543,16 @@ bool Membership::MayStillAcknowledge(const MemberId& id) const {
          policy::StillAwaitedAfterDrop(ended->second.at, clock_.Now(), member_timeout_);
 }
 
+bool Membership::ContinuedByLive(const MemberId& id) const {
+  MutexLock lock(mu_);
+  auto live = observed_.find(id.node);
+  if (live == observed_.end()) return false;
+  const MemberRecord& record = live->second.record;
+  return record.incarnation == id.incarnation ||
+         std::find(record.former.begin(), record.former.end(), id.incarnation) !=
+             record.former.end();
+}
+
 bool Membership::IsOwnIncarnation(const std::string& incarnation) const {
   MutexLock lock(mu_);
   return incarnation == incarnation_ ||

@@ -164,6 +164,9 @@ class Membership {
   // was judged dead within member_timeout, or a live incarnation that continues it (its file
   // lists `id` as former) took its place (it acknowledges for the one before).
   bool MayStillAcknowledge(const MemberId& id) const EXCLUDES(mu_);
+  // Whether a live incarnation of `id.node` continues `id` (its file lists it as former): the same
+  // process, which acknowledges for it itself.
+  bool ContinuedByLive(const MemberId& id) const EXCLUDES(mu_);
   // Whether `incarnation` is this process's, the current one or one it rejoined from.
   bool IsOwnIncarnation(const std::string& incarnation) const EXCLUDES(mu_);
   // This observer's judgement of incarnation `id` (itself included).

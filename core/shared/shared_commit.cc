@@ -1,6 +1,7 @@
 #include "core/shared/shared_commit.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@ namespace {
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
 constexpr const char* kRequestName = "request";
 constexpr const char* kAckPrefix = "ack.";
+constexpr const char* kSightPrefix = "seen.";
 constexpr size_t kMaxMarkerBytes = 4096;
 // Problems logged at once; more are ignored without a log line (a flood must not flood the log).
 constexpr size_t kMaxLogged = 256;
@@ -74,7 +76,7 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
                                              observed.ToString() + ")");
   }
   OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(),
-               membership_.AwaitedMembers(), {}, clock_.Now()};
+               membership_.AwaitedMembers(), {}, clock_.Now(), {}};
   if (r.awaited.size() > policy::kMaxMembers) {
     return Status::Error(EUSERS, "cannot commit " + marker + ": it would wait for " +
                                      std::to_string(r.awaited.size()) + " members, more than " +
@@ -169,6 +171,9 @@ std::vector<CommitOutcome> SharedCommits::Tick() {
   std::vector<CommitOutcome> outcomes;
   const Clock::time_point now = clock_.Now();
   for (auto it = own_.begin(); it != own_.end();) {
+    if (stand_in_ && membership_.state() == Membership::State::kJoined) {
+      StandIn(it->first, it->second.awaited, it->second.stood_in);
+    }
     std::optional<Status> decided = Decide(it->first, it->second);
     if (!decided) {
       ++it;
@@ -222,6 +227,7 @@ SharedCommits::SeenRequest SharedCommits::Examine(const std::string& id, const M
     seen.state = SeenRequest::State::kUnreadable;
     return seen;
   }
+  seen.awaited = awaited;
   auto mine = std::find_if(awaited.begin(), awaited.end(), [&](const MemberId& m) {
     return m.node == self.node && membership_.IsOwnIncarnation(m.incarnation);
   });
@@ -286,8 +292,13 @@ void SharedCommits::ServeOthers() {
       SeenRequest examined = Examine(id, self);
       seen.state = examined.state;
       seen.ack_as = examined.ack_as;
-      if (seen.state == SeenRequest::State::kOwed) seen.sealed_at_sight = local().sealed_seq;
+      seen.awaited = std::move(examined.awaited);
+      if (seen.state == SeenRequest::State::kOwed) {
+        seen.sealed_at_sight = local().sealed_seq;
+        if (!run_.empty()) WriteSight(id, seen, self);
+      }
     }
+    if (stand_in_) StandIn(id, seen.awaited, seen.stood_in);
     if (seen.state != SeenRequest::State::kOwed ||
         !policy::MayAcknowledge(local().durable_seq, seen.sealed_at_sight)) {
       continue;
@@ -319,6 +330,87 @@ void SharedCommits::ServeOthers() {
     bool keep = dir == "." || own_.count(dir) || to_remove_.count(dir) ||
                 std::binary_search(names->begin(), names->end(), dir);
     it = keep ? std::next(it) : logged_.erase(it);
+  }
+}
+
+void SharedCommits::SetStandIn(std::string run, StandInFn stand_in) {
+  MutexLock lock(mu_);
+  run_ = std::move(run);
+  stand_in_ = std::move(stand_in);
+}
+
+void SharedCommits::WriteSight(const std::string& id, const SeenRequest& seen,
+                               const MemberId& self) {
+  nlohmann::json sight = {{"node", self.node},
+                          {"incarnation", seen.ack_as},
+                          {"run", run_},
+                          {"sealed", seen.sealed_at_sight}};
+  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+  Status written = dir.status();
+  if (dir.ok()) {
+    written = ReplaceFile(env_, *dir, kSightPrefix + self.node,
+                          ".seen." + self.node + "." + seen.ack_as + ".tmp", sight.dump());
+    env_.Close(*dir);
+  }
+  // Without it, a partner cannot complete this member's part should it die before it acks.
+  if (!written.ok() && written.err() != ENOENT) {
+    LogOnce(id, "cannot leave this member's sight: " + written.ToString());
+  }
+}
+
+void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& awaited,
+                            std::set<std::string>& stood_in) {
+  const MemberId self = membership_.self();
+  for (const MemberId& m : awaited) {
+    if (m.node == self.node || stood_in.count(m.node)) continue;
+    const Liveness l = membership_.Judge(m);
+    if ((l != Liveness::kDead && l != Liveness::kLeft) || membership_.ContinuedByLive(m)) {
+      continue;
+    }
+    Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
+    if (!dir.ok()) return;
+    struct stat st;
+    if (env_.Stat(*dir, kAckPrefix + m.node, &st).ok()) {  // It acknowledged before it died.
+      stood_in.insert(m.node);
+      env_.Close(*dir);
+      continue;
+    }
+    std::optional<Sight> sight;
+    Result<std::string> text =
+        ReadSmallFile(env_, *dir, kSightPrefix + m.node, policy::kMaxMemberFileBytes);
+    std::optional<nlohmann::json> parsed = text.ok() ? ParseObject(*text) : std::nullopt;
+    std::string node, incarnation, run;
+    uint64_t sealed = 0;
+    if (parsed && JsonString(*parsed, "node", policy::kMaxNodeNameLength, &node) &&
+        node == m.node && JsonString(*parsed, "incarnation", policy::kIncarnationLength,
+                                     &incarnation) &&
+        incarnation == m.incarnation &&
+        JsonString(*parsed, "run", policy::kIncarnationLength, &run) &&
+        policy::IsValidIncarnation(run) && JsonUnsigned(*parsed, "sealed", &sealed)) {
+      sight = Sight{run, sealed};
+    }
+    Status done = stand_in_(m, sight);
+    if (done.ok()) {
+      nlohmann::json ack = {{"node", m.node},
+                            {"incarnation", m.incarnation},
+                            {"sealed", sight ? sight->sealed : 0},
+                            {"by", self.node}};
+      done = ReplaceFile(env_, *dir, kAckPrefix + m.node,
+                         ".ack." + m.node + "." + m.incarnation + ".by." + self.node + ".tmp",
+                         ack.dump());
+      if (done.ok()) {
+        spdlog::info("completed the part of dead node {} in commit {} from its replicas", m.node,
+                     id);
+        stood_in.insert(m.node);
+      }
+    } else if (done.err() == EHOSTDOWN || done.err() == ENODATA) {
+      if (done.err() == EHOSTDOWN) spdlog::warn("commit {}: {}", id, done.message());
+      stood_in.insert(m.node);
+    }
+    if (!done.ok() && done.err() != EHOSTDOWN && done.err() != ENODATA) {
+      LogOnce(id + "/" + m.node, "completing the dead member's part: " + done.ToString());
+    }
+    env_.Close(*dir);
   }
 }
 

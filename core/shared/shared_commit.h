@@ -10,8 +10,12 @@
 // "<node>~<incarnation>~<counter>"):
 //   request        {"id", "committer", "incarnation", "marker", "awaited": [{"node",
 //                  "incarnation"}...]}: written as .request.tmp, then renamed
-//   ack.<node>     {"node", "incarnation", "sealed"}: written as .ack.<node>.<incarnation>.tmp,
-//                  then renamed; its member's sealed point at sight is durable
+//   ack.<node>     {"node", "incarnation", "sealed"[, "by"]}: written as
+//                  .ack.<node>.<incarnation>.tmp, then renamed; its member's sealed point at sight
+//                  is durable ("by": the partner that made it durable for the dead member)
+//   seen.<node>    {"node", "incarnation", "run", "sealed"} (-o replicas): the member's sealed
+//                  point when it first saw the request, before it acknowledges; what a partner
+//                  completing its part after its death needs (SetStandIn)
 //
 // Outcomes, for the committer: Committed when every awaited member acknowledged; Failed (errno
 // EHOSTDOWN, the message naming the member) when an awaited member can no longer acknowledge
@@ -26,6 +30,13 @@
 // ProgressFn reports, nor keep the entries sealed after it from becoming durable. Otherwise two
 // members committing at once would each wait for the other's acknowledgement forever: each one's
 // sealed point at sight includes its own held marker.
+//
+// A dead member's part (-o replicas, SetStandIn): a member that sees a request awaiting a member
+// it judges dead or gone, not acknowledged, hands the dead member's seen.<node> to its StandInFn,
+// which makes the dead member's replicated versions durable (core/replication/stand_in.h); when
+// that succeeds it writes the dead member's ack (for the awaited incarnation). The committer keeps
+// awaiting a dead member for member_timeout after it judged it (policy::StillAwaitedAfterDrop), the
+// time the partners have to do it.
 //
 // Clean-up: the committer removes its request's directory once the outcome is known (request
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
@@ -42,6 +53,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +85,17 @@ struct PendingCommit {
   Clock::duration age{};                 // Since it was posted.
 };
 
+// What a member left in a request's directory when it first saw it (-o replicas).
+struct Sight {
+  std::string run;      // Its replication run (core/replication/wire.h).
+  uint64_t sealed = 0;  // Its sealed point then.
+};
+// Completes dead member `dead`'s part of a request: Ok when everything the request needs of it
+// is durable, so that this member acknowledges for it. `sight`: what it left (nullopt: nothing).
+// EHOSTDOWN (logged) and ENODATA (not its partner: silent) are final for that request; any
+// other error is tried again next tick.
+using StandInFn = std::function<Status(const MemberId& dead, const std::optional<Sight>& sight)>;
+
 class SharedCommits {
  public:
   // Prepares <backing>/.ckptfs/shared/commits. `progress` gives this member's sealed and durable
@@ -92,6 +115,10 @@ class SharedCommits {
   // out. Returns the request's id; Tick reports its outcome. ENOTCONN when this mount is not a
   // joined member; the Env's error when the request cannot be written (nothing is left behind).
   Result<std::string> Post(const std::string& marker) EXCLUDES(mu_);
+
+  // -o replicas, before the first Tick: this member leaves its sight of each request it owes
+  // under replication run `run`, and completes dead members' parts through `stand_in`.
+  void SetStandIn(std::string run, StandInFn stand_in) EXCLUDES(mu_);
 
   // One step, every poll interval, from one thread, after Membership::Tick. As committer:
   // collects the acks of its requests and returns the outcomes decided now (each exactly once).
@@ -116,6 +143,7 @@ class SharedCommits {
     std::vector<MemberId> awaited;
     std::set<std::string> acked;  // Node names.
     Clock::time_point posted_at;
+    std::set<std::string> stood_in;  // Dead members whose part this member completed or cannot.
   };
   // A request of another member, as this member handles it.
   struct SeenRequest {
@@ -129,6 +157,9 @@ class SharedCommits {
     uint64_t sealed_at_sight = 0;
     std::string ack_as;  // kOwed: the incarnation of this process it awaits.
     Clock::time_point first_seen;
+    std::vector<MemberId> awaited;  // Once read.
+    // Dead members whose part this member completed, or found it cannot (-o replicas).
+    std::set<std::string> stood_in;
   };
 
   SharedCommits(Env& env, int commits_fd, Membership& membership, Clock& clock,
@@ -140,6 +171,13 @@ class SharedCommits {
   void ServeOthers() REQUIRES(mu_);
   // Reads the request `id` of another member and whether it awaits `self`.
   SeenRequest Examine(const std::string& id, const MemberId& self) REQUIRES(mu_);
+  // Writes this member's sight of request `id` (-o replicas).
+  void WriteSight(const std::string& id, const SeenRequest& seen, const MemberId& self)
+      REQUIRES(mu_);
+  // Completes the parts of request `id`'s `awaited` members that are dead, did not acknowledge
+  // and are not in `stood_in` (which receives those done or found impossible).
+  void StandIn(const std::string& id, const std::vector<MemberId>& awaited,
+               std::set<std::string>& stood_in) REQUIRES(mu_);
   // Removes request directory `id` (request first); true when it is gone.
   bool RemoveRequest(const std::string& id) REQUIRES(mu_);
   // Copies what Pending() and acks_owed() show.
@@ -155,6 +193,8 @@ class SharedCommits {
 
   mutable Mutex mu_;
   uint64_t counter_ GUARDED_BY(mu_) = 0;
+  std::string run_ GUARDED_BY(mu_);  // -o replicas: this process's replication run.
+  StandInFn stand_in_ GUARDED_BY(mu_);
   std::map<std::string, OwnRequest> own_ GUARDED_BY(mu_);
   std::set<std::string> to_remove_ GUARDED_BY(mu_);  // Decided requests not removed yet.
   std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);

@@ -44,6 +44,10 @@ class SharedMount {
   SharedMount(const SharedMount&) = delete;
   SharedMount& operator=(const SharedMount&) = delete;
 
+  // -o replicas, before Start: see SharedCommits::SetStandIn.
+  void SetStandIn(std::string run, StandInFn stand_in) {
+    commits_->SetStandIn(std::move(run), std::move(stand_in));
+  }
   // Asks every other live member to commit `marker` (a path, for messages); Step reports the
   // outcome by the returned id.
   Result<std::string> Post(const std::string& marker);

@@ -175,6 +175,8 @@ const Field kFields[] = {
      "Partners' versions received."},
     {"replication.dropped_replicas", "ckptfs_replicas_dropped_total", Kind::kCounter,
      "Partners' versions dropped once their owner made them durable."},
+    {"replication.completed_for_dead", "ckptfs_replicas_completed_for_dead_total", Kind::kCounter,
+     "Dead partners' versions made durable to complete their commits."},
     {"replication.offers_refused_full", "ckptfs_replica_offers_refused_full_total",
      Kind::kCounter, "Offers refused because replica_memory was full (offered again later)."},
     {"replication.held_for", "", Kind::kNone, ""},

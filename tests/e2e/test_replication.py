@@ -13,24 +13,46 @@ over ONE backing directory, the group secret in a root-only file.
 - A fourth node with another secret is refused by the node it connects to, which logs it, and
   holds nothing of it; its own mount keeps taking writes.
 No daemon logs an error; every one unmounts with status 0.
+- A dead member's checkpoint completes through its partner: a real DCP save through the three
+  mounts returns (no rank sees an error), the victim (n1 or n2: rank 0's n0 commits the marker)
+  has seen the commit request, its data is in its partner's memory and cannot become durable
+  (its staging directory is made immutable, `chattr +i`: a flush that fails, a certain window
+  whatever the flush speed), then at a seeded random point its link goes down and its daemon is
+  killed (kill -9; its ranks ended with the save). Its partner makes its files durable and
+  acknowledges for it: the marker appears, the backing tree is the plain run's byte for byte,
+  the live members log no error and unmount with status 0; the time from the death to the
+  marker is printed; then the node comes back under its name (a new daemon that recovers what
+  the dead one had sealed) and the tree stays the plain run's. Once with the test's options,
+  once with only those the promise needs (shared, node, replicas=1, replication_secret,
+  replication_address; cache_size only to fit three daemons on this machine), with the default
+  member_timeout and flush_delay. And a victim
+  whose link was down since before the save (nothing replicated): the commit fails as without
+  replicas, the marker never appears. Seeded: CKPTFS_REPLICATION_SEED=N replays.
 - A mount asking for replicas without the shared mode, or with a secret others may read, or
   none, is refused with one line saying why, and leaves no mount.
 """
 
+import glob
 import os
+import random
 import re
+import subprocess
+import time
 import unittest
 
 from ckptfs_testing import workloads
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
+from ckptfs_testing.harness import choose_seed
 from ckptfs_testing.netns import NetworkNodes
-from test_multinode import NODES, MultiNodeChecks, make_tmp, plain_tree
+from test_multinode import NODES, MultiNodeChecks, commit_failed_for, make_tmp, plain_tree
 
 MEMBER_TIMEOUT_MS = 2000
 # Long enough that a version sealed by the test is replicated well before it is flushed.
 FLUSH_DELAY = "20s"
 # Bounds on waiting for the network and the daemons: a hang, not a speed.
 TIMEOUT = 60.0
+# Kill points: seconds after the victim saw the commit request and its data was replicated.
+KILL_DELAY = (0.0, 1.5)
 
 
 def write_secret(path, secret):
@@ -38,16 +60,24 @@ def write_secret(path, secret):
         f.write(secret + "\n")
 
 
+def chattr(flag, path, check=True):
+    """chattr FLAG PATH (+i: nothing in the directory can be created, renamed or removed, by root
+    neither)."""
+    subprocess.run(["chattr", flag, path], check=check, capture_output=True)
+
+
 class ReplicationTest(MultiNodeChecks, unittest.TestCase):
-    def start_node(self, tmp, backing, net, i, node, secret_file):
+    def start_node(self, tmp, backing, net, i, node, secret_file, promise_only=False, tag=""):
+        """promise_only: only the options a dead member's completion needs (and a cache that
+        fits three daemons on this machine)."""
         mnt = os.path.join(tmp, node)
         os.makedirs(mnt, exist_ok=True)
-        d = CkptfsDaemon(backing, mnt,
-                         ["cache_size=512M", "shared", f"node={node}",
-                          f"member_timeout={MEMBER_TIMEOUT_MS}", f"flush_delay={FLUSH_DELAY}",
-                          "replicas=1", f"replication_secret={secret_file}",
-                          f"replication_address={net.address(i)}"],
-                         log_file=os.path.join(tmp, f"{node}.log"), wrapper=net.wrapper(i))
+        options = ["cache_size=512M", "shared", f"node={node}", "replicas=1",
+                   f"replication_secret={secret_file}", f"replication_address={net.address(i)}"]
+        if not promise_only:
+            options += [f"member_timeout={MEMBER_TIMEOUT_MS}", f"flush_delay={FLUSH_DELAY}"]
+        d = CkptfsDaemon(backing, mnt, options, log_file=os.path.join(tmp, f"{node}{tag}.log"),
+                         wrapper=net.wrapper(i))
         self.addCleanup(d.cleanup)
         d.start()
         return d
@@ -148,6 +178,120 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
         self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
         self.assert_no_shared_leftovers(backing)
         self.assertFalse(any(mounted(d.mnt) for d in daemons))
+
+    def test_a_dead_members_checkpoint_completes_through_its_partner_unless_it_was_not_replicated(
+            self):
+        seed = choose_seed("CKPTFS_REPLICATION_SEED", "replication node-loss test")
+        rng = random.Random(seed)
+        tmp = make_tmp(self, "ckptfs-e2e-replication-loss-")
+        w = workloads.make("dcp", for_test=True)
+        expected, _ = plain_tree(w, tmp, lambda roots: w.save(roots, ranks=len(NODES)))
+        self.assertTrue(expected, "the workload wrote nothing")
+        net = NetworkNodes(self, len(NODES))
+        secret = os.path.join(tmp, "replication.key")
+        write_secret(secret, "the group secret of this test's nodes")
+        cases = [("replicated", False, True),
+                 ("replicated, the promise's options only", True, True),
+                 ("not replicated", False, False)]
+        for k, (what, promise_only, replicated) in enumerate(cases):
+            victim = rng.choice([1, 2])  # n0 holds rank 0, which commits the marker.
+            delay = rng.uniform(*KILL_DELAY)
+            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after its sight"
+            print(ctx, flush=True)
+            with self.subTest(case=what):
+                backing = os.path.join(tmp, f"backing{k}")
+                os.mkdir(backing)
+                daemons = []
+                try:
+                    self.node_loss(w, tmp, backing, net, secret, expected, victim, delay,
+                                   promise_only, replicated, f"-{k}", ctx, daemons)
+                finally:  # The next case mounts on the same mount points.
+                    for d in daemons:
+                        d.cleanup()
+
+    def node_loss(self, w, tmp, backing, net, secret, expected, victim, delay, promise_only,
+                  replicated, tag, ctx, daemons):
+        """One case of the test above, on a fresh backing directory and fresh daemons (appended
+        to `daemons`)."""
+        node = NODES[victim]
+        partner = NODES[(victim + 1) % len(NODES)]
+        net.set_link(victim, up=True)
+        for i, n in enumerate(NODES):
+            daemons.append(self.start_node(tmp, backing, net, i, n, secret, promise_only, tag))
+        for i, d in enumerate(daemons):
+            self.wait_connected(d, NODES[(i + 1) % len(NODES)])
+        live = [d for i, d in enumerate(daemons) if i != victim]
+        staging = os.path.join(backing, ".ckptfs", "staging", node)
+        self.assertTrue(os.path.isdir(staging), f"{ctx}: no staging directory {staging}")
+        chattr("+i", staging)
+        self.addCleanup(chattr, "-i", staging, check=False)
+        if not replicated:
+            net.set_link(victim, up=False)
+
+        # Raises when a rank fails: the trainers see no error.
+        w.save([d.mnt for d in daemons], ranks=len(NODES))
+        sights = os.path.join(backing, ".ckptfs", "shared", "commits", "*", f"seen.{node}")
+        wait_for(lambda: glob.glob(sights), TIMEOUT, f"{ctx}: {node}'s sight of the commit")
+        if replicated:
+            synced = run_ckptfs(["sync", "--replicated", daemons[victim].mnt], timeout=TIMEOUT)
+            self.assertEqual(synced.returncode, 0, f"{ctx}: {synced.stderr}")
+        own = [f for f in expected if re.fullmatch(rf"__{victim}_\d+\.distcp", f)]
+        self.assertTrue(own, f"{ctx}: rank {victim} wrote no file")
+        time.sleep(delay)
+        marker = os.path.join(backing, ".metadata")
+        self.assertEqual([f for f in own if os.path.exists(os.path.join(backing, f))], [],
+                         f"{ctx}: {node}'s files were durable before the kill")
+        self.assertFalse(os.path.exists(marker), f"{ctx}: the marker came before {node}'s data")
+        net.set_link(victim, up=False)
+        killed_at = time.monotonic()
+        daemons[victim].kill9()
+
+        if replicated:
+            wait_for(lambda: os.path.exists(marker), TIMEOUT,
+                     f"{ctx}: the marker, through {node}'s partner {partner}")
+            print(f"  {ctx}: from the death to the marker: {time.monotonic() - killed_at:.2f} s",
+                  flush=True)
+            for d in live:
+                d.sync()
+            self.assert_tree(expected, backing, f"{ctx}: backing dir once the marker is there",
+                             w.varying)
+            r = self.replication(daemons[NODES.index(partner)])
+            self.assertGreaterEqual(r["completed_for_dead"], len(own), f"{ctx}: {r}")
+            self.assertIn(f"completed the part of dead node {node} in commit",
+                          daemons[NODES.index(partner)].output(), ctx)
+            self.assertEqual(daemons[0].stats()["shared"]["commits_failed"], 0, ctx)
+            # The node comes back under its name: it recovers what its dead daemon had sealed
+            # and rejoins; the tree stays the plain run's.
+            chattr("-i", staging)
+            net.set_link(victim, up=True)
+            daemons[victim] = self.start_node(tmp, backing, net, victim, node, secret,
+                                              promise_only, tag + "-restart")
+            self.assertIn("recovered what the earlier mount left", daemons[victim].output(), ctx)
+            live.append(daemons[victim])
+            for d in live:
+                d.sync()
+            self.assert_tree(expected, backing, f"{ctx}: backing dir after {node} came back",
+                             w.varying)
+        else:
+            wait_for(lambda: commit_failed_for(node).search(daemons[0].output()), TIMEOUT,
+                     f"{ctx}: n0 logging the commit that failed for {node}")
+            time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)
+            self.assertFalse(os.path.exists(marker),
+                             f"{ctx}: the marker was published without {node}'s data")
+            self.assertEqual([f for f in own if os.path.exists(os.path.join(backing, f))], [],
+                             f"{ctx}: {node}'s files appeared though they were never replicated")
+            self.assertEqual(self.replication(daemons[NODES.index(partner)])["completed_for_dead"],
+                             0, ctx)
+        for d in live:
+            errors = [line for line in d.error_lines() if not commit_failed_for(node).search(line)]
+            self.assertEqual(errors, [], f"{ctx}: {d.mnt} logged errors")
+        for d in live:
+            self.assertEqual(d.unmount(), 0, f"{ctx}: exit status\n" + d.output()[-3000:])
+        chattr("-i", staging, check=False)
+        if replicated:
+            self.assert_tree(expected, backing, f"{ctx}: backing dir after unmount", w.varying)
+        else:
+            self.assertFalse(os.path.exists(marker), f"{ctx}: the marker after unmount")
 
     def test_a_mount_with_replicas_is_refused_without_shared_or_a_secret_only_its_owner_reads(self):
         tmp = make_tmp(self, "ckptfs-e2e-replication-refused-")

@@ -22,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 
 using testing_util::Eventually;
+using testing_util::kRun;
 using testing_util::Version;
 
 std::string Pattern(size_t size, char seed) {
@@ -62,21 +63,21 @@ class PartnerLinkTest : public testing::Test {
 
 TEST_F(PartnerLinkTest, SealedVersionsArriveWholeAndAreDroppedOnceDurable) {
   StartPartner(64 << 20);
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   const std::string big = Pattern((3 << 20) + 12345, 1);  // Several data frames.
   link.Enqueue(Version(5, big));
   link.Enqueue(Version(6, ""));
   link.Enqueue(Version(9, "tracker 9\n"));
   ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 9; }));
-  EXPECT_EQ(store_->Bytes("n0", 5), big);
-  EXPECT_EQ(store_->Bytes("n0", 9), "tracker 9\n");
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 5), big);
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 9), "tracker 9\n");
   EXPECT_EQ(store_->Totals().replicas, 3u);
   EXPECT_EQ(link.stats().replicas_stored, 3u);
   EXPECT_EQ(server_->connections_accepted(), 1u);
 
   link.Durable(6);
   ASSERT_TRUE(Eventually([&] { return store_->Totals().replicas == 1; }));
-  EXPECT_EQ(store_->Bytes("n0", 9), "tracker 9\n");
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 9), "tracker 9\n");
   link.Durable(9);
   ASSERT_TRUE(Eventually([&] { return store_->Totals().replicas == 0; }));
   EXPECT_EQ(store_->Totals().bytes, 0u);
@@ -84,7 +85,7 @@ TEST_F(PartnerLinkTest, SealedVersionsArriveWholeAndAreDroppedOnceDurable) {
 
 TEST_F(PartnerLinkTest, AFullPartnerHoldsVersionsBackUntilTheOwnerMakesEarlierOnesDurable) {
   StartPartner(1 << 20);
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(Version(1, Pattern(700 << 10, 1)));
   link.Enqueue(Version(2, Pattern(700 << 10, 2)));
   ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
@@ -94,17 +95,17 @@ TEST_F(PartnerLinkTest, AFullPartnerHoldsVersionsBackUntilTheOwnerMakesEarlierOn
   // The owner made version 1 durable: the partner drops it and takes version 2.
   link.Durable(1);
   ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 2; }));
-  EXPECT_EQ(store_->Bytes("n0", 2), Pattern(700 << 10, 2));
-  EXPECT_EQ(store_->Bytes("n0", 1), "");
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 2), Pattern(700 << 10, 2));
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 1), "");
 }
 
 TEST_F(PartnerLinkTest, AVersionLargerThanThePartnerMayHoldIsSkippedAndHoldsTheReplicatedPointBack) {
   StartPartner(1 << 20);
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(Version(1, "small"));
   link.Enqueue(Version(2, Pattern(2 << 20, 3)));
   link.Enqueue(Version(3, "after"));
-  ASSERT_TRUE(Eventually([&] { return store_->Bytes("n0", 3) == "after"; }));
+  ASSERT_TRUE(Eventually([&] { return store_->Bytes({"n0", kRun}, 3) == "after"; }));
   EXPECT_EQ(link.stats().replicas_unsendable, 1u);
   EXPECT_EQ(link.stored_through(), 1u);
   link.Durable(2);
@@ -113,7 +114,8 @@ TEST_F(PartnerLinkTest, AVersionLargerThanThePartnerMayHoldIsSkippedAndHoldsTheR
 
 TEST_F(PartnerLinkTest, VersionsAlreadyDurableAreNeverSent) {
   StartPartner(64 << 20);
-  PartnerLink link("n0", {"n1", "127.0.0.1", 1}, secret_);  // Nobody listens: nothing is sent.
+  // Nobody listens: nothing is sent.
+  PartnerLink link("n0", kRun, {"n1", "127.0.0.1", 1}, secret_);
   link.Enqueue(Version(1, "a"));
   link.Enqueue(Version(2, "b"));
   EXPECT_EQ(link.stored_through(), 0u);
@@ -125,7 +127,7 @@ TEST_F(PartnerLinkTest, VersionsAlreadyDurableAreNeverSent) {
 TEST_F(PartnerLinkTest, AMemberWithAnotherSecretIsRefusedAndLogged) {
   StartPartner(64 << 20);
   GroupSecret wrong = *GroupSecret::FromBytes("a secret of some other group entirely");
-  PartnerLink link("n0", Address(), wrong);
+  PartnerLink link("n0", kRun, Address(), wrong);
   link.Enqueue(Version(1, "data"));
   ASSERT_TRUE(Eventually([&] { return server_->connections_refused() >= 2; }));
   EXPECT_EQ(server_->connections_accepted(), 0u);
@@ -143,7 +145,7 @@ TEST_F(PartnerLinkTest, AListenerWithoutTheSecretIsNotTrustedByTheMember) {
       PartnerServer::Start({"n1", "127.0.0.1", 500ms}, other, *store_);
   ASSERT_TRUE(server.ok());
   server_ = std::move(*server);
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(Version(1, "data"));
   ASSERT_TRUE(Eventually([&] { return link.stats().connect_failures >= 2; }));
   EXPECT_EQ(store_->Totals().replicas, 0u);
@@ -163,15 +165,15 @@ TEST_F(PartnerLinkTest, HostileClientsAreRefusedAndThePartnerServesOthersOn) {
   int fd3 = Dial();
   // A hello whose proof is wrong.
   int fd4 = Dial();
-  std::string hello = Encode(Hello{"n9", {}, {}});
+  std::string hello = Encode(Hello{"n9", kRun, {}, {}});
   ASSERT_GT(write(fd4, hello.data(), hello.size()), 0);
   ASSERT_TRUE(Eventually([&] { return server_->connections_refused() == 4; }));
   for (int f : {fd, fd2, fd3, fd4}) close(f);
 
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(Version(1, "still served"));
   ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
-  EXPECT_EQ(store_->Bytes("n0", 1), "still served");
+  EXPECT_EQ(store_->Bytes({"n0", kRun}, 1), "still served");
 }
 
 TEST_F(PartnerLinkTest, AnAuthenticatedMemberBreakingTheProtocolLosesOnlyItsConnection) {
@@ -182,7 +184,7 @@ TEST_F(PartnerLinkTest, AnAuthenticatedMemberBreakingTheProtocolLosesOnlyItsConn
   Result<std::string> body = (*conn)->Expect(Type::kChallenge);
   ASSERT_TRUE(body.ok());
   Nonce mine = *RandomNonce();
-  Hello hello{"n2", mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
+  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
   ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
   ASSERT_TRUE((*conn)->Expect(Type::kWelcome).ok());
   ASSERT_TRUE((*conn)->Send(Encode(Offer{1, 1, 10, "a"})).ok());
@@ -193,10 +195,10 @@ TEST_F(PartnerLinkTest, AnAuthenticatedMemberBreakingTheProtocolLosesOnlyItsConn
   EXPECT_FALSE((*conn)->ReadHeader().ok());
   ASSERT_TRUE(Eventually([&] { return store_->Totals().bytes == 0; }));
 
-  PartnerLink good("n0", Address(), secret_);
+  PartnerLink good("n0", kRun, Address(), secret_);
   good.Enqueue(Version(1, "fine"));
   ASSERT_TRUE(Eventually([&] { return good.stored_through() >= 1; }));
-  EXPECT_EQ(store_->Bytes("n2", 1), "");
+  EXPECT_EQ(store_->Bytes({"n2", kRun}, 1), "");
   EXPECT_EQ(store_->Totals().bytes, 4u);
 }
 
@@ -211,7 +213,7 @@ TEST_F(PartnerLinkTest, AMemberThatStallsInTheMiddleOfAReplicaLosesItsReservatio
   Result<std::string> body = (*conn)->Expect(Type::kChallenge);
   ASSERT_TRUE(body.ok());
   Nonce mine = *RandomNonce();
-  Hello hello{"n2", mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
+  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
   ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
   ASSERT_TRUE((*conn)->Expect(Type::kWelcome).ok());
   ASSERT_TRUE((*conn)->Send(Encode(Offer{1, 1, 1000, "a"})).ok());
@@ -232,18 +234,35 @@ TEST_F(PartnerLinkTest, AVersionWhoseBytesCannotBeReadIsSkipped) {
   unreadable->read = [](uint64_t, size_t, char*) -> Result<size_t> {
     return Status::Error(EIO, "the backing file is gone");
   };
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(unreadable);
   link.Enqueue(Version(2, "next"));
-  ASSERT_TRUE(Eventually([&] { return store_->Bytes("n0", 2) == "next"; }));
+  ASSERT_TRUE(Eventually([&] { return store_->Bytes({"n0", kRun}, 2) == "next"; }));
   EXPECT_EQ(link.stats().replicas_unsendable, 1u);
   EXPECT_EQ(link.stored_through(), 0u);
   ASSERT_TRUE(Eventually([&] { return store_->Totals().bytes == 4; }));
 }
 
+TEST_F(PartnerLinkTest, ThePartnerLearnsWhatItCoversOnlyOnceItHoldsEverythingUpToIt) {
+  StartPartner(1 << 20);
+  PartnerLink link("n0", kRun, Address(), secret_);
+  const OwnerRun n0{"n0", kRun};
+  link.Enqueue(Version(2, "two"));
+  link.Coverable(3);
+  ASSERT_TRUE(Eventually([&] { return store_->CoveredOf(n0) == 3u; }));
+  // A version too large for the partner holds the point below it until it is durable.
+  link.Enqueue(Version(5, std::string((1 << 20) + 1, 'x')));
+  link.Enqueue(Version(6, "six"));
+  link.Coverable(7);
+  ASSERT_TRUE(Eventually([&] { return store_->Bytes(n0, 6) == "six"; }));
+  ASSERT_TRUE(Eventually([&] { return store_->CoveredOf(n0) == 4u; }));
+  link.Durable(5);
+  ASSERT_TRUE(Eventually([&] { return store_->CoveredOf(n0) == 7u; }));
+}
+
 TEST_F(PartnerLinkTest, ALinkReconnectsWhenThePartnerComesBack) {
   StartPartner(64 << 20);
-  PartnerLink link("n0", Address(), secret_);
+  PartnerLink link("n0", kRun, Address(), secret_);
   link.Enqueue(Version(1, "one"));
   ASSERT_TRUE(Eventually([&] { return link.stored_through() >= 1; }));
   server_.reset();
@@ -256,10 +275,10 @@ TEST_F(PartnerLinkTest, ALinkReconnectsWhenThePartnerComesBack) {
   PartnerServerSettings settings{"n1", "127.0.0.1", 500ms};
   Result<std::unique_ptr<PartnerServer>> again = PartnerServer::Start(settings, secret_, store);
   ASSERT_TRUE(again.ok());
-  PartnerLink relinked("n0", {"n1", "127.0.0.1", (*again)->port()}, secret_);
+  PartnerLink relinked("n0", kRun, {"n1", "127.0.0.1", (*again)->port()}, secret_);
   relinked.Enqueue(Version(2, "two"));
   ASSERT_TRUE(Eventually([&] { return relinked.stored_through() >= 2; }));
-  EXPECT_EQ(store.Bytes("n0", 2), "two");
+  EXPECT_EQ(store.Bytes({"n0", kRun}, 2), "two");
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 
 namespace ckptfs::replication::testing_util {
 
+// The run (wire.h) the tests' members number their versions in.
+inline constexpr const char* kRun = "0123456789abcdef";
+
 // Waits up to 20 s for `done`.
 template <typename F>
 bool Eventually(F done) {

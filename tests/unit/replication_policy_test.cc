@@ -66,5 +66,48 @@ TEST(DefaultPartnerStoreBytesTest, IsAQuarterOfTheCache) {
   EXPECT_EQ(DefaultPartnerStoreBytes(uint64_t{4} << 30), uint64_t{1} << 30);
 }
 
+TEST(MayStandInTest, APartnerCompletesOnlyWhenItCoversEverythingTheDeadMemberHadSealedAtSight) {
+  EXPECT_EQ(MayStandIn(10, 10), StandIn::kComplete);
+  EXPECT_EQ(MayStandIn(10, 25), StandIn::kComplete);
+  EXPECT_EQ(MayStandIn(10, 9), StandIn::kNotReplicated);
+}
+
+TEST(MayStandInTest, AMemberThatToldThisOneNothingIsNotItsToCompleteExceptWhenItOwedNothing) {
+  EXPECT_EQ(MayStandIn(10, std::nullopt), StandIn::kNothingHeld);
+  EXPECT_EQ(MayStandIn(std::nullopt, std::nullopt), StandIn::kUnseen);
+}
+
+TEST(MayStandInTest, AMemberThatDiedBeforeItSawTheRequestCannotBeStoodInFor) {
+  EXPECT_EQ(MayStandIn(std::nullopt, 1000), StandIn::kUnseen);
+}
+
+TEST(MayStandInTest, AMemberThatHadSealedNothingOwesNothing) {
+  EXPECT_EQ(MayStandIn(0, std::nullopt), StandIn::kComplete);
+  EXPECT_EQ(MayStandIn(0, 0), StandIn::kComplete);
+}
+
+TEST(CoveredPointTest, IsTheLowestOfWhatWasFedWhatIsHeldAndWhatCanBeReplayed) {
+  EXPECT_EQ(CoveredPoint(10, UINT64_MAX, UINT64_MAX), 10u);
+  EXPECT_EQ(CoveredPoint(10, 7, UINT64_MAX), 7u);
+  EXPECT_EQ(CoveredPoint(10, 12, 4), 4u);
+  EXPECT_EQ(CoveredPoint(0, 12, 4), 0u);
+}
+
+TEST(ReplayableThroughTest, ANamespaceChangeNotDurableStopsThePointBeforeIt) {
+  EXPECT_EQ(ReplayableThrough(20, 0), 20u);
+  EXPECT_EQ(ReplayableThrough(20, 8), 7u);
+  EXPECT_EQ(ReplayableThrough(20, 1), 0u);
+  // A change sealed after the last entry handed over does not matter yet.
+  EXPECT_EQ(ReplayableThrough(5, 9), 5u);
+}
+
+TEST(StandInWritesTest, EachNeededVersionIsWrittenOnceInCloseOrderAndMarkersNever) {
+  EXPECT_TRUE(StandInWrites(5, 0, 10, false));
+  EXPECT_TRUE(StandInWrites(10, 9, 10, false));
+  EXPECT_FALSE(StandInWrites(11, 0, 10, false)) << "sealed after the member saw the request";
+  EXPECT_FALSE(StandInWrites(5, 5, 10, false)) << "written already";
+  EXPECT_FALSE(StandInWrites(5, 0, 10, true)) << "the dead member's own marker";
+}
+
 }  // namespace
 }  // namespace ckptfs::policy

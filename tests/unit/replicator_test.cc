@@ -16,6 +16,7 @@ namespace {
 using namespace std::chrono_literals;
 
 using testing_util::Eventually;
+using testing_util::kRun;
 using testing_util::Version;
 
 GroupSecret Secret() { return *GroupSecret::FromBytes("the secret of the replicator test"); }
@@ -26,6 +27,7 @@ std::unique_ptr<Replicator> Start(const std::string& node, int replicas) {
   s.replicas = replicas;
   s.bind_address = "127.0.0.1";
   s.store_bytes = 16 << 20;
+  s.run = kRun;
   Result<std::unique_ptr<Replicator>> r = Replicator::Start(s, Secret());
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return std::move(*r);
@@ -59,7 +61,7 @@ TEST(ReplicatorTest, VersionsGoToTheNextMemberOfTheRingAndCountAsReplicatedOnceH
   EXPECT_EQ(n0->replicated_seq(), 0u) << "no partner yet: nothing is replicated";
   for (auto* r : {n0.get(), n1.get(), n2.get()}) r->MembersChanged(live);
   ASSERT_TRUE(Eventually([&] { return n0->replicated_seq() == 3; }));
-  EXPECT_EQ(n1->store().Bytes("n0", 3), "before its partner was known");
+  EXPECT_EQ(n1->store().Bytes({"n0", kRun}, 3), "before its partner was known");
   EXPECT_EQ(n2->store().Totals().replicas, 0u);
   n0->Sealed(Version(5, "five"));
   n0->Fed(6);
@@ -74,15 +76,15 @@ TEST(ReplicatorTest, VersionsGoToTheNextMemberOfTheRingAndCountAsReplicatedOnceH
   // and n1 (still running) is told to drop n0's replicas.
   n0->Durable(3);
   n0->MembersChanged({{"n0", n0->endpoint()}, {"n2", n2->endpoint()}});
-  ASSERT_TRUE(Eventually([&] { return n2->store().Bytes("n0", 5) == "five"; }));
-  EXPECT_EQ(n2->store().Bytes("n0", 3), "");
+  ASSERT_TRUE(Eventually([&] { return n2->store().Bytes({"n0", kRun}, 5) == "five"; }));
+  EXPECT_EQ(n2->store().Bytes({"n0", kRun}, 3), "");
   ASSERT_TRUE(Eventually([&] { return n0->replicated_seq() == 6; }));
   ASSERT_TRUE(Eventually([&] { return n1->store().Totals().replicas == 0; }));
   EXPECT_EQ(n1->store().Totals().dropped, 2u);
   // At its end (an unmount, after the drain) n0 tells its partner the final durable point.
   n0->Sealed(Version(7, "seven"));
   n0->Fed(7);
-  ASSERT_TRUE(Eventually([&] { return n2->store().Bytes("n0", 7) == "seven"; }));
+  ASSERT_TRUE(Eventually([&] { return n2->store().Bytes({"n0", kRun}, 7) == "seven"; }));
   n0->Durable(7);
   n0->Stop();
   ASSERT_TRUE(Eventually([&] { return n2->store().Totals().replicas == 0; }));
@@ -99,7 +101,7 @@ TEST(ReplicatorTest, TwoReplicasNeedBothPartners) {
   std::unique_ptr<Replicator> c = Start("c", 1);
   a->MembersChanged({{"a", a->endpoint()}, {"b", b->endpoint()}, {"c", c->endpoint()}});
   ASSERT_TRUE(Eventually([&] { return a->replicated_seq() == 1; }));
-  EXPECT_EQ(c->store().Bytes("a", 1), "x");
+  EXPECT_EQ(c->store().Bytes({"a", kRun}, 1), "x");
 }
 
 TEST(ReplicatorTest, SupersededVersionsAreNeverSentAndLetGoOf) {
@@ -118,7 +120,7 @@ TEST(ReplicatorTest, SupersededVersionsAreNeverSentAndLetGoOf) {
   std::unique_ptr<Replicator> b = Start("b", 1);
   a->MembersChanged({{"a", a->endpoint()}, {"b", b->endpoint()}});
   ASSERT_TRUE(Eventually([&] { return a->replicated_seq() == 2; }));
-  EXPECT_EQ(b->store().Bytes("a", 2), "new chunk");
+  EXPECT_EQ(b->store().Bytes({"a", kRun}, 2), "new chunk");
   EXPECT_EQ(b->store().Totals().replicas, 1u);
 }
 

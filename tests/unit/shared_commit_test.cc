@@ -4,14 +4,17 @@
 #include "core/base/commit_markers.h"
 #include "core/shared/shared_commit.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "core/replication/stand_in.h"
 #include "core/shared/shared_policy.h"
 #include "shared_fixture.h"
 
@@ -365,6 +368,104 @@ TEST_F(SharedCommitTest, AFailedPostLeavesNothingBehind) {
   EXPECT_EQ(id.status().err(), ENOSPC);
   EXPECT_TRUE(Requests().empty());
   EXPECT_TRUE(a_->commits->Pending().empty());
+}
+
+// -o replicas: every member completes dead members' parts from the replicas it holds of them
+// (core/replication/stand_in.h, with a real PartnerStore and real files).
+class StandInCommitTest : public SharedCommitTest {
+ protected:
+  static constexpr const char* kRunB = "00000000000000b0";
+
+  struct Partner {
+    Partner(Env& env, int root_fd, int staging_fd)
+        : staging_fd(staging_fd),
+          writer(env, root_fd, staging_fd, store, policy::DefaultCommitMarkers()) {}
+    ~Partner() { close(staging_fd); }
+    replication::PartnerStore store{1 << 20};
+    int staging_fd;
+    replication::StandInWriter writer;
+  };
+
+  // Three members, each leaving its sight of requests and standing in for dead ones.
+  void StartThreeStandingIn() {
+    StartThree();
+    const char* runs[] = {"00000000000000a0", kRunB, "00000000000000c0"};
+    SharedNode* nodes[] = {a_, b_, c_};
+    for (int i = 0; i < 3; ++i) {
+      const std::string staging = backing_ / (".ckptfs/staging/" + nodes[i]->name);
+      std::filesystem::create_directories(staging);
+      auto p = std::make_unique<Partner>(env_, root_fd_,
+                                         open(staging.c_str(), O_RDONLY | O_DIRECTORY));
+      replication::StandInWriter* w = &p->writer;
+      nodes[i]->commits->SetStandIn(
+          runs[i], [w](const MemberId& dead, const std::optional<Sight>& sight) {
+            if (!sight) return w->Complete({dead.node, ""}, std::nullopt);
+            return w->Complete({dead.node, sight->run}, sight->sealed);
+          });
+      partners_[nodes[i]->name] = std::move(p);
+    }
+  }
+  // c holds b's version `seq` of `path`.
+  void HoldAtC(uint64_t seq, const std::string& path, const std::string& bytes) {
+    replication::PartnerStore& store = partners_["c"]->store;
+    ASSERT_EQ(store.Reserve(bytes.size()), replication::PartnerStore::Room::kReserved);
+    replication::Replica r{{"b", kRunB}, path, seq, 1,
+                           std::shared_ptr<char[]>(new char[bytes.size()]), bytes.size()};
+    std::copy(bytes.begin(), bytes.end(), r.bytes.get());
+    store.Keep(std::move(r));
+  }
+  // Ticks until a's commit is decided (at most 30 ticks).
+  const CommitOutcome& Decided() {
+    for (int i = 0; i < 30 && a_->outcomes.empty(); ++i) TickAll();
+    EXPECT_EQ(a_->outcomes.size(), 1u);
+    return a_->outcomes.at(0);
+  }
+
+  std::map<std::string, std::unique_ptr<Partner>> partners_;
+};
+
+TEST_F(StandInCommitTest, AMemberThatDiesAfterSeeingTheRequestIsCompletedByItsPartner) {
+  StartThreeStandingIn();
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  HoldAtC(9, "ckpt/.metadata", "b's own marker");
+  partners_["c"]->store.Covered({"b", kRunB}, 10);
+  b_->progress = {10, 5, 0};
+  Post(*a_, "ckpt/.metadata");
+  TickAll();  // b leaves its sight (its sealed point 10), c acknowledges.
+  b_->running = false;
+  const CommitOutcome& o = Decided();
+  EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/__1_0.distcp").value_or("<missing>"), "b's shard");
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata")) << "b's own marker is never written";
+  EXPECT_EQ(partners_["c"]->store.Totals().completed_for_dead, 1u);
+  EXPECT_EQ(partners_["a"]->store.Totals().completed_for_dead, 0u);
+  EXPECT_TRUE(Requests().empty());
+}
+
+TEST_F(StandInCommitTest, ACommitStillFailsWhenTheDeadMemberHadNotReplicatedWhatItNeeds) {
+  StartThreeStandingIn();
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  partners_["c"]->store.Covered({"b", kRunB}, 8);  // b had sealed up to 10.
+  b_->progress = {10, 5, 0};
+  Post(*a_, "ckpt/.metadata");
+  TickAll();
+  b_->running = false;
+  const CommitOutcome& o = Decided();
+  EXPECT_EQ(o.status.err(), EHOSTDOWN);
+  EXPECT_NE(o.status.message().find("member b "), std::string::npos) << o.status.message();
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/__1_0.distcp"));
+  EXPECT_EQ(partners_["c"]->store.Totals().completed_for_dead, 0u);
+}
+
+TEST_F(StandInCommitTest, AMemberThatDiedBeforeItSawTheRequestFailsTheCommit) {
+  StartThreeStandingIn();
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  partners_["c"]->store.Covered({"b", kRunB}, 100);
+  b_->running = false;  // It never sees the request: what the commit needs of it is unknown.
+  Post(*a_, "ckpt/.metadata");
+  const CommitOutcome& o = Decided();
+  EXPECT_EQ(o.status.err(), EHOSTDOWN);
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/__1_0.distcp"));
 }
 
 }  // namespace

@@ -25,14 +25,18 @@ Nonce Filled(uint8_t v) {
   return n;
 }
 
+constexpr const char* kRun = "0123456789abcdef";
+
 TEST(WireTest, EveryMessageRoundTrips) {
   Result<Challenge> c = DecodeChallenge(BodyOf(Encode(Challenge{Filled(7)}), Type::kChallenge));
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->nonce, Filled(7));
 
-  Result<Hello> h = DecodeHello(BodyOf(Encode(Hello{"n-1.a_b", Filled(1), Filled(2)}), Type::kHello));
+  Result<Hello> h =
+      DecodeHello(BodyOf(Encode(Hello{"n-1.a_b", kRun, Filled(1), Filled(2)}), Type::kHello));
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_EQ(h->node, "n-1.a_b");
+  EXPECT_EQ(h->run, kRun);
   EXPECT_EQ(h->nonce, Filled(1));
   EXPECT_EQ(h->mac, Filled(2));
 
@@ -49,7 +53,8 @@ TEST(WireTest, EveryMessageRoundTrips) {
   EXPECT_EQ(o->size, (1ull << 40) + 3);
   EXPECT_EQ(o->path, offer.path);
 
-  for (Type t : {Type::kAccept, Type::kFull, Type::kTooLarge, Type::kStored, Type::kDurable}) {
+  for (Type t : {Type::kAccept, Type::kFull, Type::kTooLarge, Type::kStored, Type::kDurable,
+                 Type::kCovered}) {
     Result<SeqMessage> s = DecodeSeq(BodyOf(Encode(t, SeqMessage{0x0102030405060708}), t));
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->seq, 0x0102030405060708u);
@@ -61,7 +66,7 @@ TEST(WireTest, HeadersWithUnknownTypesOrHugeBodiesAreRefused) {
     return DecodeHeader(reinterpret_cast<const uint8_t*>(header.data()));
   };
   EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(0), 1)).status().err(), EPROTO);
-  EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(11), 1)).status().err(), EPROTO);
+  EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(12), 1)).status().err(), EPROTO);
   EXPECT_EQ(decode(EncodeHeader(static_cast<Type>(255), 1)).status().err(), EPROTO);
   EXPECT_EQ(decode(EncodeHeader(Type::kData, kMaxFrameBody + 1)).status().err(), EPROTO);
   EXPECT_EQ(decode(EncodeHeader(Type::kData, 0xffffffff)).status().err(), EPROTO);
@@ -69,7 +74,8 @@ TEST(WireTest, HeadersWithUnknownTypesOrHugeBodiesAreRefused) {
 }
 
 TEST(WireTest, ShortAndOverlongBodiesAreRefused) {
-  const std::string hello = BodyOf(Encode(Hello{"n1", Filled(1), Filled(2)}), Type::kHello);
+  const std::string hello =
+      BodyOf(Encode(Hello{"n1", kRun, Filled(1), Filled(2)}), Type::kHello);
   for (size_t n = 0; n < hello.size(); ++n) {
     EXPECT_EQ(DecodeHello(hello.substr(0, n)).status().err(), EPROTO) << n;
   }
@@ -96,14 +102,18 @@ TEST(WireTest, AStringLengthBeyondTheBodyIsRefused) {
   EXPECT_EQ(DecodeOffer(offer).status().err(), EPROTO);
 }
 
-TEST(WireTest, InvalidNodeNamesPathsAndSequenceNumbersAreRefused) {
+TEST(WireTest, InvalidNodeNamesRunsPathsAndSequenceNumbersAreRefused) {
+  for (const char* run : {"", "0123456789abcde", "0123456789ABCDEF", "0123456789abcdeg"}) {
+    std::string body = BodyOf(Encode(Hello{"n1", run, Filled(1), Filled(2)}), Type::kHello);
+    EXPECT_EQ(DecodeHello(body).status().err(), EPROTO) << run;
+  }
   for (const char* node : {"", ".hidden", "a/b", "a b", "..", "n\n"}) {
-    std::string body = BodyOf(Encode(Hello{node, Filled(1), Filled(2)}), Type::kHello);
+    std::string body = BodyOf(Encode(Hello{node, kRun, Filled(1), Filled(2)}), Type::kHello);
     EXPECT_EQ(DecodeHello(body).status().err(), EPROTO) << node;
     body = BodyOf(Encode(Welcome{node, Filled(2)}), Type::kWelcome);
     EXPECT_EQ(DecodeWelcome(body).status().err(), EPROTO) << node;
   }
-  EXPECT_EQ(DecodeHello(BodyOf(Encode(Hello{std::string(65, 'a'), Filled(1), Filled(2)}),
+  EXPECT_EQ(DecodeHello(BodyOf(Encode(Hello{std::string(65, 'a'), kRun, Filled(1), Filled(2)}),
                                Type::kHello)).status().err(),
             EPROTO);
   for (std::string path : {std::string(""), std::string("/etc/passwd"), std::string("a/../b"),

@@ -7,6 +7,7 @@ for shape()).
     net.address(0)                     # "10.251.X.1"
     net.wrapper(0)                     # a command prefix running a program in node 0's namespace
     net.shape(0, "100mbit", 1)         # node 0's side of its link slow and lossy
+    net.set_link(0, up=False)          # node 0 cut off the network (up=True: back on)
 """
 
 import os
@@ -31,14 +32,29 @@ def _subnets_in_use():
     return {line.split()[3].rsplit(".", 1)[0] for line in out.splitlines() if " inet " in line}
 
 
+def _names_in_use():
+    """Links and namespaces of this host: those of an earlier NetworkNodes may outlive its
+    removal for a moment (the kernel destroys a namespace, and its veth ends, asynchronously)."""
+    links = [line.split(":")[1].strip().split("@")[0]
+             for line in _ip("-o", "link", "show").stdout.splitlines()]
+    namespaces = [line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line]
+    return set(links) | set(namespaces)
+
+
+# Successive NetworkNodes of one process draw different subnets.
+_draw = random.Random(os.getpid())
+
+
 class NetworkNodes:
     def __init__(self, tc, count):
         require_network_namespaces()
-        used = _subnets_in_use()
-        free = [x for x in range(1, 255) if f"10.251.{x}" not in used]
+        used, names = _subnets_in_use(), _names_in_use()
+        ours = lambda x: (f"ckrb{x}", f"ckr{x}h", f"ckr{x}n", f"ckptfs-r{x}-")
+        free = [x for x in range(1, 255) if f"10.251.{x}" not in used
+                and not any(n.startswith(ours(x)) for n in names)]
         if not free:
             raise RuntimeError("no free 10.251.X.0/24 subnet on this machine")
-        self.x = random.Random(os.getpid()).choice(free)
+        self.x = _draw.choice(free)
         self.bridge = f"ckrb{self.x}"
         self.namespaces = [f"ckptfs-r{self.x}-{i}" for i in range(count)]
         tc.addCleanup(self.remove)
@@ -55,6 +71,10 @@ class NetworkNodes:
 
     def address(self, i):
         return f"10.251.{self.x}.{i + 1}"
+
+    def set_link(self, i, up):
+        """Sets node i's link up or down (down: the node is cut off the network)."""
+        _ip("-n", self.namespaces[i], "link", "set", f"ckr{self.x}n{i}", "up" if up else "down")
 
     def wrapper(self, i):
         """Runs the command after it in node i's network namespace only (the mount namespace

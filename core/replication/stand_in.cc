@@ -1,0 +1,125 @@
+#include "core/replication/stand_in.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/base/commit_markers.h"
+#include "core/replication/replication_policy.h"
+#include "core/replication/wire.h"
+
+namespace ckptfs::replication {
+namespace {
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
+
+const char* WhyNot(policy::StandIn verdict) {
+  switch (verdict) {
+    case policy::StandIn::kUnseen:
+      return "it died before it saw the request, so what the commit needs of it is unknown";
+    case policy::StandIn::kNotReplicated:
+      return "data it had sealed when it saw the request is not held here";
+    case policy::StandIn::kNothingHeld:
+      return "it never replicated to this member";
+    case policy::StandIn::kComplete:
+      break;
+  }
+  return "";
+}
+
+}  // namespace
+
+StandInWriter::StandInWriter(Env& env, int root_fd, int staging_fd, PartnerStore& store,
+                             std::vector<std::string> markers)
+    : env_(env),
+      root_fd_(root_fd),
+      staging_fd_(staging_fd),
+      store_(store),
+      markers_(std::move(markers)) {}
+
+Status StandInWriter::Complete(const OwnerRun& owner, std::optional<uint64_t> sealed_at_sight) {
+  const std::optional<uint64_t> covered = store_.CoveredOf(owner);
+  const policy::StandIn verdict = policy::MayStandIn(sealed_at_sight, covered);
+  if (verdict != policy::StandIn::kComplete) {
+    return Status::Error(verdict == policy::StandIn::kNothingHeld ? ENODATA : EHOSTDOWN,
+                         "cannot complete the part of node " + owner.node +
+                                        " (run " + owner.run + "): " + WhyNot(verdict));
+  }
+  MutexLock lock(mu_);
+  uint64_t& written = written_[owner];
+  for (const Replica& r : store_.Through(owner, *sealed_at_sight)) {
+    const size_t slash = r.path.rfind('/');
+    const std::string base = slash == std::string::npos ? r.path : r.path.substr(slash + 1);
+    if (!policy::StandInWrites(r.seq, written, *sealed_at_sight,
+                               policy::IsCommitMarker(base, markers_))) {
+      continue;
+    }
+    if (Status st = WriteOne(r); !st.ok()) return st;
+    written = r.seq;
+    store_.CountCompleted();
+    spdlog::info("replication: made {} durable for dead node {} (its version {}, seq {})", r.path,
+                 owner.node, r.version, r.seq);
+  }
+  written = std::max(written, *sealed_at_sight);
+  // Durable now: the memory goes back to the partners' replicas.
+  store_.DropDurable(owner, *sealed_at_sight);
+  return Status::Ok();
+}
+
+Result<int> StandInWriter::OpenParent(const std::string& path, std::string* base) {
+  Result<int> dir = env_.Open(root_fd_, ".", kDirFlags);
+  size_t start = 0;
+  for (size_t slash; dir.ok() && (slash = path.find('/', start)) != std::string::npos;
+       start = slash + 1) {
+    const std::string part = path.substr(start, slash - start);
+    Result<int> next = env_.Open(*dir, part, kDirFlags);
+    if (!next.ok() && next.status().err() == ENOENT) {
+      Status made = env_.Mkdir(*dir, part, 0755);
+      if (made.ok() || made.err() == EEXIST) {
+        // The new directory's name is durable with its parent.
+        const int parent = *dir;
+        (void)env_.Sync(std::span<const int>(&parent, 1), false);
+        next = env_.Open(*dir, part, kDirFlags);
+      } else {
+        next = made;
+      }
+    }
+    env_.Close(*dir);
+    dir = next;
+  }
+  *base = path.substr(start);
+  return dir;
+}
+
+Status StandInWriter::WriteOne(const Replica& r) {
+  if (!IsValidReplicaPath(r.path)) return Status::Error(EINVAL, "invalid path " + r.path);
+  std::string base;
+  Result<int> parent = OpenParent(r.path, &base);
+  if (!parent.ok()) return parent.status();
+  const std::string temp = ".stand-in." + r.owner.node + "." + std::to_string(++temp_counter_);
+  Result<int> file = env_.Open(staging_fd_, temp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Status st = file.status();
+  if (file.ok()) {
+    if (r.size > 0) st = env_.WriteAt(*file, r.bytes.get(), r.size, 0);
+    if (st.ok()) {
+      const int fd = *file;
+      st = env_.Sync(std::span<const int>(&fd, 1), true)[0];
+    }
+    env_.Close(*file);
+    if (st.ok()) st = env_.Rename(staging_fd_, temp, *parent, base);
+    if (!st.ok()) (void)env_.Unlink(staging_fd_, temp);
+  }
+  if (st.ok()) {
+    const int dir = *parent;
+    st = env_.Sync(std::span<const int>(&dir, 1), false)[0];
+  }
+  env_.Close(*parent);
+  if (!st.ok()) {
+    return Status::Error(st.err(), "cannot make " + r.path + " of dead node " + r.owner.node +
+                                       " durable: " + st.ToString());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ckptfs::replication

@@ -1,0 +1,64 @@
+// StandInWriter: a partner's completion of a dead member's part of commits (-o shared,replicas=N).
+// When membership declares a member dead, each partner that holds its replicas writes them on the
+// backing store in the dead member's close order (its seqs), each one made durable under a
+// temporary name in this member's staging directory and then renamed into place (no torn file
+// under a final name), the directories on the way made when missing and synced after the rename;
+// the commit is then acknowledged on the dead member's behalf (core/shared/shared_commit.h).
+// Whether it may is policy::MayStandIn: only when the dead member said this partner covers
+// everything it had sealed when it saw the request; a commit that needs data the member never
+// replicated fails as without replicas. A dead member's own commit markers are never written
+// (policy::StandInWrites).
+//
+// Written files get mode 0644 and this daemon's owner; their bytes are the dead member's. Each
+// version written counts in PartnerStoreTotals::completed_for_dead.
+//
+// Thread-safe: one lock around each completion (the commits thread calls it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/base/thread_annotations.h"
+#include "core/replication/partner_store.h"
+#include "iouring/env.h"
+
+namespace ckptfs::replication {
+
+class StandInWriter {
+ public:
+  // `root_fd` (the backing directory), `staging_fd` (this member's staging directory), `env` and
+  // `store` must outlive it. `markers`: the commit markers (config.commit_markers).
+  StandInWriter(Env& env, int root_fd, int staging_fd, PartnerStore& store,
+                std::vector<std::string> markers);
+
+  // Completes dead `owner`'s part of a commit that needs its entries up to `sealed_at_sight`
+  // (nullopt: the owner left no sealed point for it). Ok once every held replica it needs is
+  // durable in place, so the commit may be acknowledged for it; when policy::MayStandIn refuses
+  // (final: the owner is dead), ENODATA when the owner never told this member what it covers
+  // (not its partner), EHOSTDOWN saying why otherwise; the Env's error when a write failed
+  // (nothing is under a final name that was not whole; call again to retry).
+  Status Complete(const OwnerRun& owner, std::optional<uint64_t> sealed_at_sight) EXCLUDES(mu_);
+
+ private:
+  // Writes `r` durably at its path (temporary file, fdatasync, rename, directory fsync).
+  Status WriteOne(const Replica& r) REQUIRES(mu_);
+  // Opens the directory of `path` under the backing directory, making the missing ones; the
+  // caller closes it. `*base` receives the last component.
+  Result<int> OpenParent(const std::string& path, std::string* base) REQUIRES(mu_);
+
+  Env& env_;
+  const int root_fd_;
+  const int staging_fd_;
+  PartnerStore& store_;
+  const std::vector<std::string> markers_;
+  Mutex mu_;
+  // Per dead owner run: every version it needs up to this seq was written.
+  std::map<OwnerRun, uint64_t> written_ GUARDED_BY(mu_);
+  uint64_t temp_counter_ GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ckptfs::replication

@@ -1,0 +1,120 @@
+// The stand-in (core/replication/stand_in.h): a dead member's replicas written on a real
+// directory in its close order, atomically, only when the member said this partner covers what
+// the commit needs of it.
+#include "core/replication/stand_in.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/base/commit_markers.h"
+
+namespace ckptfs::replication {
+namespace {
+
+constexpr const char* kRun = "0123456789abcdef";
+
+class StandInTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char templ[] = "/tmp/ckptfs-stand-in-XXXXXX";
+    ASSERT_NE(mkdtemp(templ), nullptr);
+    dir_ = templ;
+    std::filesystem::create_directories(dir_ / "backing/.ckptfs/staging/n1");
+    root_fd_ = open((dir_ / "backing").c_str(), O_RDONLY | O_DIRECTORY);
+    staging_fd_ = open((dir_ / "backing/.ckptfs/staging/n1").c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(root_fd_, 0);
+    ASSERT_GE(staging_fd_, 0);
+    writer_ = std::make_unique<StandInWriter>(*env_, root_fd_, staging_fd_, store_,
+                                              policy::DefaultCommitMarkers());
+  }
+  void TearDown() override {
+    writer_.reset();
+    close(root_fd_);
+    close(staging_fd_);
+    std::filesystem::remove_all(dir_);
+  }
+  // Holds version `seq` of `path` of n0 (run kRun).
+  void Hold(uint64_t seq, const std::string& path, const std::string& bytes) {
+    ASSERT_EQ(store_.Reserve(bytes.size()), PartnerStore::Room::kReserved);
+    Replica r{{"n0", kRun}, path, seq, seq, std::shared_ptr<char[]>(new char[bytes.size() + 1]),
+              bytes.size()};
+    std::copy(bytes.begin(), bytes.end(), r.bytes.get());
+    store_.Keep(std::move(r));
+  }
+  std::string Read(const std::string& rel) {
+    std::ifstream in(dir_ / ("backing/" + rel), std::ios::binary);
+    if (!in) return "<missing>";
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  std::vector<std::string> Staged() {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir_ / "backing/.ckptfs/staging/n1")) {
+      names.push_back(e.path().filename());
+    }
+    return names;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Env> env_ = MakePosixEnv();
+  PartnerStore store_{1 << 20};
+  int root_fd_ = -1;
+  int staging_fd_ = -1;
+  std::unique_ptr<StandInWriter> writer_;
+};
+
+TEST_F(StandInTest, TheVersionsTheCommitNeedsAreWrittenInCloseOrderAndMarkersNever) {
+  Hold(3, "ckpt/iter_1/__1_0.distcp", "first version");
+  Hold(5, "ckpt/iter_1/__1_0.distcp", "second version");
+  Hold(6, "ckpt/iter_1/.metadata", "the dead member's own marker");
+  Hold(7, "ckpt/iter_1/extra.bin", "sealed after it saw the request");
+  store_.Covered({"n0", kRun}, 7);
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 6).ok());
+  EXPECT_EQ(Read("ckpt/iter_1/__1_0.distcp"), "second version");
+  EXPECT_EQ(Read("ckpt/iter_1/.metadata"), "<missing>");
+  EXPECT_EQ(Read("ckpt/iter_1/extra.bin"), "<missing>");
+  EXPECT_EQ(store_.Totals().completed_for_dead, 2u);
+  EXPECT_EQ(Staged(), std::vector<std::string>{});
+  // A later commit needs more: only what was not written yet is written.
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 7).ok());
+  EXPECT_EQ(Read("ckpt/iter_1/extra.bin"), "sealed after it saw the request");
+  EXPECT_EQ(store_.Totals().completed_for_dead, 3u);
+}
+
+TEST_F(StandInTest, NothingIsWrittenWhenTheDeadMemberDidNotReplicateWhatTheCommitNeeds) {
+  Hold(3, "a.bin", "held");
+  store_.Covered({"n0", kRun}, 3);
+  Status st = writer_->Complete({"n0", kRun}, 4);
+  EXPECT_EQ(st.err(), EHOSTDOWN);
+  EXPECT_NE(st.message().find("not held here"), std::string::npos) << st.ToString();
+  st = writer_->Complete({"n0", kRun}, std::nullopt);
+  EXPECT_EQ(st.err(), EHOSTDOWN);
+  EXPECT_NE(st.message().find("before it saw the request"), std::string::npos) << st.ToString();
+  // Another run of the same node never replicated here.
+  EXPECT_EQ(writer_->Complete({"n0", "fedcba9876543210"}, 3).err(), ENODATA);
+  EXPECT_EQ(Read("a.bin"), "<missing>");
+  EXPECT_EQ(store_.Totals().completed_for_dead, 0u);
+}
+
+TEST_F(StandInTest, AVersionThatCannotBeWrittenLeavesNoFileUnderItsNameAndIsRetried) {
+  Hold(1, "dir/file", "bytes");
+  store_.Covered({"n0", kRun}, 1);
+  { std::ofstream(dir_ / "backing/dir") << "a file where the directory belongs"; }
+  Status st = writer_->Complete({"n0", kRun}, 1);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.err(), EHOSTDOWN) << "an I/O failure is retried, not final";
+  EXPECT_EQ(Staged(), std::vector<std::string>{});
+  std::filesystem::remove(dir_ / "backing/dir");
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 1).ok());
+  EXPECT_EQ(Read("dir/file"), "bytes");
+}
+
+}  // namespace
+}  // namespace ckptfs::replication
