@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -114,12 +116,32 @@ Status Durability::ConnectRemote(
 }
 
 void Durability::HandOverUploads(const FlushReport& report) {
+  auto backing_fd = [](const InodeRef& dir) {
+    std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
+    return backing ? backing->fd() : -1;
+  };
+  // The paths of the directories this batch removed: their descriptors name them no more, and
+  // the files removed in them before are named through them. A directory is removed after what
+  // it held, so resolved from the batch's end, parents first.
+  std::unordered_map<const Inode*, std::string> removed_dirs;
+  auto dir_path = [&](const InodeRef& dir) -> std::optional<std::string> {
+    if (!dir) return std::nullopt;
+    if (auto it = removed_dirs.find(dir.get()); it != removed_dirs.end()) return it->second;
+    const int fd = backing_fd(dir);
+    return fd >= 0 ? uploader_->RelativePath(fd) : std::nullopt;
+  };
+  auto path_in = [](const std::string& dir, const std::string& name) {
+    return dir.empty() ? name : dir + "/" + name;
+  };
+  for (auto it = report.durable.rbegin(); it != report.durable.rend(); ++it) {
+    const EntryRef& e = *it;
+    if (e->kind != JournalEntry::Kind::kRmdir || !e->victim) continue;
+    if (std::optional<std::string> parent = dir_path(e->parent)) {
+      removed_dirs[e->victim.get()] = path_in(*parent, e->name);
+    }
+  }
   for (const EntryRef& e : report.durable) {
     if (shared_ && parts_.journal.StateOf(e).held) continue;
-    auto backing_fd = [](const InodeRef& dir) {
-      std::shared_ptr<BackingFile> backing = dir ? dir->BackingDir() : nullptr;
-      return backing ? backing->fd() : -1;
-    };
     auto hand_over = [&](const InodeRef& dir, const std::string& name,
                          const Uploader::Replaced& replaced) {
       if (const int fd = backing_fd(dir); fd >= 0) uploader_->Enqueue(fd, name, replaced);
@@ -134,6 +156,13 @@ void Durability::HandOverUploads(const FlushReport& report) {
         break;
       case JournalEntry::Kind::kLink:
         if (file) hand_over(e->new_parent, e->new_name, {});
+        break;
+      case JournalEntry::Kind::kUnlink:
+        if (e->victim && e->victim->type == FileType::kRegular) {
+          if (std::optional<std::string> dir = dir_path(e->parent)) {
+            uploader_->Remove(path_in(*dir, e->name));
+          }
+        }
         break;
       default:
         break;

@@ -94,6 +94,9 @@ Uploader::Uploader(const UploaderSettings& settings, Stats& stats)
 Uploader::~Uploader() { (void)Stop(std::chrono::milliseconds(0)); }
 
 std::optional<std::string> Uploader::RelativePath(int fd) const {
+  struct stat st {};
+  // Removed: its /proc link names where it was, with " (deleted)" after.
+  if (fstat(fd, &st) != 0 || st.st_nlink == 0) return std::nullopt;
   char path[PATH_MAX + 1];
   const std::string link = "/proc/self/fd/" + std::to_string(fd);
   const ssize_t n = readlink(link.c_str(), path, PATH_MAX);
@@ -163,6 +166,15 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& repl
   if (stop_) return;
   PushLocked(std::move(job), true);
   if (removal) PushLocked(std::move(removal), true);
+  wake_.notify_one();
+}
+
+void Uploader::Remove(const std::string& relative) {
+  if (!policy::IsUploadablePath(relative, settings_.reserved_name)) return;
+  std::unique_ptr<Job> removal = RemovalJob(settings_.s3.location, relative);
+  MutexLock lock(mu_);
+  if (stop_) return;
+  PushLocked(std::move(removal), true);
   wake_.notify_one();
 }
 

@@ -7,10 +7,11 @@
 // whose parts go in parallel (`concurrency` requests in flight in all, one thread and connection
 // each); the object appears under its key only when complete (S3 completes a multipart upload
 // atomically). Versions of one key are uploaded one after another, a waiting one dropped when a
-// newer one is handed over with no marker or removal between them. A commit marker (config.commit_markers) starts only once every
-// version handed over before it is on the store; so does the removal of a renamed file's old
-// name. Failed requests are retried (policy::JudgeRequest) and, when they fail for good, the
-// whole step again after a back-off: nothing handed over is dropped while the mount runs.
+// newer one is handed over with no marker or removal between them. A commit marker
+// (config.commit_markers) starts only once every version handed over before it is on the store;
+// so does a removal (of a renamed file's old name, or of a removed file). Failed requests are
+// retried (policy::JudgeRequest) and, when they fail for good, the whole step again after a
+// back-off: nothing handed over is dropped while the mount runs.
 //
 // With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
 // daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
@@ -90,6 +91,13 @@ class Uploader {
   // gone, or outside the backing root, is skipped), and the removal of `replaced` ({}: none).
   // Logged, not yet durably: see SyncLog.
   void Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) EXCLUDES(mu_);
+  // Hands over the removal of the object of `relative` (a file removed from under the backing
+  // root): it starts once everything handed over before it is on the store, so the store loses a
+  // file only after the markers closed before its removal. Logged, not yet durably: see SyncLog.
+  void Remove(const std::string& relative) EXCLUDES(mu_);
+  // The path of open file or directory `fd` under the backing root ("" for the root itself);
+  // nullopt when it is not under it, or gone (removed, or its fd closed).
+  std::optional<std::string> RelativePath(int fd) const;
   // Makes what was handed over so far durable in the upload log (ok without one); the first
   // failure to write it since the last call otherwise (the uploads go on, in memory only).
   Status SyncLog();
@@ -114,9 +122,6 @@ class Uploader {
   void PushLocked(std::unique_ptr<Job> job, bool log) REQUIRES(mu_);
   // Aborts the multipart uploads open under the prefix (on the first thread, before any task).
   void AbortOpenUploads(S3Client& client) EXCLUDES(mu_);
-  // The path of open file or directory `fd` under the backing root ("" for the root itself);
-  // nullopt when it is not under it (or gone).
-  std::optional<std::string> RelativePath(int fd) const;
   void Run(S3Client& client) EXCLUDES(mu_);
   // The next step to take, in order; false when there is none now.
   bool NextTaskLocked(Task* task) REQUIRES(mu_);

@@ -1,5 +1,6 @@
 """The remote tier (-o remote): every file version closed through a real mount reaches a real S3
-server (moto) byte for byte after `ckptfs sync --remote`, markers only after the files before them,
+server (moto) byte for byte after `ckptfs sync --remote`, files and directories removed through
+the mount leave it, markers only after the files before them,
 the store's failures (through a fault-injecting proxy) retried and counted; a mount whose remote
 cannot be used is refused with one line."""
 
@@ -107,6 +108,27 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(len(data_done), 2, log)
             self.assertGreater(marker[0][0], max(data_done),
                                "the marker was sent before the data it commits was on the store")
+
+    def test_files_and_directories_removed_through_the_mount_leave_the_store(self):
+        prefix = PREFIX + "/removed"
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix)) as m:
+            write(m.path("step_1", "__0_0.distcp"), distinct_content("a", 6 * MiB))
+            write(m.path("step_1", "optim", "__0_0.distcp"), distinct_content("o", 100000))
+            write(m.path("step_1", ".metadata"), b"metadata of step 1")
+            write(m.path("step_2", "__0_0.distcp"), distinct_content("b", 100000))
+            write(m.path("step_2", "scratch.bin"), b"removed on its own")
+            m.sync()
+            sync_remote(m)
+            self.assertEqual(len(self.s3.objects(BUCKET, prefix + "/")), 5)
+            write(m.path("step_2", ".metadata"), b"metadata of step 2")
+            shutil.rmtree(m.path("step_1"))  # The files first, then optim/, then step_1/.
+            os.unlink(m.path("step_2", "scratch.bin"))
+            m.sync()
+            sync_remote(m)
+            self.assert_store_equals_backing(m, prefix)
+            self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/")),
+                             [f"{prefix}/step_2/.metadata", f"{prefix}/step_2/__0_0.distcp"])
+            self.assertEqual(m.stats()["remote"]["last_error"], "")
 
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"
