@@ -78,7 +78,8 @@ void LocalTier::Run() {
     const uint64_t pending = pending_bytes_();
     std::vector<std::string> done;  // Evicted, or no longer the file that reached the store.
     for (size_t i : policy::ChooseEvictions(files, pending, settings_.local_size)) {
-      const auto& [path, r] = entries[i];
+      const std::string& path = entries[i].first;
+      const Resident& r = entries[i].second;
       bool gone = false;
       const bool evicted = gate_(path, [&] {
         gone = !Evict(path, r);

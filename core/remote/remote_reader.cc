@@ -22,9 +22,6 @@ namespace {
 // Ranged GETs are retried this many times (with policy::RetryDelay between tries) before the
 // fetch, and the open that asked for it, fail.
 constexpr unsigned kFetchRetries = 6;
-// Listing requests: a store that does not answer leaves the directory as the backing directory
-// has it (listed again at the next need) rather than holding the lookup long.
-constexpr unsigned kListRetries = 3;
 constexpr size_t kMaxEtag = 128;
 // A placeholder's mark: its ETag, a line break, its key.
 constexpr size_t kMaxMark = kMaxEtag + 1 + policy::kMaxListedKey;
