@@ -39,9 +39,9 @@ int IoUringDisabledSysctl() {
   return value;
 }
 
-// Owns one ring for its whole lifetime. Write, Sync and ReadBatch are not thread-safe: the thread that calls
-// them owns the ring while it does; every call reaps all it submitted before returning. Every
-// other call is PosixEnv's.
+// Owns one ring for its whole lifetime. Write, Sync and ReadBatch are not thread-safe: the thread
+// that calls them owns the ring while it does; every call reaps all it submitted before
+// returning. Every other call is PosixEnv's.
 class UringEnv final : public PosixEnv {
  public:
   explicit UringEnv(unsigned queue_depth) : depth_(queue_depth) {}

@@ -107,7 +107,8 @@ bool LocalTier::Evict(const std::string& path, const Resident& r) {
   const int fd = OpenBeneathForWriting(settings_.root_fd, path);
   if (fd < 0) return false;
   struct stat st {};
-  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_ino) == r.ino &&
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<uint64_t>(st.st_ino) == r.ino &&
             static_cast<uint64_t>(st.st_size) == r.size &&
             int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == r.mtime_ns;
   if (ok) {

@@ -249,7 +249,8 @@ def parser():
                     "mount of an empty directory with -o remote, against boto3's download_file "
                     "then a local load, both from a local moto server, instead of the workloads")
     ap.add_argument("--remote-mib", type=int,
-                    help="MiB uploaded by --remote, or loaded by --remote-load (default 256 x scale)")
+                    help="MiB uploaded by --remote, or loaded by --remote-load "
+                    "(default 256 x scale)")
     ap.add_argument("--verify", action="store_true",
                     help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "
                     "a marker's publication, instead of the workloads")

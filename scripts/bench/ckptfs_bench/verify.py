@@ -182,7 +182,8 @@ def run(a):
     rows = [[label, f"{statistics.median(markers[label]):.3f}"] for label, _, _ in variants]
     for label, _, _ in variants[1:]:
         added = [m - o for m, o in zip(markers[label], off)]
-        rows.append([f"added by {label} (median of paired runs)", f"{statistics.median(added):.3f}"])
+        rows.append([f"added by {label} (median of paired runs)",
+                     f"{statistics.median(added):.3f}"])
         rows.append([f"added by {label}, spread", spread(added)])
     if a.verify_baseline:
         ratio = [(m - o) / (b - o) for m, b, o in
