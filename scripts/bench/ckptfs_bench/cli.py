@@ -117,6 +117,11 @@ first write until `ckptfs sync --replicated` returns; iperf3's one TCP stream fo
 (listing and fetching from the store), against boto3's download_file of its objects then dcp.load
 from the local copy; alternated, --repeat runs, medians.
 
+--remote-dcp (instead of the workloads): a DCP save through a mount with -o remote until
+`ckptfs sync --remote` returns, against dcp.save to the plain directory then an upload of its
+files with boto3's transfer manager, and dcp.save to /dev/shm (--remote-mib, default 256 x scale);
+alternated, --repeat runs, medians; targets: on the store no later, the save at most 1.3x shm's.
+
 Needs root (drop_caches, FUSE). Cleans up its mounts and directories, also on failure.
 """
 import argparse
@@ -126,13 +131,15 @@ import shutil
 import sys
 import warnings
 
-from . import fuse_ring, remote, remote_load, replication, saves, takeover, tensor_view, verify
+from . import (fuse_ring, remote, remote_dcp, remote_load, replication, saves, takeover,
+               tensor_view, verify)
 from .contenders import ALL_WORKLOADS
 from .measure import fs_type
 
 # Modes run instead of the save comparison, by the flag that asks for each (the first one set).
 MODES = {"tensor_view": tensor_view.run, "fuse_ring": fuse_ring.run, "takeover": takeover.run,
-         "remote": remote.run, "remote_load": remote_load.run, "verify": verify.run,
+         "remote": remote.run, "remote_load": remote_load.run, "remote_dcp": remote_dcp.run,
+         "verify": verify.run,
          "replication": replication.run}
 
 
@@ -248,8 +255,13 @@ def parser():
                     help="measure loading a DCP checkpoint that is only on the store through a "
                     "mount of an empty directory with -o remote, against boto3's download_file "
                     "then a local load, both from a local moto server, instead of the workloads")
+    ap.add_argument("--remote-dcp", action="store_true",
+                    help="measure a DCP save through a mount with -o remote until it is on the "
+                    "store, against dcp.save to the plain directory then boto3's transfer manager, "
+                    "and dcp.save to /dev/shm, instead of the workloads")
     ap.add_argument("--remote-mib", type=int,
-                    help="MiB uploaded by --remote, or loaded by --remote-load "
+                    help="MiB uploaded by --remote, saved by --remote-dcp, or loaded by "
+                    "--remote-load "
                     "(default 256 x scale)")
     ap.add_argument("--verify", action="store_true",
                     help="measure `ckptfs verify` against cat, and what -o verify=markers adds to "

@@ -6,7 +6,7 @@ import sys
 from ckptfs_testing import workloads
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
 
-from .measure import medians, timed
+from .measure import alternated, medians, timed
 from .tables import table
 
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
@@ -48,7 +48,7 @@ def run(a):
             raise RuntimeError("ckptfs exited non-zero:\n" + d.output()[-3000:])
         d = None
         for rep in range(a.repeat):
-            for c in (FUSE_RING_CONTENDERS if rep % 2 == 0 else reversed(FUSE_RING_CONTENDERS)):
+            for c in alternated(FUSE_RING_CONTENDERS, rep):
                 d = CkptfsDaemon(backing, mnt, ["io_uring=" + ("on" if c == "io_uring" else "off")],
                                  log_file=os.path.join(a.workdir, f"{c}.log"))
                 d.start()

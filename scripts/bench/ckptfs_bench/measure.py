@@ -49,6 +49,12 @@ def written(io0, io1):
                                                        - io0["cancelled_write_bytes"])
 
 
+def alternated(contenders, rep):
+    """The contenders in the order of run `rep`: as given in even runs, reversed in odd ones, so
+    that none always runs first (into memory the other just freed, or a cold disk)."""
+    return list(contenders) if rep % 2 == 0 else list(reversed(contenders))
+
+
 def timed(fn, *a):
     t = time.monotonic()
     r = fn(*a)

@@ -9,14 +9,10 @@ import os
 import shutil
 import time
 
-import boto3
-from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, run_ckptfs
-from ckptfs_testing.s3_server import CREDENTIALS, MotoServer
-
-from .measure import medians
+from .measure import alternated, medians
+from .store import BUCKET, empty_bucket, moto_bucket, remote_mount, sync_remote
 from .tables import table
 
-BUCKET = "bench"
 CONTENDERS = ("ckptfs", "boto3")
 FILES = 4
 
@@ -29,55 +25,30 @@ def write_files(root, mib):
                 f.write(block)
 
 
-def empty_bucket(s3):
-    c = s3.client()
-    for page in c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        for o in page.get("Contents", []):
-            c.delete_object(Bucket=BUCKET, Key=o["Key"])
-
-
 def run(a):
     mib = int(a.remote_mib or 256 * a.scale)
-    os.environ.update(CREDENTIALS)
     rows = {c: [] for c in CONTENDERS}
-    with MotoServer() as s3:
-        s3.create_bucket(BUCKET)
+    with moto_bucket() as (s3, client):
         source = os.path.join(a.workdir, "source")
         os.makedirs(source)
         write_files(source, mib)
-        client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
         for rep in range(a.repeat):
-            for c in (CONTENDERS if rep % 2 == 0 else reversed(CONTENDERS)):
+            for c in alternated(CONTENDERS, rep):
                 if c == "boto3":
                     t = time.monotonic()
                     for name in sorted(os.listdir(source)):
                         client.upload_file(os.path.join(source, name), BUCKET, f"boto3/{name}")
                     seconds = time.monotonic() - t
                 else:
-                    backing = os.path.join(a.workdir, "backing")
-                    mnt = os.path.join(a.workdir, "mnt")
-                    os.makedirs(backing)
-                    os.makedirs(mnt)
-                    d = CkptfsDaemon(backing, mnt, [f"remote=s3://{BUCKET}/ckptfs",
-                                                    f"remote_endpoint={s3.endpoint}"],
-                                     log_file=os.path.join(a.workdir, "remote.log"))
-                    d.start()
-                    try:
+                    with remote_mount(a.workdir, s3, "ckptfs",
+                                      os.path.join(a.workdir, "remote.log")) as d:
                         t = time.monotonic()
                         for name in sorted(os.listdir(source)):
                             shutil.copyfile(os.path.join(source, name), d.path(name))
                         d.sync()
                         durable = time.monotonic() - t
-                        r = run_ckptfs(["sync", d.mnt, "--remote"], timeout=3600)
+                        sync_remote(d)
                         seconds = time.monotonic() - t
-                        if r.returncode != 0:
-                            raise RuntimeError("ckptfs sync --remote failed: " + r.stderr)
-                        if d.unmount() != 0:
-                            raise RuntimeError("ckptfs exited non-zero:\n" + d.output()[-3000:])
-                    finally:
-                        d.cleanup()
-                        shutil.rmtree(backing, ignore_errors=True)
-                        shutil.rmtree(mnt, ignore_errors=True)
                 rec = {"seconds": seconds, "mib_per_s": mib / seconds}
                 if c == "ckptfs":
                     rec["durable_seconds"] = durable
@@ -85,7 +56,7 @@ def run(a):
                 print(f"rep {rep + 1} {c:7s} {seconds:.2f} s  {mib / seconds:.1f} MiB/s"
                       + (f"  (durable in the backing directory after {durable:.2f} s)"
                          if c == "ckptfs" else ""), flush=True)
-                empty_bucket(s3)
+                empty_bucket(client)
     med = {c: medians(rows[c]) for c in CONTENDERS}
     print()
     print(table(["uploader", "s", "MiB/s", "x boto3", "durable locally s"],

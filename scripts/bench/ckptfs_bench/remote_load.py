@@ -10,19 +10,14 @@ of 8 MiB above 8 MiB, 10 threads), one after another, then dcp.load from that di
 boto3's speed."""
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 import warnings
 
-import boto3
-from ckptfs_testing.ckptfs_daemon import CkptfsDaemon
-from ckptfs_testing.s3_server import CREDENTIALS, MotoServer
-
-from .measure import medians
+from .measure import alternated, drop_caches, medians
+from .store import BUCKET, moto_bucket, remote_mount
 from .tables import table
 
-BUCKET = "bench"
 PREFIX = "load"
 CONTENDERS = ("ckptfs", "boto3")
 TENSORS = 16
@@ -35,26 +30,14 @@ def make_state(mib):
     return {f"layer{i}.weight": torch.randn(per, generator=g) for i in range(TENSORS)}
 
 
-def drop_caches():
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
-    except OSError:
-        pass
-
-
 def run(a):
     import torch
     import torch.distributed.checkpoint as dcp
     warnings.filterwarnings("ignore")  # One process without a process group: DCP's no_dist mode.
     mib = int(a.remote_mib or 256 * a.scale)
-    os.environ.update(CREDENTIALS)
     rows = {c: [] for c in CONTENDERS}
     state = make_state(mib)
-    with MotoServer() as s3:
-        s3.create_bucket(BUCKET)
-        client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1")
+    with moto_bucket() as (s3, client):
         source = tempfile.mkdtemp(prefix="ckptfs-load-src-", dir=a.workdir)
         dcp.save(state, checkpoint_id=os.path.join(source, "step_1"))
         total = 0
@@ -73,7 +56,7 @@ def run(a):
                     raise RuntimeError(f"{k} loaded differs")
 
         for rep in range(a.repeat):
-            for c in (CONTENDERS if rep % 2 == 0 else reversed(CONTENDERS)):
+            for c in alternated(CONTENDERS, rep):
                 drop_caches()
                 work = tempfile.mkdtemp(prefix="ckptfs-load-", dir=a.workdir)
                 try:
@@ -88,24 +71,12 @@ def run(a):
                         load(work)
                         seconds = time.monotonic() - t
                     else:
-                        backing = os.path.join(work, "backing")
-                        mnt = os.path.join(work, "mnt")
-                        os.makedirs(backing)
-                        os.makedirs(mnt)
-                        d = CkptfsDaemon(backing, mnt, [f"remote=s3://{BUCKET}/{PREFIX}",
-                                                        f"remote_endpoint={s3.endpoint}"],
-                                         log_file=os.path.join(a.workdir, "remote_load.log"))
-                        d.start()
-                        try:
+                        log = os.path.join(a.workdir, "remote_load.log")
+                        with remote_mount(work, s3, PREFIX, log) as d:
                             t = time.monotonic()
-                            load(mnt)
+                            load(d.mnt)
                             seconds = time.monotonic() - t
                             fetched = None
-                            if d.unmount() != 0:
-                                raise RuntimeError("ckptfs exited non-zero:\n" +
-                                                   d.output()[-3000:])
-                        finally:
-                            d.cleanup()
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 rec = {"seconds": seconds, "mib_per_s": real_mib / seconds}
