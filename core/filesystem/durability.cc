@@ -16,6 +16,7 @@
 #include "core/recovery/rescue.h"
 #include "core/remote/remote_settings.h"
 #include "core/replication/replication_policy.h"
+#include "core/shared/shared_dir.h"
 
 namespace ckptfs {
 
@@ -45,8 +46,11 @@ Status Durability::JoinSharedMount() {
     if (!replicator.ok()) return replicator.status();
     replicator_ = std::move(*replicator);
   }
+  Result<std::unique_ptr<SharedDirectory>> area =
+      SharedDirectory::Open(parts_.env, parts_.store.root_fd);
+  if (!area.ok()) return area.status();
   Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
-      config, parts_.env, parts_.store.root_fd, parts_.clock,
+      config, std::move(*area), parts_.clock,
       [&journal] {
         return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
       },
