@@ -263,13 +263,6 @@ void SharedCommits::ServeOthers() {
         stale_why = "its committer is not beating";
       }
     }
-    // A committer posts its request right after naming it: objects left under an id with no
-    // request for member_timeout are acknowledgements that landed after its removal (the store
-    // has no directory whose removal would refuse them).
-    if (stale_why.empty() && !fresh && seen.state == SeenRequest::State::kNotPosted &&
-        policy::MemberDead(seen.first_seen, now, member_timeout_)) {
-      stale_why = "it holds no request (acknowledgements left after its removal)";
-    }
     if (!stale_why.empty()) {
       if (RemoveRequest(id)) {
         spdlog::info("removed commit request {}: {}", id, stale_why);

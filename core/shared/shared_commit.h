@@ -42,9 +42,10 @@
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
 // later ticks when it fails, e.g. an ack that landed meanwhile). Any member removes the request
 // directories of committers it judges dead or left, of earlier incarnations of its own node, and
-// of committers it has not seen beating within member_timeout of first seeing the request, and
-// those that have held no request for member_timeout (acks that landed after the removal, which
-// a store cannot refuse); a member forgets a request when its directory is gone. Names in commits/ that are not request
+// of committers it has not seen beating within member_timeout of first seeing the request (so an
+// ack that lands after its request's removal, which a store cannot refuse, is removed by the
+// committer, or by the others once it is gone); a member forgets a request when its directory is
+// gone. Names in commits/ that are not request
 // ids, and requests or acks that do not parse, are ignored (logged once).
 //
 // Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
