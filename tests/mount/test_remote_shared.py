@@ -123,31 +123,51 @@ class RemoteSharedTest(RemoteStoreTestCase):
         w.save([m.mnt for m in mounts], ranks=len(NODES), iteration=1)
         wait_for(lambda: proxies[2].injected.get("delay", 0) > 0, 60,
                  lambda: "n2 to start uploading its files")
+
+        def n2_has_seen_a_commit():
+            n0, n2 = mounts[0].stats()["shared"], mounts[2].stats()["shared"]
+            return n2["acks_owed"] > 0 or n0["commits_published"] > 0 or any(
+                "n2" not in c["waiting_for"] for c in n0["pending_commits"])
+        # Killed once it has seen rank 0's commit request, which it cannot acknowledge before its
+        # files are on the store.
+        wait_for(n2_has_seen_a_commit, 60, lambda: "n2 to see n0's commit request")
         mounts[2].kill9()
         first = f"{prefix}/iter_0000001/.metadata"
         tracker = f"{prefix}/{workloads.TRACKER}"
-        watching = True
-        seen = []
+        watching = threading.Event()
+        seen, failures = [], []
 
         def watch():
-            while watching:
-                keys = self.s3.objects(BUCKET, prefix + "/")
+            """Lists the store until told to stop, recording either marker of the first save."""
+            c = self.s3.client()
+            while not watching.is_set():
+                try:
+                    keys = {o["Key"] for o in c.list_objects_v2(
+                        Bucket=BUCKET, Prefix=prefix + "/").get("Contents", [])}
+                except Exception as e:  # Recorded: a watcher that stopped watched nothing.
+                    failures.append(repr(e))
+                    return
                 seen.extend(k for k in (first, tracker) if k in keys)
-                time.sleep(0.2)
+                time.sleep(0.1)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         try:
             wait_for(lambda: mounts[0].stats()["shared"]["commits_failed"] >= 1,
                      COMMIT_FAILS_WITHIN, lambda: "n0's commit to fail for the dead n2")
-            # The second save: the live nodes only, into the next iteration.
-            w.save([mounts[0].mnt, mounts[1].mnt], ranks=2, iteration=2)
-            for m in mounts[:2]:
-                sync_remote(m, timeout=300)
+            wait_for(lambda: mounts[0].stats()["shared"]["pending_commits"] == [],
+                     COMMIT_FAILS_WITHIN, lambda: "n0's other commits to be decided")
         finally:
-            watching = False
+            watching.set()
             watcher.join()
-        store = self.s3.objects(BUCKET, prefix + "/")
+        self.assertEqual(failures, [], "the store could not be watched")
         self.assertEqual(seen, [], "a marker of the save n2 died in reached the store")
+        self.assertEqual(mounts[0].stats()["shared"]["commits_published"], 0)
+        # The second save: the live nodes only, into the next iteration.
+        w.save([mounts[0].mnt, mounts[1].mnt], ranks=2, iteration=2)
+        for m in mounts[:2]:
+            sync_remote(m, timeout=300)
+        store = self.s3.objects(BUCKET, prefix + "/iter_")
+        store.update(self.s3.objects(BUCKET, tracker))
         self.assertNotIn(first, store)
         self.assertNotIn(f"{prefix}/iter_0000001/__2_0.distcp", store)
         self.assertIn(f"{prefix}/iter_0000002/.metadata", store)
