@@ -74,7 +74,7 @@ Status Durability::JoinSharedMount() {
                         replicator_ ? replicator_->endpoint() : "");
   if (!shared.ok()) {
     return Status::Error(shared.status().err(),
-                         "cannot join the mounts sharing the backing directory: " +
+                         "cannot join the shared mounts: " +
                              shared.status().message());
   }
   shared_ = std::move(*shared);
