@@ -200,8 +200,8 @@ void Durability::HandOverUploads(const FlushReport& report) {
     uint64_t last = 0;
     for (const EntryRef& e : report.durable) last = std::max(last, e->seq);
     const uint64_t handed_over = uploader_->Progress().handed_over;
-    MutexLock lock(milestones_mu_);
-    milestones_.push_back({last, handed_over});
+    MutexLock lock(uploaded_mu_);
+    uploaded_.HandedOver(last, handed_over);
   }
   // Before the journal completes these entries: until then the recovery publishes them again.
   if (Status st = uploader_->SyncLog(); !st.ok()) {
@@ -213,16 +213,11 @@ void Durability::HandOverUploads(const FlushReport& report) {
 
 uint64_t Durability::UploadedSeq() {
   if (!uploader_) return 0;
-  // Read first: everything up to it was handed over before (HandOverUploads comes before the
-  // journal completes a report's entries).
+  // In this order: UploadedPoint::Point.
   const uint64_t durable = parts_.journal.durable_seq();
   const uint64_t done = uploader_->Progress().done_in_order;
-  MutexLock lock(milestones_mu_);
-  while (!milestones_.empty() && milestones_.front().handed_over <= done) {
-    uploaded_seq_ = std::max(uploaded_seq_, milestones_.front().seq);
-    milestones_.pop_front();
-  }
-  return milestones_.empty() ? durable : std::min(durable, uploaded_seq_);
+  MutexLock lock(uploaded_mu_);
+  return uploaded_.Point(durable, done);
 }
 
 void Durability::Start() {

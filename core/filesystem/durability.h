@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +23,7 @@
 #include "core/filesystem/replication_feed.h"
 #include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
+#include "core/remote/uploaded_point.h"
 #include "core/remote/uploader.h"
 #include "core/replication/replicator.h"
 #include "core/replication/stand_in.h"
@@ -106,23 +106,17 @@ class Durability final : private FlushClient {
   std::unique_ptr<Flusher> flusher_;
   // Hands the files the durable entries of `report` published (not held markers) to the
   // uploader, each as it is now on the backing store.
-  void HandOverUploads(const FlushReport& report) EXCLUDES(milestones_mu_);
+  void HandOverUploads(const FlushReport& report) EXCLUDES(uploaded_mu_);
   // -o remote: every journal entry up to it is on the store (published files uploaded, removals
   // done); 0 before the uploader starts.
-  uint64_t UploadedSeq() EXCLUDES(milestones_mu_);
+  uint64_t UploadedSeq() EXCLUDES(uploaded_mu_);
 
   // -o remote: the uploads (null otherwise). Fed on the flusher's thread.
   std::unique_ptr<Uploader> uploader_;
   int upload_log_dir_ = -1;  // The private area holding the upload log (-1: none).
-  // The uploads of each flush report: once `handed_over` versions are done in order, every entry
-  // up to `seq` is on the store. Oldest first; popped as UploadedSeq finds them done.
-  struct UploadMilestone {
-    uint64_t seq;
-    uint64_t handed_over;
-  };
-  Mutex milestones_mu_;
-  std::deque<UploadMilestone> milestones_ GUARDED_BY(milestones_mu_);
-  uint64_t uploaded_seq_ GUARDED_BY(milestones_mu_) = 0;
+  // Shared mode: what each flush report handed over, for UploadedSeq.
+  Mutex uploaded_mu_;
+  UploadedPoint uploaded_ GUARDED_BY(uploaded_mu_);
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
