@@ -1,5 +1,5 @@
-// Membership: a mount's place in the group of mounts that share one backing directory
-// (-o shared), kept through the backing store alone.
+// Membership: a mount's place in the group of mounts that share one backing directory, or one
+// object store (-o shared), kept through their shared area alone (core/shared/shared_area.h).
 //
 // Each member owns one file, members/<node> of the shared area (core/shared/shared_area.h: the
 // shared backing directory's .ckptfs/shared, or the store's PREFIX/.ckptfs/shared/), a small JSON

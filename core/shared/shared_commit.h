@@ -1,6 +1,6 @@
 // SharedCommits: the commit of a marker (a tracker, `.metadata`) across the mounts that share one
-// backing directory. A marker may be published once every live member has made durable
-// everything it had sealed before the marker was sealed. The order is causal, never read off a
+// backing directory, or one object store. A marker may be published once every live member has
+// made durable (on the store: uploaded) everything it had sealed before the marker was sealed. The order is causal, never read off a
 // clock: the trainers' barrier puts every rank's closes before rank 0's marker; the committer
 // posts its request after the marker was sealed; each member, when it first sees the request,
 // takes its own sealed point then (which covers its closes before the barrier) and acknowledges
