@@ -281,7 +281,10 @@ const MountOption kMountOptions[] = {
      "the backing directory is shared by mounts on several nodes, each with its own `node`: they "
      "announce themselves under `BACKING/.ckptfs/shared/` with heartbeats, and the files named "
      "in `commit_markers` are published only once every live member has made durable what it "
-     "sealed before them",
+     "sealed before them. With `remote`: the mounts share the store instead (each its own local "
+     "backing directory), meet under `PREFIX/.ckptfs/shared/` there, and a marker waits until "
+     "every live member's earlier files are on the store (see \"Several nodes without a shared "
+     "filesystem\")",
      [](const std::string&, MountOptions* o) {
        o->config.shared = true;
        return Status::Ok();
@@ -559,6 +562,12 @@ Status CheckOptionsTogether(const Config& config) {
     return Status::Error(EINVAL, "replicas=" + std::to_string(config.replicas) +
                                      " needs -o shared: replicas are held by the other members of "
                                      "a shared backing directory");
+  }
+  if (config.replicas > 0 && !config.remote.empty()) {
+    return Status::Error(EINVAL, "replicas=" + std::to_string(config.replicas) +
+                                     " with -o remote is not supported: a partner completes a "
+                                     "dead member's part on its own backing directory, which "
+                                     "is not the store the others wait for");
   }
   if (config.local_size > 0 && config.remote.empty()) {
     return Status::Error(EINVAL, "local_size needs -o remote: only files on the store are "

@@ -16,6 +16,8 @@
 #include "core/recovery/rescue.h"
 #include "core/remote/remote_settings.h"
 #include "core/replication/replication_policy.h"
+#include "core/shared/shared_dir.h"
+#include "core/shared/shared_store.h"
 
 namespace ckptfs {
 
@@ -45,15 +47,34 @@ Status Durability::JoinSharedMount() {
     if (!replicator.ok()) return replicator.status();
     replicator_ = std::move(*replicator);
   }
-  Result<std::unique_ptr<SharedMount>> shared = SharedMount::Join(
-      config, parts_.env, parts_.store.root_fd, parts_.clock,
-      [&journal] {
-        return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
-      },
-      replicator_ ? replicator_->endpoint() : "");
+  // With -o remote the group meets on the store, and what a member reports durable, which the
+  // others' commits wait for, is what is on the store.
+  std::unique_ptr<SharedArea> area;
+  ProgressFn progress;
+  if (!config.remote.empty()) {
+    Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
+    if (!s3.ok()) return s3.status();
+    Result<std::unique_ptr<SharedStore>> on_store = SharedStore::Make(*s3);
+    if (!on_store.ok()) return on_store.status();
+    area = std::move(*on_store);
+    progress = [this, &journal] {
+      return FlushProgress{journal.last_seq(), UploadedSeq(), journal.pending_bytes()};
+    };
+  } else {
+    Result<std::unique_ptr<SharedDirectory>> directory =
+        SharedDirectory::Open(parts_.env, parts_.store.root_fd);
+    if (!directory.ok()) return directory.status();
+    area = std::move(*directory);
+    progress = [&journal] {
+      return FlushProgress{journal.last_seq(), journal.durable_seq(), journal.pending_bytes()};
+    };
+  }
+  Result<std::unique_ptr<SharedMount>> shared =
+      SharedMount::Join(config, std::move(area), parts_.clock, std::move(progress),
+                        replicator_ ? replicator_->endpoint() : "");
   if (!shared.ok()) {
     return Status::Error(shared.status().err(),
-                         "cannot join the mounts sharing the backing directory: " +
+                         "cannot join the shared mounts: " +
                              shared.status().message());
   }
   shared_ = std::move(*shared);
@@ -106,7 +127,14 @@ Status Durability::ConnectRemote(
   settings.log_name = config.shared ? "uploads-" + config.node + ".log" : "uploads.log";
   settings.abort_open_uploads = !config.shared;
   settings.reserved_name = kReservedName;
-  settings.on_uploaded = std::move(on_uploaded);
+  // A member whose uploads advanced may owe acknowledgements now (the group meets on the store).
+  SharedMount* shared = config.shared ? shared_.get() : nullptr;
+  settings.on_uploaded = [shared, on_uploaded = std::move(on_uploaded)](
+                             const std::string& path, uint64_t ino, uint64_t size,
+                             int64_t mtime_ns) {
+    if (on_uploaded) on_uploaded(path, ino, size, mtime_ns);
+    if (shared) shared->DataDurable();
+  };
   Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);
   if (!uploader.ok()) return uploader.status();
   uploader_ = std::move(*uploader);
@@ -168,12 +196,28 @@ void Durability::HandOverUploads(const FlushReport& report) {
         break;
     }
   }
+  if (shared_ && !report.durable.empty()) {  // Only the shared mode asks for UploadedSeq.
+    uint64_t last = 0;
+    for (const EntryRef& e : report.durable) last = std::max(last, e->seq);
+    const uint64_t handed_over = uploader_->Progress().handed_over;
+    MutexLock lock(uploaded_mu_);
+    uploaded_.HandedOver(last, handed_over);
+  }
   // Before the journal completes these entries: until then the recovery publishes them again.
   if (Status st = uploader_->SyncLog(); !st.ok()) {
     parts_.stats.remote_errors++;
     spdlog::error("remote: the upload log cannot be written ({}): uploads not yet done are lost "
                   "if this worker dies", st.ToString());
   }
+}
+
+uint64_t Durability::UploadedSeq() {
+  if (!uploader_) return 0;
+  // In this order: UploadedPoint::Point.
+  const uint64_t durable = parts_.journal.durable_seq();
+  const uint64_t done = uploader_->Progress().done_in_order;
+  MutexLock lock(uploaded_mu_);
+  return uploaded_.Point(durable, done);
 }
 
 void Durability::Start() {

@@ -23,6 +23,7 @@
 #include "core/filesystem/replication_feed.h"
 #include "core/flush/reclaim.h"
 #include "core/memory/arena.h"
+#include "core/remote/uploaded_point.h"
 #include "core/remote/uploader.h"
 #include "core/replication/replicator.h"
 #include "core/replication/stand_in.h"
@@ -49,8 +50,10 @@ class Durability final : private FlushClient {
   };
   explicit Durability(const Parts& parts);
 
-  // Shared mode, before Start: joins the mounts sharing the backing directory; markers are then
-  // held until the group commits them (core/flush/held_markers.h). With -o replicas, first
+  // Shared mode, before Start: joins the mounts sharing the backing directory, or with -o remote
+  // the object store (whose members wait for each other's uploads: a member reports as durable
+  // what is on the store); markers are then held until the group commits them
+  // (core/flush/held_markers.h). With -o replicas, first
   // starts receiving partners' replicas (its endpoint goes into the member file); fails when the
   // group secret cannot be read or the address cannot be bound.
   Status JoinSharedMount() EXCLUDES(ns_lock);
@@ -103,11 +106,17 @@ class Durability final : private FlushClient {
   std::unique_ptr<Flusher> flusher_;
   // Hands the files the durable entries of `report` published (not held markers) to the
   // uploader, each as it is now on the backing store.
-  void HandOverUploads(const FlushReport& report);
+  void HandOverUploads(const FlushReport& report) EXCLUDES(uploaded_mu_);
+  // -o remote: every journal entry up to it is on the store (published files uploaded, removals
+  // done); 0 before the uploader starts.
+  uint64_t UploadedSeq() EXCLUDES(uploaded_mu_);
 
   // -o remote: the uploads (null otherwise). Fed on the flusher's thread.
   std::unique_ptr<Uploader> uploader_;
   int upload_log_dir_ = -1;  // The private area holding the upload log (-1: none).
+  // Shared mode: what each flush report handed over, for UploadedSeq.
+  Mutex uploaded_mu_;
+  UploadedPoint uploaded_ GUARDED_BY(uploaded_mu_);
   // Shared mode: this mount's membership and commits (null otherwise). Its thread hands commit
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;

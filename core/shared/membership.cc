@@ -12,7 +12,6 @@
 #include <set>
 
 #include "core/backing/backing_paths.h"
-#include "core/shared/shared_dir.h"
 #include "core/shared/shared_policy.h"
 
 namespace ckptfs {
@@ -96,22 +95,19 @@ Result<std::string> NodeNameOrHostName(const std::string& configured) {
   return host;
 }
 
-Result<std::unique_ptr<Membership>> Membership::Open(Env& env, int backing_fd,
+Result<std::unique_ptr<Membership>> Membership::Open(SharedArea& area,
                                                      MembershipSettings settings, Clock& clock,
                                                      ProgressFn progress) {
   if (!policy::IsValidNodeName(settings.node)) {
     return Status::Error(EINVAL, "node name '" + settings.node + "' is not valid");
   }
-  Result<int> members = OpenSharedSubdir(env, backing_fd, kMembersDirName);
-  if (!members.ok()) return members.status();
-  return std::unique_ptr<Membership>(new Membership(env, *members, std::move(settings), clock,
-                                                    std::move(progress), HostName()));
+  return std::unique_ptr<Membership>(
+      new Membership(area, std::move(settings), clock, std::move(progress), HostName()));
 }
 
-Membership::Membership(Env& env, int members_fd, MembershipSettings settings, Clock& clock,
+Membership::Membership(SharedArea& area, MembershipSettings settings, Clock& clock,
                        ProgressFn progress, std::string host)
-    : env_(env),
-      members_fd_(members_fd),
+    : area_(area),
       node_(std::move(settings.node)),
       member_timeout_(settings.member_timeout),
       clock_(clock),
@@ -119,10 +115,10 @@ Membership::Membership(Env& env, int members_fd, MembershipSettings settings, Cl
       host_(std::move(host)),
       replication_endpoint_(std::move(settings.replication_endpoint)) {}
 
-Membership::~Membership() { env_.Close(members_fd_); }
+Membership::~Membership() = default;
 
 Result<MemberRecord> Membership::ReadRecord(const std::string& name) const {
-  Result<std::string> text = ReadSmallFile(env_, members_fd_, name, policy::kMaxMemberFileBytes);
+  Result<std::string> text = area_.Read(kMembersDirName, name, policy::kMaxMemberFileBytes);
   if (!text.ok()) return text.status();
   std::optional<nlohmann::json> j = ParseObject(*text);
   if (!j) return Status::Error(EINVAL, "not a JSON object");
@@ -159,7 +155,7 @@ Status Membership::Beat() {
                       {"pending_bytes", last_progress_.pending_bytes},
                       {"former", former_}};
   if (!replication_endpoint_.empty()) j["replication"] = replication_endpoint_;
-  Status st = ReplaceFile(env_, members_fd_, node_, "." + node_ + "." + incarnation_ + ".tmp",
+  Status st = area_.Replace(kMembersDirName, node_, "." + node_ + "." + incarnation_ + ".tmp",
                           j.dump());
   if (!st.ok()) return st;
   ++beat_;
@@ -205,7 +201,7 @@ Status Membership::Rejoin(const std::string& why) {
 }
 
 void Membership::RemoveEarlierTemporaryFiles() {
-  Result<std::vector<std::string>> names = env_.ListDir(members_fd_);
+  Result<std::vector<std::string>> names = area_.List(kMembersDirName);
   if (!names.ok()) return;
   const std::string prefix = "." + node_ + ".";
   const std::string suffix = ".tmp";
@@ -216,7 +212,7 @@ void Membership::RemoveEarlierTemporaryFiles() {
     }
     std::string incarnation = name.substr(prefix.size(), policy::kIncarnationLength);
     if (policy::IsValidIncarnation(incarnation) && incarnation != incarnation_) {
-      (void)env_.Unlink(members_fd_, name);
+      (void)area_.Remove(kMembersDirName, name);
     }
   }
 }
@@ -350,7 +346,7 @@ Status Membership::Observe() {
 }
 
 Status Membership::ObserveLocked() {
-  Result<std::vector<std::string>> names = env_.ListDir(members_fd_);
+  Result<std::vector<std::string>> names = area_.List(kMembersDirName);
   if (!names.ok()) {
     spdlog::warn("cannot list the shared members directory: {}", names.status().ToString());
     return names.status();
@@ -423,7 +419,7 @@ Status Membership::ObserveLocked() {
     observed_.erase(it);
     Result<MemberRecord> again = ReadRecord(name);
     if (again.ok() && again->incarnation == r->incarnation && again->beat == r->beat) {
-      Status removed = env_.Unlink(members_fd_, name);
+      Status removed = area_.Remove(kMembersDirName, name);
       if (!removed.ok() && removed.err() != ENOENT) {
         spdlog::warn("cannot remove the member file of {}: {}", name, removed.ToString());
       }
@@ -487,7 +483,7 @@ Status Membership::LeaveLocked() {
   if (!joined) return Status::Ok();
   Result<MemberRecord> own = ReadRecord(node_);
   if (!own.ok() || own->incarnation != incarnation_) return Status::Ok();
-  Status removed = env_.Unlink(members_fd_, node_);
+  Status removed = area_.Remove(kMembersDirName, node_);
   if (removed.ok() || removed.err() == ENOENT) {
     spdlog::info("node {} left the shared backing store", node_);
     return Status::Ok();

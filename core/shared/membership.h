@@ -1,7 +1,9 @@
-// Membership: a mount's place in the group of mounts that share one backing directory
-// (-o shared), kept through the backing store alone.
+// Membership: a mount's place in the group of mounts that share one backing directory, or one
+// object store (-o shared), kept through their shared area alone (core/shared/shared_area.h).
 //
-// Each member owns one file, <backing>/.ckptfs/shared/members/<node>, a small JSON object
+// Each member owns one file, members/<node> of the shared area (core/shared/shared_area.h: the
+// shared backing directory's .ckptfs/shared, or the store's PREFIX/.ckptfs/shared/), a small JSON
+// object
 //   {"node", "host", "pid", "incarnation", "beat", "sealed", "durable", "pending_bytes",
 //    "former", "replication"}
 // that it rewrites every policy::BeatInterval(member_timeout) (temp file
@@ -49,7 +51,7 @@
 #include "core/base/clock.h"
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
-#include "iouring/env.h"
+#include "core/shared/shared_area.h"
 
 namespace ckptfs {
 
@@ -121,11 +123,10 @@ class Membership {
     kRefused,   // Another live member uses this node name (EEXIST).
   };
 
-  // Prepares <backing>/.ckptfs/shared/members. EINVAL when the node name is not valid.
-  // `env`, `clock` and the directory `backing_fd` must outlive the Membership.
-  static Result<std::unique_ptr<Membership>> Open(Env& env, int backing_fd,
-                                                  MembershipSettings settings, Clock& clock,
-                                                  ProgressFn progress);
+  // A member of the group that meets in `area` (its "members" directory). EINVAL when the node
+  // name is not valid. `area` and `clock` must outlive the Membership.
+  static Result<std::unique_ptr<Membership>> Open(SharedArea& area, MembershipSettings settings,
+                                                  Clock& clock, ProgressFn progress);
   ~Membership();
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
@@ -187,8 +188,8 @@ class Membership {
     Clock::time_point at;
   };
 
-  Membership(Env& env, int members_fd, MembershipSettings settings, Clock& clock,
-             ProgressFn progress, std::string host);
+  Membership(SharedArea& area, MembershipSettings settings, Clock& clock, ProgressFn progress,
+             std::string host);
 
   // Reads and validates the member file `name`: ENOENT when missing, EINVAL (with the reason)
   // when it is not a valid member file of that name.
@@ -216,8 +217,7 @@ class Membership {
   // Logs `what` about file `name` once until it changes.
   void LogBadFileOnce(const std::string& name, const std::string& what) REQUIRES(mu_);
 
-  Env& env_;
-  const int members_fd_;
+  SharedArea& area_;
   const std::string node_;
   const std::chrono::milliseconds member_timeout_;
   Clock& clock_;

@@ -1,26 +1,25 @@
 #include "core/shared/shared_commit.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <optional>
 
 #include "core/backing/backing_paths.h"
-#include "core/shared/shared_dir.h"
 #include "core/shared/shared_policy.h"
 
 namespace ckptfs {
 namespace {
 
-constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
 constexpr const char* kRequestName = "request";
 constexpr const char* kAckPrefix = "ack.";
 constexpr const char* kSightPrefix = "seen.";
 constexpr size_t kMaxMarkerBytes = 4096;
 // Problems logged at once; more are ignored without a log line (a flood must not flood the log).
 constexpr size_t kMaxLogged = 256;
+
+// The directory of request `id` in the shared area.
+std::string RequestDir(const std::string& id) { return std::string(kCommitsDirName) + "/" + id; }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -43,26 +42,23 @@ bool AwaitedMembers(const nlohmann::json& request, std::vector<MemberId>* out) {
 
 }  // namespace
 
-Result<std::unique_ptr<SharedCommits>> SharedCommits::Open(Env& env, int backing_fd,
-                                                           Membership& membership, Clock& clock,
-                                                           std::chrono::milliseconds member_timeout,
-                                                           ProgressFn progress) {
-  Result<int> commits = OpenSharedSubdir(env, backing_fd, kCommitsDirName);
-  if (!commits.ok()) return commits.status();
-  return std::unique_ptr<SharedCommits>(new SharedCommits(env, *commits, membership, clock,
-                                                          member_timeout, std::move(progress)));
+std::unique_ptr<SharedCommits> SharedCommits::Open(SharedArea& area, Membership& membership,
+                                                   Clock& clock,
+                                                   std::chrono::milliseconds member_timeout,
+                                                   ProgressFn progress) {
+  return std::unique_ptr<SharedCommits>(
+      new SharedCommits(area, membership, clock, member_timeout, std::move(progress)));
 }
 
-SharedCommits::SharedCommits(Env& env, int commits_fd, Membership& membership, Clock& clock,
+SharedCommits::SharedCommits(SharedArea& area, Membership& membership, Clock& clock,
                              std::chrono::milliseconds member_timeout, ProgressFn progress)
-    : env_(env),
-      commits_fd_(commits_fd),
+    : area_(area),
       membership_(membership),
       clock_(clock),
       member_timeout_(member_timeout),
       progress_(std::move(progress)) {}
 
-SharedCommits::~SharedCommits() { env_.Close(commits_fd_); }
+SharedCommits::~SharedCommits() = default;
 
 Result<std::string> SharedCommits::Post(const std::string& marker) {
   MutexLock lock(mu_);
@@ -94,15 +90,10 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
                               {"incarnation", r.committer.incarnation},
                               {"marker", r.marker},
                               {"awaited", awaited}};
-    Status written = env_.Mkdir(commits_fd_, id, 0755);
+    Status written = area_.MakeDir(RequestDir(id));
     if (written.ok()) {
-      Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-      written = dir.status();
-      if (dir.ok()) {
-        written = ReplaceFile(env_, *dir, kRequestName, ".request.tmp", request.dump());
-        env_.Close(*dir);
-      }
-      if (!written.ok()) (void)RemoveFlatDir(env_, commits_fd_, id);
+      written = area_.Replace(RequestDir(id), kRequestName, ".request.tmp", request.dump());
+      if (!written.ok()) (void)area_.RemoveDir(RequestDir(id));
     }
     if (!written.ok()) {
       return Status::Error(written.err(), "cannot post the commit of " + marker + " (" +
@@ -125,13 +116,11 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
       !membership_.IsOwnIncarnation(r.committer.incarnation)) {
     return failed("node " + r.committer.node + " stopped being the member that posted it");
   }
-  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-  if (!dir.ok()) {
-    if (dir.status().err() == ENOENT) return failed("its request was removed by another member");
-    LogOnce(id, "cannot open: " + dir.status().ToString());
-    return std::nullopt;
+  Result<std::vector<std::string>> names = area_.List(RequestDir(id));
+  if ((!names.ok() && names.status().err() == ENOENT) ||
+      (names.ok() && std::find(names->begin(), names->end(), kRequestName) == names->end())) {
+    return failed("its request was removed by another member");
   }
-  Result<std::vector<std::string>> names = env_.ListDir(*dir);
   if (!names.ok()) LogOnce(id, "cannot list: " + names.status().ToString());
   for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
     if (name.rfind(kAckPrefix, 0) != 0) continue;
@@ -139,7 +128,7 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
     auto awaited = std::find_if(r.awaited.begin(), r.awaited.end(),
                                 [&](const MemberId& m) { return m.node == node; });
     if (awaited == r.awaited.end() || r.acked.count(node)) continue;
-    Result<std::string> text = ReadSmallFile(env_, *dir, name, policy::kMaxMemberFileBytes);
+    Result<std::string> text = area_.Read(RequestDir(id), name, policy::kMaxMemberFileBytes);
     std::optional<nlohmann::json> ack = text.ok() ? ParseObject(*text) : std::nullopt;
     std::string ack_node, ack_incarnation;
     uint64_t sealed = 0;
@@ -153,7 +142,6 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
     }
     r.acked.insert(node);
   }
-  env_.Close(*dir);
   if (r.acked.size() == r.awaited.size()) return Status::Ok();
   for (const MemberId& m : r.awaited) {
     if (r.acked.count(m.node) || membership_.MayStillAcknowledge(m)) continue;
@@ -200,15 +188,9 @@ std::vector<CommitOutcome> SharedCommits::Tick() {
 
 SharedCommits::SeenRequest SharedCommits::Examine(const std::string& id, const MemberId& self) {
   SeenRequest seen;
-  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-  if (!dir.ok()) {
-    if (dir.status().err() == ENOENT) return seen;  // Gone meanwhile: forgotten next tick.
-    LogOnce(id, dir.status().ToString());
-    seen.state = SeenRequest::State::kUnreadable;
-    return seen;
-  }
-  Result<std::string> text = ReadSmallFile(env_, *dir, kRequestName, policy::kMaxRequestFileBytes);
-  env_.Close(*dir);
+  Result<std::string> text =
+      area_.Read(RequestDir(id), kRequestName, policy::kMaxRequestFileBytes);
+  // Not posted yet, or gone meanwhile (forgotten on the tick that no longer lists it).
   if (!text.ok() && text.status().err() == ENOENT) {
     seen.state = SeenRequest::State::kNotPosted;
     return seen;
@@ -237,7 +219,7 @@ SharedCommits::SeenRequest SharedCommits::Examine(const std::string& id, const M
 }
 
 void SharedCommits::ServeOthers() {
-  Result<std::vector<std::string>> names = env_.ListDir(commits_fd_);
+  Result<std::vector<std::string>> names = area_.List(kCommitsDirName);
   if (!names.ok()) {
     LogOnce(".", "cannot list the shared commits directory: " + names.status().ToString());
     return;
@@ -271,18 +253,19 @@ void SharedCommits::ServeOthers() {
     const MemberId committer{parts.node, parts.incarnation};
     std::string stale_why;
     if (committer.node == self.node) {
-      stale_why = membership_.IsOwnIncarnation(committer.incarnation) ? "withdrawn"
-                                                                       : "of an earlier run";
+      stale_why = membership_.IsOwnIncarnation(committer.incarnation)
+                      ? "its committer withdrew it"
+                      : "its committer is of an earlier run";
     } else {
       Liveness l = membership_.Judge(committer);
-      if (l == Liveness::kDead || l == Liveness::kLeft) stale_why = LivenessName(l);
+      if (l == Liveness::kDead || l == Liveness::kLeft) stale_why = std::string("its committer is ") + LivenessName(l);
       if (l == Liveness::kUnknown && policy::MemberDead(seen.first_seen, now, member_timeout_)) {
-        stale_why = "not beating";
+        stale_why = "its committer is not beating";
       }
     }
     if (!stale_why.empty()) {
       if (RemoveRequest(id)) {
-        spdlog::info("removed commit request {}: its committer is {}", id, stale_why);
+        spdlog::info("removed commit request {}: {}", id, stale_why);
         seen_.erase(it);
         listed.erase(id);
       }
@@ -308,13 +291,8 @@ void SharedCommits::ServeOthers() {
     nlohmann::json ack = {{"node", self.node},
                           {"incarnation", seen.ack_as},
                           {"sealed", seen.sealed_at_sight}};
-    Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-    Status acked = dir.status();
-    if (dir.ok()) {
-      acked = ReplaceFile(env_, *dir, kAckPrefix + self.node,
-                          ".ack." + self.node + "." + seen.ack_as + ".tmp", ack.dump());
-      env_.Close(*dir);
-    }
+    Status acked = area_.Replace(RequestDir(id), kAckPrefix + self.node,
+                                 ".ack." + self.node + "." + seen.ack_as + ".tmp", ack.dump());
     if (acked.ok()) {
       seen.state = SeenRequest::State::kAcked;
       logged_.erase(id);
@@ -345,13 +323,8 @@ void SharedCommits::WriteSight(const std::string& id, const SeenRequest& seen,
                           {"incarnation", seen.ack_as},
                           {"run", run_},
                           {"sealed", seen.sealed_at_sight}};
-  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-  Status written = dir.status();
-  if (dir.ok()) {
-    written = ReplaceFile(env_, *dir, kSightPrefix + self.node,
-                          ".seen." + self.node + "." + seen.ack_as + ".tmp", sight.dump());
-    env_.Close(*dir);
-  }
+  Status written = area_.Replace(RequestDir(id), kSightPrefix + self.node,
+                                 ".seen." + self.node + "." + seen.ack_as + ".tmp", sight.dump());
   // Without it, a partner cannot complete this member's part should it die before it acks.
   if (!written.ok() && written.err() != ENOENT) {
     LogOnce(id, "cannot leave this member's sight: " + written.ToString());
@@ -367,17 +340,16 @@ void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& 
     if ((l != Liveness::kDead && l != Liveness::kLeft) || membership_.ContinuedByLive(m)) {
       continue;
     }
-    Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-    if (!dir.ok()) return;
-    struct stat st;
-    if (env_.Stat(*dir, kAckPrefix + m.node, &st).ok()) {  // It acknowledged before it died.
+    const std::string dir = RequestDir(id);
+    Result<std::string> request = area_.Read(dir, kRequestName, policy::kMaxRequestFileBytes);
+    if (!request.ok()) return;
+    // It acknowledged before it died.
+    if (area_.Read(dir, kAckPrefix + m.node, policy::kMaxMemberFileBytes).ok()) {
       stood_in.insert(m.node);
-      env_.Close(*dir);
       continue;
     }
     std::optional<Sight> sight;
-    Result<std::string> text =
-        ReadSmallFile(env_, *dir, kSightPrefix + m.node, policy::kMaxMemberFileBytes);
+    Result<std::string> text = area_.Read(dir, kSightPrefix + m.node, policy::kMaxMemberFileBytes);
     std::optional<nlohmann::json> parsed = text.ok() ? ParseObject(*text) : std::nullopt;
     std::string node, incarnation, run;
     uint64_t sealed = 0;
@@ -395,7 +367,7 @@ void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& 
                             {"incarnation", m.incarnation},
                             {"sealed", sight ? sight->sealed : 0},
                             {"by", self.node}};
-      done = ReplaceFile(env_, *dir, kAckPrefix + m.node,
+      done = area_.Replace(dir, kAckPrefix + m.node,
                          ".ack." + m.node + "." + m.incarnation + ".by." + self.node + ".tmp",
                          ack.dump());
       if (done.ok()) {
@@ -410,16 +382,12 @@ void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& 
     if (!done.ok() && done.err() != EHOSTDOWN && done.err() != ENODATA) {
       LogOnce(id + "/" + m.node, "completing the dead member's part: " + done.ToString());
     }
-    env_.Close(*dir);
   }
 }
 
 bool SharedCommits::RemoveRequest(const std::string& id) {
-  Result<int> dir = env_.Open(commits_fd_, id, kDirFlags);
-  if (!dir.ok()) return dir.status().err() == ENOENT;
-  (void)env_.Unlink(*dir, kRequestName);
-  env_.Close(*dir);
-  Status removed = RemoveFlatDir(env_, commits_fd_, id);
+  (void)area_.Remove(RequestDir(id), kRequestName);
+  Status removed = area_.RemoveDir(RequestDir(id));
   if (removed.ok() || removed.err() == ENOENT) return true;
   LogOnce(id, "cannot remove: " + removed.ToString());
   return false;

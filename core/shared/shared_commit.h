@@ -1,12 +1,12 @@
 // SharedCommits: the commit of a marker (a tracker, `.metadata`) across the mounts that share one
-// backing directory. A marker may be published once every live member has made durable
-// everything it had sealed before the marker was sealed. The order is causal, never read off a
+// backing directory, or one object store. A marker may be published once every live member has
+// made durable (on the store: uploaded) everything it had sealed before the marker was sealed. The order is causal, never read off a
 // clock: the trainers' barrier puts every rank's closes before rank 0's marker; the committer
 // posts its request after the marker was sealed; each member, when it first sees the request,
 // takes its own sealed point then (which covers its closes before the barrier) and acknowledges
 // once everything up to that point is durable.
 //
-// On the backing store, under <backing>/.ckptfs/shared/commits/<id>/ (id: policy::MakeCommitId,
+// In the shared area (core/shared/shared_area.h), under commits/<id>/ (id: policy::MakeCommitId,
 // "<node>~<incarnation>~<counter>"):
 //   request        {"id", "committer", "incarnation", "marker", "awaited": [{"node",
 //                  "incarnation"}...]}: written as .request.tmp, then renamed
@@ -42,8 +42,10 @@
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
 // later ticks when it fails, e.g. an ack that landed meanwhile). Any member removes the request
 // directories of committers it judges dead or left, of earlier incarnations of its own node, and
-// of committers it has not seen beating within member_timeout of first seeing the request; a
-// member forgets a request when its directory is gone. Names in commits/ that are not request
+// of committers it has not seen beating within member_timeout of first seeing the request (so an
+// ack that lands after its request's removal, which a store cannot refuse, is removed by the
+// committer, or by the others once it is gone); a member forgets a request when its directory is
+// gone. Names in commits/ that are not request
 // ids, and requests or acks that do not parse, are ignored (logged once).
 //
 // Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
@@ -66,7 +68,7 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/shared/membership.h"
-#include "iouring/env.h"
+#include "core/shared/shared_area.h"
 
 namespace ckptfs {
 
@@ -98,14 +100,14 @@ using StandInFn = std::function<Status(const MemberId& dead, const std::optional
 
 class SharedCommits {
  public:
-  // Prepares <backing>/.ckptfs/shared/commits. `progress` gives this member's sealed and durable
-  // points; it is read after the requests are listed, so a sealed point taken for a request
-  // covers everything sealed before the request was posted. `env`, `membership`, `clock` and the
-  // directory `backing_fd` must outlive the SharedCommits.
-  static Result<std::unique_ptr<SharedCommits>> Open(Env& env, int backing_fd,
-                                                     Membership& membership, Clock& clock,
-                                                     std::chrono::milliseconds member_timeout,
-                                                     ProgressFn progress);
+  // The commits of the group that meets in `area` (its "commits" directory). `progress` gives
+  // this member's sealed and durable points; it is read after the requests are listed, so a
+  // sealed point taken for a request covers everything sealed before the request was posted.
+  // `area`, `membership` and `clock` must outlive the SharedCommits.
+  static std::unique_ptr<SharedCommits> Open(SharedArea& area, Membership& membership,
+                                             Clock& clock,
+                                             std::chrono::milliseconds member_timeout,
+                                             ProgressFn progress);
   ~SharedCommits();
   SharedCommits(const SharedCommits&) = delete;
   SharedCommits& operator=(const SharedCommits&) = delete;
@@ -162,7 +164,7 @@ class SharedCommits {
     std::set<std::string> stood_in;
   };
 
-  SharedCommits(Env& env, int commits_fd, Membership& membership, Clock& clock,
+  SharedCommits(SharedArea& area, Membership& membership, Clock& clock,
                 std::chrono::milliseconds member_timeout, ProgressFn progress);
 
   // Collects the acks of request `id`; the outcome when it is decided.
@@ -184,8 +186,7 @@ class SharedCommits {
   void PublishView() REQUIRES(mu_) EXCLUDES(view_mu_);
   void LogOnce(const std::string& name, const std::string& what) REQUIRES(mu_);
 
-  Env& env_;
-  const int commits_fd_;
+  SharedArea& area_;
   Membership& membership_;
   Clock& clock_;
   const std::chrono::milliseconds member_timeout_;

@@ -1,45 +1,51 @@
-// The shared directory of -o shared, <backing>/.ckptfs/shared: where the mounts that share one
-// backing directory meet (members/, commits/), and how its small files are read and written.
-//
-// Everything in it may have been written by another node, or by anyone with write access to the
-// backing store: reads are bounded, never follow symbolic links, and callers validate what they
-// parse.
+// SharedDirectory: the shared area of -o shared over one shared backing directory,
+// <backing>/.ckptfs/shared (core/shared/shared_area.h). Reads never follow symbolic links; a file
+// is replaced by writing its temporary name, then renaming it over the name.
 #pragma once
 
-#include <optional>
+#include <memory>
 #include <string>
-
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/base/status.h"
+#include "core/shared/shared_area.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
 
-// Opens <backing>/.ckptfs/shared/`sub`, making the missing directories on the way. The caller owns
-// the descriptor.
-Result<int> OpenSharedSubdir(Env& env, int backing_fd, const std::string& sub);
+class SharedDirectory final : public SharedArea {
+ public:
+  // Opens <backing>/.ckptfs/shared/members and commits, making the missing directories on the
+  // way. `env` and `backing_fd` must outlive it.
+  static Result<std::unique_ptr<SharedDirectory>> Open(Env& env, int backing_fd);
+  ~SharedDirectory() override;
+  SharedDirectory(const SharedDirectory&) = delete;
+  SharedDirectory& operator=(const SharedDirectory&) = delete;
 
-// The content of regular file `name` of `dir`. ENOENT when it is missing, EFBIG when it holds
-// more than `max_bytes`, EINVAL when it is not a regular file (a symbolic link is not followed).
-Result<std::string> ReadSmallFile(Env& env, int dir, const std::string& name, size_t max_bytes);
+  Result<std::vector<std::string>> List(const std::string& dir) override;
+  Result<std::string> Read(const std::string& dir, const std::string& name,
+                           size_t max_bytes) override;
+  Status Replace(const std::string& dir, const std::string& name, const std::string& temp_name,
+                 const std::string& content) override;
+  Status Remove(const std::string& dir, const std::string& name) override;
+  Status MakeDir(const std::string& dir) override;
+  Status RemoveDir(const std::string& dir) override;
 
-// Replaces file `name` of `dir` by one holding `content`, atomically: written to `temp_name`
-// first (removed again when that fails), then renamed over `name`. Not synced: the shared files
-// tell the live mounts of each other; none of them is needed after a crash.
-Status ReplaceFile(Env& env, int dir, const std::string& name, const std::string& temp_name,
-                   const std::string& content);
+ private:
+  SharedDirectory(Env& env, int members_fd, int commits_fd)
+      : env_(env), members_fd_(members_fd), commits_fd_(commits_fd) {}
+  // Opens `dir`; the caller hands the descriptor to Release.
+  Result<int> OpenDir(const std::string& dir);
+  // The top directory `top` names ("members", "commits"), or -1.
+  int TopFd(const std::string& top) const;
+  // Closes `fd` unless it is a top directory's.
+  void Release(int fd);
+  // Splits `dir` into its top directory's descriptor and the name under it ("" for the top).
+  Result<std::pair<int, std::string>> Split(const std::string& dir) const;
 
-// The JSON object `text` holds; nullopt for anything else (no exception).
-std::optional<nlohmann::json> ParseObject(const std::string& text);
-
-// Field `key` of object `j` when it is a string of at most `max_bytes`.
-bool JsonString(const nlohmann::json& j, const char* key, size_t max_bytes, std::string* out);
-// Field `key` of object `j` when it is an integer that fits a uint64_t.
-bool JsonUnsigned(const nlohmann::json& j, const char* key, uint64_t* out);
-
-// Removes directory `name` of `dir` with the files in it (it has no subdirectories). ENOENT when
-// it is gone already; ENOTEMPTY when a file appeared in it meanwhile (try again later).
-Status RemoveFlatDir(Env& env, int dir, const std::string& name);
+  Env& env_;
+  const int members_fd_;
+  const int commits_fd_;
+};
 
 }  // namespace ckptfs

@@ -11,19 +11,17 @@ int64_t Milliseconds(Clock::duration d) {
 
 }  // namespace
 
-Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env& env,
-                                                       int backing_fd, Clock& clock,
-                                                       ProgressFn progress,
+Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config,
+                                                       std::unique_ptr<SharedArea> area,
+                                                       Clock& clock, ProgressFn progress,
                                                        std::string replication_endpoint) {
   const std::string& node = config.node;
   Result<std::unique_ptr<Membership>> membership = Membership::Open(
-      env, backing_fd,
-      MembershipSettings{node, config.member_timeout, std::move(replication_endpoint)}, clock,
-      progress);
+      *area, MembershipSettings{node, config.member_timeout, std::move(replication_endpoint)},
+      clock, progress);
   if (!membership.ok()) return membership.status();
-  Result<std::unique_ptr<SharedCommits>> commits = SharedCommits::Open(
-      env, backing_fd, **membership, clock, config.member_timeout, std::move(progress));
-  if (!commits.ok()) return commits.status();
+  std::unique_ptr<SharedCommits> commits = SharedCommits::Open(
+      *area, **membership, clock, config.member_timeout, std::move(progress));
 
   Status joined = (*membership)->Join();
   if (joined.err() == EINPROGRESS) {
@@ -43,16 +41,17 @@ Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config, Env
   if (Status observed = (*membership)->Observe(); !observed.ok()) {
     spdlog::warn("cannot read the other members yet: {}", observed.ToString());
   }
-  spdlog::info("joined the mounts sharing this backing directory as node {} ({} others live)",
+  spdlog::info("joined the shared mounts as node {} ({} others live)",
                node, (*membership)->LiveMembers().size());
-  return std::unique_ptr<SharedMount>(
-      new SharedMount(std::move(*membership), std::move(*commits), config.poll_interval));
+  return std::unique_ptr<SharedMount>(new SharedMount(std::move(area), std::move(*membership),
+                                                      std::move(commits), config.poll_interval));
 }
 
-SharedMount::SharedMount(std::unique_ptr<Membership> membership,
+SharedMount::SharedMount(std::unique_ptr<SharedArea> area, std::unique_ptr<Membership> membership,
                          std::unique_ptr<SharedCommits> commits,
                          std::chrono::milliseconds poll_interval)
-    : membership_(std::move(membership)),
+    : area_(std::move(area)),
+      membership_(std::move(membership)),
       commits_(std::move(commits)),
       poll_interval_(poll_interval) {}
 

@@ -1,4 +1,5 @@
-// SharedMount: a mount's part in the group of mounts over one shared backing directory (-o shared):
+// SharedMount: a mount's part in the group of mounts of -o shared, over one shared backing
+// directory or one object store (core/shared/shared_area.h):
 // its membership (core/shared/membership.h), the commits of the markers its flusher holds
 // (core/shared/shared_commit.h, core/flush/held_markers.h), and the thread that beats, acknowledges
 // and collects commit outcomes every poll interval.
@@ -23,7 +24,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/shared/membership.h"
 #include "core/shared/shared_commit.h"
-#include "iouring/env.h"
+#include "core/shared/shared_area.h"
 
 namespace ckptfs {
 
@@ -31,14 +32,15 @@ class SharedMount {
  public:
   using DecidedFn = std::function<void(const std::vector<CommitOutcome>&)>;
 
-  // Joins the group under `backing_fd` as config.node (a resolved name: NodeNameOrHostName): at
-  // once, or, when a file holds that name, once its beat has stood still for member_timeout (a
-  // run that died elsewhere). EEXIST when a live member uses the name; ETIMEDOUT when the claim is
-  // not decided within twice member_timeout of real time. `env`, `clock` and `backing_fd` must
-  // outlive it. `replication_endpoint` (not empty with -o replicas) is published in the member
-  // file.
-  static Result<std::unique_ptr<SharedMount>> Join(const Config& config, Env& env, int backing_fd,
-                                                   Clock& clock, ProgressFn progress,
+  // Joins the group that meets in `area` (the shared backing directory, or the store) as
+  // config.node (a resolved name: NodeNameOrHostName): at once, or, when a file holds that name,
+  // once its beat has stood still for member_timeout (a run that died elsewhere). EEXIST when a
+  // live member uses the name; ETIMEDOUT when the claim is not decided within twice
+  // member_timeout of real time. `clock` must outlive it. `replication_endpoint` (not empty with
+  // -o replicas) is published in the member file.
+  static Result<std::unique_ptr<SharedMount>> Join(const Config& config,
+                                                   std::unique_ptr<SharedArea> area, Clock& clock,
+                                                   ProgressFn progress,
                                                    std::string replication_endpoint = "");
   ~SharedMount();
   SharedMount(const SharedMount&) = delete;
@@ -71,9 +73,10 @@ class SharedMount {
   nlohmann::json StatusJson() const;
 
  private:
-  SharedMount(std::unique_ptr<Membership> membership, std::unique_ptr<SharedCommits> commits,
-              std::chrono::milliseconds poll_interval);
+  SharedMount(std::unique_ptr<SharedArea> area, std::unique_ptr<Membership> membership,
+              std::unique_ptr<SharedCommits> commits, std::chrono::milliseconds poll_interval);
 
+  std::unique_ptr<SharedArea> area_;  // Outlives the two below.
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<SharedCommits> commits_;
   const std::chrono::milliseconds poll_interval_;

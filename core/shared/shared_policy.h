@@ -76,6 +76,8 @@ inline constexpr size_t kMaxRequestFileBytes = 1u << 20;
 // Most members a request may wait for, and most entries a shared directory listing is read for.
 inline constexpr size_t kMaxMembers = 4096;
 inline constexpr size_t kMaxCommitRequests = 4096;
+// Names read from one directory of the shared area (SharedArea::List); the rest are not read.
+inline constexpr size_t kMaxListedNames = 4 * kMaxCommitRequests;
 
 // An observer judges a member dead when the member's beat counter has not changed for
 // `timeout`, measured on the observer's own clock since it last saw a change (or first saw the

@@ -238,8 +238,10 @@ TEST_F(MembershipTest, NodeNamesThatCouldLeaveTheMembersDirectoryAreRefused) {
            "", ".", "..", "../x", "a/b", "/abs", ".hidden", "a b", "a\nb", "a~1",
            std::string(65, 'x'), std::string("a\0b", 3)}) {
     EXPECT_FALSE(policy::IsValidNodeName(bad)) << bad;
+    Result<std::unique_ptr<SharedDirectory>> area = SharedDirectory::Open(env_, root_fd_);
+    ASSERT_TRUE(area.ok());
     Result<std::unique_ptr<Membership>> m =
-        Membership::Open(env_, root_fd_, {bad, kMemberTimeout, ""}, clock_, [] {
+        Membership::Open(**area, {bad, kMemberTimeout, ""}, clock_, [] {
           return FlushProgress{};
         });
     EXPECT_EQ(m.status().err(), EINVAL) << bad;

@@ -121,6 +121,13 @@ TEST(MountOptionsTest, ReplicasWithoutSharedAreRefusedWithTheReason) {
   EXPECT_TRUE(CheckOptionsTogether(Parsed("replicas=0").config).ok());
 }
 
+TEST(MountOptionsTest, ReplicasWithARemoteAreRefusedWithTheReason) {
+  Status st = CheckOptionsTogether(Parsed("shared,replicas=1,remote=s3://bucket/run").config);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("replicas=1 with -o remote is not supported"), std::string::npos)
+      << st.message();
+}
+
 TEST(MountOptionsTest, LocalSizeWithoutARemoteIsRefusedWithTheReason) {
   Status st = CheckOptionsTogether(Parsed("local_size=10G").config);
   EXPECT_EQ(st.err(), EINVAL);

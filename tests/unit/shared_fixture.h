@@ -16,6 +16,7 @@
 #include "core/base/clock.h"
 #include "core/shared/membership.h"
 #include "core/shared/shared_commit.h"
+#include "core/shared/shared_dir.h"
 #include "core_test_util.h"
 #include "iouring/fault_injecting_env.h"
 #include "iouring/posix_env.h"
@@ -33,6 +34,7 @@ struct SharedNode {
   std::string name;
   FaultInjectingEnv env{std::make_unique<PosixEnv>()};
   FlushProgress progress;  // What its journal has reached; the test moves it.
+  std::unique_ptr<SharedDirectory> area;  // Over `env`.
   std::unique_ptr<Membership> membership;
   std::unique_ptr<SharedCommits> commits;
   bool running = true;  // Ticked by TickAll; false: stopped (killed).
@@ -55,15 +57,15 @@ class SharedStoreTest : public ::testing::Test {
     auto node = std::make_unique<SharedNode>(name);
     SharedNode* n = node.get();
     ProgressFn progress = [n] { return n->progress; };
-    Result<std::unique_ptr<Membership>> m =
-        Membership::Open(n->env, root_fd_, {name, kMemberTimeout, replication_endpoint}, clock_,
-                         progress);
+    Result<std::unique_ptr<SharedDirectory>> area = SharedDirectory::Open(n->env, root_fd_);
+    EXPECT_TRUE(area.ok()) << area.status().ToString();
+    n->area = std::move(*area);
+    Result<std::unique_ptr<Membership>> m = Membership::Open(
+        *n->area, {name, kMemberTimeout, replication_endpoint}, clock_, progress);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     n->membership = std::move(*m);
-    Result<std::unique_ptr<SharedCommits>> c = SharedCommits::Open(
-        n->env, root_fd_, *n->membership, clock_, kMemberTimeout, progress);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    n->commits = std::move(*c);
+    n->commits =
+        SharedCommits::Open(*n->area, *n->membership, clock_, kMemberTimeout, progress);
     nodes_.push_back(std::move(node));
     return *n;
   }
