@@ -651,7 +651,10 @@ Status Filesystem::Fsync(uint64_t handle) {
     ns_.SealLocked(h->inode);
     seq = journal_.last_seq();
   }
-  if (config_.fsync_mode == FsyncMode::kDefer) {
+  if (config_.fsync_mode != FsyncMode::kWait) {
+    if (config_.fsync_mode == FsyncMode::kReplicated) {
+      if (Status st = durability_.WaitReplicated(seq); !st.ok()) return st;
+    }
     MutexLock ilock(h->inode->mu);
     return h->inode->flush_error;
   }
@@ -863,6 +866,7 @@ void Filesystem::ReleaseDir(uint64_t dir_handle) { handles_.ReleaseDir(dir_handl
 
 Status Filesystem::FsyncDir(uint64_t ino) {
   if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();
+  if (config_.fsync_mode == FsyncMode::kReplicated) return durability_.WaitReplicated(SyncPoint());
   return Sync();
 }
 
