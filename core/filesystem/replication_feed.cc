@@ -64,6 +64,7 @@ void ReplicationFeed::FeedSealed() {
       v->version = entry->version;
       v->path = ns_.PathLocked(entry->inode);
       v->size = snapshot.size();
+      v->mode = entry->mode & 07777;
       v->read = [content = std::move(snapshot)](uint64_t offset, size_t length, char* out) {
         return content.ReadInto(offset, length, out);
       };

@@ -37,6 +37,7 @@ struct Outgoing {
   uint64_t version = 0;
   std::string path;
   uint64_t size = 0;
+  uint32_t mode = 0644;  // Its permission bits.
   std::function<Result<size_t>(uint64_t offset, size_t length, char* out)> read;
   std::function<bool()> superseded;
   bool Superseded() const { return superseded && superseded(); }

@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,7 +14,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "checksum_record_of.h"
 #include "core/base/commit_markers.h"
+#include "core/integrity/checksum_record.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -39,11 +43,12 @@ class StandInTest : public ::testing::Test {
     close(staging_fd_);
     std::filesystem::remove_all(dir_);
   }
-  // Holds version `seq` of `path` of n0 (run kRun).
-  void Hold(uint64_t seq, const std::string& path, const std::string& bytes) {
+  // Holds version `seq` of `path` of n0 (run kRun), a file of mode `mode` there.
+  void Hold(uint64_t seq, const std::string& path, const std::string& bytes,
+            uint32_t mode = 0644) {
     ASSERT_EQ(store_.Reserve(bytes.size()), PartnerStore::Room::kReserved);
     Replica r{{"n0", kRun}, path, seq, seq, std::shared_ptr<char[]>(new char[bytes.size() + 1]),
-              bytes.size()};
+              bytes.size(), mode};
     std::copy(bytes.begin(), bytes.end(), r.bytes.get());
     store_.Keep(std::move(r));
   }
@@ -86,6 +91,27 @@ TEST_F(StandInTest, TheVersionsTheCommitNeedsAreWrittenInCloseOrderAndMarkersNev
   ASSERT_TRUE(writer_->Complete({"n0", kRun}, 7).ok());
   EXPECT_EQ(Read("ckpt/iter_1/extra.bin"), "sealed after it saw the request");
   EXPECT_EQ(store_.Totals().completed_for_dead, 3u);
+}
+
+TEST_F(StandInTest, AFileWrittenForTheDeadMemberHasItsModeAndAChecksumRecordOfItsBytes) {
+  const std::string bytes(600 << 10, 'w');
+  Hold(2, "ckpt/run.sh", "#!/bin/sh\n", 0750);
+  Hold(3, "ckpt/__1_0.distcp", bytes, 0600);
+  store_.Covered({"n0", kRun}, 3);
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 3).ok());
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ / "backing/ckpt/run.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(stat((dir_ / "backing/ckpt/__1_0.distcp").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  char text[kMaxChecksumRecordBytes] = {};
+  const ssize_t n = getxattr((dir_ / "backing/ckpt/__1_0.distcp").c_str(), kChecksumXattr, text,
+                             sizeof text);
+  ASSERT_GT(n, 0) << "no checksum record: " << strerror(errno) << " (this test's directory is "
+                  << dir_ << ": a filesystem with user extended attributes)";
+  Result<ChecksumRecord> record = ParseChecksumRecord(std::string_view(text, n));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(*record, testing_util::RecordOf(bytes));
 }
 
 TEST_F(StandInTest, NothingIsWrittenWhenTheDeadMemberDidNotReplicateWhatTheCommitNeeds) {
