@@ -8,6 +8,7 @@
 #include "core/base/commit_markers.h"
 #include "core/integrity/checksum.h"
 #include "core/replication/replication_policy.h"
+#include "core/replication/stand_in_record.h"
 #include "core/replication/wire.h"
 
 namespace ckptfs::replication {
@@ -63,6 +64,17 @@ Status StandInWriter::Complete(const OwnerRun& owner, std::optional<uint64_t> se
                  owner.node, r.version, r.seq);
   }
   written = std::max(written, *sealed_at_sight);
+  // A worker of the dead member's node that recovers this run must not publish these again.
+  uint64_t& recorded = recorded_[owner];
+  if (*sealed_at_sight > recorded) {
+    if (Status st = WriteStandInRecord(env_, root_fd_, staging_fd_, owner.node, owner.run,
+                                       *sealed_at_sight);
+        !st.ok()) {
+      return Status::Error(st.err(), "cannot record what was made durable for dead node " +
+                                         owner.node + ": " + st.ToString());
+    }
+    recorded = *sealed_at_sight;
+  }
   // Durable now: the memory goes back to the partners' replicas.
   store_.DropDurable(owner, *sealed_at_sight);
   return Status::Ok();

@@ -14,6 +14,10 @@
 // extended attributes; their bytes are the dead member's. Each version written counts in
 // PartnerStoreTotals::completed_for_dead.
 //
+// Once it completed a run up to a point, it records that on the backing store
+// (stand_in_record.h), so that the dead member's node, when it comes back and recovers that
+// run's versions, does not publish them again.
+//
 // Thread-safe: one lock around each completion (the commits thread calls it).
 #pragma once
 
@@ -63,6 +67,8 @@ class StandInWriter {
   Mutex mu_;
   // Per dead owner run: every version it needs up to this seq was written.
   std::map<OwnerRun, uint64_t> written_ GUARDED_BY(mu_);
+  // Per dead owner run: what its stand-in record (stand_in_record.h) says.
+  std::map<OwnerRun, uint64_t> recorded_ GUARDED_BY(mu_);
   uint64_t temp_counter_ GUARDED_BY(mu_) = 0;
   bool xattrs_supported_ GUARDED_BY(mu_) = true;
 };

@@ -17,6 +17,7 @@
 #include "checksum_record_of.h"
 #include "core/base/commit_markers.h"
 #include "core/integrity/checksum_record.h"
+#include "core/replication/stand_in_record.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -112,6 +113,33 @@ TEST_F(StandInTest, AFileWrittenForTheDeadMemberHasItsModeAndAChecksumRecordOfIt
   Result<ChecksumRecord> record = ParseChecksumRecord(std::string_view(text, n));
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   EXPECT_EQ(*record, testing_util::RecordOf(bytes));
+}
+
+TEST_F(StandInTest, ACompletionLeavesARecordOfHowFarItMadeTheDeadRunDurable) {
+  Hold(3, "ckpt/__1_0.distcp", "data");
+  Hold(4, "ckpt/__1_1.distcp", "more data");
+  store_.Covered({"n0", kRun}, 4);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u) << "none before";
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 3).ok());
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "3\n");
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 4).ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 4u);
+  EXPECT_TRUE(Staged().empty()) << "no temporary file left";
+  ASSERT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u);
+  EXPECT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok()) << "none: nothing to do";
+}
+
+TEST_F(StandInTest, AStandInRecordThatIsNotOneIsRefused) {
+  const std::string path = dir_ / ("backing/.ckptfs/stood-in/n0." + std::string(kRun));
+  std::filesystem::create_directories(dir_ / "backing/.ckptfs/stood-in");
+  for (const std::string& bad : std::vector<std::string>{"", "\n", "12", "12\n3", "x\n", "-1\n", "99999999999999999999\n",
+                                std::string(4096, '1') + "\n", "1 \n"}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    EXPECT_EQ(ReadStandInRecord(*env_, root_fd_, "n0", kRun).status().err(), EINVAL) << bad;
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "18446744073709551615\n";
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), UINT64_MAX);
 }
 
 TEST_F(StandInTest, NothingIsWrittenWhenTheDeadMemberDidNotReplicateWhatTheCommitNeeds) {
