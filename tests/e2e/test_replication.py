@@ -30,7 +30,8 @@ No daemon logs an error; every one unmounts with status 0.
   whose link was down since before the save (nothing replicated): the commit fails as without
   replicas, the marker never appears. Seeded: CKPTFS_REPLICATION_SEED=N replays.
 - A mount asking for replicas without the shared mode, or with a secret others may read, or
-  none, is refused with one line saying why, and leaves no mount.
+  none, or for fsync=replicated without replicas, is refused with one line saying why, and
+  leaves no mount.
 """
 
 import glob
@@ -320,7 +321,8 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
                  "may be read or written by others than its owner: chmod 600 it"),
                 (f"shared,node=n0,replicas=1,replication_secret={tmp}/missing.key",
                  "cannot open the replication secret"),
-                ("shared,node=n0,replicas=3", "must be 0, 1 or 2")]:
+                ("shared,node=n0,replicas=3", "must be 0, 1 or 2"),
+                ("shared,node=n0,fsync=replicated", "fsync=replicated needs -o replicas=1 or 2")]:
             r = run_ckptfs([backing, mnt, "-f", "-o", options])
             self.assertNotEqual(r.returncode, 0, options)
             self.assertIn(why, r.stderr, options)
