@@ -169,12 +169,16 @@ const MountOption kMountOptions[] = {
      "quiet time after a file is sealed before it is flushed (`ms` or `s` suffix); a file sealed "
      "again within twice its wait is being rewritten and waits twice as long, up to 16x",
      [](const std::string& v, MountOptions* o) { return Duration(v, &o->config.flush_delay); }},
-    {"fsync", "defer|wait", "defer",
+    {"fsync", "defer|wait|replicated", "defer",
      "`defer`: fsync seals the file and returns at once; the close order is kept, so the crash "
      "contract holds (see \"What fsync promises\"). `wait`: fsync returns when the file and "
-     "everything sealed before it are durable",
+     "everything sealed before it are durable. `replicated` (needs `replicas`): when they are in "
+     "every partner's memory, or durable",
      [](const std::string& v, MountOptions* o) {
-       return Choose<FsyncMode>(v, {{"defer", FsyncMode::kDefer}, {"wait", FsyncMode::kWait}},
+       return Choose<FsyncMode>(v,
+                                {{"defer", FsyncMode::kDefer},
+                                 {"wait", FsyncMode::kWait},
+                                 {"replicated", FsyncMode::kReplicated}},
                                 &o->config.fsync_mode);
      }},
     {"queue_depth", "N", "64", "io_uring requests in flight (1–4096)",
@@ -568,6 +572,10 @@ Status CheckOptionsTogether(const Config& config) {
                                      " with -o remote is not supported: a partner completes a "
                                      "dead member's part on its own backing directory, which "
                                      "is not the store the others wait for");
+  }
+  if (config.fsync_mode == FsyncMode::kReplicated && config.replicas == 0) {
+    return Status::Error(EINVAL, "fsync=replicated needs -o replicas=1 or 2: without partners "
+                                 "nothing is replicated (fsync=wait waits for the backing store)");
   }
   if (config.local_size > 0 && config.remote.empty()) {
     return Status::Error(EINVAL, "local_size needs -o remote: only files on the store are "

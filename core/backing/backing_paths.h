@@ -11,6 +11,8 @@
 //       members/<node>                     each member's heartbeat file (core/shared/membership.h)
 //       commits/<id>/                      a marker's commit: request, ack.<node>
 //                                          (core/shared/shared_commit.h)
+//     stood-in/<node>.<run>                -o replicas: how far a partner made a dead member's run
+//                                          durable for it (core/replication/stand_in_record.h)
 //     rescue-<time>-<pid>/                 files that could not be flushed at unmount
 //                                          (core/recovery/rescue.h; /var/tmp/ckptfs-rescue-... when
 //                                          the backing directory cannot hold them)
@@ -32,6 +34,7 @@ inline constexpr const char* kStagingDirName = "staging";
 inline constexpr const char* kSharedDirName = "shared";
 inline constexpr const char* kMembersDirName = "members";
 inline constexpr const char* kCommitsDirName = "commits";
+inline constexpr const char* kStoodInDirName = "stood-in";
 inline constexpr std::string_view kHandoffPrefix = "handoff-";
 inline constexpr std::string_view kSpillPrefix = "spill-";
 inline constexpr size_t kMaxSpillName = 64;

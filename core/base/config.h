@@ -11,8 +11,9 @@
 namespace ckptfs {
 
 // kDefer: fsync seals the file and returns (ordering keeps the crash contract); kWait: fsync
-// returns once the file and everything sealed before it are durable.
-enum class FsyncMode { kWait, kDefer };
+// returns once the file and everything sealed before it are durable; kReplicated (with replicas):
+// once they are in every partner's memory, or durable.
+enum class FsyncMode { kWait, kDefer, kReplicated };
 // How the flusher writes backing files: kAuto uses O_DIRECT for files of at least
 // policy::kDirectFlushMinBytes when the backing filesystem takes it, else the page cache.
 enum class FlushIo { kAuto, kDirect, kBuffered };

@@ -266,6 +266,21 @@ Status Durability::WaitDurable(uint64_t point) {
   return flusher_->spill_error();
 }
 
+Status Durability::WaitReplicated(uint64_t point) {
+  // How often a wait looks at the flusher's failures (and whether replication stopped).
+  constexpr std::chrono::milliseconds kLook{20};
+  if (!replicator_) return Status::Error(EINVAL, "fsync=replicated without replicas");
+  replication_feed_->Nudge();
+  while (!replicator_->WaitReplicated(point, kLook)) {
+    if (parts_.journal.durable_seq() >= point) return Status::Ok();
+    if (Status failed = flusher_->last_error(); !failed.ok()) {
+      return NamingUnflushed(failed, point);
+    }
+    if (replication_feed_->stopped()) return Status::Error(EIO, "replication stopped");
+  }
+  return Status::Ok();
+}
+
 Status Durability::NamingUnflushed(const Status& error, uint64_t point) {
   constexpr size_t kNamed = 100;
   std::vector<std::string> paths;

@@ -85,6 +85,10 @@ class Durability final : private FlushClient {
   // committed): the error names every file sealed by then and not durable (the first 100). Ok
   // but a spill failure when writers are stuck on memory.
   Status WaitDurable(uint64_t point) EXCLUDES(ns_lock);
+  // -o replicas: waits until everything journaled up to `point` is in every partner's memory, or
+  // durable (with fewer live partners than replicas, until it is durable). Fails as WaitDurable
+  // when a flush fails meanwhile, and with EIO when replication stopped (at unmount).
+  Status WaitReplicated(uint64_t point) EXCLUDES(ns_lock);
   // Unmount: seals every file and flushes everything; when that fails for
   // `config.unmount_retry`, saves every unflushed file to a rescue directory and returns an error
   // naming the files and where they went.

@@ -16,6 +16,7 @@
 #include "core/filesystem/worker_takeover.h"
 #include "core/recovery/cache_memory_layout.h"
 #include "core/remote/remote_settings.h"
+#include "core/replication/replication_policy.h"
 
 namespace ckptfs {
 namespace {
@@ -42,6 +43,12 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   if (Status mapped = fs->UseRecoveryMemory(); !mapped.ok()) return mapped;
   if (config.shared) {
     if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
+    const replication::Replicator* replicator = fs->durability_.replicator();
+    if (fs->log_ && replicator) {
+      // The seqs the log keeps are this run's at the partners (a recovery of them asks what
+      // the partners made durable for it).
+      fs->log_->SetRun(policy::RunNumber(replicator->run()).value_or(0));
+    }
   }
   if (!config.remote.empty()) {
     Filesystem* self = fs.get();
@@ -651,7 +658,10 @@ Status Filesystem::Fsync(uint64_t handle) {
     ns_.SealLocked(h->inode);
     seq = journal_.last_seq();
   }
-  if (config_.fsync_mode == FsyncMode::kDefer) {
+  if (config_.fsync_mode != FsyncMode::kWait) {
+    if (config_.fsync_mode == FsyncMode::kReplicated) {
+      if (Status st = durability_.WaitReplicated(seq); !st.ok()) return st;
+    }
     MutexLock ilock(h->inode->mu);
     return h->inode->flush_error;
   }
@@ -863,6 +873,7 @@ void Filesystem::ReleaseDir(uint64_t dir_handle) { handles_.ReleaseDir(dir_handl
 
 Status Filesystem::FsyncDir(uint64_t ino) {
   if (config_.fsync_mode == FsyncMode::kDefer) return Status::Ok();
+  if (config_.fsync_mode == FsyncMode::kReplicated) return durability_.WaitReplicated(SyncPoint());
   return Sync();
 }
 

@@ -199,6 +199,8 @@ class Filesystem final : private ControlFiles::Source {
   Status Flush(uint64_t handle, uint64_t lock_owner) EXCLUDES(ns_lock);
   // The last close of the handle: seals the file if it changed through it, whoever closes.
   Status Release(uint64_t handle) EXCLUDES(ns_lock);
+  // Seals the file; then, by config.fsync_mode, returns at once (defer), once it and everything
+  // sealed before it are in every partner's memory or durable (replicated), or durable (wait).
   Status Fsync(uint64_t handle) EXCLUDES(ns_lock);
   Status Fallocate(uint64_t handle, int mode, uint64_t offset, uint64_t length) EXCLUDES(ns_lock);
 

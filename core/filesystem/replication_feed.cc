@@ -38,6 +38,17 @@ void ReplicationFeed::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void ReplicationFeed::Nudge() {
+  MutexLock lock(mu_);
+  nudged_ = true;
+  wake_.notify_all();
+}
+
+bool ReplicationFeed::stopped() const {
+  MutexLock lock(mu_);
+  return stop_;
+}
+
 void ReplicationFeed::FeedSealed() {
   const uint64_t last = journal_.last_seq();
   if (last <= fed_) return;
@@ -53,6 +64,7 @@ void ReplicationFeed::FeedSealed() {
       v->version = entry->version;
       v->path = ns_.PathLocked(entry->inode);
       v->size = snapshot.size();
+      v->mode = entry->mode & 07777;
       v->read = [content = std::move(snapshot)](uint64_t offset, size_t length, char* out) {
         return content.ReadInto(offset, length, out);
       };
@@ -96,7 +108,8 @@ void ReplicationFeed::Run() {
     replicator_.Durable(journal_.durable_seq());
     replicator_.Replayable(replayable);
     lock.Lock();
-    if (!stop_) wake_.wait_for(lock, kFeedInterval);
+    if (!stop_ && !nudged_) wake_.wait_for(lock, kFeedInterval);
+    nudged_ = false;
   }
 }
 

@@ -32,8 +32,9 @@ class ReplicationFeed {
   ~ReplicationFeed();
   void Start() EXCLUDES(mu_);
   void Stop() EXCLUDES(mu_);
-  // The replicated level: every entry up to it is in the partners' memory or durable.
-  uint64_t replicated_seq() const { return replicator_.replicated_seq(); }
+  // Hands what was sealed to the replicator now rather than at the next tick (an fsync waits).
+  void Nudge() EXCLUDES(mu_);
+  bool stopped() const EXCLUDES(mu_);
 
  private:
   void Run() EXCLUDES(mu_);
@@ -50,9 +51,10 @@ class ReplicationFeed {
   const std::chrono::milliseconds poll_interval_;
   uint64_t fed_ = 0;  // Used by the feed's thread only.
   std::thread thread_;
-  Mutex mu_;
-  std::condition_variable_any wake_;  // With mu_: stop.
+  mutable Mutex mu_;
+  std::condition_variable_any wake_;  // With mu_: stop, or a nudge.
   bool stop_ GUARDED_BY(mu_) = false;
+  bool nudged_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ckptfs

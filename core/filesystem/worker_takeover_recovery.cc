@@ -7,8 +7,11 @@
 #include <unordered_map>
 
 #include "core/backing/backing_store.h"
+#include "core/base/commit_markers.h"
 #include "core/filesystem/filesystem.h"
 #include "core/filesystem/worker_takeover.h"
+#include "core/replication/replication_policy.h"
+#include "core/replication/stand_in_record.h"
 
 namespace ckptfs {
 namespace {
@@ -230,12 +233,34 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
     log_->Reset();
     return Status::Ok();
   }
+  // -o replicas: the versions a partner made durable for this node's run while it was dead are
+  // not published again (core/replication/stand_in_record.h).
+  const std::string run = policy::RunName(log_->pending_run());
+  uint64_t stood_in = 0;
+  if (config_.shared && log_->pending_run() != 0) {
+    Result<uint64_t> record = replication::ReadStandInRecord(*env_, root_fd_, config_.node, run);
+    if (record.ok()) {
+      stood_in = *record;
+    } else {
+      spdlog::warn("recovery: the record of what a partner made durable for run {} cannot be "
+                   "read ({}): every version is published again", run, record.status().ToString());
+    }
+  }
   // What is replayed is logged anew in the other half, which becomes the log once all is.
   log_->BeginRecovery();
-  size_t versions = 0, lost = 0;
+  size_t versions = 0, lost = 0, by_partner = 0;
   uint64_t bytes = 0;
   for (const LoggedEntry& e : state.entries) {
     const bool publish = e.kind == JournalEntry::Kind::kPublish;
+    if (publish) {
+      const std::string& path = e.names[0];
+      const std::string base = path.substr(path.rfind('/') + 1);
+      if (!policy::RecoveryRepublishes(e.seq, stood_in,
+                                       policy::IsCommitMarker(base, config_.commit_markers))) {
+        ++by_partner;
+        continue;
+      }
+    }
     Status st = ReplayEntry(e, adopted);
     if (st.ok() || (!publish && AlreadyThere(st))) {
       versions += publish;
@@ -247,6 +272,12 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
     lost += publish;
   }
   log_->Commit();
+  if (stood_in != 0) {
+    spdlog::info("recovery: {} file versions of run {} were made durable by a partner while "
+                 "this node was dead (through its seq {}): not published again",
+                 by_partner, run, stood_in);
+    (void)replication::RemoveStandInRecord(*env_, root_fd_, config_.node, run);
+  }
   stats_.recovered_versions += versions;
   stats_.recovered_bytes += bytes;
   spdlog::info("recovered what was not yet durable at the crash: {} changes, {} file "

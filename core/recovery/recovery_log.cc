@@ -23,6 +23,9 @@ struct RecoveryLog::Header {
   uint32_t version;
   std::atomic<uint32_t> active;
   Half halves[2];
+  // The replication run (ReplicatorSettings::run, as a number) of the worker that appended each
+  // half's entries, whose seqs they are; 0: none (zeros in a log written before it was kept).
+  std::atomic<uint64_t> runs[2];
 };
 
 namespace {
@@ -318,7 +321,18 @@ void RecoveryLog::Append(const LoggedEntry& entry) {
     half.drop_from.store(entry.seq);
     return;
   }
+  header_->runs[writing_].store(run_, std::memory_order_release);
   AppendRecordLocked(record);
+}
+
+void RecoveryLog::SetRun(uint64_t run) {
+  MutexLock lock(mu_);
+  run_ = run;
+}
+
+uint64_t RecoveryLog::pending_run() const {
+  MutexLock lock(mu_);
+  return header_->runs[header_->active.load(std::memory_order_acquire) & 1].load();
 }
 
 void RecoveryLog::Durable(uint64_t seq) {

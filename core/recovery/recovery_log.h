@@ -70,6 +70,11 @@ class RecoveryLog final : public EntryLog {
   void Reset() EXCLUDES(mu_);
 
   void Append(const LoggedEntry& entry) override EXCLUDES(mu_);
+  // -o replicas: the run of this worker's versions at its partners (its journal's seqs are that
+  // run's), kept with the entries it appends from now on.
+  void SetRun(uint64_t run) EXCLUDES(mu_);
+  // The run whose seqs the pending entries carry (0: unknown).
+  uint64_t pending_run() const EXCLUDES(mu_);
   // Every entry with seq <= `seq` is durable or cancelled.
   void Durable(uint64_t seq) EXCLUDES(mu_);
   // Entry `seq` is cancelled: it needs no replay.
@@ -93,6 +98,7 @@ class RecoveryLog final : public EntryLog {
   mutable Mutex mu_;
   int writing_ GUARDED_BY(mu_) = 0;  // The half appends go to.
   uint64_t last_seq_ GUARDED_BY(mu_) = 0;  // Newest seq appended to it.
+  uint64_t run_ GUARDED_BY(mu_) = 0;
 };
 
 // Encodes and decodes one entry's record (exposed for tests).

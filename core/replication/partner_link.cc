@@ -19,11 +19,12 @@ constexpr std::chrono::milliseconds kFullRetry{50};
 }  // namespace
 
 PartnerLink::PartnerLink(std::string self_node, std::string run, PartnerAddress partner,
-                         const GroupSecret& secret)
+                         const GroupSecret& secret, std::function<void()> on_stored)
     : self_node_(std::move(self_node)),
       run_(std::move(run)),
       partner_(std::move(partner)),
-      secret_(secret) {
+      secret_(secret),
+      on_stored_(std::move(on_stored)) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -146,7 +147,7 @@ Status PartnerLink::Connect() {
 }
 
 Result<bool> PartnerLink::Send(const Outgoing& version, bool* unreadable) {
-  Offer offer{version.seq, version.version, version.size, version.path};
+  Offer offer{version.seq, version.version, version.size, version.path, version.mode};
   if (Status st = conn_->Send(Encode(offer)); !st.ok()) return st;
   Result<FrameHeader> header = conn_->ReadHeader();
   if (!header.ok()) return header.status();
@@ -259,6 +260,8 @@ void PartnerLink::Run() {
       ++stats_.replicas_stored;
       stats_.bytes_stored += next->size;
       if (!queue_.empty() && queue_.front() == next) queue_.pop_front();
+      lock.Unlock();
+      if (on_stored_) on_stored_();
     } else if (stored.ok()) {
       ++stats_.offers_full;
       lock.Unlock();

@@ -37,6 +37,7 @@ struct Outgoing {
   uint64_t version = 0;
   std::string path;
   uint64_t size = 0;
+  uint32_t mode = 0644;  // Its permission bits.
   std::function<Result<size_t>(uint64_t offset, size_t length, char* out)> read;
   std::function<bool()> superseded;
   bool Superseded() const { return superseded && superseded(); }
@@ -64,9 +65,10 @@ struct PartnerLinkStats {
 class PartnerLink {
  public:
   // Starts the link's thread for member `self_node`, whose versions `run` numbers (wire.h).
-  // `secret` must outlive the link.
+  // `secret` must outlive the link. `on_stored` (may be empty) is called on the link's thread,
+  // nothing of the link locked, after each version the partner stored.
   PartnerLink(std::string self_node, std::string run, PartnerAddress partner,
-              const GroupSecret& secret);
+              const GroupSecret& secret, std::function<void()> on_stored = nullptr);
   ~PartnerLink();
   PartnerLink(const PartnerLink&) = delete;
   PartnerLink& operator=(const PartnerLink&) = delete;
@@ -109,6 +111,7 @@ class PartnerLink {
   const std::string run_;
   const PartnerAddress partner_;
   const GroupSecret& secret_;
+  const std::function<void()> on_stored_;
   // Owned by the link's thread; Stop shuts it down from outside.
   std::shared_ptr<Connection> conn_;
 

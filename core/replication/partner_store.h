@@ -33,6 +33,7 @@ struct Replica {
   uint64_t version = 0;  // The file's version at the owner.
   std::shared_ptr<char[]> bytes;
   uint64_t size = 0;
+  uint32_t mode = 0644;  // The file's permission bits at the owner.
 };
 
 // What the store holds, for stats.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ckptfs::policy {
@@ -89,6 +90,32 @@ inline StandIn MayStandIn(std::optional<uint64_t> sealed_at_sight,
 // with it: a marker is published only by its committer).
 inline bool StandInWrites(uint64_t seq, uint64_t written, uint64_t through, bool is_marker) {
   return seq > written && seq <= through && !is_marker;
+}
+
+// Whether a worker recovering its run's pending version `seq` (of a file named `base_name`)
+// publishes it, when a partner stood in for that run up to `stood_in_through` (0: none did):
+// not when the partner made it durable already (every version up to it but commit markers).
+inline bool RecoveryRepublishes(uint64_t seq, uint64_t stood_in_through, bool is_marker) {
+  return seq > stood_in_through || is_marker;
+}
+
+// A run (wire.h: 16 hex digits) as the number the recovery log keeps, and back; nullopt for
+// anything that is not a run.
+inline std::optional<uint64_t> RunNumber(std::string_view run) {
+  if (run.size() != 16) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : run) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    n = (n << 4) | static_cast<uint64_t>(digit);
+  }
+  return n;
+}
+inline std::string RunName(uint64_t number) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string run(16, '0');
+  for (int i = 15; i >= 0; --i, number >>= 4) run[static_cast<size_t>(i)] = kHex[number & 0xf];
+  return run;
 }
 
 }  // namespace ckptfs::policy

@@ -172,8 +172,8 @@ void Replicator::MembersChanged(const std::vector<MemberEndpoint>& live) {
   }
   for (const std::string& node : partners) {
     if (links_.count(node)) continue;
-    auto link =
-        std::make_shared<PartnerLink>(settings_.node, settings_.run, reachable[node], secret_);
+    auto link = std::make_shared<PartnerLink>(settings_.node, settings_.run, reachable[node],
+                                              secret_, [this] { Stored(); });
     spdlog::info("replication: partner {} at {}", node,
                  FormatEndpoint(reachable[node].address, reachable[node].port));
     link->Durable(durable_);
@@ -181,6 +181,7 @@ void Replicator::MembersChanged(const std::vector<MemberEndpoint>& live) {
     link->Coverable(CoverableLocked());
     links_[node] = std::move(link);
   }
+  progress_.notify_all();
   lock.Unlock();
   for (auto& link : gone) link->Stop();
 }
@@ -196,6 +197,7 @@ void Replicator::Fed(uint64_t seq) {
   MutexLock lock(mu_);
   fed_ = std::max(fed_, seq);
   for (auto& [node, link] : links_) link->Coverable(CoverableLocked());
+  progress_.notify_all();
 }
 
 void Replicator::Replayable(uint64_t seq) {
@@ -214,6 +216,7 @@ void Replicator::Durable(uint64_t seq) {
   durable_ = seq;
   while (!unflushed_.empty() && unflushed_.front()->seq <= seq) unflushed_.pop_front();
   for (auto& [node, link] : links_) link->Durable(seq);
+  progress_.notify_all();
 }
 
 void Replicator::DropSuperseded() {
@@ -228,6 +231,26 @@ void Replicator::DropSuperseded() {
 
 uint64_t Replicator::replicated_seq() const {
   MutexLock lock(mu_);
+  return ReplicatedSeqLocked();
+}
+
+bool Replicator::WaitReplicated(uint64_t seq, std::chrono::milliseconds timeout) const {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (ReplicatedSeqLocked() < seq) {
+    if (progress_.wait_until(lock, until) == std::cv_status::timeout) {
+      return ReplicatedSeqLocked() >= seq;
+    }
+  }
+  return true;
+}
+
+void Replicator::Stored() {
+  MutexLock lock(mu_);
+  progress_.notify_all();
+}
+
+uint64_t Replicator::ReplicatedSeqLocked() const {
   if (links_.size() < static_cast<size_t>(settings_.replicas)) return durable_;
   uint64_t through = fed_;
   for (const auto& [node, link] : links_) through = std::min(through, link->stored_through());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -99,6 +100,8 @@ class Replicator {
   // Every version sealed with seq <= it is in `replicas` partners' memory, or durable (at most
   // the point Fed names).
   uint64_t replicated_seq() const EXCLUDES(mu_);
+  // Waits up to `timeout` for replicated_seq() to reach `seq`; whether it did.
+  bool WaitReplicated(uint64_t seq, std::chrono::milliseconds timeout) const EXCLUDES(mu_);
   ReplicatorStatus Status() const EXCLUDES(mu_);
   // The partners' replicas this member holds (for tests, and for completing a dead owner's).
   PartnerStore& store() { return *store_; }
@@ -111,6 +114,9 @@ class Replicator {
   Replicator(ReplicatorSettings settings, GroupSecret secret);
   // What the links may tell their partners they cover.
   uint64_t CoverableLocked() const REQUIRES(mu_);
+  uint64_t ReplicatedSeqLocked() const REQUIRES(mu_);
+  // Wakes WaitReplicated: a link stored a version (called on its thread, nothing locked).
+  void Stored() EXCLUDES(mu_);
 
   const ReplicatorSettings settings_;
   const GroupSecret secret_;
@@ -119,6 +125,8 @@ class Replicator {
   std::string endpoint_;
 
   mutable Mutex mu_;
+  // With mu_: the replicated level may have risen.
+  mutable std::condition_variable_any progress_;
   // The partners' links, by node name, with the endpoint each was made for.
   std::map<std::string, std::shared_ptr<PartnerLink>> links_ GUARDED_BY(mu_);
   // Links to former partners, telling them to drop this member's replicas, and since when.

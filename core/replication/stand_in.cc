@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "core/base/commit_markers.h"
+#include "core/integrity/checksum.h"
 #include "core/replication/replication_policy.h"
+#include "core/replication/stand_in_record.h"
 #include "core/replication/wire.h"
 
 namespace ckptfs::replication {
@@ -62,6 +64,17 @@ Status StandInWriter::Complete(const OwnerRun& owner, std::optional<uint64_t> se
                  owner.node, r.version, r.seq);
   }
   written = std::max(written, *sealed_at_sight);
+  // A worker of the dead member's node that recovers this run must not publish these again.
+  uint64_t& recorded = recorded_[owner];
+  if (*sealed_at_sight > recorded) {
+    if (Status st = WriteStandInRecord(env_, root_fd_, staging_fd_, owner.node, owner.run,
+                                       *sealed_at_sight);
+        !st.ok()) {
+      return Status::Error(st.err(), "cannot record what was made durable for dead node " +
+                                         owner.node + ": " + st.ToString());
+    }
+    recorded = *sealed_at_sight;
+  }
   // Durable now: the memory goes back to the partners' replicas.
   store_.DropDurable(owner, *sealed_at_sight);
   return Status::Ok();
@@ -92,16 +105,33 @@ Result<int> StandInWriter::OpenParent(const std::string& path, std::string* base
   return dir;
 }
 
+Status StandInWriter::RecordChecksum(int fd, const Replica& r) {
+  if (!xattrs_supported_) return Status::Ok();
+  ChunkedChecksum sum(r.size);
+  sum.Update(r.bytes.get(), r.size);
+  Status st = env_.SetXattr(fd, kChecksumXattr, FormatChecksumRecord(std::move(sum).Finish()));
+  if (st.err() == ENOTSUP) {
+    xattrs_supported_ = false;
+    spdlog::warn("replication: the backing store keeps no user extended attributes ({}): files "
+                 "written for dead members get no checksum record",
+                 st.ToString());
+    return Status::Ok();
+  }
+  return st;
+}
+
 Status StandInWriter::WriteOne(const Replica& r) {
   if (!IsValidReplicaPath(r.path)) return Status::Error(EINVAL, "invalid path " + r.path);
   std::string base;
   Result<int> parent = OpenParent(r.path, &base);
   if (!parent.ok()) return parent.status();
   const std::string temp = ".stand-in." + r.owner.node + "." + std::to_string(++temp_counter_);
-  Result<int> file = env_.Open(staging_fd_, temp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Result<int> file = env_.Open(staging_fd_, temp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   Status st = file.status();
   if (file.ok()) {
     if (r.size > 0) st = env_.WriteAt(*file, r.bytes.get(), r.size, 0);
+    if (st.ok()) st = env_.Chmod(*file, "", r.mode & 07777);
+    if (st.ok()) st = RecordChecksum(*file, r);
     if (st.ok()) {
       const int fd = *file;
       st = env_.Sync(std::span<const int>(&fd, 1), true)[0];

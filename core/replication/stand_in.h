@@ -9,8 +9,14 @@
 // replicated fails as without replicas. A dead member's own commit markers are never written
 // (policy::StandInWrites).
 //
-// Written files get mode 0644 and this daemon's owner; their bytes are the dead member's. Each
-// version written counts in PartnerStoreTotals::completed_for_dead.
+// Written files get the mode the dead member's file had, this daemon's owner, and a checksum
+// record (core/integrity/checksum_record.h) of the bytes held, when the backing store keeps
+// extended attributes; their bytes are the dead member's. Each version written counts in
+// PartnerStoreTotals::completed_for_dead.
+//
+// Once it completed a run up to a point, it records that on the backing store
+// (stand_in_record.h), so that the dead member's node, when it comes back and recovers that
+// run's versions, does not publish them again.
 //
 // Thread-safe: one lock around each completion (the commits thread calls it).
 #pragma once
@@ -46,6 +52,9 @@ class StandInWriter {
  private:
   // Writes `r` durably at its path (temporary file, fdatasync, rename, directory fsync).
   Status WriteOne(const Replica& r) REQUIRES(mu_);
+  // Keeps the checksum record of `r`'s bytes with the file `fd` (nothing when the backing
+  // store keeps no user extended attributes).
+  Status RecordChecksum(int fd, const Replica& r) REQUIRES(mu_);
   // Opens the directory of `path` under the backing directory, making the missing ones; the
   // caller closes it. `*base` receives the last component.
   Result<int> OpenParent(const std::string& path, std::string* base) REQUIRES(mu_);
@@ -58,7 +67,10 @@ class StandInWriter {
   Mutex mu_;
   // Per dead owner run: every version it needs up to this seq was written.
   std::map<OwnerRun, uint64_t> written_ GUARDED_BY(mu_);
+  // Per dead owner run: what its stand-in record (stand_in_record.h) says.
+  std::map<OwnerRun, uint64_t> recorded_ GUARDED_BY(mu_);
   uint64_t temp_counter_ GUARDED_BY(mu_) = 0;
+  bool xattrs_supported_ GUARDED_BY(mu_) = true;
 };
 
 }  // namespace ckptfs::replication

@@ -27,6 +27,13 @@ void PutString(std::string* out, const std::string& s) {
 class Reader {
  public:
   explicit Reader(std::string_view body) : rest_(body) {}
+  bool U16(uint16_t* v) {
+    if (rest_.size() < 2) return Bad();
+    *v = static_cast<uint16_t>(static_cast<uint8_t>(rest_[0]) |
+                               (static_cast<uint16_t>(static_cast<uint8_t>(rest_[1])) << 8));
+    rest_.remove_prefix(2);
+    return true;
+  }
   bool U64(uint64_t* v) {
     if (rest_.size() < 8) return Bad();
     *v = 0;
@@ -144,6 +151,7 @@ std::string Encode(const Offer& m) {
   PutU64(&body, m.version);
   PutU64(&body, m.size);
   PutString(&body, m.path);
+  PutU16(&body, static_cast<uint16_t>(m.mode & 07777));
   return Frame(Type::kOffer, body);
 }
 
@@ -184,8 +192,12 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
 Result<Offer> DecodeOffer(std::string_view body) {
   Offer m;
   Reader r(body);
-  r.U64(&m.seq) && r.U64(&m.version) && r.U64(&m.size) && r.String(kMaxPathBytes, &m.path);
+  uint16_t mode = 0;
+  r.U64(&m.seq) && r.U64(&m.version) && r.U64(&m.size) && r.String(kMaxPathBytes, &m.path) &&
+      r.U16(&mode);
   if (Status st = r.Done("offer"); !st.ok()) return st;
+  if (mode > 07777) return Status::Error(EPROTO, "offer: invalid mode");
+  m.mode = mode;
   if (m.seq == 0) return Status::Error(EPROTO, "offer: sequence number 0");
   if (!IsValidReplicaPath(m.path)) return Status::Error(EPROTO, "offer: invalid path");
   return m;

@@ -7,7 +7,7 @@
 // A connection, member (the owner of versions) to partner:
 //   partner: Challenge{nonce}            member: Hello{node, run, nonce, mac}
 //   partner: Welcome{node, mac}          (member_auth.h: each proves it holds the secret)
-// then, any number of times, member: Offer{seq, version, size, path}, answered by
+// then, any number of times, member: Offer{seq, version, size, path, mode}, answered by
 //   partner: Accept{seq} (the bytes are reserved: member sends Data frames of exactly `size`
 //            bytes in all, then partner: Stored{seq}), Full{seq} (try again later) or
 //            TooLarge{seq} (never fits); and member: Durable{seq} (drop my replicas up to seq),
@@ -80,6 +80,7 @@ struct Offer {
   uint64_t version = 0;
   uint64_t size = 0;
   std::string path;
+  uint32_t mode = 0644;  // The file's permission bits (at most 07777).
 };
 // Accept, Full, TooLarge, Stored, Durable and Covered carry a sequence number only.
 struct SeqMessage {

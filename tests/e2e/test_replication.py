@@ -22,14 +22,16 @@ No daemon logs an error; every one unmounts with status 0.
   acknowledges for it: the marker appears, the backing tree is the plain run's byte for byte,
   the live members log no error and unmount with status 0; the time from the death to the
   marker is printed; then the node comes back under its name (a new daemon that recovers what
-  the dead one had sealed) and the tree stays the plain run's. Once with the test's options,
+  the dead one had sealed) and the tree stays the plain run's, none of the victim's files
+  published again (each is still the file its partner wrote: same inode). Once with the test's options,
   once with only those the promise needs (shared, node, replicas=1, replication_secret,
   replication_address; cache_size only to fit three daemons on this machine), with the default
   member_timeout and flush_delay. And a victim
   whose link was down since before the save (nothing replicated): the commit fails as without
   replicas, the marker never appears. Seeded: CKPTFS_REPLICATION_SEED=N replays.
 - A mount asking for replicas without the shared mode, or with a secret others may read, or
-  none, is refused with one line saying why, and leaves no mount.
+  none, or for fsync=replicated without replicas, is refused with one line saying why, and
+  leaves no mount.
 """
 
 import glob
@@ -261,17 +263,26 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
                           daemons[NODES.index(partner)].output(), ctx)
             self.assertEqual(daemons[0].stats()["shared"]["commits_failed"], 0, ctx)
             # The node comes back under its name: it recovers what its dead daemon had sealed
-            # and rejoins; the tree stays the plain run's.
+            # and rejoins; the tree stays the plain run's, and nothing its partner published for
+            # it is published again (each of its files is still the one the partner wrote).
+            published = {f: os.stat(os.path.join(backing, f)).st_ino for f in own}
             chattr("-i", staging)
             net.set_link(victim, up=True)
             daemons[victim] = self.start_node(tmp, backing, net, victim, node, secret,
                                               promise_only, tag + "-restart")
             self.assertIn("recovered what the earlier mount left", daemons[victim].output(), ctx)
+            self.assertRegex(daemons[victim].output(),
+                             r"recovery: \d+ file versions of run [0-9a-f]{16} were made durable "
+                             r"by a partner while this node was dead", ctx)
             live.append(daemons[victim])
             for d in live:
                 d.sync()
             self.assert_tree(expected, backing, f"{ctx}: backing dir after {node} came back",
                              w.varying)
+            self.assertEqual({f: os.stat(os.path.join(backing, f)).st_ino for f in own},
+                             published, f"{ctx}: {node} published again what {partner} had")
+            self.assertEqual(glob.glob(os.path.join(backing, ".ckptfs", "stood-in", "*")), [],
+                             f"{ctx}: the stand-in record outlived the recovery")
         else:
             wait_for(lambda: commit_failed_for(node).search(daemons[0].output()), TIMEOUT,
                      f"{ctx}: n0 logging the commit that failed for {node}")
@@ -310,7 +321,8 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
                  "may be read or written by others than its owner: chmod 600 it"),
                 (f"shared,node=n0,replicas=1,replication_secret={tmp}/missing.key",
                  "cannot open the replication secret"),
-                ("shared,node=n0,replicas=3", "must be 0, 1 or 2")]:
+                ("shared,node=n0,replicas=3", "must be 0, 1 or 2"),
+                ("shared,node=n0,fsync=replicated", "fsync=replicated needs -o replicas=1 or 2")]:
             r = run_ckptfs([backing, mnt, "-f", "-o", options])
             self.assertNotEqual(r.returncode, 0, options)
             self.assertIn(why, r.stderr, options)

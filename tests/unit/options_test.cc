@@ -128,6 +128,18 @@ TEST(MountOptionsTest, ReplicasWithARemoteAreRefusedWithTheReason) {
       << st.message();
 }
 
+TEST(MountOptionsTest, FsyncReplicatedNeedsReplicasAndSaysSo) {
+  MountOptions o = Parsed("shared,replicas=1,fsync=replicated");
+  EXPECT_EQ(o.config.fsync_mode, FsyncMode::kReplicated);
+  EXPECT_TRUE(CheckOptionsTogether(o.config).ok());
+  Status st = CheckOptionsTogether(Parsed("shared,fsync=replicated").config);
+  EXPECT_EQ(st.err(), EINVAL);
+  EXPECT_NE(st.message().find("fsync=replicated needs -o replicas=1 or 2"), std::string::npos)
+      << st.message();
+  EXPECT_NE(Refused("fsync=replicate").message().find("defer, wait, replicated"),
+            std::string::npos);
+}
+
 TEST(MountOptionsTest, LocalSizeWithoutARemoteIsRefusedWithTheReason) {
   Status st = CheckOptionsTogether(Parsed("local_size=10G").config);
   EXPECT_EQ(st.err(), EINVAL);
@@ -209,7 +221,7 @@ TEST(MountOptionsTest, HelpListsEveryOptionWithItsDefault) {
     std::string form = *o.values ? std::string(o.name) + "=" + o.values : std::string(o.name);
     EXPECT_NE(help.find("  " + form), std::string::npos) << o.name;
   }
-  EXPECT_NE(help.find("fsync=defer|wait  (default defer)"), std::string::npos) << help;
+  EXPECT_NE(help.find("fsync=defer|wait|replicated  (default defer)"), std::string::npos) << help;
 }
 
 TEST(MountOptionsTest, TheManPageShowsEveryOptionWithItsValues) {

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/recovery/cache_memory_layout.h"
+#include "core/replication/replication_policy.h"
+#include "core/replication/stand_in_record.h"
 #include "core_test_util.h"
 
 namespace ckptfs {
@@ -132,6 +135,21 @@ TEST_F(RecoveryLogTest, ARecoveryThatDiesLeavesTheSameRecordsToTheNext) {
   EXPECT_TRUE(RecoveryLog(memory_.data(), memory_.size()).Pending()->entries.empty());
 }
 
+TEST_F(RecoveryLogTest, ThePendingEntriesNameTheReplicationRunTheirSeqsBelongTo) {
+  RecoveryLog crashed(memory_.data(), memory_.size());
+  EXPECT_EQ(crashed.pending_run(), 0u) << "a new log names no run";
+  crashed.SetRun(0x0123456789abcdefull);
+  crashed.Append(Publish(7, "a", 1, {{0, 3}}));
+  RecoveryLog recovering(memory_.data(), memory_.size());
+  EXPECT_EQ(recovering.pending_run(), 0x0123456789abcdefull);
+  recovering.SetRun(0xfedcba9876543210ull);
+  recovering.BeginRecovery();
+  recovering.Append(Publish(1, "a", 1, {{0, 3}}));
+  EXPECT_EQ(recovering.pending_run(), 0x0123456789abcdefull) << "before Commit, the old run";
+  recovering.Commit();
+  EXPECT_EQ(RecoveryLog(memory_.data(), memory_.size()).pending_run(), 0xfedcba9876543210ull);
+}
+
 TEST_F(RecoveryLogTest, MalformedRecordsAreRefusedAndEveryByteFlipDecodesOrIsRefused) {
   LoggedEntry e = Publish(3, "ckpt/x", 2 * kBlockSize + 1, {{0, 5}, {1, 6}, {2, 9}});
   e.names.push_back("ckpt/y");
@@ -214,6 +232,68 @@ TEST_F(RecoverTest, AWorkerThatDiesUnflushedLeavesEverySealedChangeToTheNext) {
       << "what was sealed, as it was named; the unsealed file is lost";
   EXPECT_NE(b.StatsJson().find("\"recovered_versions\": 3"), std::string::npos) << b.StatsJson();
   EXPECT_TRUE(b.Shutdown().ok());
+}
+
+// -o replicas: a partner that stood in for this node's run while it was dead made versions
+// durable (the stand-in record says up to which seq); the recovery publishes none of those again,
+// but the commit marker among them (a stand-in never writes one) and what came after.
+TEST_F(RecoverTest, VersionsAPartnerMadeDurableForTheDeadRunAreNotPublishedAgain) {
+  const std::string secret = backing_.path() + ".key";
+  WriteHostFile(secret, "the secret of the recovery test's group");
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  const std::string first = Pattern(1, 70000), second = Pattern(2, 80000), later = Pattern(3, 9);
+  {
+    auto crashed = StartFs(backing_.path(),
+                           {.flush_delay = 3600s, .node = "a", .arena_fd = arena_fd_,
+                            .replicas = 1, .replication_secret = secret,
+                            .replication_address = "127.0.0.1"});
+    Filesystem& a = *crashed;
+    ASSERT_TRUE(a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/__0_0.distcp", first).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/.metadata", "the marker").ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/__1_0.distcp", second).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/later.bin", later).ok());
+  }
+  EXPECT_FALSE(HostExists(B("ckpt/__0_0.distcp"))) << "nothing was flushed before the crash";
+  EXPECT_FALSE(HostExists(B("ckpt/__1_0.distcp"))) << "nothing was flushed before the crash";
+  Result<RecoveryMemory> memory = MapRecoveryMemory(arena_fd_, 64ull << 20);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  const uint64_t run = memory->log->pending_run();
+  ASSERT_NE(run, 0u) << "the log names the dead worker's run";
+  uint64_t through = 0;  // The seq of __1_0.distcp's version.
+  Result<LoggedState> pending = memory->log->Pending();
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  for (const LoggedEntry& e : pending->entries) {
+    if (!e.names.empty() && e.names[0] == "ckpt/__1_0.distcp") through = e.seq;
+  }
+  ASSERT_NE(through, 0u);
+  memory = Status::Error(EINVAL, "unmapped");
+  // The partner's work: both data files durable (its own bytes, so that a second publication
+  // shows), and its record.
+  mkdir(B("ckpt").c_str(), 0755);  // The partner makes the directories it needs.
+  WriteHostFile(B("ckpt/__0_0.distcp"), "written by the partner 0");
+  WriteHostFile(B("ckpt/__1_0.distcp"), "written by the partner 1");
+  {
+    std::unique_ptr<Env> env = MakePosixEnv();
+    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(root, 0);
+    ASSERT_TRUE(replication::WriteStandInRecord(*env, root, root, "a", policy::RunName(run),
+                                                through)
+                    .ok());
+    close(root);
+  }
+  auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .node = "a", .worker = 1,
+                                        .arena_fd = arena_fd_, .recover = true});
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameTree(HostTree(B("ckpt")), {{"__0_0.distcp", "written by the partner 0"},
+                                             {"__1_0.distcp", "written by the partner 1"},
+                                             {".metadata", "the marker"},
+                                             {"later.bin", later}}))
+      << "what the partner published is not published again; the marker and the rest are";
+  EXPECT_FALSE(HostExists(B(".ckptfs/stood-in/a." + policy::RunName(run))))
+      << "the record is consumed";
+  EXPECT_TRUE(next->Shutdown().ok());
+  unlink(secret.c_str());
 }
 
 TEST_F(RecoverTest, AWorkerThatDiesRightAfterItsRecoveryLeavesTheSameToTheNext) {

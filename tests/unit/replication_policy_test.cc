@@ -109,5 +109,24 @@ TEST(StandInWritesTest, EachNeededVersionIsWrittenOnceInCloseOrderAndMarkersNeve
   EXPECT_FALSE(StandInWrites(5, 0, 10, true)) << "the dead member's own marker";
 }
 
+TEST(RecoveryRepublishesTest, OnlyWhatNoPartnerMadeDurableAndMarkers) {
+  EXPECT_TRUE(RecoveryRepublishes(5, 0, false)) << "no partner stood in";
+  EXPECT_FALSE(RecoveryRepublishes(5, 10, false));
+  EXPECT_FALSE(RecoveryRepublishes(10, 10, false));
+  EXPECT_TRUE(RecoveryRepublishes(11, 10, false)) << "sealed after what the partner wrote";
+  EXPECT_TRUE(RecoveryRepublishes(5, 10, true)) << "a stand-in never writes a marker";
+}
+
+TEST(RunNumberTest, RunsRoundTripAndAnythingElseIsRefused) {
+  EXPECT_EQ(RunNumber("0123456789abcdef"), 0x0123456789abcdefull);
+  EXPECT_EQ(RunName(0x0123456789abcdefull), "0123456789abcdef");
+  EXPECT_EQ(RunName(0), "0000000000000000");
+  EXPECT_EQ(RunNumber(RunName(UINT64_MAX)), UINT64_MAX);
+  for (const char* bad : {"", "0123456789abcde", "0123456789abcdef0", "0123456789ABCDEF",
+                          "0123456789abcdeg", "-123456789abcdef"}) {
+    EXPECT_EQ(RunNumber(bad), std::nullopt) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs::policy

@@ -5,6 +5,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,7 +14,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "checksum_record_of.h"
 #include "core/base/commit_markers.h"
+#include "core/integrity/checksum_record.h"
+#include "core/replication/stand_in_record.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -39,11 +44,12 @@ class StandInTest : public ::testing::Test {
     close(staging_fd_);
     std::filesystem::remove_all(dir_);
   }
-  // Holds version `seq` of `path` of n0 (run kRun).
-  void Hold(uint64_t seq, const std::string& path, const std::string& bytes) {
+  // Holds version `seq` of `path` of n0 (run kRun), a file of mode `mode` there.
+  void Hold(uint64_t seq, const std::string& path, const std::string& bytes,
+            uint32_t mode = 0644) {
     ASSERT_EQ(store_.Reserve(bytes.size()), PartnerStore::Room::kReserved);
     Replica r{{"n0", kRun}, path, seq, seq, std::shared_ptr<char[]>(new char[bytes.size() + 1]),
-              bytes.size()};
+              bytes.size(), mode};
     std::copy(bytes.begin(), bytes.end(), r.bytes.get());
     store_.Keep(std::move(r));
   }
@@ -86,6 +92,54 @@ TEST_F(StandInTest, TheVersionsTheCommitNeedsAreWrittenInCloseOrderAndMarkersNev
   ASSERT_TRUE(writer_->Complete({"n0", kRun}, 7).ok());
   EXPECT_EQ(Read("ckpt/iter_1/extra.bin"), "sealed after it saw the request");
   EXPECT_EQ(store_.Totals().completed_for_dead, 3u);
+}
+
+TEST_F(StandInTest, AFileWrittenForTheDeadMemberHasItsModeAndAChecksumRecordOfItsBytes) {
+  const std::string bytes(600 << 10, 'w');
+  Hold(2, "ckpt/run.sh", "#!/bin/sh\n", 0750);
+  Hold(3, "ckpt/__1_0.distcp", bytes, 0600);
+  store_.Covered({"n0", kRun}, 3);
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 3).ok());
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ / "backing/ckpt/run.sh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  ASSERT_EQ(stat((dir_ / "backing/ckpt/__1_0.distcp").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  char text[kMaxChecksumRecordBytes] = {};
+  const ssize_t n = getxattr((dir_ / "backing/ckpt/__1_0.distcp").c_str(), kChecksumXattr, text,
+                             sizeof text);
+  ASSERT_GT(n, 0) << "no checksum record: " << strerror(errno) << " (this test's directory is "
+                  << dir_ << ": a filesystem with user extended attributes)";
+  Result<ChecksumRecord> record = ParseChecksumRecord(std::string_view(text, n));
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  EXPECT_EQ(*record, testing_util::RecordOf(bytes));
+}
+
+TEST_F(StandInTest, ACompletionLeavesARecordOfHowFarItMadeTheDeadRunDurable) {
+  Hold(3, "ckpt/__1_0.distcp", "data");
+  Hold(4, "ckpt/__1_1.distcp", "more data");
+  store_.Covered({"n0", kRun}, 4);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u) << "none before";
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 3).ok());
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "3\n");
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 4).ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 4u);
+  EXPECT_TRUE(Staged().empty()) << "no temporary file left";
+  ASSERT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u);
+  EXPECT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok()) << "none: nothing to do";
+}
+
+TEST_F(StandInTest, AStandInRecordThatIsNotOneIsRefused) {
+  const std::string path = dir_ / ("backing/.ckptfs/stood-in/n0." + std::string(kRun));
+  std::filesystem::create_directories(dir_ / "backing/.ckptfs/stood-in");
+  for (const std::string& bad : std::vector<std::string>{"", "\n", "12", "12\n3", "x\n", "-1\n", "99999999999999999999\n",
+                                std::string(4096, '1') + "\n", "1 \n"}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    EXPECT_EQ(ReadStandInRecord(*env_, root_fd_, "n0", kRun).status().err(), EINVAL) << bad;
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << "18446744073709551615\n";
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), UINT64_MAX);
 }
 
 TEST_F(StandInTest, NothingIsWrittenWhenTheDeadMemberDidNotReplicateWhatTheCommitNeeds) {

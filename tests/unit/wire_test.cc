@@ -125,6 +125,13 @@ TEST(WireTest, InvalidNodeNamesRunsPathsAndSequenceNumbersAreRefused) {
   }
   EXPECT_EQ(DecodeOffer(BodyOf(Encode(Offer{0, 1, 1, "a"}), Type::kOffer)).status().err(), EPROTO);
   EXPECT_EQ(DecodeSeq(std::string(8, '\0')).status().err(), EPROTO);
+  // A file's mode travels with its offer; bits beyond the permissions are refused.
+  std::string body = BodyOf(Encode(Offer{1, 1, 1, "a", 0750}), Type::kOffer);
+  Result<Offer> offer = DecodeOffer(body);
+  ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+  EXPECT_EQ(offer->mode, 0750u);
+  body[body.size() - 1] = '\x10';  // 010000 | 0750: S_IFIFO's bit.
+  EXPECT_EQ(DecodeOffer(body).status().err(), EPROTO);
 }
 
 TEST(WireTest, ValidPathsAreAccepted) {

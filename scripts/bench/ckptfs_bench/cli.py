@@ -38,11 +38,12 @@ multinode (bench only; not in workloads.ALL): a DCP save of 3 ranks, each throug
 mount of ONE backing directory, as on 3 nodes over a shared filesystem. Contenders: plain (the 3
 ranks all write the plain directory: its save returns with every file and .metadata fsynced, so
 its marker time is its save time), ckptfs1 (the 3 ranks through one mount), ckptfs3 (3 mounts,
--o shared,node=n0|n1|n2) and ckptfs3r (the same with replicas=1 over loopback). It reports the
+-o shared,node=n0|n1|n2), ckptfs3r (the same with replicas=1 over loopback) and ckptfs3rf
+(ckptfs3r with fsync=replicated: each fsync waits for the partner's copy). It reports the
 save (until the slowest rank returned) and the marker time: from the ranks' start line until
 .metadata is on the backing store under its final name (ckptfs renames it there after its
 fdatasync), looked for every MARKER_POLL seconds; the shared members themselves meet every
-poll_interval (--ckptfs-opts, default 100 ms); for ckptfs3r also the time until every member's
+poll_interval (--ckptfs-opts, default 100 ms); with replicas also the time until every member's
 files are in its partner's memory (`ckptfs sync --replicated` on each). No loads.
 
 zarr_distopt (the distributed-optimizer zarr pattern alone: per rank one 200 MiB chunk filled by

@@ -1,7 +1,8 @@
 """multinode: a DCP save of 3 ranks, each through its own mount (-o shared) of one backing
 directory, as on 3 nodes over a shared filesystem; timed until the save returns and until its
-marker (.metadata) is on the backing store, and with replicas (ckptfs3r) until every member's
-files are in its partner's memory (`ckptfs sync --replicated` on each)."""
+marker (.metadata) is on the backing store, and with replicas (ckptfs3r; ckptfs3rf with
+fsync=replicated) until every member's files are in its partner's memory (`ckptfs sync
+--replicated` on each)."""
 import os
 import shutil
 import threading
@@ -16,7 +17,8 @@ from ckptfs_testing.ckptfs_daemon import mounted
 MULTINODE = "multinode"
 MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own mount "
                          "(-o shared) of one backing directory")
-MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r"]
+MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r", "ckptfs3rf"]
+REPLICATED = ("ckptfs3r", "ckptfs3rf")
 MULTINODE_NODES = ("n0", "n1", "n2")
 MULTINODE_SCALE = 0.5  # Of dcp's size: 512 MiB at --scale 1.
 MARKER_POLL = 0.01  # Seconds between looks for the marker on the backing store.
@@ -46,8 +48,10 @@ def run_multinode(bench, contender, w):
             os.makedirs(os.path.join(bench.workdir, "mnt"), exist_ok=True)
             daemons.append(bench.mount(backing, os.path.join(bench.workdir, "mnt"), "multinode"))
             roots = [daemons[0].mnt] * rank_count
-        elif contender in ("ckptfs3", "ckptfs3r"):
-            extra = replication_options(bench.workdir) if contender == "ckptfs3r" else []
+        elif contender in ("ckptfs3",) + REPLICATED:
+            extra = replication_options(bench.workdir) if contender in REPLICATED else []
+            if contender == "ckptfs3rf":
+                extra.append("fsync=replicated")
             for node in MULTINODE_NODES:
                 mnt = os.path.join(bench.workdir, node)
                 os.makedirs(mnt, exist_ok=True)
@@ -61,7 +65,7 @@ def run_multinode(bench, contender, w):
                 d.sync()
         watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
         rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=rank_count)
-        if contender == "ckptfs3r":
+        if contender in REPLICATED:
             for d in daemons:
                 r = run_ckptfs(["sync", d.mnt, "--replicated"], timeout=MARKER_TIMEOUT)
                 if r.returncode != 0:

@@ -1,0 +1,103 @@
+#include "core/replication/stand_in_record.h"
+
+#include <fcntl.h>
+
+#include "core/backing/backing_paths.h"
+
+namespace ckptfs::replication {
+namespace {
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
+// "<at most 20 digits>\n".
+constexpr size_t kMaxRecordBytes = 21;
+
+std::string RecordName(const std::string& node, const std::string& run) {
+  return node + "." + run;
+}
+
+// The directory of the records, made (and its name made durable) when `make` and missing.
+Result<int> OpenRecordDir(Env& env, int root_fd, bool make) {
+  Result<int> reserved = env.Open(root_fd, kReservedName, kDirFlags);
+  if (!reserved.ok()) return reserved;
+  Result<int> dir = env.Open(*reserved, kStoodInDirName, kDirFlags);
+  if (!dir.ok() && dir.status().err() == ENOENT && make) {
+    Status made = env.Mkdir(*reserved, kStoodInDirName, 0755);
+    if (made.ok() || made.err() == EEXIST) {
+      const int parent = *reserved;
+      Status synced = env.Sync(std::span<const int>(&parent, 1), false)[0];
+      dir = synced.ok() ? env.Open(*reserved, kStoodInDirName, kDirFlags) : Result<int>(synced);
+    } else {
+      dir = made;
+    }
+  }
+  env.Close(*reserved);
+  return dir;
+}
+
+}  // namespace
+
+Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::string& node,
+                          const std::string& run, uint64_t through) {
+  Result<int> dir = OpenRecordDir(env, root_fd, true);
+  if (!dir.ok()) return dir.status();
+  const std::string name = RecordName(node, run);
+  const std::string temp = ".stood-in." + name;
+  const std::string text = std::to_string(through) + "\n";
+  Result<int> file = env.Open(staging_fd, temp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Status st = file.status();
+  if (file.ok()) {
+    st = env.WriteAt(*file, text.data(), text.size(), 0);
+    if (st.ok()) {
+      const int fd = *file;
+      st = env.Sync(std::span<const int>(&fd, 1), true)[0];
+    }
+    env.Close(*file);
+    if (st.ok()) st = env.Rename(staging_fd, temp, *dir, name);
+    if (!st.ok()) (void)env.Unlink(staging_fd, temp);
+  }
+  if (st.ok()) {
+    const int d = *dir;
+    st = env.Sync(std::span<const int>(&d, 1), false)[0];
+  }
+  env.Close(*dir);
+  return st;
+}
+
+Result<uint64_t> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
+                                   const std::string& run) {
+  Result<int> dir = OpenRecordDir(env, root_fd, false);
+  if (!dir.ok()) return dir.status().err() == ENOENT ? Result<uint64_t>(0) : dir.status();
+  Result<int> file = env.Open(*dir, RecordName(node, run), O_RDONLY | O_NOFOLLOW);
+  env.Close(*dir);
+  if (!file.ok()) return file.status().err() == ENOENT ? Result<uint64_t>(0) : file.status();
+  // One byte more than a record can hold: a longer file is refused. Past the end reads as zeros.
+  char text[kMaxRecordBytes + 1] = {};
+  static_assert(sizeof text > kMaxRecordBytes);
+  Status st = env.Read(*file, text, sizeof text, 0);
+  env.Close(*file);
+  if (!st.ok()) return st;
+  uint64_t seq = 0;
+  size_t i = 0;
+  for (; i < kMaxRecordBytes && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (seq > (UINT64_MAX - digit) / 10) return Status::Error(EINVAL, "stand-in record overflows");
+    seq = seq * 10 + digit;
+  }
+  bool rest_empty = i < kMaxRecordBytes && text[i] == '\n';
+  for (size_t j = i + 1; rest_empty && j < sizeof text; ++j) rest_empty = text[j] == '\0';
+  if (i == 0 || !rest_empty) {
+    return Status::Error(EINVAL, "not a stand-in record: " + RecordName(node, run));
+  }
+  return seq;
+}
+
+Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
+                           const std::string& run) {
+  Result<int> dir = OpenRecordDir(env, root_fd, false);
+  if (!dir.ok()) return dir.status().err() == ENOENT ? Status::Ok() : dir.status();
+  Status st = env.Unlink(*dir, RecordName(node, run));
+  env.Close(*dir);
+  return st.err() == ENOENT ? Status::Ok() : st;
+}
+
+}  // namespace ckptfs::replication

@@ -1,0 +1,30 @@
+// The record a partner leaves on the backing store once it stood in for a dead member's run
+// (stand_in.h): BACKING/.ckptfs/stood-in/<node>.<run>, the text "<seq>\n". It says that every
+// version of that run up to seq that is not a commit marker is durable, written by the partner
+// (or was superseded before it needed to be). A worker of the same node that recovers that run's
+// versions from its cache memory (core/filesystem/worker_takeover.h) publishes none of those
+// again (policy::RecoveryRepublishes), then removes the record. The file is written whole under
+// a temporary name and renamed (never torn); its content is untrusted and bounded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/base/status.h"
+#include "iouring/env.h"
+
+namespace ckptfs::replication {
+
+// Makes the record of `node`'s run `run` say `through`, durably (temporary file in `staging_fd`,
+// fdatasync, rename, directory fsync), making .ckptfs/stood-in when missing.
+Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::string& node,
+                          const std::string& run, uint64_t through);
+// The seq the record of `node`'s run `run` names; 0 when there is none. EINVAL when it is not a
+// record as WriteStandInRecord writes it.
+Result<uint64_t> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
+                                   const std::string& run);
+// Removes it (nothing when there is none).
+Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
+                           const std::string& run);
+
+}  // namespace ckptfs::replication
