@@ -94,6 +94,7 @@ std::string StatsReport::Json() const {
         {"files_fetched", stats.remote_files_fetched.load()},
         {"bytes_fetched", stats.remote_bytes_fetched.load()},
         {"names_refused", stats.remote_names_refused.load()},
+        {"local_files_replaced", stats.remote_local_files_replaced.load()},
         {"files_evicted", stats.remote_files_evicted.load()},
         {"bytes_evicted", stats.remote_bytes_evicted.load()},
     };

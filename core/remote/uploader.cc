@@ -1,10 +1,8 @@
 #include "core/remote/uploader.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -15,22 +13,12 @@
 #include <unordered_set>
 
 #include "core/base/commit_markers.h"
+#include "core/backing/backing_paths.h"
 #include "core/integrity/checksum_record.h"
+#include "core/remote/open_beneath.h"
+#include "core/remote/remote_read_policy.h"
 
 namespace ckptfs {
-namespace {
-
-// The file `path` beneath directory `root`, reached through no symbolic link; -1 when there is
-// none such.
-int OpenBeneath(int root, const std::string& path) {
-  open_how how{};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
-}
-
-}  // namespace
-
 struct Uploader::Job {
   enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone };
   std::string key;
@@ -225,7 +213,7 @@ Status Uploader::Resume() {
     for (size_t j = i + 1; j < pending.size() && !named_again; ++j) {
       named_again = pending[j].path == v.path && policy::SupersededBy(i, j, is_barrier);
     }
-    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path);
+    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path, O_RDONLY);
     struct stat st {};
     std::unique_ptr<Job> job = fd >= 0 ? MakeJob(fd, v.path, &st) : nullptr;
     const bool same = job && job->logged.inode == v.inode && job->logged.size == v.size &&
@@ -371,13 +359,17 @@ void Uploader::Perform(S3Client& client, Task& task) {
   Status outcome;
   std::string upload_id;
   UploadedPart part;
+  std::string etag;  // Of the object a put or a completed upload made.
   uint64_t sent = 0;
   switch (task.kind) {
-    case Task::Kind::kPut:
-      outcome =
+    case Task::Kind::kPut: {
+      Result<std::string> put =
           client.PutObject(task.key, job.fd, 0, job.size, hook, RecordedCrc32c(job, 0, job.size));
+      outcome = put.status();
+      if (put.ok()) etag = *put;
       sent = job.size;
       break;
+    }
     case Task::Kind::kCreate: {
       Result<std::string> id = client.CreateMultipartUpload(task.key, hook);
       outcome = id.status();
@@ -394,9 +386,13 @@ void Uploader::Perform(S3Client& client, Task& task) {
       if (answer.ok()) part = *answer;
       break;
     }
-    case Task::Kind::kComplete:
-      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
+    case Task::Kind::kComplete: {
+      Result<std::string> completed =
+          client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
+      outcome = completed.status();
+      if (completed.ok()) etag = *completed;
       break;
+    }
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
       break;
@@ -449,9 +445,10 @@ void Uploader::Perform(S3Client& client, Task& task) {
       [[fallthrough]];
     case Task::Kind::kComplete:
       stats_.remote_files_uploaded++;
+      RecordStored(job, etag);
       if (settings_.on_uploaded) {
         settings_.on_uploaded(job.logged.path, job.logged.inode, job.logged.size,
-                              job.logged.mtime_ns);
+                              job.logged.mtime_ns, etag);
       }
       FinishLocked(job);
       return;
@@ -459,6 +456,33 @@ void Uploader::Perform(S3Client& client, Task& task) {
       FinishLocked(job);
       return;
   }
+}
+
+void Uploader::RecordStored(const Job& job, const std::string& etag) {
+  struct stat st {};
+  if (etag.empty() || fstat(job.fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != job.logged.size ||
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+    return;
+  }
+  const std::string record =
+      policy::FormatStoredVersion(etag, job.logged.size, job.logged.mtime_ns);
+  // Not made durable: a record lost in a crash only has the file fetched again.
+  (void)fsetxattr(job.fd, kStoredVersionAttr, record.data(), record.size(), 0);
+}
+
+policy::PendingChange Uploader::PendingOf(const std::string& relative) const {
+  MutexLock lock(mu_);
+  const std::string under = relative + "/";
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    const Job& job = **it;
+    if (job.phase == Job::Phase::kDone) continue;
+    if (job.logged.path != relative && job.logged.path.compare(0, under.size(), under) != 0) {
+      continue;
+    }
+    return job.removal ? policy::PendingChange::kRemoval : policy::PendingChange::kUpload;
+  }
+  return policy::PendingChange::kNone;
 }
 
 void Uploader::FinishLocked(Job& job) {

@@ -39,6 +39,7 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/remote/remote_policy.h"
+#include "core/remote/remote_read_policy.h"
 #include "core/remote/s3_client.h"
 #include "core/remote/upload_log.h"
 #include "core/stats/stats.h"
@@ -60,9 +61,11 @@ struct UploaderSettings {
   // The private area of the backing directory (".ckptfs"): logged paths under it are refused.
   std::string reserved_name;
   // Told of each file version that reached the store (its path, inode, size and mtime as handed
-  // over), on an upload thread with the uploader's lock held: it must not call the uploader.
-  std::function<void(const std::string& path, uint64_t ino, uint64_t size, int64_t mtime_ns)>
-      on_uploaded;
+  // over, and the object's ETag, empty when the store gave none), on an upload thread with the
+  // uploader's lock held: it must not call the uploader.
+  using OnUploaded = std::function<void(const std::string& path, uint64_t ino, uint64_t size,
+                                        int64_t mtime_ns, const std::string& etag)>;
+  OnUploaded on_uploaded;
 };
 
 // What the remote tier has done, for stats.
@@ -95,6 +98,10 @@ class Uploader {
   // root): it starts once everything handed over before it is on the store, so the store loses a
   // file only after the markers closed before its removal. Logged, not yet durably: see SyncLog.
   void Remove(const std::string& relative) EXCLUDES(mu_);
+  // What is still to be sent about the object of `relative`, or about the objects under it when
+  // it names a directory: the last change handed over of them that is not done (an upload, or a
+  // removal), or none.
+  policy::PendingChange PendingOf(const std::string& relative) const EXCLUDES(mu_);
   // The path of open file or directory `fd` under the backing root ("" for the root itself);
   // nullopt when it is not under it, or gone (removed, or its fd closed).
   std::optional<std::string> RelativePath(int fd) const;
@@ -130,6 +137,9 @@ class Uploader {
   static std::optional<uint32_t> RecordedCrc32c(const Job& job, uint64_t offset, uint64_t length);
   // Takes a step; then records its outcome.
   void Perform(S3Client& client, Task& task) EXCLUDES(mu_);
+  // Records on the uploaded version of `job` (when it is still as handed over) the object's
+  // `etag` (kStoredVersionAttr): listings of later mounts compare it with the store's.
+  static void RecordStored(const Job& job, const std::string& etag);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);
   // Drops the done jobs at the front.
