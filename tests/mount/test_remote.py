@@ -130,6 +130,43 @@ class RemoteTest(RemoteStoreTestCase):
                              [f"{prefix}/step_2/.metadata", f"{prefix}/step_2/__0_0.distcp"])
             self.assertEqual(m.stats()["remote"]["last_error"], "")
 
+    def test_a_file_removed_before_its_removal_reached_the_store_is_not_listed_back(self):
+        prefix = PREFIX + "/removal_pending"
+        backing = tempfile.mkdtemp(prefix="ckptfs-removal-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix), backing=backing) as m:
+            write(m.path("step_1", "removed.bin"), b"removed through the mount")
+            write(m.path("step_1", "kept.bin"), b"kept")
+            m.sync()
+            sync_remote(m)
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # The store refuses the removal until this mount gives up at its unmount: the
+            # removal stays in the upload log, for the next mount.
+            proxy.inject("500", method="DELETE", count=100000)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
+                             expect_errors=[r"InternalError", r"uploads left undone"]) as m:
+                os.unlink(m.path("step_1", "removed.bin"))
+                m.sync()
+                wait_for(lambda: proxy.injected.get("500", 0) >= 1, 30,
+                         lambda: f"no DELETE was sent: {proxy.log}")
+        self.assertIn(f"{prefix}/step_1/removed.bin", self.s3.objects(BUCKET, prefix + "/"))
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # The resumed removal stays in flight while the directory is listed from the store.
+            proxy.inject("delay", method="DELETE", count=1, delay=6.0)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing) as m:
+                self.assertEqual(os.listdir(m.path("step_1")), ["kept.bin"])
+                sync_remote(m)
+                self.assertEqual(os.listdir(m.path("step_1")), ["kept.bin"])
+                self.assertEqual(m.stats()["remote"]["directories_listed"], 2)
+            self.assertEqual(proxy.injected, {"delay": 1})
+            listed = [e[0] for e in proxy.log if e[2] == "GET" and "list-type=2" in e[3]
+                      and "step_1" in e[3]]
+            deleted = [e[1] for e in proxy.log if e[2] == "DELETE"]
+            self.assertEqual(len(listed), 1, proxy.log)
+            self.assertLess(listed[0], deleted[0], "the directory was listed after the removal")
+        self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/")),
+                         [f"{prefix}/step_1/kept.bin"])
+
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"
         with FaultProxy(self.s3.endpoint) as proxy:
