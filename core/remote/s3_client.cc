@@ -382,7 +382,10 @@ S3Client::Answer S3Client::Try(const Request& request) {
   }
   answer.verdict = policy::JudgeRequest(policy::Transport::kOk, answer.http, error_code);
   if (answer.verdict == policy::RequestVerdict::kDone) return answer;
-  const int err = answer.http == 403 ? EACCES : answer.http == 404 ? ENOENT : EIO;
+  const int err = answer.http == 403                       ? EACCES
+                  : answer.http == 404                     ? ENOENT
+                  : policy::IsDigestMismatch(error_code) ? EBADMSG
+                                                           : EIO;
   answer.status =
       Status::Error(err, what + ": HTTP " + std::to_string(answer.http) +
                              (error_code.empty() ? "" : " " + OneLine(error_code)) +

@@ -10,7 +10,8 @@
 // the `RetryHook` hears each failure before its retry and may stop the retries (false); it also
 // hears of the requests libcurl sent again by itself (a reused connection reset before it
 // answered), which it cannot stop.
-// Messages name the method, the object and S3's error code and message, never a credential.
+// Messages name the method, the object and S3's error code and message, never a credential;
+// bytes refused for their checksum (policy::IsDigestMismatch) fail with EBADMSG.
 //
 // Not thread-safe: one client per thread (it keeps its connection for the next request).
 #pragma once

@@ -11,7 +11,12 @@
 // (config.commit_markers) starts only once every version handed over before it is on the store;
 // so does a removal (of a renamed file's old name, or of a removed file). Failed requests are
 // retried (policy::JudgeRequest) and, when they fail for good, the whole step again after a
-// back-off: nothing handed over is dropped while the mount runs.
+// back-off: nothing handed over is dropped while the mount runs. Bytes the store refuses for
+// their checksum (BadDigest) are read again and checked against the file's checksum record
+// (policy::JudgeDigestMismatch): corrupt on the local disk, or refused too often, the version is
+// given up (counted, logged, shown in stats as failed), and the markers after it are held.
+// Each version uploaded records the ETag of its object (kStoredVersionAttr,
+// core/remote/remote_read_policy.h).
 //
 // With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
 // daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
@@ -73,6 +78,7 @@ struct UploadProgress {
   uint64_t handed_over = 0;     // Versions handed over so far.
   uint64_t done_in_order = 0;   // Of those, from the first: uploaded (or superseded) without gap.
   uint64_t pending_files = 0;
+  uint64_t failed_files = 0;    // Of those, given up (Uploader::GiveUpLocked): never sent again.
   uint64_t pending_bytes = 0;
   Status last_error;            // Of the last failed request; ok once a request succeeds after it.
 };
@@ -140,6 +146,14 @@ class Uploader {
   // Records on the uploaded version of `job` (when it is still as handed over) the object's
   // `etag` (kStoredVersionAttr): listings of later mounts compare it with the store's.
   static void RecordStored(const Job& job, const std::string& etag);
+  // Whether bytes [offset, offset + length) of `job`'s file, read again, match its checksum
+  // record; nullopt when the record covers no such range.
+  static std::optional<bool> LocalBytesMatchRecord(const Job& job, uint64_t offset,
+                                                   uint64_t length);
+  // Gives `job` up for good (policy::JudgeDigestMismatch: its local bytes `corrupt`, or refused
+  // too often): counted, logged, its key never sent again while the mount runs; what waits for
+  // it (markers, removals) waits.
+  void GiveUpLocked(Job& job, const Status& why, bool corrupt) REQUIRES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);
   // Drops the done jobs at the front.

@@ -58,6 +58,8 @@ struct Stats {
   std::atomic<uint64_t> remote_files_uploaded{0};
   std::atomic<uint64_t> remote_retries{0};
   std::atomic<uint64_t> remote_errors{0};
+  // Uploads given up because the file's local bytes no longer match their checksum record.
+  std::atomic<uint64_t> remote_corrupt_files{0};
   // -o remote, the read path (core/remote/remote_reader.h): directories listed from the store,
   // files and bytes fetched from it, names it listed that were refused, local files replaced by
   // a placeholder of the store's newer object (policy::JudgeListedOverLocal).

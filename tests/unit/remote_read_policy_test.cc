@@ -156,7 +156,8 @@ TEST(RemoteReadPolicyTest, ALocalFileTheStoreReplacedBecomesAPlaceholderUnlessIt
 }
 
 TEST(RemoteReadPolicyTest, AnObjectWhoseRemovalIsPendingIsNeverShownAgain) {
-  EXPECT_EQ(JudgeListedOverLocal(false, false, true, std::nullopt, "\"v1\"", PendingChange::kRemoval),
+  EXPECT_EQ(JudgeListedOverLocal(false, false, true, std::nullopt, "\"v1\"",
+                                 PendingChange::kRemoval),
             ListedOverLocal::kSkip);
   EXPECT_EQ(JudgeListedOverLocal(true, true, true, std::string("\"v1\""), "\"v1\"",
                                  PendingChange::kRemoval),
