@@ -156,6 +156,12 @@ class RemoteReadTest(RemoteStoreTestCase):
         v1, v2 = version("v1"), version("v2")
         with CkptfsMount(options=options, backing=dir1) as a:
             save(a, v1)
+        # Mounted again with nothing new on the store: its own uploads are the store's objects.
+        with CkptfsMount(options=options, backing=dir1) as a:
+            self.assertEqual(tree(a.mnt), {rel: len(data) for rel, data in v1.items()})
+            remote = a.stats()["remote"]
+            self.assertEqual(remote["local_files_replaced"], 0, remote)
+            self.assertEqual(remote["directories_listed"], 2, remote)
         with CkptfsMount(options=options) as b:  # Another node, an empty backing directory.
             self.assertEqual(tree(b.mnt), {rel: len(data) for rel, data in v1.items()})
             save(b, v2)
