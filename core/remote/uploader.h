@@ -165,6 +165,8 @@ class Uploader {
   std::vector<std::unique_ptr<S3Client>> clients_;
   std::vector<std::thread> threads_;
 
+  // Taken after the mount's namespace lock (PendingOf), never before it: nothing called with it
+  // held (on_uploaded) takes that lock.
   mutable Mutex mu_;
   std::condition_variable_any wake_;      // With mu_: a task may be ready, or stop.
   std::condition_variable_any progress_;  // With mu_: a job finished.
