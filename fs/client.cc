@@ -319,7 +319,8 @@ int SyncReplicated(const std::string& mountpoint, bool progress) {
 
 // After a sync: waits until every file version made durable so far is on the object store
 // (-o remote), telling the uploads' progress on stderr every second with `progress`. Fails when
-// the mount has no remote, or its worker was replaced meanwhile (its uploads are not resumed yet).
+// the mount has no remote, its worker was replaced meanwhile (its uploads are not resumed yet),
+// or an upload was given up (remote.failed_files).
 int SyncRemote(const std::string& mountpoint, bool progress) {
   nlohmann::json stats;
   std::string error;
@@ -342,6 +343,14 @@ int SyncRemote(const std::string& mountpoint, bool progress) {
       return 1;
     }
     const bool finished = done >= target;
+    if (!finished && remote.value("failed_files", 0ull) > 0) {
+      std::fprintf(stderr,
+                   "ckptfs sync: %llu files cannot be uploaded (their bytes refused for their "
+                   "checksum; corrupt on the local disk: %llu): see the mount's log\n",
+                   static_cast<unsigned long long>(remote.value("failed_files", 0ull)),
+                   static_cast<unsigned long long>(remote.value("corrupt_files", 0ull)));
+      return 1;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (progress && (finished || now - last_line >= std::chrono::seconds(1))) {
       last_line = now;

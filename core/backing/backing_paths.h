@@ -22,6 +22,9 @@
 //   BACKING/DIR/NAME  with user.ckptfs.remote  a placeholder of an object listed on the store and
 //                                          not fetched yet: a sparse file of the object's size
 //                                          (core/remote/remote_reader.h)
+//   BACKING/DIR/NAME  with user.ckptfs.stored  a file this mount uploaded or fetched: the ETag of
+//                                          the object it matches on the store, with its size and
+//                                          mtime then (core/remote/remote_read_policy.h)
 #pragma once
 
 #include <cstddef>
@@ -42,5 +45,8 @@ inline constexpr std::string_view kRescuePrefix = "rescue-";
 inline constexpr const char* kChecksumManifestName = ".ckptfs-checksums.json";
 // The extended attribute that marks a placeholder; its value is the object's ETag.
 inline constexpr const char* kRemotePlaceholderAttr = "user.ckptfs.remote";
+// The extended attribute recording the object on the store a local file matches
+// (policy::FormatStoredVersion).
+inline constexpr const char* kStoredVersionAttr = "user.ckptfs.stored";
 
 }  // namespace ckptfs

@@ -105,7 +105,7 @@ Status Durability::JoinSharedMount() {
 }
 
 Status Durability::ConnectRemote(
-    std::function<void(const std::string&, uint64_t, uint64_t, int64_t)> on_uploaded) {
+    UploaderSettings::OnUploaded on_uploaded) {
   const Config& config = parts_.config;
   Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
   if (!s3.ok()) return s3.status();

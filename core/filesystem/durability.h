@@ -63,7 +63,7 @@ class Durability final : private FlushClient {
   // cannot be written.
   // `on_uploaded` (may be empty) is UploaderSettings::on_uploaded.
   Status ConnectRemote(
-      std::function<void(const std::string&, uint64_t, uint64_t, int64_t)> on_uploaded = nullptr);
+      UploaderSettings::OnUploaded on_uploaded = nullptr);
   // Starts the flusher thread (and the shared mount's).
   void Start();
   // Leaves the shared mount, if any: its markers are no longer committed.

@@ -66,8 +66,8 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
           });
     }
     auto on_uploaded = [self](const std::string& path, uint64_t ino, uint64_t size,
-                              int64_t mtime_ns) {
-      if (self->local_tier_) self->local_tier_->OnStore(path, ino, size, mtime_ns, "");
+                              int64_t mtime_ns, const std::string& etag) {
+      if (self->local_tier_) self->local_tier_->OnStore(path, ino, size, mtime_ns, etag);
     };
     if (Status connected = fs->durability_.ConnectRemote(on_uploaded); !connected.ok()) {
       return connected;
@@ -708,7 +708,23 @@ void Filesystem::ListRemoteDir(uint64_t ino) {
     if (!backing) return;  // Not on the backing directory yet: made through this mount.
     path = dir->ino == kRootIno ? "" : ns_.PathLocked(dir);
   }
-  const Status listed = remote_reader_->ListInto(backing->fd(), path);
+  const Uploader* uploader = durability_.uploader();
+  // What this mount still has to send about a name: its removal (a whiteout, or one the uploader
+  // holds), a version of it (one not durable yet, or held by the uploader), or nothing.
+  const RemoteReader::Gate gate = [&](const std::string& name, const RemoteReader::Place& place) {
+    NamespaceLock lock(ns_.mutex());
+    policy::PendingChange pending = policy::PendingChange::kNone;
+    auto child = dir->children.find(name);
+    if (dir->whiteouts.count(name)) {
+      pending = policy::PendingChange::kRemoval;
+    } else if (child != dir->children.end() && !ns_.BackingOnlyLocked(child->second)) {
+      pending = policy::PendingChange::kUpload;
+    } else if (uploader) {
+      pending = uploader->PendingOf(path.empty() ? name : path + "/" + name);
+    }
+    if (place(pending)) ns_.ForgetBackingNameLocked(dir, name);
+  };
+  const Status listed = remote_reader_->ListInto(backing->fd(), path, gate);
   NamespaceLock lock(ns_.mutex());
   if (!listed.ok()) {
     spdlog::warn("remote: listing /{} from the store: {} (shown as the backing directory has "

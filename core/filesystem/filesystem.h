@@ -16,7 +16,8 @@
 // Restore and the recoveries are WorkerTakeover's (core/filesystem/worker_takeover.h).
 //
 // Thread-safe: any FUSE worker thread may call any method. Lock order: the namespace lock, then
-// Inode::mu, then the flusher's lock, then the journal's lock.
+// Inode::mu, then the flusher's lock, then the journal's lock; the namespace lock, then the
+// uploader's (a listing from the store asks the uploader what is pending of a name with it).
 #pragma once
 
 #include <sys/statvfs.h>

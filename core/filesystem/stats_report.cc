@@ -84,6 +84,8 @@ std::string StatsReport::Json() const {
         {"handed_over", p.handed_over},
         {"uploaded_in_order", p.done_in_order},
         {"pending_files", p.pending_files},
+        {"failed_files", p.failed_files},
+        {"corrupt_files", stats.remote_corrupt_files.load()},
         {"pending_bytes", p.pending_bytes},
         {"bytes_uploaded", stats.remote_bytes_uploaded.load()},
         {"files_uploaded", stats.remote_files_uploaded.load()},
@@ -94,6 +96,7 @@ std::string StatsReport::Json() const {
         {"files_fetched", stats.remote_files_fetched.load()},
         {"bytes_fetched", stats.remote_bytes_fetched.load()},
         {"names_refused", stats.remote_names_refused.load()},
+        {"local_files_replaced", stats.remote_local_files_replaced.load()},
         {"files_evicted", stats.remote_files_evicted.load()},
         {"bytes_evicted", stats.remote_bytes_evicted.load()},
     };

@@ -2,10 +2,8 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -15,20 +13,9 @@
 
 #include "core/backing/backing_paths.h"
 #include "core/remote/local_tier_policy.h"
+#include "core/remote/open_beneath.h"
 
 namespace ckptfs {
-namespace {
-
-// Opens `path` for writing beneath `root`, through no symbolic link; -1 with errno otherwise.
-int OpenBeneathForWriting(int root, const std::string& path) {
-  open_how how{};
-  how.flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
-}
-
-}  // namespace
-
 LocalTier::LocalTier(const Settings& settings, Stats& stats, Gate gate,
                      std::function<uint64_t()> pending_bytes)
     : settings_(settings),
@@ -104,7 +91,7 @@ void LocalTier::Run() {
 }
 
 bool LocalTier::Evict(const std::string& path, const Resident& r) {
-  const int fd = OpenBeneathForWriting(settings_.root_fd, path);
+  const int fd = OpenBeneath(settings_.root_fd, path, O_RDWR);
   if (fd < 0) return false;
   struct stat st {};
   bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&

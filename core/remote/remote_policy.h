@@ -44,6 +44,30 @@ inline RequestVerdict JudgeRequest(Transport transport, long http_status, std::s
   return RequestVerdict::kFail;
 }
 
+// Whether S3 error `code` says the bytes sent do not match the checksum sent with them (a real
+// S3 answers 400 BadDigest; InvalidDigest and XAmzContentSHA256Mismatch are its kin): failed,
+// never retried as such (policy::JudgeDigestMismatch decides what the uploader does).
+inline bool IsDigestMismatch(std::string_view code) {
+  return code == "BadDigest" || code == "InvalidDigest" || code == "XAmzContentSHA256Mismatch";
+}
+
+enum class DigestVerdict { kSendAgain, kCorrupt, kGiveUp };
+
+// A part (or a whole file) refused for its checksum is sent again this many times at most while
+// its local bytes still match their checksum record (or there is none to check them against).
+inline constexpr unsigned kMaxDigestMismatches = 3;
+
+// What the uploader does after the store refused the bytes of a part for their checksum for the
+// `mismatches`-th time (1 for the first), given whether the local bytes, read again, match the
+// file's checksum record (`matches_record`; nullopt when the record covers no such range):
+// bytes that no longer match it are corrupt on the local disk (kCorrupt: never sent, reported);
+// bytes that match it, or that cannot be checked, were damaged on the way and are sent again,
+// kMaxDigestMismatches times at most (kGiveUp after: reported, never retried forever).
+inline DigestVerdict JudgeDigestMismatch(std::optional<bool> matches_record, unsigned mismatches) {
+  if (matches_record && !*matches_record) return DigestVerdict::kCorrupt;
+  return mismatches < kMaxDigestMismatches ? DigestVerdict::kSendAgain : DigestVerdict::kGiveUp;
+}
+
 // The wait before retry number `retry` (1 for the first): 100 ms doubling, at most 10 s, and
 // `jitter` (in [0, 1)) of it taken off so that parallel parts do not retry in step.
 inline std::chrono::milliseconds RetryDelay(unsigned retry, double jitter) {

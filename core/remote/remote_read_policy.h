@@ -6,9 +6,10 @@
 // found on the backing directory is listed from the store once per mount, on first need (a
 // lookup or a listing in it), with ListObjectsV2 and a delimiter: its objects become
 // placeholders in the backing directory (core/backing/backing_paths.h: kRemotePlaceholderAttr),
-// its common prefixes directories. Names already in the backing directory win: they are this
-// mount's or an earlier one's, at least as new as the store's. A directory made through this
-// mount is never listed: what it holds is what this mount writes.
+// its common prefixes directories. A name already in the backing directory is judged by
+// JudgeListedOverLocal: a local file that another node's newer object replaced on the store
+// becomes a placeholder of that object. A directory made through this mount is never listed:
+// what it holds is what this mount writes.
 #pragma once
 
 #include <algorithm>
@@ -79,6 +80,85 @@ inline ListedVerdict JudgeListed(std::string_view key, bool common_prefix,
 // shown only by a listing that started after it was seen: such a listing is taken again once.
 inline bool ListAgain(bool found_marker, unsigned pages, bool second_listing) {
   return found_marker && pages > 1 && !second_listing;
+}
+
+// The record a local file keeps of the object it matches on the store (kStoredVersionAttr,
+// core/backing/backing_paths.h), written when this mount uploaded it or fetched it whole: the
+// object's ETag, and the file's size and mtime then, one a line.
+inline std::string FormatStoredVersion(std::string_view etag, uint64_t size, int64_t mtime_ns) {
+  std::string out(etag);
+  out += '\n';
+  out += std::to_string(size);
+  out += '\n';
+  out += std::to_string(mtime_ns);
+  return out;
+}
+
+// Record values longer than this are refused (an ETag is at most 1 KiB here).
+inline constexpr size_t kMaxStoredVersion = 1100;
+
+// The ETag that record `text` (read back from a local file: untrusted, checked) gives for the file
+// as it is now (`size` bytes, `mtime_ns`); nullopt when it is broken, has no ETag, or describes
+// another version of the file (its size or mtime changed since: the record is not of these
+// bytes).
+inline std::optional<std::string> StoredEtagOf(std::string_view text, uint64_t size,
+                                               int64_t mtime_ns) {
+  if (text.size() > kMaxStoredVersion) return std::nullopt;
+  const size_t first = text.find('\n');
+  if (first == text.npos || first == 0) return std::nullopt;
+  const size_t second = text.find('\n', first + 1);
+  if (second == text.npos) return std::nullopt;
+  const std::string_view etag = text.substr(0, first);
+  if (etag.find('\0') != etag.npos) return std::nullopt;
+  if (text.substr(first + 1, second - first - 1) != std::to_string(size) ||
+      text.substr(second + 1) != std::to_string(mtime_ns)) {
+    return std::nullopt;
+  }
+  return std::string(etag);
+}
+
+// Whether two ETags name the same object version; stores quote them ("\"abc\""), and some
+// listings drop the quotes. An empty ETag is the same as none.
+inline std::string_view BareEtag(std::string_view etag) {
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  return etag;
+}
+inline bool SameEtag(std::string_view a, std::string_view b) {
+  return !BareEtag(a).empty() && BareEtag(a) == BareEtag(b);
+}
+
+// What this mount still has to send to the store about a path.
+enum class PendingChange { kNone, kUpload, kRemoval };
+
+enum class ListedOverLocal { kKeepLocal, kPlaceholder, kSkip };
+
+// What a listing does with the object listed (ETag `listed_etag`) under a name that the backing
+// directory holds (`exists`; a regular file when `regular`, with `recorded`: the ETag its record,
+// or its placeholder's mark, names; `records_kept`: false where the backing filesystem keeps no
+// records, having no user extended attributes), and about which `pending` is still to be sent:
+//  - its removal pending: kSkip (the object is on its way out of the store; it never comes back);
+//  - no local entry: kPlaceholder;
+//  - an upload pending (this mount's version is newer than any on the store), not a regular
+//    file, or no records kept (nothing to tell an old local file from a new one): kKeepLocal;
+//  - no ETag listed: kKeepLocal (nothing to compare with);
+//  - a regular file whose record names the listed object: kKeepLocal (it is that object);
+//  - a regular file whose record names another object, or that has no record (written by a mount
+//    without the record, or its record lost in a crash): kPlaceholder over it. The store's
+//    object wins, since nothing of the local file is still to be sent: it is an older version,
+//    or at worst the same bytes, fetched again.
+inline ListedOverLocal JudgeListedOverLocal(bool exists, bool regular, bool records_kept,
+                                            const std::optional<std::string>& recorded,
+                                            std::string_view listed_etag, PendingChange pending) {
+  if (pending == PendingChange::kRemoval) return ListedOverLocal::kSkip;
+  if (!exists) return ListedOverLocal::kPlaceholder;
+  if (pending == PendingChange::kUpload || !regular || !records_kept) {
+    return ListedOverLocal::kKeepLocal;
+  }
+  if (BareEtag(listed_etag).empty()) return ListedOverLocal::kKeepLocal;
+  if (recorded && SameEtag(*recorded, listed_etag)) return ListedOverLocal::kKeepLocal;
+  return ListedOverLocal::kPlaceholder;
 }
 
 // Whether `key`, read back from a placeholder's mark (a local file's attribute: bounded, but

@@ -47,6 +47,64 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir.empty() ? name : dir + "/" + name;
 }
 
+// What the backing directory holds under a name listed from the store.
+struct LocalEntry {
+  bool exists = false;
+  bool regular = false;
+  bool records_kept = true;  // False: the backing filesystem takes no user extended attributes.
+  std::optional<std::string> etag;  // Its placeholder's mark's, else its record's (if of it now).
+};
+
+LocalEntry ReadLocalEntry(int dir_fd, const std::string& name) {
+  LocalEntry entry;
+  struct stat st {};
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    entry.exists = errno != ENOENT;  // Unreadable: kept as it is.
+    return entry;
+  }
+  entry.exists = true;
+  if (!S_ISREG(st.st_mode)) return entry;
+  const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return entry;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    entry.regular = true;
+    std::string text(kMaxMark, '\0');
+    ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, text.data(), text.size());
+    if (got >= 0) {
+      text.resize(static_cast<size_t>(got));
+      const size_t split = text.find('\n');
+      if (split != text.npos) entry.etag = UsableEtag(text.substr(0, split));
+    } else if (errno == ENOTSUP || errno == EOPNOTSUPP) {
+      entry.records_kept = false;
+    } else {
+      text.assign(policy::kMaxStoredVersion, '\0');
+      got = fgetxattr(fd, kStoredVersionAttr, text.data(), text.size());
+      if (got >= 0) {
+        text.resize(static_cast<size_t>(got));
+        entry.etag = policy::StoredEtagOf(
+            text, static_cast<uint64_t>(st.st_size),
+            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+      }
+    }
+  }
+  close(fd);
+  return entry;
+}
+
+policy::ListedOverLocal Judge(const LocalEntry& local, const std::string& listed_etag,
+                              policy::PendingChange pending) {
+  return policy::JudgeListedOverLocal(local.exists, local.regular, local.records_kept, local.etag,
+                                      listed_etag, pending);
+}
+
+// Records on fetched file `fd` (`size` bytes, mtime `mtime`) the ETag it was fetched with.
+void RecordFetched(int fd, const std::string& etag, uint64_t size, const timespec& mtime) {
+  if (etag.empty()) return;
+  const std::string record = policy::FormatStoredVersion(
+      etag, size, int64_t{mtime.tv_sec} * 1'000'000'000 + mtime.tv_nsec);
+  (void)fsetxattr(fd, kStoredVersionAttr, record.data(), record.size(), 0);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<RemoteReader>> RemoteReader::Make(const RemoteReaderSettings& settings,
@@ -87,7 +145,7 @@ bool RemoteReader::OnRetry(const Status& why) {
   return true;
 }
 
-Status RemoteReader::ListInto(int dir_fd, const std::string& relative_dir) {
+Status RemoteReader::ListInto(int dir_fd, const std::string& relative_dir, const Gate& gate) {
   const std::string dir_prefix =
       policy::DirectoryKeyPrefix(settings_.s3.location.prefix, relative_dir);
   Result<std::unique_ptr<S3Client>> client = TakeClient();
@@ -145,24 +203,41 @@ Status RemoteReader::ListInto(int dir_fd, const std::string& relative_dir) {
   for (const std::string& common : prefixes) {
     std::string name;
     if (!judge(common, true, &name)) continue;
-    if (mkdirat(dir_fd, name.c_str(), 0755) != 0 && errno != EEXIST && first_error.ok()) {
-      first_error = Status::FromErrno("remote: making directory " + JoinPath(relative_dir, name));
-    }
+    gate(name, [&](policy::PendingChange pending) {
+      // A directory whose removal is on its way to the store does not come back.
+      if (pending == policy::PendingChange::kRemoval) return false;
+      if (mkdirat(dir_fd, name.c_str(), 0755) != 0 && errno != EEXIST && first_error.ok()) {
+        first_error =
+            Status::FromErrno("remote: making directory " + JoinPath(relative_dir, name));
+      }
+      return false;
+    });
   }
+  const uint64_t replaced_before = stats_.remote_local_files_replaced.load();
   for (const S3Client::ListedObject& object : objects) {
     std::string name;
     if (!judge(object.key, false, &name)) continue;
-    Status made = MakePlaceholder(dir_fd, name, JoinPath(relative_dir, name), object);
+    Status made = MakePlaceholder(dir_fd, name, JoinPath(relative_dir, name), object, gate);
     if (!made.ok() && first_error.ok()) first_error = made;
+  }
+  if (const uint64_t replaced = stats_.remote_local_files_replaced.load() - replaced_before) {
+    spdlog::info("remote: /{}: {} local files are older than the store's objects of their names "
+                 "(uploaded from elsewhere since): shown as the store has them",
+                 Printable(relative_dir), replaced);
   }
   return first_error;
 }
 
 Status RemoteReader::MakePlaceholder(int dir_fd, const std::string& name,
                                      const std::string& relative_path,
-                                     const S3Client::ListedObject& object) {
-  struct stat st {};
-  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) return Status::Ok();
+                                     const S3Client::ListedObject& object, const Gate& gate) {
+  const std::string etag = UsableEtag(object.etag);
+  // What is pending only keeps the local file or skips the object: judged without it first, so
+  // that no placeholder is made for a name whose local file stays.
+  if (Judge(ReadLocalEntry(dir_fd, name), etag, policy::PendingChange::kNone) !=
+      policy::ListedOverLocal::kPlaceholder) {
+    return Status::Ok();
+  }
   std::string staged;
   {
     MutexLock lock(mu_);
@@ -172,7 +247,6 @@ Status RemoteReader::MakePlaceholder(int dir_fd, const std::string& name,
                         O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno("remote: making a placeholder of " + relative_path);
   Status st_made;
-  const std::string etag = UsableEtag(object.etag);
   const std::string mark = etag + "\n" + object.key;
   bool marked = true;
   if (ftruncate(fd, static_cast<off_t>(object.size)) != 0) {
@@ -193,12 +267,31 @@ Status RemoteReader::MakePlaceholder(int dir_fd, const std::string& name,
     }
   }
   close(fd);
-  if (st_made.ok() && linkat(settings_.staging_fd, staged.c_str(), dir_fd, name.c_str(), 0) != 0 &&
-      errno != EEXIST) {
-    st_made = Status::FromErrno("remote: placing " + relative_path);
+  bool placed = false;
+  if (st_made.ok()) {
+    gate(name, [&](policy::PendingChange pending) {
+      const LocalEntry local = ReadLocalEntry(dir_fd, name);
+      if (Judge(local, etag, pending) != policy::ListedOverLocal::kPlaceholder) return false;
+      if (!local.exists) {
+        // Never over a name made since.
+        if (linkat(settings_.staging_fd, staged.c_str(), dir_fd, name.c_str(), 0) == 0) {
+          placed = true;
+        } else if (errno != EEXIST) {
+          st_made = Status::FromErrno("remote: placing " + relative_path);
+        }
+        return false;
+      }
+      if (renameat(settings_.staging_fd, staged.c_str(), dir_fd, name.c_str()) != 0) {
+        st_made = Status::FromErrno("remote: placing " + relative_path + " over its local file");
+        return false;
+      }
+      placed = true;
+      stats_.remote_local_files_replaced++;
+      return true;
+    });
   }
   (void)unlinkat(settings_.staging_fd, staged.c_str(), 0);
-  if (st_made.ok() && !marked) stats_.remote_files_fetched++;
+  if (placed && !marked) stats_.remote_files_fetched++;
   return st_made;
 }
 
@@ -232,6 +325,7 @@ Status RemoteReader::Fetch(int fd, const std::string& what, std::string* fetched
     if (result.ok()) {
       const timespec times[2] = {st.st_atim, st.st_mtim};
       (void)futimens(fd, times);
+      RecordFetched(fd, etag, static_cast<uint64_t>(st.st_size), st.st_mtim);
       if (fetched_etag) *fetched_etag = etag;
     }
     // The bytes are durable before the mark goes: a crash in between fetches them again.
@@ -388,6 +482,7 @@ Result<bool> RemoteReader::EnsureFetched(LazyFile& file, uint64_t offset, uint64
   }
   if (completed) {
     (void)futimens(file.fd_, file.times_);
+    RecordFetched(file.fd_, file.etag_, file.size_, file.times_[1]);
     // The bytes are durable before the mark goes: a crash in between fetches them again.
     if (fdatasync(file.fd_) != 0 ||
         (fremovexattr(file.fd_, kRemotePlaceholderAttr) != 0 && errno != ENODATA)) {

@@ -2,14 +2,21 @@
 // backing directory with the same remote shows the store's files and reads them.
 //
 // Listing (policy in core/remote/remote_read_policy.h): ListInto lists one directory from the
-// store (ListObjectsV2 with delimiter '/', page by page; never the whole bucket) and makes each
-// entry not already in the backing directory there: a common prefix a directory, an object a
+// store (ListObjectsV2 with delimiter '/', page by page; never the whole bucket) and makes its
+// entries there: a common prefix a directory (unless the name is taken), an object a
 // placeholder: a sparse file of the object's size and LastModified time marked with
 // kRemotePlaceholderAttr (core/backing/backing_paths.h) holding its ETag and key (so that it is
-// fetched from where it was listed, whatever it is renamed to). A placeholder is
-// made in the staging directory and linked under its name (never over an existing one), so a
-// crash leaves no unmarked placeholder. Names the store lists that are not one plain component
-// (policy::JudgeListed) are refused, counted and logged, never followed.
+// fetched from where it was listed, whatever it is renamed to). An object whose name the backing
+// directory holds already is judged by policy::JudgeListedOverLocal, against the ETag the local
+// file records (kStoredVersionAttr, or its placeholder's mark) and what the mount still has to
+// send about it (the Gate): a local file the store has a newer object of is replaced by a
+// placeholder of it; an object whose removal is pending is not shown. A placeholder is made in
+// the staging directory and linked (or renamed) under its name, so a crash leaves no unmarked
+// placeholder. Names the store lists that are not one plain component (policy::JudgeListed) are
+// refused, counted and logged, never followed.
+//
+// Every file fetched whole records the ETag it was fetched with (kStoredVersionAttr), as the
+// Uploader does for the files it uploads.
 //
 // Fetching: a placeholder opened for reading is a LazyFile: each read first fetches the ranges it
 // reads (and the read-ahead) in place. Fetch fills a placeholder in place with the object's bytes
@@ -28,6 +35,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -59,10 +67,15 @@ class RemoteReader {
   static Result<std::unique_ptr<RemoteReader>> Make(const RemoteReaderSettings& settings,
                                                     Stats& stats);
 
+  // Runs `place` for the listed object `name` with what the mount still has to send about it,
+  // under the lock that keeps that so (no version of the name is published meanwhile); `place`
+  // says whether it replaced the local file of the name.
+  using Place = std::function<bool(policy::PendingChange pending)>;
+  using Gate = std::function<void(const std::string& name, const Place& place)>;
   // Lists directory `relative_dir` ("" for the root) of the store into backing directory
-  // `dir_fd` (see above). Ok when every entry it shows is made; the first failure otherwise
-  // (a request that failed after its retries; what was made stays).
-  Status ListInto(int dir_fd, const std::string& relative_dir) EXCLUDES(mu_);
+  // `dir_fd` (see above), each object through `gate`. Ok when every entry it shows is made; the
+  // first failure otherwise (a request that failed after its retries; what was made stays).
+  Status ListInto(int dir_fd, const std::string& relative_dir, const Gate& gate) EXCLUDES(mu_);
   // Whether open file `fd` is a placeholder not fetched yet.
   static bool IsPlaceholder(int fd);
   // Fills placeholder `fd` (open for writing; `what` names it in messages) with its object's
@@ -104,10 +117,10 @@ class RemoteReader {
   // A client of the pool (made when none is free); given back by GiveBack.
   Result<std::unique_ptr<S3Client>> TakeClient() EXCLUDES(mu_);
   void GiveBack(std::unique_ptr<S3Client> client) EXCLUDES(mu_);
-  // Makes the placeholder `name` of `dir_fd` for `object` unless the name is taken; fetches it
-  // where marks cannot be kept.
+  // Makes the placeholder `name` of `dir_fd` for `object` where policy::JudgeListedOverLocal
+  // says so (through `gate`); fetches it where marks cannot be kept.
   Status MakePlaceholder(int dir_fd, const std::string& name, const std::string& relative_path,
-                         const S3Client::ListedObject& object);
+                         const S3Client::ListedObject& object, const Gate& gate);
   // The ranged GETs of the whole object `key` of `size` bytes into `fd`, in parallel.
   Status FetchRanges(int fd, const std::string& key, const std::string& etag, uint64_t size);
   // The ranged GETs of `ranges` of `key` into `fd`, in parallel.

@@ -382,7 +382,10 @@ S3Client::Answer S3Client::Try(const Request& request) {
   }
   answer.verdict = policy::JudgeRequest(policy::Transport::kOk, answer.http, error_code);
   if (answer.verdict == policy::RequestVerdict::kDone) return answer;
-  const int err = answer.http == 403 ? EACCES : answer.http == 404 ? ENOENT : EIO;
+  const int err = answer.http == 403                       ? EACCES
+                  : answer.http == 404                     ? ENOENT
+                  : policy::IsDigestMismatch(error_code) ? EBADMSG
+                                                           : EIO;
   answer.status =
       Status::Error(err, what + ": HTTP " + std::to_string(answer.http) +
                              (error_code.empty() ? "" : " " + OneLine(error_code)) +
@@ -427,8 +430,9 @@ Status S3Client::CheckBucket() {
                                      "; credentials from " + settings_.credentials.source);
 }
 
-Status S3Client::PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
-                           const RetryHook& hook, std::optional<uint32_t> crc32c) {
+Result<std::string> S3Client::PutObject(const std::string& key, int fd, uint64_t offset,
+                                        uint64_t size, const RetryHook& hook,
+                                        std::optional<uint32_t> crc32c) {
   Result<std::string> crc = Crc32cOfRange(fd, offset, size, crc32c);
   if (!crc.ok()) {
     return Status::Error(crc.status().err(), "PutObject " + key + ": " + crc.status().message());
@@ -440,7 +444,9 @@ Status S3Client::PutObject(const std::string& key, int fd, uint64_t offset, uint
   request.offset = offset;
   request.size = size;
   request.headers.push_back("x-amz-checksum-crc32c: " + *crc);
-  return Run(request, hook, UINT_MAX).status();
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  return answer->etag;
 }
 
 Result<std::string> S3Client::CreateMultipartUpload(const std::string& key, const RetryHook& hook) {
@@ -489,9 +495,10 @@ Result<UploadedPart> S3Client::UploadPart(const std::string& key, const std::str
   return UploadedPart{answer->etag, *crc};
 }
 
-Status S3Client::CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
-                                         const std::vector<UploadedPart>& parts,
-                                         const RetryHook& hook) {
+Result<std::string> S3Client::CompleteMultipartUpload(const std::string& key,
+                                                      const std::string& upload_id,
+                                                      const std::vector<UploadedPart>& parts,
+                                                      const RetryHook& hook) {
   CURL* curl = static_cast<CURL*>(curl_);
   char* escaped = curl_easy_escape(curl, upload_id.c_str(), static_cast<int>(upload_id.size()));
   if (!escaped) {
@@ -509,7 +516,10 @@ Status S3Client::CompleteMultipartUpload(const std::string& key, const std::stri
                     "</ChecksumCRC32C></Part>";
   }
   request.body += "</CompleteMultipartUpload>";
-  return Run(request, hook, UINT_MAX).status();
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  return xml.ok() ? xml->Field("ETag") : std::string();
 }
 
 void S3Client::AbortMultipartUpload(const std::string& key, const std::string& upload_id) {

@@ -10,7 +10,8 @@
 // the `RetryHook` hears each failure before its retry and may stop the retries (false); it also
 // hears of the requests libcurl sent again by itself (a reused connection reset before it
 // answered), which it cannot stop.
-// Messages name the method, the object and S3's error code and message, never a credential.
+// Messages name the method, the object and S3's error code and message, never a credential;
+// bytes refused for their checksum (policy::IsDigestMismatch) fail with EBADMSG.
 //
 // Not thread-safe: one client per thread (it keeps its connection for the next request).
 #pragma once
@@ -57,19 +58,21 @@ class S3Client {
   // message fit for one line at mount (unreachable, refused credentials, no such bucket).
   Status CheckBucket();
   // Puts `size` bytes of `fd` from `offset` under `key` in one request, with their CRC32C
-  // (`crc32c`, or computed when none).
-  Status PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
+  // (`crc32c`, or computed when none): the object's ETag (empty when the store gives none).
+  Result<std::string> PutObject(const std::string& key, int fd, uint64_t offset, uint64_t size,
                    const RetryHook& hook, std::optional<uint32_t> crc32c = std::nullopt);
   // A multipart upload (parts with their CRC32C): the upload id; each part's ETag and checksum;
-  // complete (atomic: the object appears whole under `key`, or not at all); abort (best effort,
-  // no retry).
+  // complete (atomic: the object appears whole under `key`, or not at all), giving the object's
+  // ETag (empty when the store gives none); abort (best effort, no retry).
   Result<std::string> CreateMultipartUpload(const std::string& key, const RetryHook& hook);
   Result<UploadedPart> UploadPart(const std::string& key, const std::string& upload_id,
                                   unsigned part_number, int fd, uint64_t offset, uint64_t size,
                                   const RetryHook& hook,
                                   std::optional<uint32_t> crc32c = std::nullopt);
-  Status CompleteMultipartUpload(const std::string& key, const std::string& upload_id,
-                                 const std::vector<UploadedPart>& parts, const RetryHook& hook);
+  Result<std::string> CompleteMultipartUpload(const std::string& key,
+                                              const std::string& upload_id,
+                                              const std::vector<UploadedPart>& parts,
+                                              const RetryHook& hook);
   void AbortMultipartUpload(const std::string& key, const std::string& upload_id);
   // The multipart uploads under `prefix` not completed nor aborted (the first 1,000 at most:
   // aborting them shows the next ones).

@@ -1,10 +1,8 @@
 #include "core/remote/uploader.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -15,24 +13,18 @@
 #include <unordered_set>
 
 #include "core/base/commit_markers.h"
+#include "core/backing/backing_paths.h"
 #include "core/integrity/checksum_record.h"
+#include "core/memory/crc32c.h"
+#include "core/remote/open_beneath.h"
+#include "core/remote/remote_read_policy.h"
 
 namespace ckptfs {
-namespace {
-
-// The file `path` beneath directory `root`, reached through no symbolic link; -1 when there is
-// none such.
-int OpenBeneath(int root, const std::string& path) {
-  open_how how{};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  return static_cast<int>(syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
-}
-
-}  // namespace
-
 struct Uploader::Job {
-  enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone };
+  // kFailed: given up for good (its bytes refused for their checksum, policy::JudgeDigestMismatch):
+  // never sent again while the mount runs, and what was handed over after it that waits for it
+  // (markers, removals) waits; a newer version of the key handed over supersedes it.
+  enum class Phase { kWaiting, kSingle, kCreating, kParts, kCompleting, kDone, kFailed };
   std::string key;
   policy::LoggedUploads::Version logged;  // What the upload log says of it.
   int fd = -1;
@@ -53,6 +45,7 @@ struct Uploader::Job {
   unsigned generation = 0;   // Bumped when the job starts again from the beginning.
   unsigned in_flight = 0;     // Tasks of this job being performed.
   unsigned failures = 0;
+  unsigned digest_mismatches = 0;  // Its bytes refused by the store for their checksum.
   std::chrono::steady_clock::time_point retry_at{};
 
   ~Job() {
@@ -184,8 +177,10 @@ void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
   for (auto earlier = jobs_.rbegin(); earlier != jobs_.rend(); ++earlier) {
     Job& candidate = **earlier;
     if (candidate.phase == Job::Phase::kDone) continue;
-    if (candidate.key == job->key && candidate.phase == Job::Phase::kWaiting &&
-        candidate.generation == 0 && candidate.in_flight == 0) {
+    if (candidate.key == job->key &&
+        ((candidate.phase == Job::Phase::kWaiting && candidate.generation == 0 &&
+          candidate.in_flight == 0) ||
+         candidate.phase == Job::Phase::kFailed)) {
       candidate.phase = Job::Phase::kDone;
     }
     if (candidate.marker || candidate.removal) break;
@@ -225,7 +220,7 @@ Status Uploader::Resume() {
     for (size_t j = i + 1; j < pending.size() && !named_again; ++j) {
       named_again = pending[j].path == v.path && policy::SupersededBy(i, j, is_barrier);
     }
-    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path);
+    const int fd = v.removal || named_again ? -1 : OpenBeneath(root, v.path, O_RDONLY);
     struct stat st {};
     std::unique_ptr<Job> job = fd >= 0 ? MakeJob(fd, v.path, &st) : nullptr;
     const bool same = job && job->logged.inode == v.inode && job->logged.size == v.size &&
@@ -371,13 +366,17 @@ void Uploader::Perform(S3Client& client, Task& task) {
   Status outcome;
   std::string upload_id;
   UploadedPart part;
+  std::string etag;  // Of the object a put or a completed upload made.
   uint64_t sent = 0;
   switch (task.kind) {
-    case Task::Kind::kPut:
-      outcome =
+    case Task::Kind::kPut: {
+      Result<std::string> put =
           client.PutObject(task.key, job.fd, 0, job.size, hook, RecordedCrc32c(job, 0, job.size));
+      outcome = put.status();
+      if (put.ok()) etag = *put;
       sent = job.size;
       break;
+    }
     case Task::Kind::kCreate: {
       Result<std::string> id = client.CreateMultipartUpload(task.key, hook);
       outcome = id.status();
@@ -394,13 +393,26 @@ void Uploader::Perform(S3Client& client, Task& task) {
       if (answer.ok()) part = *answer;
       break;
     }
-    case Task::Kind::kComplete:
-      outcome = client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
+    case Task::Kind::kComplete: {
+      Result<std::string> completed =
+          client.CompleteMultipartUpload(task.key, task.upload_id, task.parts, hook);
+      outcome = completed.status();
+      if (completed.ok()) etag = *completed;
       break;
+    }
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
       break;
   }
+  // Bytes the store refused for their checksum: read again and checked against their record.
+  const bool digest_mismatch = outcome.err() == EBADMSG &&
+                               (task.kind == Task::Kind::kPut || task.kind == Task::Kind::kPart);
+  const std::optional<bool> matches_record =
+      digest_mismatch ? LocalBytesMatchRecord(job, task.kind == Task::Kind::kPart
+                                                       ? task.part * job.plan.part_size
+                                                       : 0,
+                                              sent)
+                      : std::nullopt;
   MutexLock lock(mu_);
   --job.in_flight;
   if (task.generation != job.generation) {  // The job was started again meanwhile.
@@ -409,6 +421,14 @@ void Uploader::Perform(S3Client& client, Task& task) {
   }
   if (!outcome.ok()) {
     if (stop_) return;
+    if (digest_mismatch) {
+      const policy::DigestVerdict verdict =
+          policy::JudgeDigestMismatch(matches_record, ++job.digest_mismatches);
+      if (verdict != policy::DigestVerdict::kSendAgain) {
+        GiveUpLocked(job, outcome, verdict == policy::DigestVerdict::kCorrupt);
+        return;
+      }
+    }
     if (task.kind == Task::Kind::kPart && outcome.err() != ENOENT) {
       job.parts_to_send.push_back(task.part);
     } else if (task.kind == Task::Kind::kComplete && outcome.err() != ENOENT) {
@@ -449,9 +469,10 @@ void Uploader::Perform(S3Client& client, Task& task) {
       [[fallthrough]];
     case Task::Kind::kComplete:
       stats_.remote_files_uploaded++;
+      RecordStored(job, etag);
       if (settings_.on_uploaded) {
         settings_.on_uploaded(job.logged.path, job.logged.inode, job.logged.size,
-                              job.logged.mtime_ns);
+                              job.logged.mtime_ns, etag);
       }
       FinishLocked(job);
       return;
@@ -459,6 +480,73 @@ void Uploader::Perform(S3Client& client, Task& task) {
       FinishLocked(job);
       return;
   }
+}
+
+std::optional<bool> Uploader::LocalBytesMatchRecord(const Job& job, uint64_t offset,
+                                                    uint64_t length) {
+  const std::optional<uint32_t> recorded = RecordedCrc32c(job, offset, length);
+  if (!recorded) return std::nullopt;
+  std::vector<char> buffer(std::min<uint64_t>(std::max<uint64_t>(length, 1), 1 << 20));
+  Crc32c crc;
+  for (uint64_t done = 0; done < length;) {
+    const ssize_t got =
+        pread(job.fd, buffer.data(), std::min<uint64_t>(buffer.size(), length - done),
+              static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // Unreadable, or shorter than recorded: not the bytes recorded.
+    crc.Update(buffer.data(), static_cast<size_t>(got));
+    done += static_cast<uint64_t>(got);
+  }
+  return crc.value() == *recorded;
+}
+
+void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
+  job.phase = Job::Phase::kFailed;
+  ++job.generation;  // Its tasks still in flight are ignored.
+  job.parts_to_send.clear();
+  stats_.remote_errors++;
+  if (corrupt) {
+    stats_.remote_corrupt_files++;
+    spdlog::error("remote: {}: its bytes on the local disk no longer match the checksums recorded "
+                  "when it was written (the store refused them: {}): corrupt, not uploaded; the "
+                  "commit markers handed over after it are held",
+                  job.logged.path, why.message());
+  } else {
+    spdlog::error("remote: {}: the store refused its bytes for their checksum {} times though "
+                  "they match their record ({}): not uploaded; the commit markers handed over "
+                  "after it are held",
+                  job.logged.path, job.digest_mismatches, why.message());
+  }
+  last_error_ = why;
+  progress_.notify_all();
+  wake_.notify_all();
+}
+
+void Uploader::RecordStored(const Job& job, const std::string& etag) {
+  struct stat st {};
+  if (etag.empty() || fstat(job.fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) != job.logged.size ||
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+    return;
+  }
+  const std::string record =
+      policy::FormatStoredVersion(etag, job.logged.size, job.logged.mtime_ns);
+  // Not made durable: a record lost in a crash only has the file fetched again.
+  (void)fsetxattr(job.fd, kStoredVersionAttr, record.data(), record.size(), 0);
+}
+
+policy::PendingChange Uploader::PendingOf(const std::string& relative) const {
+  MutexLock lock(mu_);
+  const std::string under = relative + "/";
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    const Job& job = **it;
+    if (job.phase == Job::Phase::kDone) continue;
+    if (job.logged.path != relative && job.logged.path.compare(0, under.size(), under) != 0) {
+      continue;
+    }
+    return job.removal ? policy::PendingChange::kRemoval : policy::PendingChange::kUpload;
+  }
+  return policy::PendingChange::kNone;
 }
 
 void Uploader::FinishLocked(Job& job) {
@@ -519,6 +607,7 @@ UploadProgress Uploader::Progress() const {
   for (const auto& job : jobs_) {
     if (job->phase == Job::Phase::kDone) continue;
     ++p.pending_files;
+    if (job->phase == Job::Phase::kFailed) ++p.failed_files;
     p.pending_bytes += job->size - std::min(job->size, job->uploaded);
   }
   p.last_error = last_error_;

@@ -11,7 +11,12 @@
 // (config.commit_markers) starts only once every version handed over before it is on the store;
 // so does a removal (of a renamed file's old name, or of a removed file). Failed requests are
 // retried (policy::JudgeRequest) and, when they fail for good, the whole step again after a
-// back-off: nothing handed over is dropped while the mount runs.
+// back-off: nothing handed over is dropped while the mount runs. Bytes the store refuses for
+// their checksum (BadDigest) are read again and checked against the file's checksum record
+// (policy::JudgeDigestMismatch): corrupt on the local disk, or refused too often, the version is
+// given up (counted, logged, shown in stats as failed), and the markers after it are held.
+// Each version uploaded records the ETag of its object (kStoredVersionAttr,
+// core/remote/remote_read_policy.h).
 //
 // With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
 // daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
@@ -39,6 +44,7 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/remote/remote_policy.h"
+#include "core/remote/remote_read_policy.h"
 #include "core/remote/s3_client.h"
 #include "core/remote/upload_log.h"
 #include "core/stats/stats.h"
@@ -60,9 +66,11 @@ struct UploaderSettings {
   // The private area of the backing directory (".ckptfs"): logged paths under it are refused.
   std::string reserved_name;
   // Told of each file version that reached the store (its path, inode, size and mtime as handed
-  // over), on an upload thread with the uploader's lock held: it must not call the uploader.
-  std::function<void(const std::string& path, uint64_t ino, uint64_t size, int64_t mtime_ns)>
-      on_uploaded;
+  // over, and the object's ETag, empty when the store gave none), on an upload thread with the
+  // uploader's lock held: it must not call the uploader.
+  using OnUploaded = std::function<void(const std::string& path, uint64_t ino, uint64_t size,
+                                        int64_t mtime_ns, const std::string& etag)>;
+  OnUploaded on_uploaded;
 };
 
 // What the remote tier has done, for stats.
@@ -70,6 +78,7 @@ struct UploadProgress {
   uint64_t handed_over = 0;     // Versions handed over so far.
   uint64_t done_in_order = 0;   // Of those, from the first: uploaded (or superseded) without gap.
   uint64_t pending_files = 0;
+  uint64_t failed_files = 0;    // Of those, given up (Uploader::GiveUpLocked): never sent again.
   uint64_t pending_bytes = 0;
   Status last_error;            // Of the last failed request; ok once a request succeeds after it.
 };
@@ -95,6 +104,10 @@ class Uploader {
   // root): it starts once everything handed over before it is on the store, so the store loses a
   // file only after the markers closed before its removal. Logged, not yet durably: see SyncLog.
   void Remove(const std::string& relative) EXCLUDES(mu_);
+  // What is still to be sent about the object of `relative`, or about the objects under it when
+  // it names a directory: the last change handed over of them that is not done (an upload, or a
+  // removal), or none.
+  policy::PendingChange PendingOf(const std::string& relative) const EXCLUDES(mu_);
   // The path of open file or directory `fd` under the backing root ("" for the root itself);
   // nullopt when it is not under it, or gone (removed, or its fd closed).
   std::optional<std::string> RelativePath(int fd) const;
@@ -130,6 +143,17 @@ class Uploader {
   static std::optional<uint32_t> RecordedCrc32c(const Job& job, uint64_t offset, uint64_t length);
   // Takes a step; then records its outcome.
   void Perform(S3Client& client, Task& task) EXCLUDES(mu_);
+  // Records on the uploaded version of `job` (when it is still as handed over) the object's
+  // `etag` (kStoredVersionAttr): listings of later mounts compare it with the store's.
+  static void RecordStored(const Job& job, const std::string& etag);
+  // Whether bytes [offset, offset + length) of `job`'s file, read again, match its checksum
+  // record; nullopt when the record covers no such range.
+  static std::optional<bool> LocalBytesMatchRecord(const Job& job, uint64_t offset,
+                                                   uint64_t length);
+  // Gives `job` up for good (policy::JudgeDigestMismatch: its local bytes `corrupt`, or refused
+  // too often): counted, logged, its key never sent again while the mount runs; what waits for
+  // it (markers, removals) waits.
+  void GiveUpLocked(Job& job, const Status& why, bool corrupt) REQUIRES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);
   // Drops the done jobs at the front.
@@ -141,6 +165,8 @@ class Uploader {
   std::vector<std::unique_ptr<S3Client>> clients_;
   std::vector<std::thread> threads_;
 
+  // Taken after the mount's namespace lock (PendingOf), never before it: nothing called with it
+  // held (on_uploaded) takes that lock.
   mutable Mutex mu_;
   std::condition_variable_any wake_;      // With mu_: a task may be ready, or stop.
   std::condition_variable_any progress_;  // With mu_: a job finished.

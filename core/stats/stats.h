@@ -58,12 +58,16 @@ struct Stats {
   std::atomic<uint64_t> remote_files_uploaded{0};
   std::atomic<uint64_t> remote_retries{0};
   std::atomic<uint64_t> remote_errors{0};
+  // Uploads given up because the file's local bytes no longer match their checksum record.
+  std::atomic<uint64_t> remote_corrupt_files{0};
   // -o remote, the read path (core/remote/remote_reader.h): directories listed from the store,
-  // files and bytes fetched from it, names it listed that were refused.
+  // files and bytes fetched from it, names it listed that were refused, local files replaced by
+  // a placeholder of the store's newer object (policy::JudgeListedOverLocal).
   std::atomic<uint64_t> remote_directories_listed{0};
   std::atomic<uint64_t> remote_files_fetched{0};
   std::atomic<uint64_t> remote_bytes_fetched{0};
   std::atomic<uint64_t> remote_names_refused{0};
+  std::atomic<uint64_t> remote_local_files_replaced{0};
   // -o local_size (core/remote/local_tier.h): files and bytes evicted from the backing directory.
   std::atomic<uint64_t> remote_files_evicted{0};
   std::atomic<uint64_t> remote_bytes_evicted{0};

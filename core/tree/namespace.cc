@@ -357,6 +357,13 @@ void Namespace::ForgetNameLocked(const InodeRef& dir, const std::string& name,
   MaybeDropLocked(inode);
 }
 
+void Namespace::ForgetBackingNameLocked(const InodeRef& dir, const std::string& name) {
+  auto it = dir->children.find(name);
+  if (it == dir->children.end() || !BackingOnlyLocked(it->second)) return;
+  const InodeRef child = it->second;
+  ForgetNameLocked(dir, name, child);
+}
+
 Status Namespace::LoadOriginLocked(const InodeRef& inode) {
   if (!inode->origin_dir) return Status::Ok();
   Result<int> fd = env_.Open(inode->origin_dir->fd(), inode->origin_name, O_RDONLY | O_NOFOLLOW);

@@ -189,6 +189,10 @@ class Namespace {
       REQUIRES(ns_lock);
   // Ok when `dir` has no entry `name` and one may be made; EEXIST when it has, or why not.
   Status CheckAbsentLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
+  // Forgets the child `name` of `dir` when BackingOnlyLocked allows it (its backing file was
+  // replaced under the tree, by a newer one from the object store): its next lookup finds the
+  // new one.
+  void ForgetBackingNameLocked(const InodeRef& dir, const std::string& name) REQUIRES(ns_lock);
   // Loads every backing entry of `dir` not loaded yet; in shared mode, also reads a listing
   // older than kAttrTimeout again.
   void LoadDirLocked(const InodeRef& dir) REQUIRES(ns_lock);

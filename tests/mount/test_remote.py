@@ -7,6 +7,7 @@ cannot be used is refused with one line."""
 import os
 import shutil
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -129,6 +130,80 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/")),
                              [f"{prefix}/step_2/.metadata", f"{prefix}/step_2/__0_0.distcp"])
             self.assertEqual(m.stats()["remote"]["last_error"], "")
+
+    def test_a_file_removed_before_its_removal_reached_the_store_is_not_listed_back(self):
+        prefix = PREFIX + "/removal_pending"
+        backing = tempfile.mkdtemp(prefix="ckptfs-removal-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix), backing=backing) as m:
+            write(m.path("step_1", "removed.bin"), b"removed through the mount")
+            write(m.path("step_1", "kept.bin"), b"kept")
+            m.sync()
+            sync_remote(m)
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # The store refuses the removal until this mount gives up at its unmount: the
+            # removal stays in the upload log, for the next mount.
+            proxy.inject("500", method="DELETE", count=100000)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
+                             expect_errors=[r"InternalError", r"uploads left undone"]) as m:
+                os.unlink(m.path("step_1", "removed.bin"))
+                m.sync()
+                wait_for(lambda: proxy.injected.get("500", 0) >= 1, 30,
+                         lambda: f"no DELETE was sent: {proxy.log}")
+        self.assertIn(f"{prefix}/step_1/removed.bin", self.s3.objects(BUCKET, prefix + "/"))
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # The resumed removal stays in flight while the directory is listed from the store.
+            proxy.inject("delay", method="DELETE", count=1, delay=6.0)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing) as m:
+                self.assertEqual(os.listdir(m.path("step_1")), ["kept.bin"])
+                sync_remote(m)
+                self.assertEqual(os.listdir(m.path("step_1")), ["kept.bin"])
+                self.assertEqual(m.stats()["remote"]["directories_listed"], 2)
+            self.assertEqual(proxy.injected, {"delay": 1})
+            listed = [e[0] for e in proxy.log if e[2] == "GET" and "list-type=2" in e[3]
+                      and "step_1" in e[3]]
+            deleted = [e[1] for e in proxy.log if e[2] == "DELETE"]
+            self.assertEqual(len(listed), 1, proxy.log)
+            self.assertLess(listed[0], deleted[0], "the directory was listed after the removal")
+        self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/")),
+                         [f"{prefix}/step_1/kept.bin"])
+
+    def test_bytes_the_store_refuses_for_their_checksum_are_checked_and_corrupt_ones_held(self):
+        prefix = PREFIX + "/baddigest"
+        with FaultProxy(self.s3.endpoint) as proxy:
+            # Damaged on the way (the local bytes are intact): sent again.
+            proxy.inject("baddigest", method="PUT", query_part="/step_1/", count=2)
+            # Corrupt on the local disk while the store checks them: the store refuses them (the
+            # checksum sent is the one recorded when they were written), and so does the mount.
+            proxy.inject("baddigest", method="PUT", query_part="/step_2/x.bin", count=1, delay=3)
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix),
+                             expect_errors=[r"BadDigest", r"not uploaded"]) as m:
+                write(m.path("step_1", "x.bin"), distinct_content("x1", 100000))
+                write(m.path("step_1", ".metadata"), b"commits step 1")
+                m.sync()
+                sync_remote(m)
+                self.assertEqual(len(self.s3.objects(BUCKET, prefix + "/step_1/")), 2)
+
+                write(m.path("step_2", "x.bin"), distinct_content("x2", 100000))
+                wait_for(lambda: proxy.injected.get("baddigest", 0) >= 3, 30,
+                         lambda: f"x.bin of step 2 was not sent: {proxy.log}")
+                with open(os.path.join(m.backing, "step_2", "x.bin"), "r+b") as f:
+                    f.seek(5000)
+                    f.write(b"\xff\x00\xff")  # Same size: only the checksums can tell.
+                write(m.path("step_2", ".metadata"), b"commits step 2")
+                m.sync()
+                wait_for(lambda: m.stats()["remote"]["failed_files"] == 1, 30,
+                         lambda: f"the corrupt file was not given up: {m.stats()['remote']}")
+                remote = m.stats()["remote"]
+                self.assertEqual(remote["corrupt_files"], 1, remote)
+                r = run_ckptfs(["sync", "--remote", m.mnt])
+                self.assertNotEqual(r.returncode, 0, "sync --remote waited for a corrupt file")
+                self.assertIn("cannot be uploaded", r.stderr)
+                time.sleep(1)  # Nothing of step 2 is sent after the corrupt file: no marker.
+                self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/step_2/")), [])
+                puts = [e for e in proxy.log if e[2] == "PUT" and "/step_2/x.bin" in e[3]]
+                self.assertEqual(len(puts), 1, "the corrupt file was sent again")
+            self.assertEqual(proxy.injected, {"baddigest": 3})
 
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"

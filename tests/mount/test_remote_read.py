@@ -132,6 +132,66 @@ class RemoteReadTest(RemoteStoreTestCase):
             self.assertEqual(sorted(os.listdir(os.path.join(b.backing, ".ckptfs", "staging"))),
                              [])
 
+    def test_a_reused_backing_directory_shows_the_stores_newer_versions_not_its_own_older_ones(
+            self):
+        prefix = PREFIX + "/reuse"
+        dir1 = tempfile.mkdtemp(prefix="ckptfs-reuse-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, dir1, ignore_errors=True)
+        options = self.options(prefix) + ["remote_part_size=5M"]
+
+        def version(tag):
+            # The same names and sizes in both versions; one file large enough for a multipart
+            # upload (three parts), a small one, and the tracker file loaders read first.
+            return {"iter_0000010/model.bin": distinct_content(tag + "model", 12 * MiB + 7),
+                    "iter_0000010/common.pt": distinct_content(tag + "common", 4096),
+                    "latest_checkpointed_iteration.txt": tag.encode()}
+
+        def save(m, files):
+            os.makedirs(m.path("iter_0000010"), exist_ok=True)
+            for rel, data in files.items():
+                write(m.path(rel), data)
+            m.sync()
+            sync_remote(m)
+
+        v1, v2 = version("v1"), version("v2")
+        with CkptfsMount(options=options, backing=dir1) as a:
+            save(a, v1)
+        # Mounted again with nothing new on the store: its own uploads are the store's objects.
+        with CkptfsMount(options=options, backing=dir1) as a:
+            self.assertEqual(tree(a.mnt), {rel: len(data) for rel, data in v1.items()})
+            remote = a.stats()["remote"]
+            self.assertEqual(remote["local_files_replaced"], 0, remote)
+            self.assertEqual(remote["directories_listed"], 2, remote)
+        with CkptfsMount(options=options) as b:  # Another node, an empty backing directory.
+            self.assertEqual(tree(b.mnt), {rel: len(data) for rel, data in v1.items()})
+            save(b, v2)
+        store = self.s3.objects(BUCKET, prefix + "/")
+        for rel, data in v2.items():
+            self.assertTrue(store[f"{prefix}/{rel}"] == data, rel)
+
+        with CkptfsMount(options=options, backing=dir1) as a:
+            with open(a.path("latest_checkpointed_iteration.txt"), "rb") as f:
+                self.assertEqual(f.read(), b"v2")
+            for rel, data in v2.items():
+                with open(a.path(rel), "rb") as f:
+                    self.assertTrue(f.read() == data, f"{rel} is not the store's newer version")
+            remote = a.stats()["remote"]
+            self.assertEqual(remote["local_files_replaced"], len(v2), remote)
+            self.assertEqual(remote["files_fetched"], len(v2), remote)
+            self.assertEqual(remote["files_uploaded"], 0, remote)
+        # The backing directory is a cache of the store again: the newer versions, recorded.
+        for rel, data in v2.items():
+            with open(os.path.join(dir1, rel), "rb") as f:
+                self.assertTrue(f.read() == data, rel)
+            self.assertNotIn(PLACEHOLDER_ATTR, os.listxattr(os.path.join(dir1, rel)))
+
+        # Mounted again with nothing new on the store: every local file is the store's, kept.
+        with CkptfsMount(options=options, backing=dir1) as a:
+            self.assertEqual(tree(a.mnt), {rel: len(data) for rel, data in v2.items()})
+            remote = a.stats()["remote"]
+            self.assertEqual(remote["local_files_replaced"], 0, remote)
+            self.assertEqual(remote["files_fetched"], 0, remote)
+
     def test_a_file_on_the_store_is_fetched_as_it_is_read_in_ranges(self):
         prefix = PREFIX + "/ranges"
         data = distinct_content("ranges", 40 * MiB + 123)

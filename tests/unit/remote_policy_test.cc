@@ -31,6 +31,27 @@ TEST(RemotePolicyTest, TransientFailuresAreRetriedAndRefusalsAreNot) {
   EXPECT_EQ(JudgeRequest(Transport::kOk, 200, "InvalidPart"), RequestVerdict::kFail);
 }
 
+TEST(RemotePolicyTest, BytesRefusedForTheirChecksumAreNeverRetriedForever) {
+  // A request refused for its checksum fails; the uploader then judges the local bytes.
+  for (const char* code : {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"}) {
+    EXPECT_TRUE(IsDigestMismatch(code)) << code;
+    EXPECT_EQ(JudgeRequest(Transport::kOk, 400, code), RequestVerdict::kFail) << code;
+  }
+  EXPECT_FALSE(IsDigestMismatch("InvalidPart"));
+  EXPECT_FALSE(IsDigestMismatch(""));
+  // Local bytes that no longer match their checksum record are corrupt at once.
+  EXPECT_EQ(JudgeDigestMismatch(false, 1), DigestVerdict::kCorrupt);
+  // Bytes that match it (damaged on the way), or that cannot be checked, are sent again a few
+  // times, then given up.
+  for (std::optional<bool> matches : {std::optional<bool>(true), std::optional<bool>()}) {
+    for (unsigned i = 1; i < kMaxDigestMismatches; ++i) {
+      EXPECT_EQ(JudgeDigestMismatch(matches, i), DigestVerdict::kSendAgain) << i;
+    }
+    EXPECT_EQ(JudgeDigestMismatch(matches, kMaxDigestMismatches), DigestVerdict::kGiveUp);
+    EXPECT_EQ(JudgeDigestMismatch(matches, kMaxDigestMismatches + 5), DigestVerdict::kGiveUp);
+  }
+}
+
 TEST(RemotePolicyTest, RetryDelaysDoubleUpToTenSecondsLessTheJitter) {
   EXPECT_EQ(RetryDelay(1, 0).count(), 100);
   EXPECT_EQ(RetryDelay(2, 0).count(), 200);

@@ -97,6 +97,73 @@ TEST(RemoteReadPolicyTest, UrlEncodedKeysAreDecodedAndBrokenEscapesRefused) {
   EXPECT_FALSE(UrlDecodeKey("job/%zz"));
 }
 
+TEST(RemoteReadPolicyTest, AStoredVersionRecordNamesItsObjectOnlyForTheBytesItWasWrittenFor) {
+  const std::string record = FormatStoredVersion("\"9b2cf535f27731c974343645a3985328\"", 4096,
+                                                 1764892969123456789);
+  EXPECT_EQ(StoredEtagOf(record, 4096, 1764892969123456789),
+            "\"9b2cf535f27731c974343645a3985328\"");
+  // Rewritten since (another size, or another mtime): the record is of other bytes.
+  EXPECT_EQ(StoredEtagOf(record, 4097, 1764892969123456789), std::nullopt);
+  EXPECT_EQ(StoredEtagOf(record, 4096, 1764892969123456788), std::nullopt);
+  // Broken or hostile records name nothing.
+  EXPECT_EQ(StoredEtagOf("", 0, 0), std::nullopt);
+  EXPECT_EQ(StoredEtagOf("\n0\n0", 0, 0), std::nullopt);
+  EXPECT_EQ(StoredEtagOf("abc\n0", 0, 0), std::nullopt);
+  EXPECT_EQ(StoredEtagOf("abc\n0\n0\n", 0, 0), std::nullopt);
+  EXPECT_EQ(StoredEtagOf(std::string("a\0c\n0\n0", 7), 0, 0), std::nullopt);
+  EXPECT_EQ(StoredEtagOf(std::string(2000, 'e') + "\n0\n0", 0, 0), std::nullopt);
+}
+
+TEST(RemoteReadPolicyTest, EtagsAreComparedWithoutTheirQuotesAndAnEmptyOneMatchesNothing) {
+  EXPECT_TRUE(SameEtag("\"abc\"", "abc"));
+  EXPECT_TRUE(SameEtag("abc-3", "\"abc-3\""));
+  EXPECT_FALSE(SameEtag("\"abc\"", "\"abd\""));
+  EXPECT_FALSE(SameEtag("", ""));
+  EXPECT_FALSE(SameEtag("\"\"", "\"\""));
+}
+
+TEST(RemoteReadPolicyTest, ALocalFileTheStoreReplacedBecomesAPlaceholderUnlessItIsStillToBeSent) {
+  const std::optional<std::string> none;
+  const std::optional<std::string> old_etag = "\"v1\"";
+  const std::optional<std::string> new_etag = "\"v2\"";
+  // Nothing local: the object is shown.
+  EXPECT_EQ(JudgeListedOverLocal(false, false, true, none, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kPlaceholder);
+  // The local file is the listed object: kept.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, new_etag, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kKeepLocal);
+  // Another node put a newer object over the one the local file matches: the store's wins.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, old_etag, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kPlaceholder);
+  // No record (a mount that kept none, or a record lost in a crash): the store's wins.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, none, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kPlaceholder);
+  // A local version still to be uploaded is newer than the store's, record or not.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, old_etag, "\"v2\"", PendingChange::kUpload),
+            ListedOverLocal::kKeepLocal);
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, none, "\"v2\"", PendingChange::kUpload),
+            ListedOverLocal::kKeepLocal);
+  // Not a regular file (a directory, a symbolic link): never replaced.
+  EXPECT_EQ(JudgeListedOverLocal(true, false, true, none, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kKeepLocal);
+  // A backing filesystem without user extended attributes keeps no records: the local file
+  // stays, as it would with no remote.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, false, none, "\"v2\"", PendingChange::kNone),
+            ListedOverLocal::kKeepLocal);
+  // The store gave no ETag: nothing to compare with, the local file stays.
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, old_etag, "", PendingChange::kNone),
+            ListedOverLocal::kKeepLocal);
+}
+
+TEST(RemoteReadPolicyTest, AnObjectWhoseRemovalIsPendingIsNeverShownAgain) {
+  EXPECT_EQ(JudgeListedOverLocal(false, false, true, std::nullopt, "\"v1\"",
+                                 PendingChange::kRemoval),
+            ListedOverLocal::kSkip);
+  EXPECT_EQ(JudgeListedOverLocal(true, true, true, std::string("\"v1\""), "\"v1\"",
+                                 PendingChange::kRemoval),
+            ListedOverLocal::kSkip);
+}
+
 TEST(RemoteReadPolicyTest, APlaceholderNamesOnlyAnObjectUnderTheMountsPrefix) {
   EXPECT_TRUE(IsPlaceholderKey("job/7/step/x", "job/7"));
   EXPECT_FALSE(IsPlaceholderKey("job/70/x", "job/7"));

@@ -315,6 +315,12 @@ TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUpload
   EXPECT_TRUE(OnStore("step/a", a));
 }
 
+// A listing's gate with nothing of the mount pending.
+const RemoteReader::Gate kNothingPending = [](const std::string&,
+                                              const RemoteReader::Place& place) {
+  place(policy::PendingChange::kNone);
+};
+
 // A backing directory with a staging directory, and a RemoteReader of a prefix of the test's own
 // (the bucket is the suite's).
 class RemoteReaderTest : public RemoteStoreTest {
@@ -376,7 +382,7 @@ TEST_F(RemoteReaderTest, ADirectoryIsListedAsPlaceholdersAndAFetchFillsOneWithTh
   Put("step_1/sub/deep.bin", "deep");
   Put("top.txt", "top");
   Put(prefix_ + "-other/not-ours", "x", /*absolute=*/true);
-  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", kNothingPending).ok());
   EXPECT_TRUE(std::filesystem::is_directory(root_ + "/step_1"));
   EXPECT_FALSE(std::filesystem::exists(root_ + "/step_1/.metadata"))
       << "only the directory asked for is listed";
@@ -385,7 +391,7 @@ TEST_F(RemoteReaderTest, ADirectoryIsListedAsPlaceholdersAndAFetchFillsOneWithTh
 
   const int dir = open((root_ + "/step_1").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ASSERT_GE(dir, 0);
-  ASSERT_TRUE(reader_->ListInto(dir, "step_1").ok());
+  ASSERT_TRUE(reader_->ListInto(dir, "step_1", kNothingPending).ok());
   close(dir);
   EXPECT_TRUE(std::filesystem::is_directory(root_ + "/step_1/sub"));
   EXPECT_EQ(std::filesystem::file_size(root_ + "/step_1/__0_0.distcp"), big.size());
@@ -410,7 +416,7 @@ TEST_F(RemoteReaderTest, ADirectoryIsListedAsPlaceholdersAndAFetchFillsOneWithTh
 TEST_F(RemoteReaderTest, ALazyFileFetchesTheRangesReadAndTheReadAheadThenLosesItsMark) {
   const std::string big = Pattern((6 << 20) + 12345, 'z');  // 7 ranges of 1 MiB.
   Put("lazy.bin", big);
-  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", kNothingPending).ok());
   const int fd = open((root_ + "/lazy.bin").c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   Result<std::shared_ptr<RemoteReader::LazyFile>> file = reader_->OpenLazy(fd, "lazy.bin");
@@ -435,14 +441,73 @@ TEST_F(RemoteReaderTest, ALazyFileFetchesTheRangesReadAndTheReadAheadThenLosesIt
   EXPECT_TRUE(Read("lazy.bin") == big);
 }
 
-TEST_F(RemoteReaderTest, NamesAlreadyInTheBackingDirectoryWinOverTheStores) {
-  Put("kept.bin", "from the store");
-  std::ofstream(root_ + "/kept.bin", std::ios::binary) << "local";
-  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
-  EXPECT_EQ(Read("kept.bin"), "local");
-  const int fd = open((root_ + "/kept.bin").c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_FALSE(RemoteReader::IsPlaceholder(fd));
-  close(fd);
+TEST_F(RemoteReaderTest, ALocalFileIsKeptOnlyWhenItIsTheStoresObjectOrStillToBeUploaded) {
+  for (const char* name : {"same.bin", "older.bin", "unrecorded.bin", "pending.bin"}) {
+    Put(name, std::string("from the store: ") + name);
+    std::ofstream(root_ + "/" + name, std::ios::binary) << "local";
+  }
+  // "same.bin" records the ETag of the object listed; "older.bin" the one of an object the store
+  // has replaced since.
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", kNothingPending).ok());  // Placeholders of all.
+  const int same = open((root_ + "/same.bin").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_TRUE(reader_->Fetch(same, "same.bin").ok());
+  close(same);
+  std::string record(2000, '\0');
+  const ssize_t n = getxattr((root_ + "/same.bin").c_str(), kStoredVersionAttr, record.data(),
+                             record.size());
+  ASSERT_GT(n, 0) << "a fetched file records the ETag it was fetched with";
+  std::filesystem::remove(root_ + "/older.bin");
+  std::ofstream(root_ + "/older.bin", std::ios::binary) << "local";
+  struct stat st {};
+  ASSERT_EQ(stat((root_ + "/older.bin").c_str(), &st), 0);
+  const std::string old_record = policy::FormatStoredVersion(
+      "\"0123456789abcdef0123456789abcdef\"", static_cast<uint64_t>(st.st_size),
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+  ASSERT_EQ(setxattr((root_ + "/older.bin").c_str(), kStoredVersionAttr, old_record.data(),
+                     old_record.size(), 0), 0);
+  for (const char* name : {"unrecorded.bin", "pending.bin"}) {
+    std::filesystem::remove(root_ + "/" + name);
+    std::ofstream(root_ + "/" + name, std::ios::binary) << "local";
+  }
+  const uint64_t replaced = stats_.remote_local_files_replaced.load();
+
+  const RemoteReader::Gate pending_upload = [](const std::string& name,
+                                               const RemoteReader::Place& place) {
+    place(name == "pending.bin" ? policy::PendingChange::kUpload : policy::PendingChange::kNone);
+  };
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", pending_upload).ok());
+  EXPECT_EQ(Read("same.bin"), "from the store: same.bin");
+  EXPECT_EQ(Read("pending.bin"), "local") << "a version still to upload is newer than the store's";
+  EXPECT_EQ(stats_.remote_local_files_replaced.load() - replaced, 2u);
+  for (const char* name : {"older.bin", "unrecorded.bin"}) {
+    const int fd = open((root_ + "/" + name).c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_TRUE(RemoteReader::IsPlaceholder(fd)) << name;
+    ASSERT_TRUE(reader_->Fetch(fd, name).ok()) << name;
+    close(fd);
+    EXPECT_EQ(Read(name), std::string("from the store: ") + name);
+  }
+  for (const char* name : {"same.bin", "pending.bin"}) {
+    const int fd = open((root_ + "/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_FALSE(RemoteReader::IsPlaceholder(fd)) << name;
+    close(fd);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(root_ + "/.ckptfs/staging"));
+}
+
+TEST_F(RemoteReaderTest, AnObjectOrDirectoryWhoseRemovalIsPendingIsNotShownAgain) {
+  Put("removed.bin", "removed through the mount");
+  Put("removed_dir/a.bin", "a");
+  Put("kept.bin", "kept");
+  const RemoteReader::Gate removal = [](const std::string& name,
+                                        const RemoteReader::Place& place) {
+    place(name == "kept.bin" ? policy::PendingChange::kNone : policy::PendingChange::kRemoval);
+  };
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", removal).ok());
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/removed.bin"));
+  EXPECT_FALSE(std::filesystem::exists(root_ + "/removed_dir"));
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/kept.bin"));
+  EXPECT_TRUE(std::filesystem::is_empty(root_ + "/.ckptfs/staging"));
 }
 
 TEST_F(RemoteReaderTest, HostileNamesOnTheStoreAreRefusedNotFollowed) {
@@ -450,7 +515,7 @@ TEST_F(RemoteReaderTest, HostileNamesOnTheStoreAreRefusedNotFollowed) {
   Put("/abs.bin", "abs");
   Put(std::string(300, 'n'), "long");
   Put("fine.bin", "fine");
-  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", kNothingPending).ok());
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(root_)) {
     names.push_back(e.path().filename().string());
@@ -462,7 +527,7 @@ TEST_F(RemoteReaderTest, HostileNamesOnTheStoreAreRefusedNotFollowed) {
 
 TEST_F(RemoteReaderTest, AnObjectReplacedOnTheStoreSinceItWasListedIsNotMixedIn) {
   Put("changing.bin", Pattern(3 << 20, 'a'));
-  ASSERT_TRUE(reader_->ListInto(root_fd_, "").ok());
+  ASSERT_TRUE(reader_->ListInto(root_fd_, "", kNothingPending).ok());
   Put("changing.bin", Pattern(3 << 20, 'b'));
   const int fd = open((root_ + "/changing.bin").c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0);

@@ -108,6 +108,8 @@ class MotoServer:
 _ERRORS = {
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "baddigest": (400, "BadDigest",
+                  "The CRC32C you specified did not match the calculated checksum."),
 }
 
 
@@ -169,8 +171,10 @@ class FaultProxy:
     def inject(self, kind, method=None, query_part=None, count=1, delay=0.0):
         """The next `count` requests with `method` (any when None) whose path has `query_part`
         (e.g. "partNumber=") get fault `kind`: "slowdown" (503 SlowDown), "500" (500
-        InternalError), "reset" (the connection reset after half the body was read), or "delay"
-        (passed on after `delay` seconds)."""
+        InternalError), "baddigest" (400 BadDigest, as S3 answers bytes that do not match the
+        checksum sent with them), "reset" (the connection reset after half the body was read),
+        or "delay" (passed on after `delay` seconds). An error is answered `delay` seconds after
+        the whole body was read."""
         with self.lock:
             self.faults.append([kind, method, query_part, count, delay])
 
@@ -215,6 +219,7 @@ class FaultProxy:
                 if len(body) < length:
                     return  # The client went away in the middle: a store never takes that.
                 if kind in _ERRORS:
+                    time.sleep(delay)
                     status, code, message = _ERRORS[kind]
                     payload = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}"
                                f"</Code><Message>{message}</Message></Error>").encode()
