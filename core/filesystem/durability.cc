@@ -131,8 +131,8 @@ Status Durability::ConnectRemote(
   SharedMount* shared = config.shared ? shared_.get() : nullptr;
   settings.on_uploaded = [shared, on_uploaded = std::move(on_uploaded)](
                              const std::string& path, uint64_t ino, uint64_t size,
-                             int64_t mtime_ns) {
-    if (on_uploaded) on_uploaded(path, ino, size, mtime_ns);
+                             int64_t mtime_ns, const std::string& etag) {
+    if (on_uploaded) on_uploaded(path, ino, size, mtime_ns, etag);
     if (shared) shared->DataDurable();
   };
   Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);

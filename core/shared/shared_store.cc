@@ -106,7 +106,8 @@ Status SharedStore::Replace(const std::string& dir, const std::string& name,
   }
   if (st.ok()) {
     MutexLock lock(mu_);
-    st = client_->PutObject(root_ + dir + "/" + name, fd, 0, content.size(), FewRetries());
+    st = client_->PutObject(root_ + dir + "/" + name, fd, 0, content.size(), FewRetries())
+             .status();
   }
   close(fd);
   return st;
