@@ -41,7 +41,7 @@ def run(a):
                     seconds = time.monotonic() - t
                 else:
                     with remote_mount(a.workdir, s3, "ckptfs",
-                                      os.path.join(a.workdir, "remote.log")) as d:
+                                      os.path.join(a.workdir, "remote.log"), a.ckptfs_opts) as d:
                         t = time.monotonic()
                         for name in sorted(os.listdir(source)):
                             shutil.copyfile(os.path.join(source, name), d.path(name))

@@ -86,7 +86,7 @@ def run(a):
                 try:
                     if c == "ckptfs":
                         log = os.path.join(a.workdir, "remote_dcp.log")
-                        with remote_mount(work, s3, "ckptfs", log) as d:
+                        with remote_mount(work, s3, "ckptfs", log, a.ckptfs_opts) as d:
                             rec["save_first"] = timed_save(dcp, state, d.path("step_0"))
                             sync_remote(d)
                             shutil.rmtree(d.path("step_0"))

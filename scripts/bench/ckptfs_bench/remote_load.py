@@ -72,7 +72,7 @@ def run(a):
                         seconds = time.monotonic() - t
                     else:
                         log = os.path.join(a.workdir, "remote_load.log")
-                        with remote_mount(work, s3, PREFIX, log) as d:
+                        with remote_mount(work, s3, PREFIX, log, a.ckptfs_opts) as d:
                             t = time.monotonic()
                             load(d.mnt)
                             seconds = time.monotonic() - t

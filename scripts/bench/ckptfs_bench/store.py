@@ -28,16 +28,17 @@ def empty_bucket(client):
 
 
 @contextlib.contextmanager
-def remote_mount(workdir, s3, prefix, log_file):
+def remote_mount(workdir, s3, prefix, log_file, options=""):
     """Yields a started CkptfsDaemon mounted over an empty backing directory of `workdir` with
-    -o remote=s3://BUCKET/`prefix`, logging to `log_file`; unmounted (a non-zero exit raises)
-    and its directories removed after."""
+    -o remote=s3://BUCKET/`prefix` and the comma list `options` (--ckptfs-opts), logging to
+    `log_file`; unmounted (a non-zero exit raises) and its directories removed after."""
     backing = os.path.join(workdir, "backing")
     mnt = os.path.join(workdir, "mnt")
     os.makedirs(backing)
     os.makedirs(mnt)
     d = CkptfsDaemon(backing, mnt, [f"remote=s3://{BUCKET}/{prefix}",
-                                    f"remote_endpoint={s3.endpoint}"],
+                                    f"remote_endpoint={s3.endpoint}",
+                                    *[o for o in options.split(",") if o]],
                      log_file=log_file)
     d.start()
     try:
