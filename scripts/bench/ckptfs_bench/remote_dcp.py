@@ -18,7 +18,9 @@ that keeps its latest checkpoint saves. save is the time dcp.save blocked the tr
 time from its start until the checkpoint is on the store. Targets: ckptfs on the store no later
 than local+boto3, its save at most 1.3x shm's. DCP's own fsspec writer to s3:// (s3fs) is not a
 contender: s3fs 2026.9 needs aiobotocore, which pins a botocore older than the one the pinned
-boto3 needs. Alternated, --repeat runs, medians; the objects are deleted after each run."""
+boto3 needs. Alternated, --repeat runs, medians; the objects are deleted after each run. Also reported: the ckptfs daemon's peak resident
+memory (VmHWM) once the checkpoint is on the store, against cache_size (--cache-size) plus
+HWM_MARGIN."""
 import contextlib
 import os
 import shutil
@@ -26,13 +28,17 @@ import tempfile
 import time
 import warnings
 
-from .measure import alternated, medians
+from .measure import alternated, medians, parse_size
 from .store import BUCKET, empty_bucket, moto_bucket, remote_mount, sync_remote
 from .tables import table
 
 CONTENDERS = ("ckptfs", "local+boto3", "shm")
 TENSORS = 16
 SAVE_TARGET = 1.3  # ckptfs's save over shm's.
+MIB = 1 << 20
+# What the daemon may hold beyond cache_size: the uploader's buffers (libcurl reads each part
+# through 1 MiB, remote_concurrency at a time), threads and tables.
+HWM_MARGIN = 64 * MIB
 
 
 def make_state(mib):
@@ -86,7 +92,8 @@ def run(a):
                 try:
                     if c == "ckptfs":
                         log = os.path.join(a.workdir, "remote_dcp.log")
-                        with remote_mount(work, s3, "ckptfs", log, a.ckptfs_opts) as d:
+                        opts = f"cache_size={a.cache_size},{a.ckptfs_opts}"
+                        with remote_mount(work, s3, "ckptfs", log, opts) as d:
                             rec["save_first"] = timed_save(dcp, state, d.path("step_0"))
                             sync_remote(d)
                             shutil.rmtree(d.path("step_0"))
@@ -95,6 +102,7 @@ def run(a):
                             rec["save"] = time.monotonic() - t
                             sync_remote(d)
                             rec["store"] = time.monotonic() - t
+                            rec["daemon_hwm"] = d.vm_hwm_kib() * 1024
                     elif c == "local+boto3":
                         rec["save_first"] = timed_save(dcp, state, os.path.join(work, "step_0"))
                         shutil.rmtree(os.path.join(work, "step_0"))
@@ -117,6 +125,8 @@ def run(a):
                       flush=True)
     med = {c: medians(rows[c]) for c in CONTENDERS}
     save_ratio = med["ckptfs"]["save"] / med["shm"]["save"]
+    hwm = max(r["daemon_hwm"] for r in rows["ckptfs"])
+    hwm_limit = parse_size(a.cache_size) + HWM_MARGIN
     store_ratio = med["ckptfs"]["store"] / med["local+boto3"]["store"]
     print()
     print(f"checkpoint: {mib} MiB in {TENSORS} tensors, DCP, one process")
@@ -127,4 +137,7 @@ def run(a):
           f"{'ok' if save_ratio <= SAVE_TARGET else 'MISSED'}); ckptfs on the store / "
           f"local+boto3: {store_ratio:.2f} (target <= 1.0: "
           f"{'ok' if store_ratio <= 1.0 else 'MISSED'})")
+    print(f"ckptfs daemon's peak resident memory (VmHWM): {hwm / MIB:.0f} MiB (target <= "
+          f"cache_size {a.cache_size} + {HWM_MARGIN // MIB} MiB of upload buffers and the rest: "
+          f"{'ok' if hwm <= hwm_limit else 'MISSED'})")
     return {"remote_dcp": {c: {"runs": rows[c], "median": med[c]} for c in CONTENDERS}}
