@@ -1,7 +1,8 @@
 """The stats keys are defined once, in core/stats/stats_schema.json: a mount's stats, under the default
-options and in the shared mode with replicas and a remote tier (a real moto S3 server), hold exactly its keys with its types (every d.stats() of every
-test checks this too, through ckptfs_testing.stats), and the check names each key that is
-renamed, added, retyped or missing."""
+options, in the shared mode with replicas, and in the shared mode over a remote tier (a real moto
+S3 server; replicas and a remote are not taken together), hold exactly its keys with its types
+(every d.stats() of every test checks this too, through ckptfs_testing.stats), and the check
+names each key that is renamed, added, retyped or missing."""
 
 import copy
 import os
@@ -32,23 +33,27 @@ class StatsSchemaTest(unittest.TestCase):
         self.assertIn("fuse_request_seconds", stats)
         self.assertEqual(stats["bytes_written"], 1 << 20)
 
-    def test_a_shared_mount_with_replicas_and_a_remote_writes_every_key_of_the_schema(self):
+    def test_shared_mounts_with_replicas_and_with_a_remote_write_every_key_of_the_schema(self):
         secret = tempfile.NamedTemporaryFile("w", prefix="ckptfs-schema-", suffix=".key")
         self.addCleanup(secret.close)
         os.chmod(secret.name, 0o600)
         secret.write("the group secret of the schema test\n")
         secret.flush()
+        replicated = self.saved_stats(["shared", "node=n0", "replicas=1",
+                                       f"replication_secret={secret.name}",
+                                       "replication_address=127.0.0.1"])
         with MotoServer() as s3, mock.patch.dict(os.environ, CREDENTIALS):
             s3.create_bucket("schema")
-            stats = self.saved_stats(["shared", "node=n0", "remote=s3://schema/run",
-                                      f"remote_endpoint={s3.endpoint}", "replicas=1",
-                                      f"replication_secret={secret.name}",
-                                      "replication_address=127.0.0.1"])
-        self.assertEqual(differences(stats), [])
+            remote = self.saved_stats(["shared", "node=n0", "remote=s3://schema/run",
+                                       f"remote_endpoint={s3.endpoint}"])
+        for stats in (replicated, remote):
+            self.assertEqual(differences(stats), [])
         for key, spec in load_schema()["keys"].items():
-            self.assertIn(key, stats)
+            holders = [stats for stats in (replicated, remote) if key in stats]
+            self.assertTrue(holders, key)
             if spec["type"] == "object":
-                self.assertEqual(sorted(stats[key]), sorted(spec["keys"]), key)
+                for stats in holders:
+                    self.assertEqual(sorted(stats[key]), sorted(spec["keys"]), key)
 
     def test_each_key_renamed_added_retyped_or_missing_is_named(self):
         stats = self.saved_stats(["shared", "node=n0"])
