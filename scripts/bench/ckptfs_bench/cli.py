@@ -75,6 +75,10 @@ included; `recovered s` is the daemon's own figure of what the recovery took, in
 restored after its runs) and ck_private (cache_memory=private); a table compares their save, first
 save, durable time and daemon CPU with the default mount's (shared memory with huge pages).
 
+--baseline CKPTFS (with the workloads): one more contender, base, a default mount of another
+ckptfs binary (the previous main), alternated with the others; the same table compares it with
+the binary under test (save/ckptfs, CPU/ckptfs): the A/B a change's "no regression" needs.
+
 --fuse-ring (instead of the workloads): the warm load of --small-count small files (default 5,000,
 each open() of Python costs 3 requests: OPEN, IOCTL from isatty, RELEASE) through one
 binary with its requests over /dev/fuse (-o io_uring=off) and over FUSE over io_uring
@@ -249,6 +253,9 @@ def parser():
     ap.add_argument("--memory", action="store_true",
                     help="also mount with the cache in shared memory of small pages (ck_small) "
                     "and in private memory (ck_private), alternated with the others")
+    ap.add_argument("--baseline", metavar="CKPTFS",
+                    help="also mount this ckptfs binary (the previous main) with the default "
+                    "options (contender base), alternated with the others: an A/B of a change")
     ap.add_argument("--remote", action="store_true",
                     help="measure uploads through a mount with -o remote against boto3's "
                     "upload_file, both to a local moto server, instead of the workloads")

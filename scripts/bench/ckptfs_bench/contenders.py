@@ -1,7 +1,7 @@
 """Who runs each workload of the save comparison, and how often."""
 from ckptfs_testing import workloads
 
-from .memory import MEMORY_CONTENDERS
+from .memory import BASELINE, MEMORY_CONTENDERS
 from .multinode import MULTINODE, MULTINODE_CONTENDERS
 
 CONTENDERS = ["plain", "shm", "ckptfs"]
@@ -20,7 +20,7 @@ ALL_WORKLOADS = workloads.ALL + [MULTINODE]
 def contenders_of(name, a):
     """([contenders], {contender: runs}) for workload `name` under the arguments `a`."""
     cs = (CONTENDERS + (["async"] if name in ASYNC_WORKLOADS else [])
-          + (MEMORY_CONTENDERS if a.memory else []))
+          + (MEMORY_CONTENDERS if a.memory else []) + ([BASELINE] if a.baseline else []))
     if name == MULTINODE:
         cs = MULTINODE_CONTENDERS
     if name == "zarr_distopt":

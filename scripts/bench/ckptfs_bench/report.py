@@ -1,7 +1,7 @@
 """The save comparison's report: one table per question, then the project's targets."""
 from .contenders import ASYNC_WORKLOADS, CONTENDERS
 from .measure import MiB
-from .memory import MEMORY_CONTENDERS
+from .memory import BASELINE, MEMORY_CONTENDERS
 from .multinode import MARKER_POLL, MULTINODE
 from .tables import fmt, ratio, table
 
@@ -9,7 +9,7 @@ from .tables import fmt, ratio, table
 def report(results, cache_size_bytes):
     """(the report's text, [the targets as dicts]) of `results` (saves.Bench.run's); prints the
     error of each workload that failed."""
-    out = (save_section(results) + memory_section(results) + load_section(results)
+    out = (save_section(results) + variants_section(results) + load_section(results)
            + multinode_section(results) + async_section(results) + distopt_section(results))
     t = targets(results, cache_size_bytes)
     out.append("Targets")
@@ -51,11 +51,11 @@ def save_section(results):
             table(hdr1, rows), ""]
 
 
-def memory_section(results):
+def variants_section(results):
     rows = []
     for name, r in results.items():
         m = r["median"]
-        for c in ["ckptfs"] + MEMORY_CONTENDERS:
+        for c in ["ckptfs"] + MEMORY_CONTENDERS + [BASELINE]:
             if c not in r["contenders"] or name == MULTINODE:
                 continue
             v, s, ck = m.get(c, {}), m.get("shm", {}), m.get("ckptfs", {})
@@ -63,13 +63,15 @@ def memory_section(results):
                          fmt(v.get("save_first")), fmt(v.get("durable")), fmt(v.get("daemon_cpu")),
                          fmt(ratio(v.get("save"), s.get("save"))),
                          fmt(ratio(v.get("save_first"), s.get("save_first"))),
+                         fmt(ratio(v.get("save"), ck.get("save"))),
                          fmt(ratio(v.get("daemon_cpu"), ck.get("daemon_cpu")))))
     if not any(row[1] != "ckptfs" for row in rows):
         return []
-    return ["Cache memory (--memory; seconds, medians): ckptfs = shared with huge pages (the "
-            "default), ck_small = shared with small pages, ck_private = private",
+    return ["ckptfs mounts compared (--memory, --baseline; seconds, medians): ckptfs = the binary "
+            "under test, cache shared with huge pages (the default), ck_small = shared with small "
+            "pages, ck_private = private, base = the --baseline binary's default mount",
             table(("workload", "mount", "runs", "save", "first", "durable", "CPU daemon",
-                   "save/shm", "first/shm", "CPU/ckptfs"), rows), ""]
+                   "save/shm", "first/shm", "save/ckptfs", "CPU/ckptfs"), rows), ""]
 
 
 def load_section(results):

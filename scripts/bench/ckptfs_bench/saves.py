@@ -14,7 +14,7 @@ from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, ckptfs_bin, mounted, proc
 from .contenders import ALL_WORKLOADS, ON_SHM, SLOW_CONTENDERS, SLOW_WORKLOADS, contenders_of
 from .measure import (MiB, block_device, drop_caches, empty_dir, fs_type, medians, parse_size,
                       saver_cpu_seconds, sectors_written, timed, written)
-from .memory import CKPTFS_VARIANTS, kernel_for
+from .memory import CKPTFS_VARIANTS, binary_for, kernel_for
 from .multinode import (MARKER_POLL, MULTINODE, MULTINODE_DESCRIPTION, MULTINODE_NODES,
                         multinode_workload, run_multinode)
 from .report import report
@@ -50,7 +50,8 @@ class Bench:
         d = None
         try:
             if is_ck:
-                d = self.mount(backing, root, "save", CKPTFS_VARIANTS[contender])
+                d = self.mount(backing, root, "save", CKPTFS_VARIANTS[contender],
+                               binary_for(contender, a))
                 waited = self._await_prefault(d)
                 if waited is not None:
                     rec["prefault_wait"] = waited
@@ -113,7 +114,8 @@ class Bench:
                     self.check_errors(d)
                     if cold:
                         drop_caches()
-                    d = self.mount(backing, root, key, CKPTFS_VARIANTS[contender])
+                    d = self.mount(backing, root, key, CKPTFS_VARIANTS[contender],
+                                   binary_for(contender, a))
                 elif cold and contender == "plain":
                     drop_caches()
                 if cold and contender not in ON_SHM:
@@ -153,10 +155,11 @@ class Bench:
             time.sleep(0.1)
         return time.monotonic() - t
 
-    def mount(self, backing, mnt, tag, extra_opts=()):
+    def mount(self, backing, mnt, tag, extra_opts=(), binary=None):
         opts = ([f"cache_size={self.args.cache_size}"]
                 + [o for o in self.args.ckptfs_opts.split(",") if o] + list(extra_opts))
-        d = CkptfsDaemon(backing, mnt, opts, log_file=os.path.join(self.workdir, f"ckptfs-{tag}.log"))
+        d = CkptfsDaemon(backing, mnt, opts, log_file=os.path.join(self.workdir, f"ckptfs-{tag}.log"),
+                         binary=binary)
         if os.path.exists(d.log_file):
             os.unlink(d.log_file)
         self.daemons.append(d)

@@ -120,10 +120,12 @@ class CkptfsDaemon:
     """One ckptfs daemon run with -f as a child process over `backing`, mounted on `mnt`."""
 
     def __init__(self, backing, mnt, options=(), log_file=None, exit_timeout=300, nofile=None,
-                 mount_timeout=30, wrapper=()):
+                 mount_timeout=30, wrapper=(), binary=None):
         """nofile: run the daemon with RLIMIT_NOFILE (soft and hard) set to this. wrapper: a
         command that execs the daemon's command line given after it (so the process started is
-        the daemon), e.g. nsenter into a network namespace."""
+        the daemon), e.g. nsenter into a network namespace. binary: the ckptfs to run (default
+        ckptfs_bin())."""
+        self.binary = binary or ckptfs_bin()
         self.nofile = nofile
         self.wrapper = list(wrapper)
         self.backing = os.path.realpath(backing)
@@ -189,7 +191,7 @@ class CkptfsDaemon:
         limit = None
         if self.nofile:
             limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-        self.proc = subprocess.Popen([*self.wrapper, ckptfs_bin(), self.backing, self.mnt, "-f",
+        self.proc = subprocess.Popen([*self.wrapper, self.binary, self.backing, self.mnt, "-f",
                                       "-o", opts],
                                      stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._out,
                                      preexec_fn=limit)
