@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include "core/backing/backing_paths.h"
+#include "core/backing/durable_write.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -41,24 +42,10 @@ Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::stri
   Result<int> dir = OpenRecordDir(env, root_fd, true);
   if (!dir.ok()) return dir.status();
   const std::string name = RecordName(node, run);
-  const std::string temp = ".stood-in." + name;
   const std::string text = std::to_string(through) + "\n";
-  Result<int> file = env.Open(staging_fd, temp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  Status st = file.status();
-  if (file.ok()) {
-    st = env.WriteAt(*file, text.data(), text.size(), 0);
-    if (st.ok()) {
-      const int fd = *file;
-      st = env.Sync(std::span<const int>(&fd, 1), true)[0];
-    }
-    env.Close(*file);
-    if (st.ok()) st = env.Rename(staging_fd, temp, *dir, name);
-    if (!st.ok()) (void)env.Unlink(staging_fd, temp);
-  }
-  if (st.ok()) {
-    const int d = *dir;
-    st = env.Sync(std::span<const int>(&d, 1), false)[0];
-  }
+  Status st = WriteFileDurably(
+      env, staging_fd, ".stood-in." + name, *dir, name, 0644,
+      [&](int fd) { return env.WriteAt(fd, text.data(), text.size(), 0); }, DirSync::kSync);
   env.Close(*dir);
   return st;
 }
