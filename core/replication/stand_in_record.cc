@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 
+#include <vector>
+
 #include "core/backing/backing_paths.h"
 #include "core/backing/durable_write.h"
+#include "core/replication/replication_policy.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -85,6 +88,33 @@ Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
   Status st = env.Unlink(*dir, RecordName(node, run));
   env.Close(*dir);
   return st.err() == ENOENT ? Status::Ok() : st;
+}
+
+std::optional<std::string> RunOfStandInRecord(std::string_view name, std::string_view node) {
+  // "<node>.<run>", the run of a fixed length: never another node's whose name holds a dot.
+  if (name.size() <= node.size() + 1 || name.substr(0, node.size()) != node ||
+      name[node.size()] != '.') {
+    return std::nullopt;
+  }
+  const std::string_view run = name.substr(node.size() + 1);
+  if (!policy::RunNumber(run)) return std::nullopt;
+  return std::string(run);
+}
+
+Status RemoveStandInRecordsOfOtherRuns(Env& env, int root_fd, const std::string& node,
+                                       const std::string& keep) {
+  Result<int> dir = OpenRecordDir(env, root_fd, false);
+  if (!dir.ok()) return dir.status().err() == ENOENT ? Status::Ok() : dir.status();
+  Result<std::vector<std::string>> names = env.ListDir(*dir);
+  Status st = names.status();
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+    const std::optional<std::string> run = RunOfStandInRecord(name, node);
+    if (!run || *run == keep) continue;
+    Status removed = env.Unlink(*dir, name);
+    if (!removed.ok() && removed.err() != ENOENT && st.ok()) st = removed;
+  }
+  env.Close(*dir);
+  return st;
 }
 
 }  // namespace ckptfs::replication
