@@ -130,7 +130,9 @@ class Durability final : private FlushClient {
   std::unique_ptr<replication::Replicator> replicator_;
   std::unique_ptr<ReplicationFeed> replication_feed_;
   // -o replicas: completes dead members' parts of commits from the replicas held for them (called
-  // by the shared mount's stand-in thread).
+  // by the shared mount's stand-in thread), through an Env of its own: the mount's belongs to the
+  // flusher's thread for its syncs (io_uring), and the stand-in syncs on another.
+  std::unique_ptr<Env> stand_in_env_;
   std::unique_ptr<replication::StandInWriter> stand_in_;
 };
 
