@@ -79,8 +79,9 @@ Status Durability::JoinSharedMount() {
   }
   shared_ = std::move(*shared);
   if (replicator_) {
+    stand_in_env_ = MakePosixEnv();
     stand_in_ = std::make_unique<replication::StandInWriter>(
-        parts_.env, parts_.store.root_fd, parts_.store.staging_fd, replicator_->store(),
+        *stand_in_env_, parts_.store.root_fd, parts_.store.staging_fd, replicator_->store(),
         config.commit_markers);
     shared_->SetStandIn(replicator_->run(), [writer = stand_in_.get()](
                                                 const MemberId& dead,

@@ -125,12 +125,14 @@ class Durability final : private FlushClient {
   // outcomes to the flusher, whose thread posts commits through it.
   std::unique_ptr<SharedMount> shared_;
   // -o replicas: this member's replication, fed from the journal (null otherwise). At Stop the
-  // feed goes first, then the shared mount (whose thread calls the stand-in), the stand-in, the
-  // replicator.
+  // feed goes first, then the shared mount (whose stand-in thread calls the stand-in), the
+  // stand-in, the replicator.
   std::unique_ptr<replication::Replicator> replicator_;
   std::unique_ptr<ReplicationFeed> replication_feed_;
   // -o replicas: completes dead members' parts of commits from the replicas held for them (called
-  // by the shared mount's thread).
+  // by the shared mount's stand-in thread), through an Env of its own: the mount's belongs to the
+  // flusher's thread for its syncs (io_uring), and the stand-in syncs on another.
+  std::unique_ptr<Env> stand_in_env_;
   std::unique_ptr<replication::StandInWriter> stand_in_;
 };
 

@@ -134,10 +134,12 @@ Status Filesystem::UseRecoveryMemory() {
 }
 
 WorkerTakeover Filesystem::Takeover() {
+  const replication::Replicator* replicator = durability_.replicator();
   return WorkerTakeover(
       *this, WorkerTakeover::Parts{config_, *env_, store_.root_fd, store_.staging_fd, stats_,
                                    arena_, log_.get(), journal_, ns_, handles_, kernel_state_,
-                                   specials_, durability_.flusher()});
+                                   specials_, durability_.flusher(),
+                                   replicator ? replicator->run() : ""});
 }
 
 Filesystem::~Filesystem() {

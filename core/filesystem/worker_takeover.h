@@ -53,6 +53,8 @@ class WorkerTakeover {
     KernelStateKeeper& kernel_state;
     SpecialNodeRegistry& specials;
     Flusher& flusher;
+    // -o replicas: this worker's replication run (core/replication/wire.h); empty otherwise.
+    std::string replication_run;
   };
   WorkerTakeover(Filesystem& fs, const Parts& parts);
 
@@ -60,14 +62,22 @@ class WorkerTakeover {
   // RecoverCrashedWorker and RecoverEarlierMount (core/filesystem/worker_takeover_recovery.cc).
   Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
   Status Restore(const HandoffImage& image) EXCLUDES(ns_lock);
-  Status RecoverCrashedWorker() EXCLUDES(ns_lock) { return Recover(Predecessor::kCrashedWorker); }
-  Status RecoverEarlierMount() EXCLUDES(ns_lock) { return Recover(Predecessor::kEarlierMount); }
+  Status RecoverCrashedWorker() EXCLUDES(ns_lock) {
+    return ForgetOtherRuns(Recover(Predecessor::kCrashedWorker));
+  }
+  Status RecoverEarlierMount() EXCLUDES(ns_lock) {
+    return ForgetOtherRuns(Recover(Predecessor::kEarlierMount));
+  }
 
  private:
   // Whose shared memory a recovery reads: the crashed worker's of this mount (same kernel
   // connection), or that of an earlier mount of the backing store whose daemon died.
   enum class Predecessor { kCrashedWorker, kEarlierMount };
   Status Recover(Predecessor predecessor) EXCLUDES(ns_lock);
+  // Shared mode, after a recovery that succeeded (`recovered`): removes this node's stand-in
+  // records of runs other than this worker's, which nobody will read
+  // (core/replication/stand_in_record.h). Returns `recovered`.
+  Status ForgetOtherRuns(Status recovered);
 
   // The directory holding a path and the path's last name.
   struct PathParent {
@@ -126,6 +136,7 @@ class WorkerTakeover {
   KernelStateKeeper& kernel_state_;
   SpecialNodeRegistry& specials_;
   Flusher* const flusher_;
+  const std::string replication_run_;
 };
 
 }  // namespace ckptfs

@@ -35,7 +35,8 @@ WorkerTakeover::WorkerTakeover(Filesystem& fs, const Parts& parts)
       handles_(parts.handles),
       kernel_state_(parts.kernel_state),
       specials_(parts.specials),
-      flusher_(&parts.flusher) {}
+      flusher_(&parts.flusher),
+      replication_run_(parts.replication_run) {}
 
 Result<InodeRef> WorkerTakeover::ResolveLocked(const std::string& path) {
   InodeRef at = ns_.FindLocked(kRootIno);
@@ -226,6 +227,17 @@ Result<std::shared_ptr<BackingFile>> WorkerTakeover::AdoptSpillFile(const std::s
   auto file = std::make_shared<BackingFile>(*env_, *fd, staging_fd_, name);
   adopted.spills.emplace(name, file);
   return file;
+}
+
+Status WorkerTakeover::ForgetOtherRuns(Status recovered) {
+  if (!recovered.ok() || !config_.shared) return recovered;
+  if (Status removed = replication::RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, config_.node,
+                                                                    replication_run_);
+      !removed.ok()) {
+    spdlog::warn("recovery: the records of what partners made durable for earlier runs of node "
+                 "{} cannot all be removed: {}", config_.node, removed.ToString());
+  }
+  return recovered;
 }
 
 Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {

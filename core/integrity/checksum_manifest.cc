@@ -9,10 +9,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <iterator>
-#include <span>
 #include <utility>
 #include <vector>
 
+#include "core/backing/durable_write.h"
 #include "core/base/thread_annotations.h"
 
 namespace ckptfs {
@@ -175,14 +175,10 @@ Status UpdateChecksumManifest(Env& env, int dir_fd, int staging_fd, const std::s
                                     std::to_string(kMaxManifestFiles) + " records");
   }
   const std::string text = FormatChecksumManifest(manifest);
-  Result<int> fd = env.Open(staging_fd, staging_name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (!fd.ok()) return fd.status();
-  Status s = env.WriteAt(*fd, text.data(), text.size(), 0);
-  if (s.ok()) s = env.Sync(std::span<const int>(&*fd, 1), /*data_only=*/true).at(0);
-  env.Close(*fd);
-  if (s.ok()) s = env.Rename(staging_fd, staging_name, dir_fd, kChecksumManifestName);
-  if (!s.ok()) (void)env.Unlink(staging_fd, staging_name);
-  return s;
+  return WriteFileDurably(
+      env, staging_fd, staging_name, dir_fd, kChecksumManifestName, 0644,
+      [&](int fd) { return env.WriteAt(fd, text.data(), text.size(), 0); },
+      DirSync::kCallerSyncs);
 }
 
 }  // namespace ckptfs

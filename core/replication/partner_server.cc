@@ -133,6 +133,13 @@ Result<OwnerRun> PartnerServer::Authenticate(Connection& conn) {
   if (!challenge.ok()) return challenge.status();
   if (Status st = conn.Send(Encode(Challenge{*challenge})); !st.ok()) return st;
   Result<std::string> body = conn.Expect(Type::kHello);
+  if (body.status().err() == ECONNRESET) {
+    return Status::Error(ECONNRESET, body.status().message() +
+                                         " before its hello (a member of another replication "
+                                         "protocol version than " +
+                                         std::to_string(kProtocolVersion) +
+                                         " refuses this daemon's challenge so)");
+  }
   if (!body.ok()) return body.status();
   Result<Hello> hello = DecodeHello(*body);
   if (!hello.ok()) return hello.status();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/backing/durable_write.h"
 #include "core/base/commit_markers.h"
 #include "core/integrity/checksum.h"
 #include "core/replication/replication_policy.h"
@@ -126,24 +127,15 @@ Status StandInWriter::WriteOne(const Replica& r) {
   Result<int> parent = OpenParent(r.path, &base);
   if (!parent.ok()) return parent.status();
   const std::string temp = ".stand-in." + r.owner.node + "." + std::to_string(++temp_counter_);
-  Result<int> file = env_.Open(staging_fd_, temp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  Status st = file.status();
-  if (file.ok()) {
-    if (r.size > 0) st = env_.WriteAt(*file, r.bytes.get(), r.size, 0);
-    if (st.ok()) st = env_.Chmod(*file, "", r.mode & 07777);
-    if (st.ok()) st = RecordChecksum(*file, r);
-    if (st.ok()) {
-      const int fd = *file;
-      st = env_.Sync(std::span<const int>(&fd, 1), true)[0];
-    }
-    env_.Close(*file);
-    if (st.ok()) st = env_.Rename(staging_fd_, temp, *parent, base);
-    if (!st.ok()) (void)env_.Unlink(staging_fd_, temp);
-  }
-  if (st.ok()) {
-    const int dir = *parent;
-    st = env_.Sync(std::span<const int>(&dir, 1), false)[0];
-  }
+  Status st = WriteFileDurably(
+      env_, staging_fd_, temp, *parent, base, 0600,
+      [&](int fd) REQUIRES(mu_) {
+        Status written = r.size > 0 ? env_.WriteAt(fd, r.bytes.get(), r.size, 0) : Status::Ok();
+        if (written.ok()) written = env_.Chmod(fd, "", r.mode & 07777);
+        if (written.ok()) written = RecordChecksum(fd, r);
+        return written;
+      },
+      DirSync::kSync);
   env_.Close(*parent);
   if (!st.ok()) {
     return Status::Error(st.err(), "cannot make " + r.path + " of dead node " + r.owner.node +

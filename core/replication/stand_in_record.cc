@@ -2,7 +2,11 @@
 
 #include <fcntl.h>
 
+#include <vector>
+
 #include "core/backing/backing_paths.h"
+#include "core/backing/durable_write.h"
+#include "core/replication/replication_policy.h"
 
 namespace ckptfs::replication {
 namespace {
@@ -41,24 +45,10 @@ Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::stri
   Result<int> dir = OpenRecordDir(env, root_fd, true);
   if (!dir.ok()) return dir.status();
   const std::string name = RecordName(node, run);
-  const std::string temp = ".stood-in." + name;
   const std::string text = std::to_string(through) + "\n";
-  Result<int> file = env.Open(staging_fd, temp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  Status st = file.status();
-  if (file.ok()) {
-    st = env.WriteAt(*file, text.data(), text.size(), 0);
-    if (st.ok()) {
-      const int fd = *file;
-      st = env.Sync(std::span<const int>(&fd, 1), true)[0];
-    }
-    env.Close(*file);
-    if (st.ok()) st = env.Rename(staging_fd, temp, *dir, name);
-    if (!st.ok()) (void)env.Unlink(staging_fd, temp);
-  }
-  if (st.ok()) {
-    const int d = *dir;
-    st = env.Sync(std::span<const int>(&d, 1), false)[0];
-  }
+  Status st = WriteFileDurably(
+      env, staging_fd, ".stood-in." + name, *dir, name, 0644,
+      [&](int fd) { return env.WriteAt(fd, text.data(), text.size(), 0); }, DirSync::kSync);
   env.Close(*dir);
   return st;
 }
@@ -98,6 +88,33 @@ Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
   Status st = env.Unlink(*dir, RecordName(node, run));
   env.Close(*dir);
   return st.err() == ENOENT ? Status::Ok() : st;
+}
+
+std::optional<std::string> RunOfStandInRecord(std::string_view name, std::string_view node) {
+  // "<node>.<run>", the run of a fixed length: never another node's whose name holds a dot.
+  if (name.size() <= node.size() + 1 || name.substr(0, node.size()) != node ||
+      name[node.size()] != '.') {
+    return std::nullopt;
+  }
+  const std::string_view run = name.substr(node.size() + 1);
+  if (!policy::RunNumber(run)) return std::nullopt;
+  return std::string(run);
+}
+
+Status RemoveStandInRecordsOfOtherRuns(Env& env, int root_fd, const std::string& node,
+                                       const std::string& keep) {
+  Result<int> dir = OpenRecordDir(env, root_fd, false);
+  if (!dir.ok()) return dir.status().err() == ENOENT ? Status::Ok() : dir.status();
+  Result<std::vector<std::string>> names = env.ListDir(*dir);
+  Status st = names.status();
+  for (const std::string& name : names.ok() ? *names : std::vector<std::string>()) {
+    const std::optional<std::string> run = RunOfStandInRecord(name, node);
+    if (!run || *run == keep) continue;
+    Status removed = env.Unlink(*dir, name);
+    if (!removed.ok() && removed.err() != ENOENT && st.ok()) st = removed;
+  }
+  env.Close(*dir);
+  return st;
 }
 
 }  // namespace ckptfs::replication

@@ -5,10 +5,19 @@
 // versions from its cache memory (core/filesystem/worker_takeover.h) publishes none of those
 // again (policy::RecoveryRepublishes), then removes the record. The file is written whole under
 // a temporary name and renamed (never torn); its content is untrusted and bounded.
+//
+// Records of runs nobody recovers (the node came back without its cache memory, or with nothing
+// pending) would stay for ever: once a worker of the node has recovered what its log held (or
+// found nothing), that log holds its own run's entries only, and no worker will ever recover an
+// earlier run of the node, so it removes the node's records of every other run
+// (RemoveStandInRecordsOfOtherRuns). Its own run's record stays: a partner that judged it dead
+// writes it, and the worker that recovers after it reads it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/base/status.h"
 #include "iouring/env.h"
@@ -26,5 +35,12 @@ Result<uint64_t> ReadStandInRecord(Env& env, int root_fd, const std::string& nod
 // Removes it (nothing when there is none).
 Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
                            const std::string& run);
+// The run whose record of `node` the file `name` of .ckptfs/stood-in is; nullopt when it is not
+// one (another node's, or no record's name).
+std::optional<std::string> RunOfStandInRecord(std::string_view name, std::string_view node);
+// Removes the records of `node` of every run but `keep` (empty: of every run); other names are
+// left alone. The first error of a removal, the others tried all the same.
+Status RemoveStandInRecordsOfOtherRuns(Env& env, int root_fd, const std::string& node,
+                                       const std::string& keep);
 
 }  // namespace ckptfs::replication

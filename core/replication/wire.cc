@@ -78,6 +78,18 @@ std::string Frame(Type type, const std::string& body) {
   return EncodeHeader(type, static_cast<uint32_t>(body.size())) + body;
 }
 
+// Reads the protocol version that leads the body of a `what` from a peer that is `peer`: Ok
+// when it is this daemon's; EPROTONOSUPPORT naming both versions when it is another.
+Status CheckVersion(Reader& r, const char* what, const char* peer) {
+  uint16_t version = 0;
+  if (!r.U16(&version)) return r.Done(what);
+  if (version == kProtocolVersion) return Status::Ok();
+  return Status::Error(EPROTONOSUPPORT, std::string(what) + ": the " + peer +
+                                            " speaks replication protocol version " +
+                                            std::to_string(version) + ", this daemon version " +
+                                            std::to_string(kProtocolVersion));
+}
+
 Status BadNode(const char* what, const std::string& node) {
   return Status::Error(EPROTO, std::string(what) + ": invalid node name (" +
                                    std::to_string(node.size()) + " bytes)");
@@ -125,12 +137,14 @@ std::string EncodeHeader(Type type, uint32_t length) {
 
 std::string Encode(const Challenge& m) {
   std::string body;
+  PutU16(&body, m.version);
   PutBytes(&body, m.nonce);
   return Frame(Type::kChallenge, body);
 }
 
 std::string Encode(const Hello& m) {
   std::string body;
+  PutU16(&body, m.version);
   PutString(&body, m.node);
   PutString(&body, m.run);
   PutBytes(&body, m.nonce);
@@ -163,7 +177,15 @@ std::string Encode(Type type, const SeqMessage& m) {
 
 Result<Challenge> DecodeChallenge(std::string_view body) {
   Challenge m;
+  if (body.size() == kNonceBytes) {
+    return Status::Error(EPROTONOSUPPORT,
+                         "challenge: the partner speaks replication protocol version " +
+                             std::to_string(kUnversionedProtocol) +
+                             " (a daemon that sends no version), this daemon version " +
+                             std::to_string(kProtocolVersion));
+  }
   Reader r(body);
+  if (Status st = CheckVersion(r, "challenge", "partner"); !st.ok()) return st;
   r.Bytes(&m.nonce);
   if (Status st = r.Done("challenge"); !st.ok()) return st;
   return m;
@@ -172,6 +194,7 @@ Result<Challenge> DecodeChallenge(std::string_view body) {
 Result<Hello> DecodeHello(std::string_view body) {
   Hello m;
   Reader r(body);
+  if (Status st = CheckVersion(r, "hello", "member"); !st.ok()) return st;
   r.String(policy::kMaxNodeNameLength, &m.node) &&
       r.String(policy::kIncarnationLength, &m.run) && r.Bytes(&m.nonce) && r.Bytes(&m.mac);
   if (Status st = r.Done("hello"); !st.ok()) return st;

@@ -5,8 +5,11 @@
 // exactly (no trailing bytes), and names and paths are validated before anyone uses them.
 //
 // A connection, member (the owner of versions) to partner:
-//   partner: Challenge{nonce}            member: Hello{node, run, nonce, mac}
+//   partner: Challenge{version, nonce}   member: Hello{version, node, run, nonce, mac}
 //   partner: Welcome{node, mac}          (member_auth.h: each proves it holds the secret)
+// Each side refuses a peer whose protocol version is not its own (kProtocolVersion): the member
+// at the Challenge, the partner at the Hello; the version leads both bodies, so that any version
+// can read it.
 // then, any number of times, member: Offer{seq, version, size, path, mode}, answered by
 //   partner: Accept{seq} (the bytes are reserved: member sends Data frames of exactly `size`
 //            bytes in all, then partner: Stored{seq}), Full{seq} (try again later) or
@@ -26,6 +29,12 @@
 #include "core/base/status.h"
 
 namespace ckptfs::replication {
+
+// The protocol this daemon speaks. 1: the daemons that sent no version (their Challenge is the
+// nonce alone, a length no later Challenge may have); 2: versions sent, an Offer carries the
+// file's mode.
+inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kUnversionedProtocol = 1;
 
 inline constexpr size_t kHeaderBytes = 5;
 // Largest data frame body, and largest body of any frame.
@@ -64,12 +73,14 @@ std::string EncodeHeader(Type type, uint32_t length);
 
 struct Challenge {
   Nonce nonce{};
+  uint16_t version = kProtocolVersion;
 };
 struct Hello {
   std::string node;
   std::string run;  // policy::IsValidIncarnation.
   Nonce nonce{};
   Mac mac{};
+  uint16_t version = kProtocolVersion;
 };
 struct Welcome {
   std::string node;
@@ -96,6 +107,9 @@ std::string Encode(Type type, const SeqMessage& m);
 
 // Decoders of a body of the type they name: EPROTO with the reason for anything malformed
 // (short, trailing bytes, an invalid node name, run or path, a zero sequence number).
+// DecodeChallenge and DecodeHello: EPROTONOSUPPORT, naming both versions, for a peer of another
+// protocol version than kProtocolVersion (a Challenge of the nonce alone: kUnversionedProtocol),
+// whatever the rest of its body.
 Result<Challenge> DecodeChallenge(std::string_view body);
 Result<Hello> DecodeHello(std::string_view body);
 Result<Welcome> DecodeWelcome(std::string_view body);

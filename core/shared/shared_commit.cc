@@ -160,7 +160,7 @@ std::vector<CommitOutcome> SharedCommits::Tick() {
   const Clock::time_point now = clock_.Now();
   for (auto it = own_.begin(); it != own_.end();) {
     if (stand_in_ && membership_.state() == Membership::State::kJoined) {
-      StandIn(it->first, it->second.awaited, it->second.stood_in);
+      QueueStandIns(it->first, it->second.awaited, it->second.stood_in);
     }
     std::optional<Status> decided = Decide(it->first, it->second);
     if (!decided) {
@@ -281,7 +281,7 @@ void SharedCommits::ServeOthers() {
         if (!run_.empty()) WriteSight(id, seen, self);
       }
     }
-    if (stand_in_) StandIn(id, seen.awaited, seen.stood_in);
+    if (stand_in_) QueueStandIns(id, seen.awaited, seen.stood_in);
     if (seen.state != SeenRequest::State::kOwed ||
         !policy::MayAcknowledge(local().durable_seq, seen.sealed_at_sight)) {
       continue;
@@ -331,11 +331,13 @@ void SharedCommits::WriteSight(const std::string& id, const SeenRequest& seen,
   }
 }
 
-void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& awaited,
-                            std::set<std::string>& stood_in) {
+void SharedCommits::QueueStandIns(const std::string& id, const std::vector<MemberId>& awaited,
+                                  std::set<std::string>& stood_in) {
   const MemberId self = membership_.self();
   for (const MemberId& m : awaited) {
-    if (m.node == self.node || stood_in.count(m.node)) continue;
+    if (m.node == self.node || stood_in.count(m.node) || standing_in_.count({id, m.node})) {
+      continue;
+    }
     const Liveness l = membership_.Judge(m);
     if ((l != Liveness::kDead && l != Liveness::kLeft) || membership_.ContinuedByLive(m)) {
       continue;
@@ -361,27 +363,60 @@ void SharedCommits::StandIn(const std::string& id, const std::vector<MemberId>& 
         policy::IsValidIncarnation(run) && JsonUnsigned(*parsed, "sealed", &sealed)) {
       sight = Sight{run, sealed};
     }
-    Status done = stand_in_(m, sight);
-    if (done.ok()) {
-      nlohmann::json ack = {{"node", m.node},
-                            {"incarnation", m.incarnation},
-                            {"sealed", sight ? sight->sealed : 0},
-                            {"by", self.node}};
-      done = area_.Replace(dir, kAckPrefix + m.node,
-                         ".ack." + m.node + "." + m.incarnation + ".by." + self.node + ".tmp",
+    standing_in_.insert({id, m.node});
+    stand_ins_.push_back({id, m, std::move(sight)});
+  }
+}
+
+bool SharedCommits::StandInStep() {
+  std::vector<StandInJob> jobs;
+  StandInFn stand_in;
+  {
+    MutexLock lock(mu_);
+    jobs.swap(stand_ins_);
+    stand_in = stand_in_;
+  }
+  for (const StandInJob& job : jobs) {
+    // Without the lock: it may write gigabytes.
+    Status done = stand_in(job.member, job.sight);
+    MutexLock lock(mu_);
+    FinishStandIn(job, std::move(done));
+  }
+  return !jobs.empty();
+}
+
+void SharedCommits::FinishStandIn(const StandInJob& job, Status done) {
+  standing_in_.erase({job.id, job.member.node});
+  // The request's record here: gone when it was decided or removed meanwhile.
+  std::set<std::string>* stood_in = nullptr;
+  if (auto own = own_.find(job.id); own != own_.end()) {
+    stood_in = &own->second.stood_in;
+  } else if (auto seen = seen_.find(job.id); seen != seen_.end()) {
+    stood_in = &seen->second.stood_in;
+  }
+  if (!stood_in) return;
+  const MemberId& m = job.member;
+  const std::string dir = RequestDir(job.id);
+  if (done.ok()) {
+    const std::string self = membership_.self().node;
+    nlohmann::json ack = {{"node", m.node},
+                          {"incarnation", m.incarnation},
+                          {"sealed", job.sight ? job.sight->sealed : 0},
+                          {"by", self}};
+    done = area_.Replace(dir, kAckPrefix + m.node,
+                         ".ack." + m.node + "." + m.incarnation + ".by." + self + ".tmp",
                          ack.dump());
-      if (done.ok()) {
-        spdlog::info("completed the part of dead node {} in commit {} from its replicas", m.node,
-                     id);
-        stood_in.insert(m.node);
-      }
-    } else if (done.err() == EHOSTDOWN || done.err() == ENODATA) {
-      if (done.err() == EHOSTDOWN) spdlog::warn("commit {}: {}", id, done.message());
-      stood_in.insert(m.node);
+    if (done.ok()) {
+      spdlog::info("completed the part of dead node {} in commit {} from its replicas", m.node,
+                   job.id);
+      stood_in->insert(m.node);
     }
-    if (!done.ok() && done.err() != EHOSTDOWN && done.err() != ENODATA) {
-      LogOnce(id + "/" + m.node, "completing the dead member's part: " + done.ToString());
-    }
+  } else if (done.err() == EHOSTDOWN || done.err() == ENODATA) {
+    if (done.err() == EHOSTDOWN) spdlog::warn("commit {}: {}", job.id, done.message());
+    stood_in->insert(m.node);
+  }
+  if (!done.ok() && done.err() != EHOSTDOWN && done.err() != ENODATA) {
+    LogOnce(job.id + "/" + m.node, "completing the dead member's part: " + done.ToString());
   }
 }
 

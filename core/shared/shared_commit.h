@@ -31,10 +31,13 @@
 // members committing at once would each wait for the other's acknowledgement forever: each one's
 // sealed point at sight includes its own held marker.
 //
-// A dead member's part (-o replicas, SetStandIn): a member that sees a request awaiting a member
-// it judges dead or gone, not acknowledged, hands the dead member's seen.<node> to its StandInFn,
-// which makes the dead member's replicated versions durable (core/replication/stand_in.h); when
-// that succeeds it writes the dead member's ack (for the awaited incarnation). The committer keeps
+// A dead member's part (-o replicas, SetStandIn): a member whose Tick sees a request awaiting a
+// member it judges dead or gone, not acknowledged, queues the dead member's seen.<node>; its
+// StandInStep hands it to the StandInFn, which makes the dead member's replicated versions durable
+// (core/replication/stand_in.h), and when that succeeds writes the dead member's ack (for the
+// awaited incarnation). The StandInFn may write for long (gigabytes): it runs on the caller's
+// thread of StandInStep, without the object's lock, so that Post, Tick (and the beat beside it)
+// go on meanwhile. The committer keeps
 // awaiting a dead member for member_timeout after it judged it (policy::StillAwaitedAfterDrop), the
 // time the partners have to do it.
 //
@@ -49,9 +52,9 @@
 // ids, and requests or acks that do not parse, are ignored (logged once).
 //
 // Thread-safe: every method takes the object's lock (before Membership's; Pending and acks_owed
-// only the lock of their view), and the file I/O of Post and Tick is done with it held. The
-// ProgressFn is called with it held, so it may take the namespace lock, but Post and Tick must
-// not be called with the namespace lock held.
+// only the lock of their view), and the file I/O of Post and Tick is done with it held (that of
+// StandInStep too, but for the StandInFn's). The ProgressFn is called with it held, so it may take
+// the namespace lock, but Post and Tick must not be called with the namespace lock held.
 #pragma once
 
 #include <chrono>
@@ -62,6 +65,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/clock.h"
@@ -119,13 +123,21 @@ class SharedCommits {
   Result<std::string> Post(const std::string& marker) EXCLUDES(mu_);
 
   // -o replicas, before the first Tick: this member leaves its sight of each request it owes
-  // under replication run `run`, and completes dead members' parts through `stand_in`.
+  // under replication run `run`, and completes dead members' parts through `stand_in`
+  // (StandInStep).
   void SetStandIn(std::string run, StandInFn stand_in) EXCLUDES(mu_);
+
+  // -o replicas: completes the dead members' parts that Tick queued, one after another, each with
+  // the StandInFn called without the lock, then acknowledges for those it completed. From one
+  // thread, not Tick's (a long write must not hold back the beat). Returns whether any was
+  // queued.
+  bool StandInStep() EXCLUDES(mu_);
 
   // One step, every poll interval, from one thread, after Membership::Tick. As committer:
   // collects the acks of its requests and returns the outcomes decided now (each exactly once).
   // As member: lists the requests, takes its sealed point for each new one that awaits it,
-  // acknowledges those whose sealed point is durable, and removes stale requests.
+  // acknowledges those whose sealed point is durable, queues dead members' parts (-o replicas:
+  // StandInStep does them), and removes stale requests.
   std::vector<CommitOutcome> Tick() EXCLUDES(mu_);
 
   // On a clean unmount, before Membership::Leave: withdraws this member's pending requests
@@ -176,10 +188,20 @@ class SharedCommits {
   // Writes this member's sight of request `id` (-o replicas).
   void WriteSight(const std::string& id, const SeenRequest& seen, const MemberId& self)
       REQUIRES(mu_);
-  // Completes the parts of request `id`'s `awaited` members that are dead, did not acknowledge
-  // and are not in `stood_in` (which receives those done or found impossible).
-  void StandIn(const std::string& id, const std::vector<MemberId>& awaited,
-               std::set<std::string>& stood_in) REQUIRES(mu_);
+  // A dead member's part of a request, queued for StandInStep.
+  struct StandInJob {
+    std::string id;
+    MemberId member;
+    std::optional<Sight> sight;
+  };
+  // Queues the parts of request `id`'s `awaited` members that are dead, did not acknowledge, are
+  // not in `stood_in` (those done or found impossible; it receives those that acknowledged before
+  // they died) and are not queued or under way already.
+  void QueueStandIns(const std::string& id, const std::vector<MemberId>& awaited,
+                     std::set<std::string>& stood_in) REQUIRES(mu_);
+  // Records how `job` ended (`done`): acknowledges for its member when it succeeded and its
+  // request is still pending here.
+  void FinishStandIn(const StandInJob& job, Status done) REQUIRES(mu_);
   // Removes request directory `id` (request first); true when it is gone.
   bool RemoveRequest(const std::string& id) REQUIRES(mu_);
   // Copies what Pending() and acks_owed() show.
@@ -200,6 +222,9 @@ class SharedCommits {
   std::set<std::string> to_remove_ GUARDED_BY(mu_);  // Decided requests not removed yet.
   std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);
   std::map<std::string, std::string> logged_ GUARDED_BY(mu_);  // Name -> what was logged.
+  std::vector<StandInJob> stand_ins_ GUARDED_BY(mu_);  // Queued, not taken by StandInStep yet.
+  // (request id, node) of the jobs queued or under way.
+  std::set<std::pair<std::string, std::string>> standing_in_ GUARDED_BY(mu_);
 
   // What Pending() and acks_owed() show, as of view_at_. Lock order: mu_ before view_mu_.
   mutable Mutex view_mu_;

@@ -79,6 +79,16 @@ void SharedMount::Start(DecidedFn decided, std::function<void()> owing) {
       step_now_ = false;
     }
   });
+  if (!stands_in_) return;
+  stand_in_thread_ = std::thread([this] {
+    MutexLock lock(mu_);
+    while (!stop_) {
+      lock.Unlock();
+      const bool worked = commits_->StandInStep();
+      lock.Lock();
+      if (!stop_ && !worked) wake_.wait_for(lock, poll_interval_);
+    }
+  });
 }
 
 void SharedMount::DataDurable() {
@@ -96,6 +106,7 @@ void SharedMount::Leave() {
     wake_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  if (stand_in_thread_.joinable()) stand_in_thread_.join();
   // A last round: the flusher has drained, so every request seen now is acknowledged.
   (void)commits_->Tick();
   for (const CommitOutcome& o : commits_->Abandon()) {

@@ -1,8 +1,9 @@
 // SharedMount: a mount's part in the group of mounts of -o shared, over one shared backing
 // directory or one object store (core/shared/shared_area.h):
 // its membership (core/shared/membership.h), the commits of the markers its flusher holds
-// (core/shared/shared_commit.h, core/flush/held_markers.h), and the thread that beats, acknowledges
-// and collects commit outcomes every poll interval.
+// (core/shared/shared_commit.h, core/flush/held_markers.h), the thread that beats, acknowledges
+// and collects commit outcomes every poll interval, and (-o replicas) the thread that completes
+// dead members' parts of commits (SharedCommits::StandInStep), which may write for long.
 //
 // Thread-safe. Lock order: nothing of the mount is locked when it calls the ProgressFn (which
 // reads the journal) or hands outcomes on.
@@ -49,6 +50,7 @@ class SharedMount {
   // -o replicas, before Start: see SharedCommits::SetStandIn.
   void SetStandIn(std::string run, StandInFn stand_in) {
     commits_->SetStandIn(std::move(run), std::move(stand_in));
+    stands_in_ = true;
   }
   // Asks every other live member to commit `marker` (a path, for messages); Step reports the
   // outcome by the returned id.
@@ -57,7 +59,8 @@ class SharedMount {
   // and calls `owing` while requests of others wait for this member's data (so that it flushes
   // now, whatever its flush_delay: a commit never waits for another member's delay).
   void Step(const DecidedFn& decided, const std::function<void()>& owing);
-  // Steps every poll interval on a thread of its own until Leave.
+  // Steps every poll interval on a thread of its own until Leave; with a stand-in, completes dead
+  // members' parts on another.
   void Start(DecidedFn decided, std::function<void()> owing) EXCLUDES(mu_);
   // After this member's durable point advanced: steps at once when requests of others wait for
   // it, so that it acknowledges as soon as its data is durable rather than at the next poll.
@@ -80,9 +83,11 @@ class SharedMount {
   std::unique_ptr<Membership> membership_;
   std::unique_ptr<SharedCommits> commits_;
   const std::chrono::milliseconds poll_interval_;
+  bool stands_in_ = false;  // Set before Start.
   std::thread thread_;
+  std::thread stand_in_thread_;
   Mutex mu_;
-  std::condition_variable_any wake_;  // With mu_: stop, or step now.
+  std::condition_variable_any wake_;  // With mu_: stop, or step now (both threads wait on it).
   bool stop_ GUARDED_BY(mu_) = false;
   bool step_now_ GUARDED_BY(mu_) = false;
 };

@@ -281,5 +281,58 @@ TEST_F(PartnerLinkTest, ALinkReconnectsWhenThePartnerComesBack) {
   EXPECT_EQ(store.Bytes({"n0", kRun}, 2), "two");
 }
 
+TEST_F(PartnerLinkTest, APeerOfAnotherProtocolVersionIsRefusedAtConnectNamingBothVersions) {
+  // A member meets a partner of the daemons that sent no version (its challenge is the nonce
+  // alone): it refuses it, and says why with both versions.
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 8), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread unversioned_partner([listener] {
+    const std::string challenge =
+        EncodeHeader(Type::kChallenge, kNonceBytes) + std::string(kNonceBytes, 'n');
+    // A member that went away meanwhile is not written to (no SIGPIPE).
+    for (int fd; (fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC)) >= 0; close(fd)) {
+      (void)send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL);
+    }
+  });
+  {
+    PartnerLink link("n0", kRun, {"n1", "127.0.0.1", ntohs(addr.sin_port)}, secret_);
+    link.Enqueue(Version(1, "data"));
+    EXPECT_TRUE(Eventually([&] { return link.stats().connect_failures >= 2; }));
+    const PartnerLinkStats stats = link.stats();
+    EXPECT_FALSE(stats.connected);
+    EXPECT_NE(stats.last_error.find("partner speaks replication protocol version 1 "),
+              std::string::npos)
+        << stats.last_error;
+    EXPECT_NE(stats.last_error.find("this daemon version " + std::to_string(kProtocolVersion)),
+              std::string::npos)
+        << stats.last_error;
+    EXPECT_EQ(link.stored_through(), 0u);
+  }
+  shutdown(listener, SHUT_RDWR);
+  unversioned_partner.join();
+  close(listener);
+
+  // A partner meets a member of a later version that holds the secret: refused and counted.
+  StartPartner(1 << 20);
+  Result<std::unique_ptr<Connection>> conn = Connection::Dial("127.0.0.1", server_->port(), 2s);
+  ASSERT_TRUE(conn.ok());
+  Result<std::string> body = (*conn)->Expect(Type::kChallenge);
+  ASSERT_TRUE(body.ok());
+  Nonce mine = *RandomNonce();
+  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2"),
+              kProtocolVersion + 1};
+  ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
+  EXPECT_FALSE((*conn)->Expect(Type::kWelcome).ok());
+  ASSERT_TRUE(Eventually([&] { return server_->connections_refused() == 1; }));
+  EXPECT_EQ(server_->connections_accepted(), 0u);
+  EXPECT_EQ(store_->Totals().replicas, 0u);
+}
+
 }  // namespace
 }  // namespace ckptfs::replication

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -294,6 +295,28 @@ TEST_F(RecoverTest, VersionsAPartnerMadeDurableForTheDeadRunAreNotPublishedAgain
       << "the record is consumed";
   EXPECT_TRUE(next->Shutdown().ok());
   unlink(secret.c_str());
+}
+
+// Records of runs of this node that no worker will recover (the memory of their workers was
+// lost, or held nothing pending) go once a worker of the node has recovered; other nodes' stay.
+TEST_F(RecoverTest, AWorkerThatRecoveredRemovesTheStandInRecordsOfItsNodesEarlierRuns) {
+  const std::string earlier = policy::RunName(0x1a), earliest = policy::RunName(0x2b);
+  ASSERT_EQ(mkdir(B(".ckptfs").c_str(), 0755), 0);
+  {
+    std::unique_ptr<Env> env = MakePosixEnv();
+    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(root, 0);
+    for (const auto& [node, run] : std::vector<std::pair<std::string, std::string>>{
+             {"a", earlier}, {"a", earliest}, {"b", earlier}}) {
+      EXPECT_TRUE(replication::WriteStandInRecord(*env, root, root, node, run, 3).ok());
+    }
+    close(root);
+  }
+  auto fs = StartFs(backing_.path(), {.node = "a", .arena_fd = arena_fd_, .recover = true});
+  EXPECT_FALSE(HostExists(B(".ckptfs/stood-in/a." + earlier)));
+  EXPECT_FALSE(HostExists(B(".ckptfs/stood-in/a." + earliest)));
+  EXPECT_TRUE(HostExists(B(".ckptfs/stood-in/b." + earlier))) << "another node's";
+  EXPECT_TRUE(fs->Shutdown().ok());
 }
 
 TEST_F(RecoverTest, AWorkerThatDiesRightAfterItsRecoveryLeavesTheSameToTheNext) {

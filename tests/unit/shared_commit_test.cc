@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -466,6 +469,77 @@ TEST_F(StandInCommitTest, AMemberThatDiedBeforeItSawTheRequestFailsTheCommit) {
   const CommitOutcome& o = Decided();
   EXPECT_EQ(o.status.err(), EHOSTDOWN);
   EXPECT_FALSE(HostExists(backing_ / "ckpt/__1_0.distcp"));
+}
+
+TEST_F(StandInCommitTest, CommitsGoOnWhileAStandInWritesAndItsAckWaitsUntilTheFilesAreDurable) {
+  StartThreeStandingIn();
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  partners_["c"]->store.Covered({"b", kRunB}, 10);
+  b_->progress = {10, 5, 0};
+  // c's stand-in stops mid-write until the test lets it go; a thread of the test steps c's
+  // stand-ins, as the mount's stand-in thread does.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool writing = false, let_go = false, stepped = false;
+  const std::thread::id ticking = std::this_thread::get_id();
+  replication::StandInWriter* w = &partners_["c"]->writer;
+  c_->steps_stand_ins = false;
+  c_->commits->SetStandIn("00000000000000c0", [&, w](const MemberId& dead,
+                                                     const std::optional<Sight>& sight) {
+    if (std::this_thread::get_id() == ticking) {
+      ADD_FAILURE() << "the stand-in ran inside a tick, holding back the beat and the commits";
+      return Status::Error(EAGAIN, "not on the ticking thread");
+    }
+    {
+      std::unique_lock lock(mu);
+      writing = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return let_go; });
+    }
+    if (!sight) return w->Complete({dead.node, ""}, std::nullopt);
+    return w->Complete({dead.node, sight->run}, sight->sealed);
+  });
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  TickAll();  // b leaves its sight (its sealed point 10).
+  b_->running = false;
+  const MemberId b = b_->membership->self();
+  auto judged = [&] {
+    const Liveness l = c_->membership->Judge(b);
+    return l == Liveness::kDead || l == Liveness::kLeft;
+  };
+  // The tick in which c judges b dead queues b's part.
+  for (int i = 0; i < 30 && !judged(); ++i) TickAll();
+  ASSERT_TRUE(judged());
+  std::thread stepper([&] {
+    (void)c_->commits->StandInStep();
+    std::lock_guard lock(mu);
+    stepped = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return writing || stepped; });
+  }
+  EXPECT_TRUE(writing) << "c queued no stand-in for b";
+
+  // While it writes, c posts a commit of its own and every member ticks (c beats, acknowledges).
+  Result<std::string> other = c_->commits->Post("other/.metadata");
+  EXPECT_TRUE(other.ok()) << other.status().ToString();
+  TickAll(2);
+  EXPECT_TRUE(a_->outcomes.empty()) << "b's part is acknowledged before its files are durable";
+  EXPECT_FALSE(HostExists(SharedPath("commits/" + id + "/ack.b")));
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/__1_0.distcp"));
+
+  {
+    std::lock_guard lock(mu);
+    let_go = true;
+    cv.notify_all();
+  }
+  stepper.join();
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/__1_0.distcp").value_or("<missing>"), "b's shard");
+  const CommitOutcome& o = Decided();
+  EXPECT_TRUE(o.status.ok()) << o.status.ToString();
+  EXPECT_EQ(o.id, id);
 }
 
 }  // namespace

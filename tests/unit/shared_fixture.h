@@ -38,6 +38,9 @@ struct SharedNode {
   std::unique_ptr<Membership> membership;
   std::unique_ptr<SharedCommits> commits;
   bool running = true;  // Ticked by TickAll; false: stopped (killed).
+  // TickAll steps its stand-ins after each tick, as its stand-in thread would; false: the test
+  // does.
+  bool steps_stand_ins = true;
   std::vector<CommitOutcome> outcomes;  // Every outcome its ticks returned.
 };
 
@@ -79,13 +82,14 @@ class SharedStoreTest : public ::testing::Test {
   }
 
   // Moves the clock one step, then ticks every running member as its owner would: membership,
-  // then commits.
+  // then commits, then the dead members' parts it queued.
   void TickAll() {
     clock_.Advance(kTickStep);
     for (auto& n : nodes_) {
       if (!n->running) continue;
       (void)n->membership->Tick();
       for (CommitOutcome& o : n->commits->Tick()) n->outcomes.push_back(std::move(o));
+      if (n->steps_stand_ins) (void)n->commits->StandInStep();
     }
   }
   void TickAll(int times) {

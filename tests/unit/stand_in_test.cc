@@ -9,6 +9,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,34 @@ TEST_F(StandInTest, ACompletionLeavesARecordOfHowFarItMadeTheDeadRunDurable) {
   ASSERT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok());
   EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u);
   EXPECT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok()) << "none: nothing to do";
+}
+
+TEST_F(StandInTest, TheRecordsOfANodesOtherRunsAreRemovedAndNothingElse) {
+  const std::string kept = "00000000000000b0";
+  for (const char* run : {kRun, "00000000000000a0", "00000000000000b0"}) {
+    ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0", run, 5).ok());
+  }
+  // Another node's, one whose name extends n0's with a dot, and names that are no record.
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n1", kRun, 5).ok());
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0.x", kRun, 5).ok());
+  for (const char* other : {"n0.", "n0.0123456789ABCDEF", "n0.0123456789abcdef0", "n0"}) {
+    std::ofstream(dir_ / "backing/.ckptfs/stood-in" / other) << "7\n";
+  }
+  ASSERT_TRUE(RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, "n0", kept).ok());
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ / "backing/.ckptfs/stood-in")) {
+    left.push_back(e.path().filename());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"n0", "n0.", "n0.00000000000000b0",
+                                             "n0.0123456789ABCDEF", "n0.0123456789abcdef0",
+                                             "n0.x.0123456789abcdef", "n1.0123456789abcdef"}));
+  // Without a run to keep, every run's record of the node goes; without records, nothing to do.
+  ASSERT_TRUE(RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, "n0", "").ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kept), 0u);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n1", kRun), 5u);
+  std::filesystem::remove_all(dir_ / "backing/.ckptfs");
+  EXPECT_TRUE(RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, "n0", kept).ok());
 }
 
 TEST_F(StandInTest, AStandInRecordThatIsNotOneIsRefused) {

@@ -87,12 +87,48 @@ TEST(WireTest, ShortAndOverlongBodiesAreRefused) {
   EXPECT_EQ(DecodeOffer(offer + "x").status().err(), EPROTO);
   EXPECT_EQ(DecodeSeq("1234567").status().err(), EPROTO);
   EXPECT_EQ(DecodeSeq("123456789").status().err(), EPROTO);
-  EXPECT_EQ(DecodeChallenge(std::string(kNonceBytes + 1, 'x')).status().err(), EPROTO);
+  const std::string challenge = BodyOf(Encode(Challenge{Filled(1)}), Type::kChallenge);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, challenge.size() - 1}) {
+    EXPECT_EQ(DecodeChallenge(challenge.substr(0, n)).status().err(), EPROTO) << n;
+  }
+  EXPECT_EQ(DecodeChallenge(challenge + "x").status().err(), EPROTO);
+}
+
+TEST(WireTest, APeerOfAnotherProtocolVersionIsRefusedNamingBothVersions) {
+  auto names_both = [](const Status& st, uint16_t theirs) {
+    return st.message().find("speaks replication protocol version " + std::to_string(theirs)) !=
+               std::string::npos &&
+           st.message().find("this daemon version " + std::to_string(kProtocolVersion)) !=
+               std::string::npos;
+  };
+  // A partner of the daemons that sent no version: its challenge is the nonce alone.
+  Status st = DecodeChallenge(std::string(kNonceBytes, 'x')).status();
+  EXPECT_EQ(st.err(), EPROTONOSUPPORT);
+  EXPECT_TRUE(names_both(st, kUnversionedProtocol)) << st.message();
+  // Later versions, whatever their bodies hold after the version.
+  const uint16_t later = kProtocolVersion + 1;
+  st = DecodeChallenge(BodyOf(Encode(Challenge{Filled(1), later}), Type::kChallenge)).status();
+  EXPECT_EQ(st.err(), EPROTONOSUPPORT);
+  EXPECT_TRUE(names_both(st, later)) << st.message();
+  const std::string later_le{static_cast<char>(later & 0xff), static_cast<char>(later >> 8)};
+  st = DecodeChallenge(later_le + std::string(100, 'y')).status();
+  EXPECT_EQ(st.err(), EPROTONOSUPPORT);
+  EXPECT_TRUE(names_both(st, later)) << st.message();
+  st = DecodeHello(BodyOf(Encode(Hello{"n1", kRun, Filled(1), Filled(2), later}), Type::kHello))
+           .status();
+  EXPECT_EQ(st.err(), EPROTONOSUPPORT);
+  EXPECT_TRUE(names_both(st, later)) << st.message();
+  EXPECT_NE(st.message().find("member"), std::string::npos) << st.message();
+  st = DecodeHello(std::string("\xff\xff", 2)).status();
+  EXPECT_EQ(st.err(), EPROTONOSUPPORT);
+  EXPECT_TRUE(names_both(st, 0xffff)) << st.message();
 }
 
 TEST(WireTest, AStringLengthBeyondTheBodyIsRefused) {
   // A node name claiming 64 bytes with 3 behind it.
-  std::string body = std::string("\x40\x00", 2) + "abc";
+  const std::string version =
+      BodyOf(Encode(Hello{"n1", kRun, Filled(1), Filled(2)}), Type::kHello).substr(0, 2);
+  std::string body = version + std::string("\x40\x00", 2) + "abc";
   EXPECT_EQ(DecodeHello(body).status().err(), EPROTO);
   // A path length beyond kMaxPathBytes is refused before it is read.
   std::string offer = BodyOf(Encode(Offer{1, 1, 1, "a"}), Type::kOffer);
