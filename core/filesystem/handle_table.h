@@ -44,6 +44,9 @@ struct FileHandle {
   // a view may change: not an expression the annotations can name.
   uint64_t wrote_version = 0;
   WriterOwners writers;  // Who wrote through it. Guarded as wrote_version.
+  // The write requests it served and their bytes. Guarded as wrote_version.
+  uint64_t write_requests = 0;
+  uint64_t write_bytes = 0;
   // Direct reads: where the next sequential read starts, and how far the backing file has
   // been asked to be read ahead.
   uint64_t next_read GUARDED_BY(inode->mu) = 0;

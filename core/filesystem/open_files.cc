@@ -14,6 +14,9 @@
 namespace ckptfs {
 namespace {
 
+// Names OpenFiles remembers the write pieces of.
+constexpr size_t kMaxRememberedNames = 4096;
+
 // The error of every read of a file whose backing file failed its check.
 Status ReadCheckFailed() {
   return Status::Error(EIO, "verify=reads: the backing file does not match its checksum");
@@ -170,7 +173,8 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
   OpenFile out{ns_.AttrOf(*inode)};
   const bool writer_memory_forked = may_bypass && (h->flags & O_ACCMODE) == O_WRONLY &&
                                     c.writes_forked_memory && c.writes_forked_memory();
-  if (writer_memory_forked) stats_.forked_writer_opens++;
+  const bool small_writes_before = writer_memory_forked && SmallWritesBeforeLocked(*inode);
+  if (writer_memory_forked && !small_writes_before) stats_.forked_writer_opens++;
   MutexLock ilock(inode->mu);
   const FileContent* content = &inode->content;
   const policy::OpenChoice choice = policy::ChooseOpen({
@@ -190,6 +194,7 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
       .filled = inode->page_cache_filled_version == inode->version,
       .page_cache_stale = inode->page_cache_stale,
       .writer_memory_forked = writer_memory_forked,
+      .small_writes_before = small_writes_before,
   });
   if (choice.fill_page_cache) {
     inode->backing_prefetched = true;  // The fill reads the backing file whole.
@@ -405,6 +410,8 @@ Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data
   inode->mtime = inode->ctime = WallTime();
   h.wrote_version = inode->version;
   h.writers.Wrote(c.lock_owner);
+  h.write_requests++;
+  h.write_bytes += size;
   stats_.bytes_written += size;
   if (h.direct) {
     if (inode->cached_handles == 0) {
@@ -486,6 +493,7 @@ void OpenFiles::SealLocked(FileHandle& h) {
 
 void OpenFiles::ReleaseLocked(FileHandle& h) {
   SealLocked(h);
+  RememberWritePiecesLocked(h);
   if (h.passthrough) {
     if (--h.inode->passthrough_handles == 0) {
       close_backing_(h.inode->backing_id);
@@ -501,6 +509,27 @@ void OpenFiles::ReleaseLocked(FileHandle& h) {
   if (InodeRef real = ns_.ContentOwner(h.inode); real != h.inode) CloseOneLocked(real);
   CloseOneLocked(h.inode);
   ns_.MaybeDropLocked(h.inode);
+}
+
+bool OpenFiles::SmallWritesBeforeLocked(const Inode& inode) {
+  if (inode.names.empty()) return false;
+  auto it = written_in_small_pieces_.find(inode.names.begin()->name);
+  return it != written_in_small_pieces_.end() && it->second;
+}
+
+void OpenFiles::RememberWritePiecesLocked(FileHandle& h) {
+  if (h.inode->names.empty()) return;
+  uint64_t requests, bytes;
+  {
+    MutexLock ilock(h.inode->mu);
+    if (h.inode->view) return;  // Its counts are the real chunk's to guard.
+    requests = h.write_requests;
+    bytes = h.write_bytes;
+  }
+  if (requests < policy::kSmallWritesMinRequests) return;  // Too few to tell.
+  if (written_in_small_pieces_.size() >= kMaxRememberedNames) written_in_small_pieces_.clear();
+  written_in_small_pieces_[h.inode->names.begin()->name] =
+      policy::WroteInSmallPieces(requests, bytes);
 }
 
 void OpenFiles::CloseOneLocked(const InodeRef& inode) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
@@ -156,6 +157,11 @@ class OpenFiles {
   void FillPageCache(const PageCacheFill& fill) EXCLUDES(ns_lock);
   // One open handle of `inode` fewer; a file left unchanged gives its descriptor back.
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
+  // Whether the last file named as `inode` is closed on this mount was written in small pieces.
+  bool SmallWritesBeforeLocked(const Inode& inode) REQUIRES(ns_lock);
+  // Remembers, by its name, whether handle `h` wrote its file in small pieces (when it sent
+  // enough write requests to tell).
+  void RememberWritePiecesLocked(FileHandle& h) REQUIRES(ns_lock);
 
   Env& env_;
   Stats& stats_;
@@ -175,6 +181,10 @@ class OpenFiles {
   std::condition_variable_any passthrough_released_;
   // With the namespace lock: an open ended its page cache fill.
   std::condition_variable_any page_cache_filled_;
+  // By base name (a checkpoint's files repeat their names from one checkpoint to the next):
+  // whether the last file of that name closed was written in small pieces. At most
+  // kMaxRememberedNames, forgotten all at once.
+  std::unordered_map<std::string, bool> written_in_small_pieces_ GUARDED_BY(ns_lock);
 };
 
 }  // namespace ckptfs

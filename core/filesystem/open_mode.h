@@ -31,6 +31,9 @@ struct OpenFacts {
   // (WritesFromForkedMemory): a direct write would have the kernel unshare (copy) each page of
   // the buffer before it hands it over, a copy through the page cache reads the shared pages.
   bool writer_memory_forked = false;
+  // The last file of this name closed on this mount was written in small pieces
+  // (WroteInSmallPieces), as the next checkpoint's file of the same name most likely is.
+  bool small_writes_before = false;
 };
 
 struct OpenChoice {
@@ -43,7 +46,9 @@ struct OpenChoice {
   bool register_passthrough = false;
   // Without passthrough: direct when no cached handle has the file open, for a write-only open
   // (the writer never reads back; each byte is copied once less) unless its writer's memory is
-  // forked, or a large read-only one with direct reads on; else the page cache.
+  // forked and the file is not one written in small pieces (a small direct write unshares a page
+  // or two; through the page cache, each unaligned one costs two requests and a copy), or a
+  // large read-only one with direct reads on; else the page cache.
   bool direct = false;
   // A small file the backing store holds whole, which nothing has open and whose cached pages
   // are right: the open fills the kernel's page cache with the whole file before it returns
@@ -64,9 +69,20 @@ inline OpenChoice ChooseOpen(const OpenFacts& f) {
   choice.register_passthrough =
       held_by_backing && f.passthrough_on && !f.passthrough_readers && !f.open;
   choice.direct = f.may_bypass && !f.cached_open &&
-                  ((f.access == O_WRONLY && !f.writer_memory_forked) ||
+                  ((f.access == O_WRONLY && (!f.writer_memory_forked || f.small_writes_before)) ||
                    (held_by_backing && f.direct_reads));
   return choice;
+}
+
+// A handle wrote its file in small pieces when it sent at least kSmallWritesMinRequests write
+// requests of fewer than kSmallWriteMaxBytes on average: a writer that flushes after each small
+// record, as DCP does after each tensor. Around 64 KiB, a request's round trip costs about as
+// much as copying its bytes once more.
+inline constexpr uint64_t kSmallWritesMinRequests = 64;
+inline constexpr uint64_t kSmallWriteMaxBytes = 64ull << 10;
+
+inline bool WroteInSmallPieces(uint64_t requests, uint64_t bytes) {
+  return requests >= kSmallWritesMinRequests && bytes < requests * kSmallWriteMaxBytes;
 }
 
 // What /proc tells of the process behind a write-only open.

@@ -458,6 +458,45 @@ class ForkedWriterTest(unittest.TestCase):
                 self.assertTrue(f.read() == data, "the durable shard differs")
 
 
+    def test_a_forked_writer_of_a_name_last_written_in_small_pieces_writes_it_direct(self):
+        data = bytearray(os.urandom(MiB)) * 128  # The parent's state, touched: its child is forked.
+        piece = os.urandom(5673)  # A 64x16 float32 tensor as torch.save writes it: unaligned.
+        count = 200
+
+        def save_in_a_forked_child(path):
+            child = os.fork()
+            if child == 0:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    for _ in range(count):
+                        os.write(fd, piece)
+                    os.close(fd)
+                finally:
+                    os._exit(0)
+            os.waitpid(child, 0)
+
+        with CkptfsMount() as m:
+            for step in ("step1", "step2", "step3"):
+                os.mkdir(m.path(step))
+            forked = m.stats()["forked_writer_opens"]
+            requests = RequestCounter(m)
+            save_in_a_forked_child(m.path("step1", "__0_0.distcp"))
+            # Through the page cache, a write that starts in a page partly written is sent in two.
+            self.assertGreater(requests.since()["write"], count + count // 2)
+            self.assertEqual(m.stats()["forked_writer_opens"], forked + 1)
+            save_in_a_forked_child(m.path("step2", "__0_0.distcp"))
+            self.assertEqual(requests.since()["write"], count, "one request per write: direct")
+            self.assertEqual(m.stats()["forked_writer_opens"], forked + 1)
+            save_in_a_forked_child(m.path("step3", "other.distcp"))  # A name not seen yet.
+            self.assertEqual(m.stats()["forked_writer_opens"], forked + 2)
+            m.sync()
+            for path in (("step1", "__0_0.distcp"), ("step2", "__0_0.distcp"),
+                         ("step3", "other.distcp")):
+                for where in (m.path(*path), m.bpath(*path)):
+                    with open(where, "rb") as f:
+                        self.assertTrue(f.read() == piece * count, f"{where} differs")
+
+
 class PassthroughTest(unittest.TestCase):
     def setUp(self):
         require_fuse()

@@ -194,6 +194,30 @@ TEST(OpenModeTest, AWriterWhoseMemoryIsForkedWritesThroughThePageCache) {
   EXPECT_FALSE(ChooseOpen(f).direct) << "a direct write would unshare every page it hands over";
 }
 
+TEST(OpenModeTest, AForkedWriterOfAFileLastWrittenInSmallPiecesWritesDirect) {
+  OpenFacts f{.may_bypass = true, .access = O_WRONLY, .writer_memory_forked = true};
+  f.small_writes_before = true;
+  EXPECT_TRUE(ChooseOpen(f).direct) << "a small write unshares a page or two, not a checkpoint";
+  f.cached_open = true;
+  EXPECT_FALSE(ChooseOpen(f).direct) << "a cached handle has the file: it stays coherent";
+  f = {.may_bypass = true, .access = O_RDWR, .writer_memory_forked = true,
+       .small_writes_before = true};
+  EXPECT_FALSE(ChooseOpen(f).direct) << "a reader-writer reads back through the cache";
+}
+
+TEST(OpenModeTest, AFileIsWrittenInSmallPiecesWhenEnoughRequestsAreSmallOnAverage) {
+  constexpr uint64_t kDcpTensor = 5673;  // A 64x16 float32 tensor as torch.save writes it.
+  EXPECT_TRUE(WroteInSmallPieces(10000, 10000 * kDcpTensor));
+  EXPECT_FALSE(WroteInSmallPieces(kSmallWritesMinRequests - 1, kDcpTensor))
+      << "too few requests to tell";
+  EXPECT_FALSE(WroteInSmallPieces(1024, 1024ull << 20)) << "1 MiB requests: a large writer";
+  // A shard of big tensors (1000 of 1 MiB) beside 10,000 small ones: its bytes are the big
+  // tensors', which the page cache spares a forked writer from unsharing.
+  EXPECT_FALSE(WroteInSmallPieces(11000, 1000 * (1ull << 20) + 10000 * kDcpTensor));
+  EXPECT_TRUE(WroteInSmallPieces(kSmallWritesMinRequests,
+                                 kSmallWritesMinRequests * kSmallWriteMaxBytes - 1));
+}
+
 TEST(OpenModeTest, AWriterForkedFromAParentAsLargeAsItWritesFromForkedMemory) {
   constexpr uint64_t kGiB = 1ull << 30;
   const WriterProcess megatron_writer{.forked_without_exec = true, .anon_bytes = 20 * kGiB,
