@@ -116,6 +116,11 @@ std::string EncodeHandedOver(const policy::LoggedUploads::Version& v) {
 
 std::string EncodeDone(uint64_t count) { return Sealed("D " + std::to_string(count)); }
 
+std::string EncodeGivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then) {
+  return Sealed("X " + std::to_string(index) + " " + std::to_string(then.size) + " " +
+                std::to_string(then.mtime_ns));
+}
+
 Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn) {
   *torn = false;
   if (bytes.size() > kMaxUploadLogBytes) {
@@ -134,6 +139,12 @@ Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn
       ok = r.Char(' ') && r.Number(&v.inode) && r.Char(' ') && r.Number(&v.size) && r.Char(' ') &&
            r.Number(&v.mtime_ns) && r.Char(' ') && r.Path(&v.path) && r.Crc();
       if (ok) log.handed_over.push_back(std::move(v));
+    } else if (r.Char('X')) {
+      uint64_t index = 0;
+      policy::LoggedUploads::Version::GivenUp then;
+      ok = r.Char(' ') && r.Number(&index) && r.Char(' ') && r.Number(&then.size) &&
+           r.Char(' ') && r.Number(&then.mtime_ns) && r.Crc() && index < log.handed_over.size();
+      if (ok) log.handed_over[index].given_up = then;
     } else if (r.Char('R')) {
       v.removal = true;
       ok = r.Char(' ') && r.Path(&v.path) && r.Crc();
@@ -190,7 +201,10 @@ Status UploadLog::Rewrite(const std::vector<policy::LoggedUploads::Version>& pen
       openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return Status::FromErrno("the upload log " + tmp);
   std::string bytes(kHeader);
-  for (const auto& v : pending) bytes += EncodeHandedOver(v);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    bytes += EncodeHandedOver(pending[i]);
+    if (pending[i].given_up) bytes += EncodeGivenUp(i, *pending[i].given_up);
+  }
   Status st = WriteAll(fd, bytes);
   if (st.ok() && fdatasync(fd) != 0) st = Status::FromErrno("syncing the upload log");
   if (st.ok() && renameat(dir_fd_, tmp.c_str(), dir_fd_, name_.c_str()) != 0) {
@@ -214,6 +228,11 @@ void UploadLog::AppendLocked(const std::string& record) {
 void UploadLog::HandedOver(const policy::LoggedUploads::Version& version) {
   MutexLock lock(mu_);
   AppendLocked(EncodeHandedOver(version));
+}
+
+void UploadLog::GivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then) {
+  MutexLock lock(mu_);
+  AppendLocked(EncodeGivenUp(index, then));
 }
 
 void UploadLog::Done(uint64_t count) {

@@ -35,6 +35,7 @@ struct Uploader::Job {
   bool marker = false;
   // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
   bool removal = false;
+  uint64_t seq = 0;  // Handed over as the seq-th (Uploader::handed_over_ then).
   policy::PartPlan plan;
   Phase phase = Phase::kWaiting;
   std::string upload_id;
@@ -117,8 +118,10 @@ std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& rela
     Result<ChecksumRecord> record = ParseChecksumRecord(text);
     if (record.ok() && record->size == job->size) job->record = std::move(*record);
   }
-  job->logged = {relative, false, static_cast<uint64_t>(st->st_ino), job->size,
-                 int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec};
+  job->logged.path = relative;
+  job->logged.inode = static_cast<uint64_t>(st->st_ino);
+  job->logged.size = job->size;
+  job->logged.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec;
   return job;
 }
 
@@ -187,7 +190,7 @@ void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
   }
   TrimLocked();
   if (log && log_) log_->HandedOver(job->logged);
-  ++handed_over_;
+  job->seq = handed_over_++;
   jobs_.push_back(std::move(job));
 }
 
@@ -204,7 +207,7 @@ Status Uploader::Resume() {
   if (root < 0) return Status::FromErrno(settings_.backing_root);
   const std::vector<policy::LoggedUploads::Version> pending = held.Pending();
   std::vector<std::unique_ptr<Job>> resumed;
-  size_t refused = 0, skipped = 0;
+  size_t refused = 0, skipped = 0, held_corrupt = 0;
   for (size_t i = 0; i < pending.size(); ++i) {
     const policy::LoggedUploads::Version& v = pending[i];
     if (!policy::IsUploadablePath(v.path, settings_.reserved_name)) {
@@ -227,9 +230,19 @@ Status Uploader::Resume() {
                       job->logged.mtime_ns == v.mtime_ns;
     const bool marker =
         policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
-    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again)) {
+    // Given up as corrupt, and the file still as it was then.
+    const bool still_corrupt = job && v.given_up && job->logged.size == v.given_up->size &&
+                               job->logged.mtime_ns == v.given_up->mtime_ns;
+    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again,
+                                 still_corrupt)) {
       case policy::Resumed::kUpload:
         resumed.push_back(std::move(job));
+        break;
+      case policy::Resumed::kHold:
+        job->phase = Job::Phase::kFailed;
+        job->logged.given_up = v.given_up;
+        resumed.push_back(std::move(job));
+        ++held_corrupt;
         break;
       case policy::Resumed::kRemove:
         resumed.push_back(RemovalJob(settings_.s3.location, v.path));
@@ -246,6 +259,12 @@ Status Uploader::Resume() {
   std::vector<policy::LoggedUploads::Version> kept;
   for (const auto& job : resumed) kept.push_back(job->logged);
   if (Status st = log_->Rewrite(kept); !st.ok()) return st;
+  if (held_corrupt > 0) {
+    stats_.remote_corrupt_files += held_corrupt;
+    spdlog::error("remote: {} files an earlier mount found corrupt on the local disk are still as "
+                  "they were: not uploaded; the commit markers handed over after them are held",
+                  held_corrupt);
+  }
   MutexLock lock(mu_);
   for (auto& job : resumed) PushLocked(std::move(job), false);
   if (!resumed.empty() || skipped > 0) {
@@ -425,7 +444,16 @@ void Uploader::Perform(S3Client& client, Task& task) {
       const policy::DigestVerdict verdict =
           policy::JudgeDigestMismatch(matches_record, ++job.digest_mismatches);
       if (verdict != policy::DigestVerdict::kSendAgain) {
-        GiveUpLocked(job, outcome, verdict == policy::DigestVerdict::kCorrupt);
+        const bool corrupt = verdict == policy::DigestVerdict::kCorrupt;
+        GiveUpLocked(job, outcome, corrupt);
+        if (!corrupt) return;
+        const std::string path = job.logged.path;  // The job may go once the lock is let go.
+        lock.Unlock();
+        // Durably: later mounts hold it without sending it again.
+        if (Status st = SyncLog(); !st.ok()) {
+          spdlog::error("remote: the upload log cannot be written ({}): the next mount sends {} "
+                        "again", st.ToString(), path);
+        }
         return;
       }
     }
@@ -502,6 +530,13 @@ std::optional<bool> Uploader::LocalBytesMatchRecord(const Job& job, uint64_t off
 
 void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   job.phase = Job::Phase::kFailed;
+  struct stat st {};
+  if (corrupt && fstat(job.fd, &st) == 0) {
+    job.logged.given_up = policy::LoggedUploads::Version::GivenUp{
+        static_cast<uint64_t>(st.st_size),
+        int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+    if (log_) log_->GivenUp(job.seq - log_base_, *job.logged.given_up);
+  }
   ++job.generation;  // Its tasks still in flight are ignored.
   job.parts_to_send.clear();
   stats_.remote_errors++;

@@ -17,6 +17,8 @@
 // given up (counted, logged, shown in stats as failed), and the markers after it are held.
 // Each version uploaded records the ETag of its object (kStoredVersionAttr,
 // core/remote/remote_read_policy.h).
+// A version given up as corrupt is recorded in the upload log: later mounts hold it (and the
+// markers after it) without sending it again, until a newer version of its name is handed over.
 //
 // With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
 // daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
@@ -151,8 +153,9 @@ class Uploader {
   static std::optional<bool> LocalBytesMatchRecord(const Job& job, uint64_t offset,
                                                    uint64_t length);
   // Gives `job` up for good (policy::JudgeDigestMismatch: its local bytes `corrupt`, or refused
-  // too often): counted, logged, its key never sent again while the mount runs; what waits for
-  // it (markers, removals) waits.
+  // too often): counted, logged, its key never sent again while the mount runs (nor by later
+  // mounts when `corrupt`: recorded in the upload log); what waits for it (markers, removals)
+  // waits.
   void GiveUpLocked(Job& job, const Status& why, bool corrupt) REQUIRES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);

@@ -170,13 +170,15 @@ class RemoteTest(RemoteStoreTestCase):
 
     def test_bytes_the_store_refuses_for_their_checksum_are_checked_and_corrupt_ones_held(self):
         prefix = PREFIX + "/baddigest"
+        backing = tempfile.mkdtemp(prefix="ckptfs-baddigest-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
         with FaultProxy(self.s3.endpoint) as proxy:
             # Damaged on the way (the local bytes are intact): sent again.
             proxy.inject("baddigest", method="PUT", query_part="/step_1/", count=2)
             # Corrupt on the local disk while the store checks them: the store refuses them (the
             # checksum sent is the one recorded when they were written), and so does the mount.
             proxy.inject("baddigest", method="PUT", query_part="/step_2/x.bin", count=1, delay=3)
-            with CkptfsMount(options=self.options(proxy.endpoint, prefix),
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
                              expect_errors=[r"BadDigest", r"not uploaded"]) as m:
                 write(m.path("step_1", "x.bin"), distinct_content("x1", 100000))
                 write(m.path("step_1", ".metadata"), b"commits step 1")
@@ -204,6 +206,21 @@ class RemoteTest(RemoteStoreTestCase):
                 puts = [e for e in proxy.log if e[2] == "PUT" and "/step_2/x.bin" in e[3]]
                 self.assertEqual(len(puts), 1, "the corrupt file was sent again")
             self.assertEqual(proxy.injected, {"baddigest": 3})
+            # The next mount holds it as this one did, without sending it again (the store, with
+            # no fault left to inject, would take its corrupt bytes).
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
+                             expect_errors=[r"corrupt", r"not uploaded"]) as m:
+                remote = m.stats()["remote"]
+                self.assertEqual((remote["failed_files"], remote["corrupt_files"]), (1, 1), remote)
+                write(m.path("step_3", "y.bin"), distinct_content("y3", 1000))
+                m.sync()
+                wait_for(lambda: f"{prefix}/step_3/y.bin" in self.s3.objects(BUCKET, prefix + "/"),
+                         30, lambda: f"y.bin of step 3 was not uploaded: {m.stats()['remote']}")
+                r = run_ckptfs(["sync", "--remote", m.mnt])
+                self.assertNotEqual(r.returncode, 0, "sync --remote waited for a corrupt file")
+            puts = [e for e in proxy.log if e[2] == "PUT" and "/step_2/x.bin" in e[3]]
+            self.assertEqual(len(puts), 1, "the corrupt file was sent again by the next mount")
+            self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/step_2/")), [])
 
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"

@@ -193,8 +193,17 @@ class UploadResumeTest : public RemoteStoreTest {
     std::ofstream(root_ + "/" + path, std::ios::binary) << bytes;
     struct stat st {};
     EXPECT_EQ(stat((root_ + "/" + path).c_str(), &st), 0);
-    return {path, false, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+    return Logged(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                  int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+  }
+  static policy::LoggedUploads::Version Logged(const std::string& path, uint64_t inode,
+                                               uint64_t size, int64_t mtime_ns) {
+    policy::LoggedUploads::Version v;
+    v.path = path;
+    v.inode = inode;
+    v.size = size;
+    v.mtime_ns = mtime_ns;
+    return v;
   }
   UploaderSettings Settings() const {
     UploaderSettings u;
@@ -231,11 +240,14 @@ TEST_F(UploadResumeTest, WhatTheLogLeftPendingIsUploadedInOrderAndOpenUploadsAbo
   policy::LoggedUploads::Version b_logged = Write("step/b", "an older version");
   log += EncodeHandedOver(b_logged);
   log += EncodeHandedOver(Write("step/.metadata", meta));
-  log += EncodeHandedOver({"step/gone", false, 1, 1, 1});
-  log += EncodeHandedOver({"../escape", false, 1, 1, 1});
+  log += EncodeHandedOver(Logged("step/gone", 1, 1, 1));
+  log += EncodeHandedOver(Logged("../escape", 1, 1, 1));
   policy::LoggedUploads::Version other_marker = Write("other/.metadata", "new");
-  log += EncodeHandedOver({"other/.metadata", false, other_marker.inode + 1, 3, 0});
-  log += EncodeHandedOver({"old-name", true, 0, 0, 0});
+  log += EncodeHandedOver(Logged("other/.metadata", other_marker.inode + 1, 3, 0));
+  policy::LoggedUploads::Version old_name;
+  old_name.path = "old-name";
+  old_name.removal = true;
+  log += EncodeHandedOver(old_name);
   // step/b replaced since it was logged, by a version the log does not name.
   ASSERT_EQ(unlink((root_ + "/step/b").c_str()), 0);
   Write("step/b", b);
