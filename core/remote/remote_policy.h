@@ -95,6 +95,8 @@ inline constexpr unsigned kCheckRetries = 2;
 inline constexpr uint64_t kMinPartSize = 5ull << 20;
 inline constexpr uint64_t kMaxPartSize = 5ull << 30;
 inline constexpr uint64_t kMaxParts = 10'000;
+// The largest object S3 copies in one CopyObject; a renamed file larger than this is sent again.
+inline constexpr uint64_t kMaxCopySize = 5ull << 30;
 
 struct PartPlan {
   bool multipart = false;  // false: one PutObject of the whole file.
@@ -161,6 +163,9 @@ struct LoggedUploads {
     uint64_t inode = 0;
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    // The file's old name when it was renamed to `path` (empty: none): its object there is
+    // copied when it is this version.
+    std::string copy_from;
     // Given up: its local bytes no longer match their checksum record (corrupt); the file's size
     // and mtime then.
     struct GivenUp {

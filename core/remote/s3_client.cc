@@ -25,6 +25,8 @@ struct S3Client::Request {
   uint64_t size = 0;
   std::string body;    // Or this (POST).
   std::vector<std::string> headers;  // More headers ("Name: value"), signed with the others.
+  // A 200 answer may carry an error (CompleteMultipartUpload, CopyObject): its XML is read.
+  bool error_in_ok_answer = false;
   size_t max_answer = 1 << 20;
   int sink_fd = -1;  // GET: the answer's body written to sink_fd from sink_offset (not kept).
   uint64_t sink_offset = 0;
@@ -370,7 +372,8 @@ S3Client::Answer S3Client::Try(const Request& request) {
   }
   // An error answers with XML (none for HEAD); CompleteMultipartUpload may answer 200 with one.
   std::string error_code, error_message;
-  if (!answer.body.empty() && (answer.http >= 300 || method == "POST")) {
+  if (!answer.body.empty() &&
+      (answer.http >= 300 || method == "POST" || request.error_in_ok_answer)) {
     Result<S3Xml> xml = ParseS3Xml(answer.body);
     if (xml.ok() && xml->root == "Error") {
       error_code = xml->Field("Code");
@@ -558,6 +561,29 @@ Result<std::vector<S3Client::OpenUpload>> S3Client::ListMultipartUploads(
     uploads.push_back({key->second, id->second});
   }
   return uploads;
+}
+
+Result<std::string> S3Client::HeadObject(const std::string& key, const RetryHook& hook) {
+  Request request;
+  request.method = "HEAD";
+  request.key = key;
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  return answer->etag;
+}
+
+Result<std::string> S3Client::CopyObject(const std::string& source, const std::string& key,
+                                         const RetryHook& hook) {
+  Request request;
+  request.method = "PUT";
+  request.key = key;
+  request.error_in_ok_answer = true;
+  request.headers.push_back("x-amz-copy-source: /" + settings_.location.bucket + "/" +
+                            EncodeKey(source));
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  return xml.ok() ? xml->Field("ETag") : std::string();
 }
 
 Status S3Client::DeleteObject(const std::string& key, const RetryHook& hook) {

@@ -82,6 +82,16 @@ class S3Client {
   };
   Result<std::vector<OpenUpload>> ListMultipartUploads(const std::string& prefix,
                                                        const RetryHook& hook);
+  // The ETag of object `key` (HeadObject; empty when the store gives none); ENOENT when there is
+  // none.
+  Result<std::string> HeadObject(const std::string& key, const RetryHook& hook);
+  // Copies the object `source` to `key` on the store (CopyObject: no byte goes over the network):
+  // the new object's ETag (empty when the store gives none). ENOENT when there is no `source`.
+  // S3 copies at most 5 GiB this way (policy::kMaxCopySize). No x-amz-copy-source-if-match:
+  // libcurl 7.88 sorts the headers it signs by whole line, so that one, sent with
+  // x-amz-copy-source, would be signed out of S3's order (and refused).
+  Result<std::string> CopyObject(const std::string& source, const std::string& key,
+                                 const RetryHook& hook);
   // Removes the object `key` (ok also when there is none).
   Status DeleteObject(const std::string& key, const RetryHook& hook);
   // The object's bytes (at most `max_bytes`: EFBIG beyond).

@@ -110,8 +110,10 @@ std::string_view UploadLogHeader() { return kHeader; }
 
 std::string EncodeHandedOver(const policy::LoggedUploads::Version& v) {
   if (v.removal) return Sealed("R " + PathField(v.path));
-  return Sealed("U " + std::to_string(v.inode) + " " + std::to_string(v.size) + " " +
-                std::to_string(v.mtime_ns) + " " + PathField(v.path));
+  const std::string fields = std::to_string(v.inode) + " " + std::to_string(v.size) + " " +
+                             std::to_string(v.mtime_ns) + " " + PathField(v.path);
+  if (!v.copy_from.empty()) return Sealed("C " + fields + " " + PathField(v.copy_from));
+  return Sealed("U " + fields);
 }
 
 std::string EncodeDone(uint64_t count) { return Sealed("D " + std::to_string(count)); }
@@ -135,9 +137,11 @@ Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn
     RecordReader r(bytes);
     policy::LoggedUploads::Version v;
     bool ok = false;
-    if (r.Char('U')) {
+    const bool copy = !bytes.empty() && bytes.front() == 'C';
+    if (r.Char('U') || r.Char('C')) {
       ok = r.Char(' ') && r.Number(&v.inode) && r.Char(' ') && r.Number(&v.size) && r.Char(' ') &&
-           r.Number(&v.mtime_ns) && r.Char(' ') && r.Path(&v.path) && r.Crc();
+           r.Number(&v.mtime_ns) && r.Char(' ') && r.Path(&v.path) &&
+           (!copy || (r.Char(' ') && r.Path(&v.copy_from) && !v.copy_from.empty())) && r.Crc();
       if (ok) log.handed_over.push_back(std::move(v));
     } else if (r.Char('X')) {
       uint64_t index = 0;

@@ -35,6 +35,9 @@ struct Uploader::Job {
   bool marker = false;
   // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
   bool removal = false;
+  // The key of the file's old name (empty: none): the store copies that object to `key` when the
+  // file's kStoredVersionAttr says it is this version; else the file is sent (kSingle/kParts).
+  std::string copy_from;
   uint64_t seq = 0;  // Handed over as the seq-th (Uploader::handed_over_ then).
   policy::PartPlan plan;
   Phase phase = Phase::kWaiting;
@@ -55,13 +58,14 @@ struct Uploader::Job {
 };
 
 struct Uploader::Task {
-  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete } kind = Kind::kPut;
+  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete, kCopy } kind = Kind::kPut;
   Job* job = nullptr;
   unsigned part = 0;
   unsigned generation = 0;
   // Copied under the lock: the thread uses them without it.
   std::string key;
   std::string upload_id;
+  std::string copy_from;
   std::vector<UploadedPart> parts;
 };
 
@@ -154,12 +158,18 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& repl
   if (replaced.dir_fd >= 0) {
     const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
     if (dir) {
-      removal = RemovalJob(settings_.s3.location,
-                           dir->empty() ? replaced.name : *dir + "/" + replaced.name);
+      const std::string old_path = dir->empty() ? replaced.name : *dir + "/" + replaced.name;
+      removal = RemovalJob(settings_.s3.location, old_path);
+      if (job->size <= policy::kMaxCopySize) {
+        job->copy_from = removal->key;
+        job->logged.copy_from = old_path;
+      }
     }
   }
   MutexLock lock(mu_);
   if (stop_) return;
+  // The old name's versions not started go no more: the file goes under its new name.
+  if (removal) SupersedeLocked(removal->key);
   PushLocked(std::move(job), true);
   if (removal) PushLocked(std::move(removal), true);
   wake_.notify_one();
@@ -174,13 +184,12 @@ void Uploader::Remove(const std::string& relative) {
   wake_.notify_one();
 }
 
-void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
-  // A waiting version of the same key is superseded: only the newest is uploaded. Searched from
-  // the newest back to the first barrier (the rule of policy::SupersededBy).
+void Uploader::SupersedeLocked(const std::string& key) {
+  // Searched from the newest back to the first barrier (the rule of policy::SupersededBy).
   for (auto earlier = jobs_.rbegin(); earlier != jobs_.rend(); ++earlier) {
     Job& candidate = **earlier;
     if (candidate.phase == Job::Phase::kDone) continue;
-    if (candidate.key == job->key &&
+    if (candidate.key == key &&
         ((candidate.phase == Job::Phase::kWaiting && candidate.generation == 0 &&
           candidate.in_flight == 0) ||
          candidate.phase == Job::Phase::kFailed)) {
@@ -188,6 +197,11 @@ void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
     }
     if (candidate.marker || candidate.removal) break;
   }
+}
+
+void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
+  // A waiting version of the same key is superseded: only the newest is uploaded.
+  SupersedeLocked(job->key);
   TrimLocked();
   if (log && log_) log_->HandedOver(job->logged);
   job->seq = handed_over_++;
@@ -230,6 +244,11 @@ Status Uploader::Resume() {
                       job->logged.mtime_ns == v.mtime_ns;
     const bool marker =
         policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
+    if (job && policy::IsUploadablePath(v.copy_from, settings_.reserved_name) &&
+        job->size <= policy::kMaxCopySize) {
+      job->copy_from = settings_.s3.location.KeyOf(v.copy_from);
+      job->logged.copy_from = v.copy_from;
+    }
     // Given up as corrupt, and the file still as it was then.
     const bool still_corrupt = job && v.given_up && job->logged.size == v.given_up->size &&
                                job->logged.mtime_ns == v.given_up->mtime_ns;
@@ -286,8 +305,11 @@ bool Uploader::NextTaskLocked(Task* task) {
     if (job.phase == Job::Phase::kDone) continue;
     if (busy_keys.size() >= window) break;
     const bool key_busy = !busy_keys.insert(job.key).second;
-    const bool may_start =
-        !key_busy && ((!job.marker && !job.removal) || all_before_done) && now >= job.retry_at;
+    // A copy waits for the upload of its source before it.
+    const bool source_busy = !job.copy_from.empty() && busy_keys.count(job.copy_from) > 0;
+    const bool may_start = !key_busy && !source_busy &&
+                           ((!job.marker && !job.removal) || all_before_done) &&
+                           now >= job.retry_at;
     all_before_done = false;
     if (!may_start) continue;
     task->job = &job;
@@ -298,6 +320,13 @@ bool Uploader::NextTaskLocked(Task* task) {
       ++job.in_flight;
       job.phase = Job::Phase::kSingle;
       task->kind = Task::Kind::kDelete;
+      return true;
+    }
+    if (job.phase == Job::Phase::kWaiting && !job.copy_from.empty()) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kSingle;
+      task->kind = Task::Kind::kCopy;
+      task->copy_from = job.copy_from;
       return true;
     }
     if (job.phase == Job::Phase::kWaiting) {
@@ -422,6 +451,24 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
       break;
+    case Task::Kind::kCopy: {
+      // Copied only when the old name's object is this version (nothing else writes it: the
+      // old name's uploads before this one are done).
+      const std::optional<std::string> stored = StoredEtag(job);
+      Result<std::string> source = stored ? client.HeadObject(task.copy_from, hook)
+                                          : Result<std::string>(Status::Error(ESTALE, ""));
+      if (!source.ok() || !policy::SameEtag(*source, *stored)) {
+        outcome = source.ok() || source.status().err() == ENOENT || !stored
+                      ? Status::Error(ESTALE, "this version is not on the store under " +
+                                                  task.copy_from)
+                      : source.status();
+        break;
+      }
+      Result<std::string> copied = client.CopyObject(task.copy_from, task.key, hook);
+      outcome = copied.status();
+      if (copied.ok()) etag = *copied;
+      break;
+    }
   }
   // Bytes the store refused for their checksum: read again and checked against their record.
   const bool digest_mismatch = outcome.err() == EBADMSG &&
@@ -440,6 +487,14 @@ void Uploader::Perform(S3Client& client, Task& task) {
   }
   if (!outcome.ok()) {
     if (stop_) return;
+    if (task.kind == Task::Kind::kCopy &&
+        (outcome.err() == ESTALE || outcome.err() == ENOENT)) {
+      // This version is not on the store under the old name: it is sent.
+      job.copy_from.clear();
+      job.phase = Job::Phase::kWaiting;
+      wake_.notify_all();
+      return;
+    }
     if (digest_mismatch) {
       const policy::DigestVerdict verdict =
           policy::JudgeDigestMismatch(matches_record, ++job.digest_mismatches);
@@ -495,6 +550,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
       stats_.remote_bytes_uploaded += sent;
       job.uploaded += sent;
       [[fallthrough]];
+    case Task::Kind::kCopy:
     case Task::Kind::kComplete:
       stats_.remote_files_uploaded++;
       RecordStored(job, etag);
@@ -555,6 +611,19 @@ void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   last_error_ = why;
   progress_.notify_all();
   wake_.notify_all();
+}
+
+std::optional<std::string> Uploader::StoredEtag(const Job& job) {
+  struct stat st {};
+  std::string text(policy::kMaxStoredVersion + 1, '\0');
+  const ssize_t n = fgetxattr(job.fd, kStoredVersionAttr, text.data(), text.size());
+  // The file as handed over: its bytes are those of the version recorded.
+  if (n <= 0 || fstat(job.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != job.logged.size ||
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+    return std::nullopt;
+  }
+  text.resize(static_cast<size_t>(n));
+  return policy::StoredEtagOf(text, job.logged.size, job.logged.mtime_ns);
 }
 
 void Uploader::RecordStored(const Job& job, const std::string& etag) {

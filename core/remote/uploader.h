@@ -17,6 +17,15 @@
 // given up (counted, logged, shown in stats as failed), and the markers after it are held.
 // Each version uploaded records the ETag of its object (kStoredVersionAttr,
 // core/remote/remote_read_policy.h).
+//
+// The store has no rename. A renamed file is handed over under its new name with the removal of
+// its old one (Replaced): waiting versions of the old name are dropped (back to the last barrier,
+// as policy::SupersededBy says), so a file renamed before its upload starts goes only under its
+// final name; a file whose version is on the store under the old name (its kStoredVersionAttr
+// says so) is copied there by the store (CopyObject, once the old name's upload in flight is
+// done), never sent again; up to 5 GiB (policy::kMaxCopySize), above that it is sent again. The
+// old name's object is removed after, like every removal, once everything before it is on the
+// store; a marker renamed into place goes, like every marker, after everything before it.
 // A version given up as corrupt is recorded in the upload log: later mounts hold it (and the
 // markers after it) without sending it again, until a newer version of its name is handed over.
 //
@@ -148,6 +157,9 @@ class Uploader {
   // Records on the uploaded version of `job` (when it is still as handed over) the object's
   // `etag` (kStoredVersionAttr): listings of later mounts compare it with the store's.
   static void RecordStored(const Job& job, const std::string& etag);
+  // The ETag of the object `job`'s version is on the store as (its kStoredVersionAttr), when the
+  // file is still that version; nullopt otherwise.
+  static std::optional<std::string> StoredEtag(const Job& job);
   // Whether bytes [offset, offset + length) of `job`'s file, read again, match its checksum
   // record; nullopt when the record covers no such range.
   static std::optional<bool> LocalBytesMatchRecord(const Job& job, uint64_t offset,
@@ -157,6 +169,9 @@ class Uploader {
   // mounts when `corrupt`: recorded in the upload log); what waits for it (markers, removals)
   // waits.
   void GiveUpLocked(Job& job, const Status& why, bool corrupt) REQUIRES(mu_);
+  // Drops the waiting versions of `key` handed over since the last barrier (policy::SupersededBy):
+  // only what is handed over next for it (a newer version, or its removal) goes.
+  void SupersedeLocked(const std::string& key) REQUIRES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);
   // Drops the done jobs at the front.

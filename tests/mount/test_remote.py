@@ -222,6 +222,41 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(len(puts), 1, "the corrupt file was sent again by the next mount")
             self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/step_2/")), [])
 
+    def test_a_file_renamed_after_its_upload_is_copied_by_the_store_not_sent_again(self):
+        prefix = PREFIX + "/renamed"
+        data = distinct_content("r", 6 * MiB)  # A multipart upload.
+        metadata = b"metadata of step 1"
+        with FaultProxy(self.s3.endpoint) as proxy:
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                write(m.path("step_1", "__0_0.distcp.tmp"), data)
+                write(m.path("step_1", ".metadata.tmp"), metadata)
+                m.sync()
+                sync_remote(m)
+                self.assertEqual(len(self.s3.objects(BUCKET, prefix + "/step_1/")), 2)
+                os.rename(m.path("step_1", "__0_0.distcp.tmp"), m.path("step_1", "__0_0.distcp"))
+                os.rename(m.path("step_1", ".metadata.tmp"), m.path("step_1", ".metadata"))
+                m.sync()
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
+                self.assertEqual(m.stats()["remote"]["bytes_uploaded"], len(data) + len(metadata),
+                                 "a renamed file was sent again")
+        log = list(proxy.log)
+        copies = [e for e in log if e[2] == "PUT" and any(
+            n.lower() == "x-amz-copy-source" for n in e[5])]
+        self.assertEqual(sorted(e[3] for e in copies),
+                         [f"/{BUCKET}/{prefix}/step_1/.metadata",
+                          f"/{BUCKET}/{prefix}/step_1/__0_0.distcp"], log)
+        for e in copies:
+            self.assertEqual(e[4], 200, e)
+            ok, expected, sent = signature_matches(e[2], proxy.endpoint + e[3], e[5],
+                                                   CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+            self.assertTrue(ok, f"{e[3]}: signed {sent}, botocore says {expected}")
+        for e in copies:
+            deleted = [d for d in log if d[2] == "DELETE" and d[3] == e[3] + ".tmp"]
+            self.assertEqual(len(deleted), 1, log)
+            self.assertGreater(deleted[0][0], e[1],
+                               f"{e[3]}.tmp was removed before it was copied to its new name")
+
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"
         with FaultProxy(self.s3.endpoint) as proxy:

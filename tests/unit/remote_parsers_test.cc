@@ -249,10 +249,12 @@ TEST(UploadLogTest, RecordsReadBackInOrderWithTheLastDoneCount) {
   EXPECT_EQ(log->Pending()[1].path, "step 1/.metadata");
 }
 
-TEST(UploadLogTest, AVersionGivenUpReadsBackAsSuch) {
+TEST(UploadLogTest, ARenamedFilesOldNameAndAVersionGivenUpReadBack) {
+  policy::LoggedUploads::Version renamed = Logged("step/.metadata", 2);
+  renamed.copy_from = "step/.metadata.tmp";
   std::string bytes(UploadLogHeader());
   bytes += EncodeHandedOver(Logged("step/x", 1));
-  bytes += EncodeHandedOver(Logged("step/.metadata", 2));
+  bytes += EncodeHandedOver(renamed);
   bytes += EncodeGivenUp(0, {12, -5});
   bytes += EncodeGivenUp(2, {12, -5});  // Names no version: the log ends before it.
   bool torn = false;
@@ -263,8 +265,11 @@ TEST(UploadLogTest, AVersionGivenUpReadsBackAsSuch) {
   ASSERT_TRUE(log->handed_over[0].given_up);
   EXPECT_EQ(log->handed_over[0].given_up->size, 12u);
   EXPECT_EQ(log->handed_over[0].given_up->mtime_ns, -5);
+  EXPECT_TRUE(log->handed_over[0].copy_from.empty());
   EXPECT_FALSE(log->handed_over[1].given_up);
   EXPECT_EQ(log->handed_over[1].path, "step/.metadata");
+  EXPECT_EQ(log->handed_over[1].copy_from, "step/.metadata.tmp");
+  EXPECT_EQ(log->handed_over[1].inode, 2u);
 }
 
 TEST(UploadLogTest, ATornOrAlteredRecordEndsTheLog) {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/backing/backing_paths.h"
 #include "core/remote/remote_reader.h"
@@ -325,6 +327,77 @@ TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUpload
   ASSERT_TRUE(next.ok());
   ASSERT_TRUE((*next)->Stop(std::chrono::seconds(30)).ok());
   EXPECT_TRUE(OnStore("step/a", a));
+}
+
+// Waits (30 s at most) until `count` versions handed over are done, in order.
+bool WaitDone(const Uploader& uploader, uint64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (uploader.Progress().done_in_order < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST_F(UploadResumeTest, AFileRenamedAfterItsUploadIsCopiedByTheStoreNotSentAgain) {
+  const std::string small = Pattern(3000, 's'), big = Pattern(12 << 20, 'g');
+  Write("step/small.tmp", small);
+  Write("step/big.tmp", big);
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  (*uploader)->Enqueue(dir, "small.tmp", {});
+  (*uploader)->Enqueue(dir, "big.tmp", {});  // A multipart upload.
+  ASSERT_TRUE(WaitDone(**uploader, 2));
+  const uint64_t sent = stats.remote_bytes_uploaded.load();
+  EXPECT_EQ(sent, small.size() + big.size());
+  for (const char* name : {"small", "big"}) {
+    const std::string old_name = std::string(name) + ".tmp";
+    ASSERT_EQ(renameat(dir, old_name.c_str(), dir, name), 0);
+    (*uploader)->Enqueue(dir, name, {dir, old_name});
+  }
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  close(dir);
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), sent) << "the renamed files were sent again";
+  EXPECT_TRUE(OnStore("step/small", small));
+  EXPECT_TRUE(OnStore("step/big", big));
+  EXPECT_TRUE(Absent("step/small.tmp"));
+  EXPECT_TRUE(Absent("step/big.tmp"));
+}
+
+TEST_F(UploadResumeTest, AMarkerRenamedIntoPlaceIsSentOnceUnderItsNameAfterTheDataBeforeIt) {
+  const std::string big = Pattern(12 << 20, 'd'), meta = Pattern(500, 'm');
+  Write("step/data", big);
+  Write("step/.metadata.tmp", meta);
+  Mutex mu;
+  std::vector<std::string> order;
+  UploaderSettings settings = Settings();
+  settings.on_uploaded = [&](const std::string& path, uint64_t, uint64_t, int64_t,
+                             const std::string&) {
+    MutexLock lock(mu);
+    order.push_back(path);
+  };
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  (*uploader)->Enqueue(dir, "data", {});
+  // As DCP saves its metadata: written under a temporary name, then renamed into place; whether
+  // its upload started meanwhile or not, its bytes go once.
+  (*uploader)->Enqueue(dir, ".metadata.tmp", {});
+  ASSERT_EQ(renameat(dir, ".metadata.tmp", dir, ".metadata"), 0);
+  (*uploader)->Enqueue(dir, ".metadata", {dir, ".metadata.tmp"});
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  close(dir);
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), big.size() + meta.size());
+  EXPECT_TRUE(OnStore("step/.metadata", meta));
+  EXPECT_TRUE(Absent("step/.metadata.tmp"));
+  MutexLock lock(mu);
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(order.back(), "step/.metadata") << "the marker went before the data before it";
 }
 
 // A listing's gate with nothing of the mount pending.
