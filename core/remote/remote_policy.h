@@ -173,6 +173,9 @@ struct LoggedUploads {
       int64_t mtime_ns = 0;
     };
     std::optional<GivenUp> given_up;
+    // A directory renamed from `path` to this (empty: not one): every object under `path` is
+    // copied under it, then removed (unused by the other fields).
+    std::string move_to;
   };
   std::vector<Version> handed_over;
   uint64_t done = 0;  // The greatest "done up to" recorded; at most handed_over.size() counts.

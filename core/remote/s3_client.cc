@@ -629,7 +629,7 @@ Status S3Client::GetRange(const std::string& key, uint64_t offset, uint64_t leng
 
 Result<S3Client::ListPage> S3Client::ListObjects(const std::string& prefix,
                                                  const std::string& token, unsigned max_keys,
-                                                 const RetryHook& hook) {
+                                                 const RetryHook& hook, bool whole_tree) {
   CURL* curl = static_cast<CURL*>(curl_);
   auto escape = [&](const std::string& text) -> std::optional<std::string> {
     char* escaped = curl_easy_escape(curl, text.c_str(), static_cast<int>(text.size()));
@@ -646,8 +646,9 @@ Result<S3Client::ListPage> S3Client::ListObjects(const std::string& prefix,
   Request request;
   // Canonical order: sorted by name.
   request.query = (token.empty() ? "" : "continuation-token=" + *escaped_token + "&") +
-                  "delimiter=%2F&encoding-type=url&list-type=2&max-keys=" +
-                  std::to_string(max_keys) + "&prefix=" + *escaped_prefix;
+                  std::string(whole_tree ? "" : "delimiter=%2F&") +
+                  "encoding-type=url&list-type=2&max-keys=" + std::to_string(max_keys) +
+                  "&prefix=" + *escaped_prefix;
   Result<Answer> answer = Run(request, hook, policy::kCheckRetries + 3);
   if (!answer.ok()) return answer.status();
   Result<S3Xml> xml = ParseS3Xml(answer->body);

@@ -101,8 +101,9 @@ class S3Client {
   // when the store answers with another length; retried as uploads are (at most `max_retries`).
   Status GetRange(const std::string& key, uint64_t offset, uint64_t length, int fd,
                   const RetryHook& hook, unsigned max_retries, const std::string& if_match = "");
-  // One page of ListObjectsV2 of `prefix` with delimiter '/' (`token`: the page after the one
-  // that gave it; empty for the first). Keys and prefixes as the store names them, decoded
+  // One page of ListObjectsV2 of `prefix` with delimiter '/' (`whole_tree`: without, every key
+  // under it) (`token`: the page after the one that gave it; empty for the first). Keys and
+  // prefixes as the store names them, decoded
   // (asked with encoding-type=url); untrusted.
   struct ListedObject {
     std::string key;
@@ -116,7 +117,7 @@ class S3Client {
     std::string next_token;  // Empty: the last page.
   };
   Result<ListPage> ListObjects(const std::string& prefix, const std::string& token,
-                               unsigned max_keys, const RetryHook& hook);
+                               unsigned max_keys, const RetryHook& hook, bool whole_tree = false);
 
  private:
   struct Request;

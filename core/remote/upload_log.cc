@@ -110,6 +110,7 @@ std::string_view UploadLogHeader() { return kHeader; }
 
 std::string EncodeHandedOver(const policy::LoggedUploads::Version& v) {
   if (v.removal) return Sealed("R " + PathField(v.path));
+  if (!v.move_to.empty()) return Sealed("M " + PathField(v.path) + " " + PathField(v.move_to));
   const std::string fields = std::to_string(v.inode) + " " + std::to_string(v.size) + " " +
                              std::to_string(v.mtime_ns) + " " + PathField(v.path);
   if (!v.copy_from.empty()) return Sealed("C " + fields + " " + PathField(v.copy_from));
@@ -149,6 +150,10 @@ Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn
       ok = r.Char(' ') && r.Number(&index) && r.Char(' ') && r.Number(&then.size) &&
            r.Char(' ') && r.Number(&then.mtime_ns) && r.Crc() && index < log.handed_over.size();
       if (ok) log.handed_over[index].given_up = then;
+    } else if (r.Char('M')) {
+      ok = r.Char(' ') && r.Path(&v.path) && r.Char(' ') && r.Path(&v.move_to) &&
+           !v.move_to.empty() && r.Crc();
+      if (ok) log.handed_over.push_back(std::move(v));
     } else if (r.Char('R')) {
       v.removal = true;
       ok = r.Char(' ') && r.Path(&v.path) && r.Crc();

@@ -9,6 +9,7 @@
 // uploads a version again). When nothing is pending the file is emptied; a restarted mount
 // rewrites it with what it resumes.
 //
+// A directory renamed is recorded by its two names (its objects are moved under the new one).
 // A version given up as corrupt is recorded as such (by its place since the log was emptied),
 // durably (Sync).
 //

@@ -38,6 +38,9 @@ struct Uploader::Job {
   // The key of the file's old name (empty: none): the store copies that object to `key` when the
   // file's kStoredVersionAttr says it is this version; else the file is sent (kSingle/kParts).
   std::string copy_from;
+  // Moves every object under `key` (a directory's, with '/' after) under this prefix instead of
+  // uploading (no fd): a renamed directory.
+  std::string move_to;
   uint64_t seq = 0;  // Handed over as the seq-th (Uploader::handed_over_ then).
   policy::PartPlan plan;
   Phase phase = Phase::kWaiting;
@@ -58,7 +61,7 @@ struct Uploader::Job {
 };
 
 struct Uploader::Task {
-  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete, kCopy } kind = Kind::kPut;
+  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete, kCopy, kMove } kind = Kind::kPut;
   Job* job = nullptr;
   unsigned part = 0;
   unsigned generation = 0;
@@ -139,31 +142,29 @@ std::unique_ptr<Uploader::Job> Uploader::RemovalJob(const S3Location& location,
   return job;
 }
 
-void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) {
+void Uploader::Enqueue(int dir_fd, const std::string& name, const std::string& relative,
+                       const std::string& replaced) {
+  if (!policy::IsUploadablePath(relative, settings_.reserved_name)) return;
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
     return;
   }
   struct stat st {};
-  const std::optional<std::string> relative = RelativePath(fd);
+  const std::optional<std::string> now = RelativePath(fd);
   // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
-  if (!relative || relative->empty()) {
+  if (!now || now->empty()) {
     close(fd);
     return;
   }
-  std::unique_ptr<Job> job = MakeJob(fd, *relative, &st);
+  std::unique_ptr<Job> job = MakeJob(fd, relative, &st);
   if (!job) return;
   std::unique_ptr<Job> removal;
-  if (replaced.dir_fd >= 0) {
-    const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
-    if (dir) {
-      const std::string old_path = dir->empty() ? replaced.name : *dir + "/" + replaced.name;
-      removal = RemovalJob(settings_.s3.location, old_path);
-      if (job->size <= policy::kMaxCopySize) {
-        job->copy_from = removal->key;
-        job->logged.copy_from = old_path;
-      }
+  if (policy::IsUploadablePath(replaced, settings_.reserved_name)) {
+    removal = RemovalJob(settings_.s3.location, replaced);
+    if (job->size <= policy::kMaxCopySize) {
+      job->copy_from = removal->key;
+      job->logged.copy_from = replaced;
     }
   }
   MutexLock lock(mu_);
@@ -172,6 +173,28 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& repl
   if (removal) SupersedeLocked(removal->key);
   PushLocked(std::move(job), true);
   if (removal) PushLocked(std::move(removal), true);
+  wake_.notify_one();
+}
+
+std::unique_ptr<Uploader::Job> Uploader::MoveJob(const S3Location& location,
+                                                 const std::string& from, const std::string& to) {
+  auto job = std::make_unique<Job>();
+  job->key = location.KeyOf(from) + "/";
+  job->move_to = location.KeyOf(to) + "/";
+  job->logged.path = from;
+  job->logged.move_to = to;
+  return job;
+}
+
+void Uploader::Move(const std::string& from, const std::string& to) {
+  if (!policy::IsUploadablePath(from, settings_.reserved_name) ||
+      !policy::IsUploadablePath(to, settings_.reserved_name) || from == to) {
+    return;
+  }
+  std::unique_ptr<Job> move = MoveJob(settings_.s3.location, from, to);
+  MutexLock lock(mu_);
+  if (stop_) return;
+  PushLocked(std::move(move), true);
   wake_.notify_one();
 }
 
@@ -195,7 +218,7 @@ void Uploader::SupersedeLocked(const std::string& key) {
          candidate.phase == Job::Phase::kFailed)) {
       candidate.phase = Job::Phase::kDone;
     }
-    if (candidate.marker || candidate.removal) break;
+    if (candidate.marker || candidate.removal || !candidate.move_to.empty()) break;
   }
 }
 
@@ -228,9 +251,17 @@ Status Uploader::Resume() {
       ++refused;
       continue;
     }
+    if (!v.move_to.empty()) {
+      if (policy::IsUploadablePath(v.move_to, settings_.reserved_name)) {
+        resumed.push_back(MoveJob(settings_.s3.location, v.path, v.move_to));
+      } else {
+        ++refused;
+      }
+      continue;
+    }
     const auto is_barrier = [&](size_t k) {
       const std::string& path = pending[k].path;
-      return pending[k].removal ||
+      return pending[k].removal || !pending[k].move_to.empty() ||
              policy::IsCommitMarker(path.substr(path.rfind('/') + 1), settings_.markers);
     };
     bool named_again = false;
@@ -298,6 +329,7 @@ bool Uploader::NextTaskLocked(Task* task) {
   const auto now = std::chrono::steady_clock::now();
   bool all_before_done = true;
   std::unordered_set<std::string_view> busy_keys;  // Of the unfinished jobs before this one.
+  std::vector<const Job*> moves;  // The unfinished moves before this one.
   // Looks at the first unfinished jobs only: enough to keep every thread busy.
   const size_t window = 4 * clients_.size() + 64;
   for (auto& owned : jobs_) {
@@ -307,10 +339,20 @@ bool Uploader::NextTaskLocked(Task* task) {
     const bool key_busy = !busy_keys.insert(job.key).second;
     // A copy waits for the upload of its source before it.
     const bool source_busy = !job.copy_from.empty() && busy_keys.count(job.copy_from) > 0;
-    const bool may_start = !key_busy && !source_busy &&
-                           ((!job.marker && !job.removal) || all_before_done) &&
-                           now >= job.retry_at;
+    // What names an object a move before it takes or gives waits for the move.
+    const auto moved_by = [&job](const Job* move) {
+      const auto under = [](const std::string& key, const std::string& prefix) {
+        return !key.empty() && key.compare(0, prefix.size(), prefix) == 0;
+      };
+      return under(job.key, move->key) || under(job.key, move->move_to) ||
+             under(job.copy_from, move->key) || under(job.copy_from, move->move_to);
+    };
+    const bool moving = std::any_of(moves.begin(), moves.end(), moved_by);
+    const bool barrier = job.marker || job.removal || !job.move_to.empty();
+    const bool may_start = !key_busy && !source_busy && !moving &&
+                           (!barrier || all_before_done) && now >= job.retry_at;
     all_before_done = false;
+    if (!job.move_to.empty()) moves.push_back(&job);
     if (!may_start) continue;
     task->job = &job;
     task->key = job.key;
@@ -320,6 +362,12 @@ bool Uploader::NextTaskLocked(Task* task) {
       ++job.in_flight;
       job.phase = Job::Phase::kSingle;
       task->kind = Task::Kind::kDelete;
+      return true;
+    }
+    if (job.phase == Job::Phase::kWaiting && !job.move_to.empty()) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kSingle;
+      task->kind = Task::Kind::kMove;
       return true;
     }
     if (job.phase == Job::Phase::kWaiting && !job.copy_from.empty()) {
@@ -451,6 +499,10 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
       break;
+    case Task::Kind::kMove:
+      // The paths are set once, before the job is shared: read without the lock.
+      outcome = MoveObjects(client, job.logged.path, job.logged.move_to, hook);
+      break;
     case Task::Kind::kCopy: {
       // Copied only when the old name's object is this version (nothing else writes it: the
       // old name's uploads before this one are done).
@@ -561,9 +613,90 @@ void Uploader::Perform(S3Client& client, Task& task) {
       FinishLocked(job);
       return;
     case Task::Kind::kDelete:
+    case Task::Kind::kMove:
       FinishLocked(job);
       return;
   }
+}
+
+Status Uploader::MoveObjects(S3Client& client, const std::string& from, const std::string& to,
+                             const RetryHook& hook) const {
+  const std::string from_key = settings_.s3.location.KeyOf(from) + "/";
+  const std::string to_key = settings_.s3.location.KeyOf(to) + "/";
+  const int root =
+      open(settings_.backing_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  // Each listing bounded by the store's page; their number by this.
+  constexpr unsigned kMaxPages = 1'000'000;
+  size_t copied = 0;
+  Status failed;
+  std::string token;
+  for (unsigned page_count = 0; failed.ok() && page_count < kMaxPages; ++page_count) {
+    Result<S3Client::ListPage> page =
+        client.ListObjects(from_key, token, policy::kListPageKeys, hook, /*whole_tree=*/true);
+    if (!page.ok()) {
+      failed = page.status();
+      break;
+    }
+    for (const S3Client::ListedObject& object : page->objects) {
+      if (object.key.size() <= from_key.size() ||
+          object.key.compare(0, from_key.size(), from_key) != 0) {
+        continue;  // Not asked for.
+      }
+      const std::string under = object.key.substr(from_key.size());
+      if (object.size > policy::kMaxCopySize) {
+        failed = Status::Error(EFBIG, "s3://" + settings_.s3.location.bucket + "/" + object.key +
+                                          " is larger than S3 copies (5 GiB): not moved");
+        break;
+      }
+      Result<std::string> copy = client.CopyObject(object.key, to_key + under, hook);
+      if (!copy.ok()) {
+        failed = copy.status();
+        break;
+      }
+      ++copied;
+      // The local file copied, when it records the source: it records the copy now.
+      const std::string local = to + "/" + under;
+      if (root < 0 || copy->empty() || !policy::IsUploadablePath(local, settings_.reserved_name)) {
+        continue;
+      }
+      const int fd = OpenBeneath(root, local, O_RDONLY);
+      if (fd < 0) continue;
+      std::string text(policy::kMaxStoredVersion + 1, '\0');
+      const ssize_t n = fgetxattr(fd, kStoredVersionAttr, text.data(), text.size());
+      struct stat st {};
+      if (n > 0 && fstat(fd, &st) == 0) {
+        text.resize(static_cast<size_t>(n));
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+        const std::optional<std::string> recorded = policy::StoredEtagOf(text, size, mtime_ns);
+        if (recorded && policy::SameEtag(*recorded, object.etag)) {
+          const std::string record = policy::FormatStoredVersion(*copy, size, mtime_ns);
+          (void)fsetxattr(fd, kStoredVersionAttr, record.data(), record.size(), 0);
+        }
+      }
+      close(fd);
+    }
+    // A token the store repeats would loop forever.
+    if (page->next_token.empty() || page->next_token == token) break;
+    token = page->next_token;
+  }
+  if (root >= 0) close(root);
+  if (!failed.ok()) return failed;
+  // Every object is under the new name: the old ones go, the first page again until none is left.
+  for (unsigned page_count = 0; page_count < kMaxPages; ++page_count) {
+    Result<S3Client::ListPage> page =
+        client.ListObjects(from_key, "", policy::kListPageKeys, hook, /*whole_tree=*/true);
+    if (!page.ok()) return page.status();
+    size_t removed = 0;
+    for (const S3Client::ListedObject& object : page->objects) {
+      if (object.key.compare(0, from_key.size(), from_key) != 0) continue;
+      if (Status st = client.DeleteObject(object.key, hook); !st.ok()) return st;
+      ++removed;
+    }
+    if (removed == 0) break;
+  }
+  if (copied > 0) spdlog::info("remote: {} objects moved from {}/ to {}/", copied, from, to);
+  return Status::Ok();
 }
 
 std::optional<bool> Uploader::LocalBytesMatchRecord(const Job& job, uint64_t offset,
@@ -642,12 +775,26 @@ void Uploader::RecordStored(const Job& job, const std::string& etag) {
 policy::PendingChange Uploader::PendingOf(const std::string& relative) const {
   MutexLock lock(mu_);
   const std::string under = relative + "/";
+  // Whether `path` is `relative` or under it.
+  const auto names = [&](const std::string& path) {
+    return path == relative || path.compare(0, under.size(), under) == 0;
+  };
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     const Job& job = **it;
     if (job.phase == Job::Phase::kDone) continue;
-    if (job.logged.path != relative && job.logged.path.compare(0, under.size(), under) != 0) {
+    if (!job.move_to.empty()) {
+      // A move: its old name (and what is under it) is being removed, its new one uploaded.
+      const std::string& from = job.logged.path;
+      if (relative == from || relative.compare(0, from.size() + 1, from + "/") == 0) {
+        return policy::PendingChange::kRemoval;
+      }
+      if (names(from) || names(job.logged.move_to) ||
+          relative.compare(0, job.logged.move_to.size() + 1, job.logged.move_to + "/") == 0) {
+        return policy::PendingChange::kUpload;
+      }
       continue;
     }
+    if (!names(job.logged.path)) continue;
     return job.removal ? policy::PendingChange::kRemoval : policy::PendingChange::kUpload;
   }
   return policy::PendingChange::kNone;

@@ -257,6 +257,26 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertGreater(deleted[0][0], e[1],
                                f"{e[3]}.tmp was removed before it was copied to its new name")
 
+    def test_a_renamed_directory_moves_on_the_store_and_leaves_its_old_name(self):
+        prefix = PREFIX + "/dir_renamed"
+        first = distinct_content("a", 6 * MiB)
+        second = distinct_content("b", 100000)
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix)) as m:
+            # As Orbax commits a step: its temporary directory renamed, here once on the store.
+            write(m.path("step_1.orbax-checkpoint-tmp-1", "d", "0.0"), first)
+            write(m.path("step_1.orbax-checkpoint-tmp-1", "_METADATA"), b"meta 1")
+            m.sync()
+            sync_remote(m)
+            os.rename(m.path("step_1.orbax-checkpoint-tmp-1"), m.path("step_1"))
+            # And renamed before its files reached the store.
+            write(m.path("step_2.orbax-checkpoint-tmp-2", "d", "0.0"), second)
+            os.rename(m.path("step_2.orbax-checkpoint-tmp-2"), m.path("step_2"))
+            m.sync()
+            sync_remote(m)
+            self.assert_store_equals_backing(m, prefix)
+            self.assertEqual(m.stats()["remote"]["bytes_uploaded"], len(first) + 6 + len(second),
+                             "a moved file was sent again")
+
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"
         with FaultProxy(self.s3.endpoint) as proxy:

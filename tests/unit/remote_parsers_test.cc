@@ -272,6 +272,21 @@ TEST(UploadLogTest, ARenamedFilesOldNameAndAVersionGivenUpReadBack) {
   EXPECT_EQ(log->handed_over[1].inode, 2u);
 }
 
+TEST(UploadLogTest, ARenamedDirectoryReadsBackWithBothNames) {
+  policy::LoggedUploads::Version move;
+  move.path = "ckpt.orbax-checkpoint-tmp-1";
+  move.move_to = "ckpt";
+  bool torn = true;
+  Result<policy::LoggedUploads> log =
+      DecodeUploadLog(std::string(UploadLogHeader()) + EncodeHandedOver(move), &torn);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_FALSE(torn);
+  ASSERT_EQ(log->handed_over.size(), 1u);
+  EXPECT_EQ(log->handed_over[0].path, "ckpt.orbax-checkpoint-tmp-1");
+  EXPECT_EQ(log->handed_over[0].move_to, "ckpt");
+  EXPECT_FALSE(log->handed_over[0].removal);
+}
+
 TEST(UploadLogTest, ATornOrAlteredRecordEndsTheLog) {
   const std::string head = std::string(UploadLogHeader()) + EncodeHandedOver(Logged("a", 1));
   const std::string second = EncodeHandedOver(Logged("b", 2));
