@@ -277,6 +277,33 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(m.stats()["remote"]["bytes_uploaded"], len(first) + 6 + len(second),
                              "a moved file was sent again")
 
+    def test_a_daemon_killed_in_the_middle_of_a_directory_move_loses_no_object(self):
+        prefix = PREFIX + "/dir_move_killed"
+        files = {f"d/{i}": distinct_content(f"m{i}", 1000 + i) for i in range(4)}
+        with FaultProxy(self.s3.endpoint) as proxy:
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                for name, data in files.items():
+                    write(m.path("ckpt.tmp", name), data)
+                m.sync()
+                sync_remote(m)
+                # The move's first removal stalls: the daemon dies with the objects copied.
+                proxy.inject("delay", method="DELETE", count=1, delay=20.0)
+                os.rename(m.path("ckpt.tmp"), m.path("ckpt"))
+                m.sync()
+                wait_for(lambda: proxy.injected.get("delay", 0) >= 1, 30,
+                         lambda: f"the move did not start: {m.stats()['remote']}")
+                m.kill9()
+                store = self.s3.objects(BUCKET, prefix + "/")
+                for name, data in files.items():
+                    self.assertTrue(store.get(f"{prefix}/ckpt/{name}") == data or
+                                    store.get(f"{prefix}/ckpt.tmp/{name}") == data,
+                                    f"{name} is under neither name: {sorted(store)}")
+                m.start()
+                wait_for(lambda: "remote: resuming" in m.output(), 60,
+                         lambda: "the next mount resuming the move")
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
+
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"
         with FaultProxy(self.s3.endpoint) as proxy:
