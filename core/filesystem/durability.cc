@@ -169,27 +169,72 @@ void Durability::HandOverUploads(const FlushReport& report) {
       removed_dirs[e->victim.get()] = path_in(*parent, e->name);
     }
   }
-  for (const EntryRef& e : report.durable) {
+  // Paths are found as the backing directory is now, after every change of the batch; the store
+  // gets the changes in journal order, so each path is taken back to what it was at its entry
+  // through the directories the batch renamed after it (from the last one back).
+  struct DirRename {
+    size_t at;  // Its entry's place in the batch.
+    std::string from, to;
+  };
+  std::vector<DirRename> dir_renames;
+  const auto is_dir_rename = [](const EntryRef& e) {
+    return e->kind == JournalEntry::Kind::kRename && e->inode &&
+           e->inode->type == FileType::kDirectory;
+  };
+  for (size_t i = 0; i < report.durable.size(); ++i) {
+    const EntryRef& e = report.durable[i];
+    if (!is_dir_rename(e) || (shared_ && parts_.journal.StateOf(e).held)) continue;
+    const std::optional<std::string> from = dir_path(e->parent);
+    const std::optional<std::string> to = dir_path(e->new_parent);
+    if (from && to) dir_renames.push_back({i, path_in(*from, e->name), path_in(*to, e->new_name)});
+  }
+  auto as_journaled = [&dir_renames](std::string path, size_t at) {
+    for (auto r = dir_renames.rbegin(); r != dir_renames.rend() && r->at > at; ++r) {
+      if (path == r->to || path.compare(0, r->to.size() + 1, r->to + "/") == 0) {
+        path = r->from + path.substr(r->to.size());
+      }
+    }
+    return path;
+  };
+  for (size_t k = dir_renames.size(); k-- > 0;) {
+    dir_renames[k].from = as_journaled(dir_renames[k].from, dir_renames[k].at);
+    dir_renames[k].to = as_journaled(dir_renames[k].to, dir_renames[k].at);
+  }
+  size_t next_dir_rename = 0;
+  for (size_t i = 0; i < report.durable.size(); ++i) {
+    const EntryRef& e = report.durable[i];
     if (shared_ && parts_.journal.StateOf(e).held) continue;
+    auto path_at = [&](const InodeRef& dir, const std::string& name) -> std::optional<std::string> {
+      const std::optional<std::string> in = dir_path(dir);
+      if (!in) return std::nullopt;
+      return as_journaled(path_in(*in, name), i);
+    };
     auto hand_over = [&](const InodeRef& dir, const std::string& name,
-                         const Uploader::Replaced& replaced) {
-      if (const int fd = backing_fd(dir); fd >= 0) uploader_->Enqueue(fd, name, replaced);
+                         const std::string& replaced) {
+      const int fd = backing_fd(dir);
+      const std::optional<std::string> path = path_at(dir, name);
+      if (fd >= 0 && path) uploader_->Enqueue(fd, name, *path, replaced);
     };
     const bool file = e->inode && e->inode->type == FileType::kRegular;
     switch (e->kind) {
       case JournalEntry::Kind::kPublish:
-        for (const Inode::Name& n : e->names) hand_over(n.parent, n.name, {});
+        for (const Inode::Name& n : e->names) hand_over(n.parent, n.name, "");
         break;
       case JournalEntry::Kind::kRename:
-        if (file) hand_over(e->new_parent, e->new_name, {backing_fd(e->parent), e->name});
+        if (file) {
+          hand_over(e->new_parent, e->new_name, path_at(e->parent, e->name).value_or(""));
+        } else if (next_dir_rename < dir_renames.size() && dir_renames[next_dir_rename].at == i) {
+          uploader_->Move(dir_renames[next_dir_rename].from, dir_renames[next_dir_rename].to);
+          ++next_dir_rename;
+        }
         break;
       case JournalEntry::Kind::kLink:
-        if (file) hand_over(e->new_parent, e->new_name, {});
+        if (file) hand_over(e->new_parent, e->new_name, "");
         break;
       case JournalEntry::Kind::kUnlink:
         if (e->victim && e->victim->type == FileType::kRegular) {
-          if (std::optional<std::string> dir = dir_path(e->parent)) {
-            uploader_->Remove(path_in(*dir, e->name));
+          if (std::optional<std::string> path = path_at(e->parent, e->name)) {
+            uploader_->Remove(*path);
           }
         }
         break;

@@ -95,6 +95,8 @@ inline constexpr unsigned kCheckRetries = 2;
 inline constexpr uint64_t kMinPartSize = 5ull << 20;
 inline constexpr uint64_t kMaxPartSize = 5ull << 30;
 inline constexpr uint64_t kMaxParts = 10'000;
+// The largest object S3 copies in one CopyObject; a renamed file larger than this is sent again.
+inline constexpr uint64_t kMaxCopySize = 5ull << 30;
 
 struct PartPlan {
   bool multipart = false;  // false: one PutObject of the whole file.
@@ -161,6 +163,19 @@ struct LoggedUploads {
     uint64_t inode = 0;
     uint64_t size = 0;
     int64_t mtime_ns = 0;
+    // The file's old name when it was renamed to `path` (empty: none): its object there is
+    // copied when it is this version.
+    std::string copy_from;
+    // Given up: its local bytes no longer match their checksum record (corrupt); the file's size
+    // and mtime then.
+    struct GivenUp {
+      uint64_t size = 0;
+      int64_t mtime_ns = 0;
+    };
+    std::optional<GivenUp> given_up;
+    // A directory renamed from `path` to this (empty: not one): every object under `path` is
+    // copied under it, then removed (unused by the other fields).
+    std::string move_to;
   };
   std::vector<Version> handed_over;
   uint64_t done = 0;  // The greatest "done up to" recorded; at most handed_over.size() counts.
@@ -184,7 +199,7 @@ bool SupersededBy(size_t earlier, size_t later, IsBarrier is_barrier) {
   return true;
 }
 
-enum class Resumed { kUpload, kRemove, kSkip };
+enum class Resumed { kUpload, kRemove, kSkip, kHold };
 
 // What a restarted mount does with a pending logged version of a path, in log order, given
 // whether the file now under the path is that version (`same_version`; false when it is gone),
@@ -195,10 +210,13 @@ enum class Resumed { kUpload, kRemove, kSkip };
 // recovery publishes it again) is uploaded as the file now is when it is data, which only puts
 // data ahead of markers, and skipped when it is a marker, whose data may not be logged yet: a
 // marker reaches the store only as the version the log names, after what was logged before it.
+// A version given up as corrupt whose file is still as it was then (`still_corrupt`) is held
+// (kHold: never sent, the markers after it held, reported), not tried again.
 inline Resumed ResumeLogged(bool removal, bool marker, bool exists, bool same_version,
-                            bool named_again) {
+                            bool named_again, bool still_corrupt) {
   if (removal) return Resumed::kRemove;
   if (named_again || !exists) return Resumed::kSkip;
+  if (still_corrupt) return Resumed::kHold;
   if (same_version) return Resumed::kUpload;
   return marker ? Resumed::kSkip : Resumed::kUpload;
 }

@@ -25,6 +25,8 @@ struct S3Client::Request {
   uint64_t size = 0;
   std::string body;    // Or this (POST).
   std::vector<std::string> headers;  // More headers ("Name: value"), signed with the others.
+  // A 200 answer may carry an error (CompleteMultipartUpload, CopyObject): its XML is read.
+  bool error_in_ok_answer = false;
   size_t max_answer = 1 << 20;
   int sink_fd = -1;  // GET: the answer's body written to sink_fd from sink_offset (not kept).
   uint64_t sink_offset = 0;
@@ -370,7 +372,8 @@ S3Client::Answer S3Client::Try(const Request& request) {
   }
   // An error answers with XML (none for HEAD); CompleteMultipartUpload may answer 200 with one.
   std::string error_code, error_message;
-  if (!answer.body.empty() && (answer.http >= 300 || method == "POST")) {
+  if (!answer.body.empty() &&
+      (answer.http >= 300 || method == "POST" || request.error_in_ok_answer)) {
     Result<S3Xml> xml = ParseS3Xml(answer.body);
     if (xml.ok() && xml->root == "Error") {
       error_code = xml->Field("Code");
@@ -560,6 +563,29 @@ Result<std::vector<S3Client::OpenUpload>> S3Client::ListMultipartUploads(
   return uploads;
 }
 
+Result<std::string> S3Client::HeadObject(const std::string& key, const RetryHook& hook) {
+  Request request;
+  request.method = "HEAD";
+  request.key = key;
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  return answer->etag;
+}
+
+Result<std::string> S3Client::CopyObject(const std::string& source, const std::string& key,
+                                         const RetryHook& hook) {
+  Request request;
+  request.method = "PUT";
+  request.key = key;
+  request.error_in_ok_answer = true;
+  request.headers.push_back("x-amz-copy-source: /" + settings_.location.bucket + "/" +
+                            EncodeKey(source));
+  Result<Answer> answer = Run(request, hook, UINT_MAX);
+  if (!answer.ok()) return answer.status();
+  Result<S3Xml> xml = ParseS3Xml(answer->body);
+  return xml.ok() ? xml->Field("ETag") : std::string();
+}
+
 Status S3Client::DeleteObject(const std::string& key, const RetryHook& hook) {
   Request request;
   request.method = "DELETE";
@@ -603,7 +629,7 @@ Status S3Client::GetRange(const std::string& key, uint64_t offset, uint64_t leng
 
 Result<S3Client::ListPage> S3Client::ListObjects(const std::string& prefix,
                                                  const std::string& token, unsigned max_keys,
-                                                 const RetryHook& hook) {
+                                                 const RetryHook& hook, bool whole_tree) {
   CURL* curl = static_cast<CURL*>(curl_);
   auto escape = [&](const std::string& text) -> std::optional<std::string> {
     char* escaped = curl_easy_escape(curl, text.c_str(), static_cast<int>(text.size()));
@@ -620,8 +646,9 @@ Result<S3Client::ListPage> S3Client::ListObjects(const std::string& prefix,
   Request request;
   // Canonical order: sorted by name.
   request.query = (token.empty() ? "" : "continuation-token=" + *escaped_token + "&") +
-                  "delimiter=%2F&encoding-type=url&list-type=2&max-keys=" +
-                  std::to_string(max_keys) + "&prefix=" + *escaped_prefix;
+                  std::string(whole_tree ? "" : "delimiter=%2F&") +
+                  "encoding-type=url&list-type=2&max-keys=" + std::to_string(max_keys) +
+                  "&prefix=" + *escaped_prefix;
   Result<Answer> answer = Run(request, hook, policy::kCheckRetries + 3);
   if (!answer.ok()) return answer.status();
   Result<S3Xml> xml = ParseS3Xml(answer->body);

@@ -82,6 +82,16 @@ class S3Client {
   };
   Result<std::vector<OpenUpload>> ListMultipartUploads(const std::string& prefix,
                                                        const RetryHook& hook);
+  // The ETag of object `key` (HeadObject; empty when the store gives none); ENOENT when there is
+  // none.
+  Result<std::string> HeadObject(const std::string& key, const RetryHook& hook);
+  // Copies the object `source` to `key` on the store (CopyObject: no byte goes over the network):
+  // the new object's ETag (empty when the store gives none). ENOENT when there is no `source`.
+  // S3 copies at most 5 GiB this way (policy::kMaxCopySize). No x-amz-copy-source-if-match:
+  // libcurl 7.88 sorts the headers it signs by whole line, so that one, sent with
+  // x-amz-copy-source, would be signed out of S3's order (and refused).
+  Result<std::string> CopyObject(const std::string& source, const std::string& key,
+                                 const RetryHook& hook);
   // Removes the object `key` (ok also when there is none).
   Status DeleteObject(const std::string& key, const RetryHook& hook);
   // The object's bytes (at most `max_bytes`: EFBIG beyond).
@@ -91,8 +101,9 @@ class S3Client {
   // when the store answers with another length; retried as uploads are (at most `max_retries`).
   Status GetRange(const std::string& key, uint64_t offset, uint64_t length, int fd,
                   const RetryHook& hook, unsigned max_retries, const std::string& if_match = "");
-  // One page of ListObjectsV2 of `prefix` with delimiter '/' (`token`: the page after the one
-  // that gave it; empty for the first). Keys and prefixes as the store names them, decoded
+  // One page of ListObjectsV2 of `prefix` with delimiter '/' (`whole_tree`: without, every key
+  // under it) (`token`: the page after the one that gave it; empty for the first). Keys and
+  // prefixes as the store names them, decoded
   // (asked with encoding-type=url); untrusted.
   struct ListedObject {
     std::string key;
@@ -106,7 +117,7 @@ class S3Client {
     std::string next_token;  // Empty: the last page.
   };
   Result<ListPage> ListObjects(const std::string& prefix, const std::string& token,
-                               unsigned max_keys, const RetryHook& hook);
+                               unsigned max_keys, const RetryHook& hook, bool whole_tree = false);
 
  private:
   struct Request;

@@ -110,11 +110,19 @@ std::string_view UploadLogHeader() { return kHeader; }
 
 std::string EncodeHandedOver(const policy::LoggedUploads::Version& v) {
   if (v.removal) return Sealed("R " + PathField(v.path));
-  return Sealed("U " + std::to_string(v.inode) + " " + std::to_string(v.size) + " " +
-                std::to_string(v.mtime_ns) + " " + PathField(v.path));
+  if (!v.move_to.empty()) return Sealed("M " + PathField(v.path) + " " + PathField(v.move_to));
+  const std::string fields = std::to_string(v.inode) + " " + std::to_string(v.size) + " " +
+                             std::to_string(v.mtime_ns) + " " + PathField(v.path);
+  if (!v.copy_from.empty()) return Sealed("C " + fields + " " + PathField(v.copy_from));
+  return Sealed("U " + fields);
 }
 
 std::string EncodeDone(uint64_t count) { return Sealed("D " + std::to_string(count)); }
+
+std::string EncodeGivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then) {
+  return Sealed("X " + std::to_string(index) + " " + std::to_string(then.size) + " " +
+                std::to_string(then.mtime_ns));
+}
 
 Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn) {
   *torn = false;
@@ -130,9 +138,21 @@ Result<policy::LoggedUploads> DecodeUploadLog(std::string_view bytes, bool* torn
     RecordReader r(bytes);
     policy::LoggedUploads::Version v;
     bool ok = false;
-    if (r.Char('U')) {
+    const bool copy = !bytes.empty() && bytes.front() == 'C';
+    if (r.Char('U') || r.Char('C')) {
       ok = r.Char(' ') && r.Number(&v.inode) && r.Char(' ') && r.Number(&v.size) && r.Char(' ') &&
-           r.Number(&v.mtime_ns) && r.Char(' ') && r.Path(&v.path) && r.Crc();
+           r.Number(&v.mtime_ns) && r.Char(' ') && r.Path(&v.path) &&
+           (!copy || (r.Char(' ') && r.Path(&v.copy_from) && !v.copy_from.empty())) && r.Crc();
+      if (ok) log.handed_over.push_back(std::move(v));
+    } else if (r.Char('X')) {
+      uint64_t index = 0;
+      policy::LoggedUploads::Version::GivenUp then;
+      ok = r.Char(' ') && r.Number(&index) && r.Char(' ') && r.Number(&then.size) &&
+           r.Char(' ') && r.Number(&then.mtime_ns) && r.Crc() && index < log.handed_over.size();
+      if (ok) log.handed_over[index].given_up = then;
+    } else if (r.Char('M')) {
+      ok = r.Char(' ') && r.Path(&v.path) && r.Char(' ') && r.Path(&v.move_to) &&
+           !v.move_to.empty() && r.Crc();
       if (ok) log.handed_over.push_back(std::move(v));
     } else if (r.Char('R')) {
       v.removal = true;
@@ -190,7 +210,10 @@ Status UploadLog::Rewrite(const std::vector<policy::LoggedUploads::Version>& pen
       openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return Status::FromErrno("the upload log " + tmp);
   std::string bytes(kHeader);
-  for (const auto& v : pending) bytes += EncodeHandedOver(v);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    bytes += EncodeHandedOver(pending[i]);
+    if (pending[i].given_up) bytes += EncodeGivenUp(i, *pending[i].given_up);
+  }
   Status st = WriteAll(fd, bytes);
   if (st.ok() && fdatasync(fd) != 0) st = Status::FromErrno("syncing the upload log");
   if (st.ok() && renameat(dir_fd_, tmp.c_str(), dir_fd_, name_.c_str()) != 0) {
@@ -214,6 +237,11 @@ void UploadLog::AppendLocked(const std::string& record) {
 void UploadLog::HandedOver(const policy::LoggedUploads::Version& version) {
   MutexLock lock(mu_);
   AppendLocked(EncodeHandedOver(version));
+}
+
+void UploadLog::GivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then) {
+  MutexLock lock(mu_);
+  AppendLocked(EncodeGivenUp(index, then));
 }
 
 void UploadLog::Done(uint64_t count) {

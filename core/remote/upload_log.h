@@ -9,6 +9,10 @@
 // uploads a version again). When nothing is pending the file is emptied; a restarted mount
 // rewrites it with what it resumes.
 //
+// A directory renamed is recorded by its two names (its objects are moved under the new one).
+// A version given up as corrupt is recorded as such (by its place since the log was emptied),
+// durably (Sync).
+//
 // Records are lines "KIND FIELDS LEN:PATH CRC32C\n" after a header line. The file is untrusted
 // input: read up to 64 MiB, each record checked, reading stopped at the first one that is torn
 // or wrong (what follows is the tail of a crash, never acknowledged).
@@ -33,6 +37,7 @@ inline constexpr uint64_t kMaxUploadLogBytes = 64ull << 20;
 // Encodes a record (exposed for tests).
 std::string EncodeHandedOver(const policy::LoggedUploads::Version& version);
 std::string EncodeDone(uint64_t count);
+std::string EncodeGivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then);
 // The header a log starts with.
 std::string_view UploadLogHeader();
 // Decodes a whole log: EINVAL when it is not one (no header, over 64 MiB); the records before
@@ -53,6 +58,9 @@ class UploadLog {
   Status Rewrite(const std::vector<policy::LoggedUploads::Version>& pending);
   // Appends a version handed over; Sync makes it durable.
   void HandedOver(const policy::LoggedUploads::Version& version) EXCLUDES(mu_);
+  // The version handed over `index`-th (from 0) since the log was last emptied is given up as
+  // corrupt, its file as `then`; Sync makes it durable.
+  void GivenUp(uint64_t index, const policy::LoggedUploads::Version::GivenUp& then) EXCLUDES(mu_);
   // The first `count` versions handed over since the log was last emptied are done.
   void Done(uint64_t count) EXCLUDES(mu_);
   // Everything handed over is done: the log is emptied (the next version handed over is the

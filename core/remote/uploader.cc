@@ -35,6 +35,13 @@ struct Uploader::Job {
   bool marker = false;
   // Removes `key` instead of uploading to it: the old name of a renamed file (no fd).
   bool removal = false;
+  // The key of the file's old name (empty: none): the store copies that object to `key` when the
+  // file's kStoredVersionAttr says it is this version; else the file is sent (kSingle/kParts).
+  std::string copy_from;
+  // Moves every object under `key` (a directory's, with '/' after) under this prefix instead of
+  // uploading (no fd): a renamed directory.
+  std::string move_to;
+  uint64_t seq = 0;  // Handed over as the seq-th (Uploader::handed_over_ then).
   policy::PartPlan plan;
   Phase phase = Phase::kWaiting;
   std::string upload_id;
@@ -54,13 +61,14 @@ struct Uploader::Job {
 };
 
 struct Uploader::Task {
-  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete } kind = Kind::kPut;
+  enum class Kind { kPut, kCreate, kPart, kComplete, kDelete, kCopy, kMove } kind = Kind::kPut;
   Job* job = nullptr;
   unsigned part = 0;
   unsigned generation = 0;
   // Copied under the lock: the thread uses them without it.
   std::string key;
   std::string upload_id;
+  std::string copy_from;
   std::vector<UploadedPart> parts;
 };
 
@@ -117,8 +125,10 @@ std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& rela
     Result<ChecksumRecord> record = ParseChecksumRecord(text);
     if (record.ok() && record->size == job->size) job->record = std::move(*record);
   }
-  job->logged = {relative, false, static_cast<uint64_t>(st->st_ino), job->size,
-                 int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec};
+  job->logged.path = relative;
+  job->logged.inode = static_cast<uint64_t>(st->st_ino);
+  job->logged.size = job->size;
+  job->logged.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec;
   return job;
 }
 
@@ -132,33 +142,59 @@ std::unique_ptr<Uploader::Job> Uploader::RemovalJob(const S3Location& location,
   return job;
 }
 
-void Uploader::Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) {
+void Uploader::Enqueue(int dir_fd, const std::string& name, const std::string& relative,
+                       const std::string& replaced) {
+  if (!policy::IsUploadablePath(relative, settings_.reserved_name)) return;
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
     return;
   }
   struct stat st {};
-  const std::optional<std::string> relative = RelativePath(fd);
+  const std::optional<std::string> now = RelativePath(fd);
   // Gone (renamed out or removed) since it was published, or not a file: nothing to do.
-  if (!relative || relative->empty()) {
+  if (!now || now->empty()) {
     close(fd);
     return;
   }
-  std::unique_ptr<Job> job = MakeJob(fd, *relative, &st);
+  std::unique_ptr<Job> job = MakeJob(fd, relative, &st);
   if (!job) return;
   std::unique_ptr<Job> removal;
-  if (replaced.dir_fd >= 0) {
-    const std::optional<std::string> dir = RelativePath(replaced.dir_fd);
-    if (dir) {
-      removal = RemovalJob(settings_.s3.location,
-                           dir->empty() ? replaced.name : *dir + "/" + replaced.name);
+  if (policy::IsUploadablePath(replaced, settings_.reserved_name)) {
+    removal = RemovalJob(settings_.s3.location, replaced);
+    if (job->size <= policy::kMaxCopySize) {
+      job->copy_from = removal->key;
+      job->logged.copy_from = replaced;
     }
   }
   MutexLock lock(mu_);
   if (stop_) return;
+  // The old name's versions not started go no more: the file goes under its new name.
+  if (removal) SupersedeLocked(removal->key);
   PushLocked(std::move(job), true);
   if (removal) PushLocked(std::move(removal), true);
+  wake_.notify_one();
+}
+
+std::unique_ptr<Uploader::Job> Uploader::MoveJob(const S3Location& location,
+                                                 const std::string& from, const std::string& to) {
+  auto job = std::make_unique<Job>();
+  job->key = location.KeyOf(from) + "/";
+  job->move_to = location.KeyOf(to) + "/";
+  job->logged.path = from;
+  job->logged.move_to = to;
+  return job;
+}
+
+void Uploader::Move(const std::string& from, const std::string& to) {
+  if (!policy::IsUploadablePath(from, settings_.reserved_name) ||
+      !policy::IsUploadablePath(to, settings_.reserved_name) || from == to) {
+    return;
+  }
+  std::unique_ptr<Job> move = MoveJob(settings_.s3.location, from, to);
+  MutexLock lock(mu_);
+  if (stop_) return;
+  PushLocked(std::move(move), true);
   wake_.notify_one();
 }
 
@@ -171,23 +207,27 @@ void Uploader::Remove(const std::string& relative) {
   wake_.notify_one();
 }
 
-void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
-  // A waiting version of the same key is superseded: only the newest is uploaded. Searched from
-  // the newest back to the first barrier (the rule of policy::SupersededBy).
+void Uploader::SupersedeLocked(const std::string& key) {
+  // Searched from the newest back to the first barrier (the rule of policy::SupersededBy).
   for (auto earlier = jobs_.rbegin(); earlier != jobs_.rend(); ++earlier) {
     Job& candidate = **earlier;
     if (candidate.phase == Job::Phase::kDone) continue;
-    if (candidate.key == job->key &&
+    if (candidate.key == key &&
         ((candidate.phase == Job::Phase::kWaiting && candidate.generation == 0 &&
           candidate.in_flight == 0) ||
          candidate.phase == Job::Phase::kFailed)) {
       candidate.phase = Job::Phase::kDone;
     }
-    if (candidate.marker || candidate.removal) break;
+    if (candidate.marker || candidate.removal || !candidate.move_to.empty()) break;
   }
+}
+
+void Uploader::PushLocked(std::unique_ptr<Job> job, bool log) {
+  // A waiting version of the same key is superseded: only the newest is uploaded.
+  SupersedeLocked(job->key);
   TrimLocked();
   if (log && log_) log_->HandedOver(job->logged);
-  ++handed_over_;
+  job->seq = handed_over_++;
   jobs_.push_back(std::move(job));
 }
 
@@ -204,16 +244,24 @@ Status Uploader::Resume() {
   if (root < 0) return Status::FromErrno(settings_.backing_root);
   const std::vector<policy::LoggedUploads::Version> pending = held.Pending();
   std::vector<std::unique_ptr<Job>> resumed;
-  size_t refused = 0, skipped = 0;
+  size_t refused = 0, skipped = 0, held_corrupt = 0;
   for (size_t i = 0; i < pending.size(); ++i) {
     const policy::LoggedUploads::Version& v = pending[i];
     if (!policy::IsUploadablePath(v.path, settings_.reserved_name)) {
       ++refused;
       continue;
     }
+    if (!v.move_to.empty()) {
+      if (policy::IsUploadablePath(v.move_to, settings_.reserved_name)) {
+        resumed.push_back(MoveJob(settings_.s3.location, v.path, v.move_to));
+      } else {
+        ++refused;
+      }
+      continue;
+    }
     const auto is_barrier = [&](size_t k) {
       const std::string& path = pending[k].path;
-      return pending[k].removal ||
+      return pending[k].removal || !pending[k].move_to.empty() ||
              policy::IsCommitMarker(path.substr(path.rfind('/') + 1), settings_.markers);
     };
     bool named_again = false;
@@ -227,9 +275,24 @@ Status Uploader::Resume() {
                       job->logged.mtime_ns == v.mtime_ns;
     const bool marker =
         policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
-    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again)) {
+    if (job && policy::IsUploadablePath(v.copy_from, settings_.reserved_name) &&
+        job->size <= policy::kMaxCopySize) {
+      job->copy_from = settings_.s3.location.KeyOf(v.copy_from);
+      job->logged.copy_from = v.copy_from;
+    }
+    // Given up as corrupt, and the file still as it was then.
+    const bool still_corrupt = job && v.given_up && job->logged.size == v.given_up->size &&
+                               job->logged.mtime_ns == v.given_up->mtime_ns;
+    switch (policy::ResumeLogged(v.removal, marker, job != nullptr, same, named_again,
+                                 still_corrupt)) {
       case policy::Resumed::kUpload:
         resumed.push_back(std::move(job));
+        break;
+      case policy::Resumed::kHold:
+        job->phase = Job::Phase::kFailed;
+        job->logged.given_up = v.given_up;
+        resumed.push_back(std::move(job));
+        ++held_corrupt;
         break;
       case policy::Resumed::kRemove:
         resumed.push_back(RemovalJob(settings_.s3.location, v.path));
@@ -246,6 +309,12 @@ Status Uploader::Resume() {
   std::vector<policy::LoggedUploads::Version> kept;
   for (const auto& job : resumed) kept.push_back(job->logged);
   if (Status st = log_->Rewrite(kept); !st.ok()) return st;
+  if (held_corrupt > 0) {
+    stats_.remote_corrupt_files += held_corrupt;
+    spdlog::error("remote: {} files an earlier mount found corrupt on the local disk are still as "
+                  "they were: not uploaded; the commit markers handed over after them are held",
+                  held_corrupt);
+  }
   MutexLock lock(mu_);
   for (auto& job : resumed) PushLocked(std::move(job), false);
   if (!resumed.empty() || skipped > 0) {
@@ -260,6 +329,7 @@ bool Uploader::NextTaskLocked(Task* task) {
   const auto now = std::chrono::steady_clock::now();
   bool all_before_done = true;
   std::unordered_set<std::string_view> busy_keys;  // Of the unfinished jobs before this one.
+  std::vector<const Job*> moves;  // The unfinished moves before this one.
   // Looks at the first unfinished jobs only: enough to keep every thread busy.
   const size_t window = 4 * clients_.size() + 64;
   for (auto& owned : jobs_) {
@@ -267,9 +337,22 @@ bool Uploader::NextTaskLocked(Task* task) {
     if (job.phase == Job::Phase::kDone) continue;
     if (busy_keys.size() >= window) break;
     const bool key_busy = !busy_keys.insert(job.key).second;
-    const bool may_start =
-        !key_busy && ((!job.marker && !job.removal) || all_before_done) && now >= job.retry_at;
+    // A copy waits for the upload of its source before it.
+    const bool source_busy = !job.copy_from.empty() && busy_keys.count(job.copy_from) > 0;
+    // What names an object a move before it takes or gives waits for the move.
+    const auto moved_by = [&job](const Job* move) {
+      const auto under = [](const std::string& key, const std::string& prefix) {
+        return !key.empty() && key.compare(0, prefix.size(), prefix) == 0;
+      };
+      return under(job.key, move->key) || under(job.key, move->move_to) ||
+             under(job.copy_from, move->key) || under(job.copy_from, move->move_to);
+    };
+    const bool moving = std::any_of(moves.begin(), moves.end(), moved_by);
+    const bool barrier = job.marker || job.removal || !job.move_to.empty();
+    const bool may_start = !key_busy && !source_busy && !moving &&
+                           (!barrier || all_before_done) && now >= job.retry_at;
     all_before_done = false;
+    if (!job.move_to.empty()) moves.push_back(&job);
     if (!may_start) continue;
     task->job = &job;
     task->key = job.key;
@@ -279,6 +362,19 @@ bool Uploader::NextTaskLocked(Task* task) {
       ++job.in_flight;
       job.phase = Job::Phase::kSingle;
       task->kind = Task::Kind::kDelete;
+      return true;
+    }
+    if (job.phase == Job::Phase::kWaiting && !job.move_to.empty()) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kSingle;
+      task->kind = Task::Kind::kMove;
+      return true;
+    }
+    if (job.phase == Job::Phase::kWaiting && !job.copy_from.empty()) {
+      ++job.in_flight;
+      job.phase = Job::Phase::kSingle;
+      task->kind = Task::Kind::kCopy;
+      task->copy_from = job.copy_from;
       return true;
     }
     if (job.phase == Job::Phase::kWaiting) {
@@ -403,6 +499,28 @@ void Uploader::Perform(S3Client& client, Task& task) {
     case Task::Kind::kDelete:
       outcome = client.DeleteObject(task.key, hook);
       break;
+    case Task::Kind::kMove:
+      // The paths are set once, before the job is shared: read without the lock.
+      outcome = MoveObjects(client, job.logged.path, job.logged.move_to, hook);
+      break;
+    case Task::Kind::kCopy: {
+      // Copied only when the old name's object is this version (nothing else writes it: the
+      // old name's uploads before this one are done).
+      const std::optional<std::string> stored = StoredEtag(job);
+      Result<std::string> source = stored ? client.HeadObject(task.copy_from, hook)
+                                          : Result<std::string>(Status::Error(ESTALE, ""));
+      if (!source.ok() || !policy::SameEtag(*source, *stored)) {
+        outcome = source.ok() || source.status().err() == ENOENT || !stored
+                      ? Status::Error(ESTALE, "this version is not on the store under " +
+                                                  task.copy_from)
+                      : source.status();
+        break;
+      }
+      Result<std::string> copied = client.CopyObject(task.copy_from, task.key, hook);
+      outcome = copied.status();
+      if (copied.ok()) etag = *copied;
+      break;
+    }
   }
   // Bytes the store refused for their checksum: read again and checked against their record.
   const bool digest_mismatch = outcome.err() == EBADMSG &&
@@ -421,11 +539,28 @@ void Uploader::Perform(S3Client& client, Task& task) {
   }
   if (!outcome.ok()) {
     if (stop_) return;
+    if (task.kind == Task::Kind::kCopy &&
+        (outcome.err() == ESTALE || outcome.err() == ENOENT)) {
+      // This version is not on the store under the old name: it is sent.
+      job.copy_from.clear();
+      job.phase = Job::Phase::kWaiting;
+      wake_.notify_all();
+      return;
+    }
     if (digest_mismatch) {
       const policy::DigestVerdict verdict =
           policy::JudgeDigestMismatch(matches_record, ++job.digest_mismatches);
       if (verdict != policy::DigestVerdict::kSendAgain) {
-        GiveUpLocked(job, outcome, verdict == policy::DigestVerdict::kCorrupt);
+        const bool corrupt = verdict == policy::DigestVerdict::kCorrupt;
+        GiveUpLocked(job, outcome, corrupt);
+        if (!corrupt) return;
+        const std::string path = job.logged.path;  // The job may go once the lock is let go.
+        lock.Unlock();
+        // Durably: later mounts hold it without sending it again.
+        if (Status st = SyncLog(); !st.ok()) {
+          spdlog::error("remote: the upload log cannot be written ({}): the next mount sends {} "
+                        "again", st.ToString(), path);
+        }
         return;
       }
     }
@@ -467,6 +602,7 @@ void Uploader::Perform(S3Client& client, Task& task) {
       stats_.remote_bytes_uploaded += sent;
       job.uploaded += sent;
       [[fallthrough]];
+    case Task::Kind::kCopy:
     case Task::Kind::kComplete:
       stats_.remote_files_uploaded++;
       RecordStored(job, etag);
@@ -477,9 +613,90 @@ void Uploader::Perform(S3Client& client, Task& task) {
       FinishLocked(job);
       return;
     case Task::Kind::kDelete:
+    case Task::Kind::kMove:
       FinishLocked(job);
       return;
   }
+}
+
+Status Uploader::MoveObjects(S3Client& client, const std::string& from, const std::string& to,
+                             const RetryHook& hook) const {
+  const std::string from_key = settings_.s3.location.KeyOf(from) + "/";
+  const std::string to_key = settings_.s3.location.KeyOf(to) + "/";
+  const int root =
+      open(settings_.backing_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  // Each listing bounded by the store's page; their number by this.
+  constexpr unsigned kMaxPages = 1'000'000;
+  size_t copied = 0;
+  Status failed;
+  std::string token;
+  for (unsigned page_count = 0; failed.ok() && page_count < kMaxPages; ++page_count) {
+    Result<S3Client::ListPage> page =
+        client.ListObjects(from_key, token, policy::kListPageKeys, hook, /*whole_tree=*/true);
+    if (!page.ok()) {
+      failed = page.status();
+      break;
+    }
+    for (const S3Client::ListedObject& object : page->objects) {
+      if (object.key.size() <= from_key.size() ||
+          object.key.compare(0, from_key.size(), from_key) != 0) {
+        continue;  // Not asked for.
+      }
+      const std::string under = object.key.substr(from_key.size());
+      if (object.size > policy::kMaxCopySize) {
+        failed = Status::Error(EFBIG, "s3://" + settings_.s3.location.bucket + "/" + object.key +
+                                          " is larger than S3 copies (5 GiB): not moved");
+        break;
+      }
+      Result<std::string> copy = client.CopyObject(object.key, to_key + under, hook);
+      if (!copy.ok()) {
+        failed = copy.status();
+        break;
+      }
+      ++copied;
+      // The local file copied, when it records the source: it records the copy now.
+      const std::string local = to + "/" + under;
+      if (root < 0 || copy->empty() || !policy::IsUploadablePath(local, settings_.reserved_name)) {
+        continue;
+      }
+      const int fd = OpenBeneath(root, local, O_RDONLY);
+      if (fd < 0) continue;
+      std::string text(policy::kMaxStoredVersion + 1, '\0');
+      const ssize_t n = fgetxattr(fd, kStoredVersionAttr, text.data(), text.size());
+      struct stat st {};
+      if (n > 0 && fstat(fd, &st) == 0) {
+        text.resize(static_cast<size_t>(n));
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+        const std::optional<std::string> recorded = policy::StoredEtagOf(text, size, mtime_ns);
+        if (recorded && policy::SameEtag(*recorded, object.etag)) {
+          const std::string record = policy::FormatStoredVersion(*copy, size, mtime_ns);
+          (void)fsetxattr(fd, kStoredVersionAttr, record.data(), record.size(), 0);
+        }
+      }
+      close(fd);
+    }
+    // A token the store repeats would loop forever.
+    if (page->next_token.empty() || page->next_token == token) break;
+    token = page->next_token;
+  }
+  if (root >= 0) close(root);
+  if (!failed.ok()) return failed;
+  // Every object is under the new name: the old ones go, the first page again until none is left.
+  for (unsigned page_count = 0; page_count < kMaxPages; ++page_count) {
+    Result<S3Client::ListPage> page =
+        client.ListObjects(from_key, "", policy::kListPageKeys, hook, /*whole_tree=*/true);
+    if (!page.ok()) return page.status();
+    size_t removed = 0;
+    for (const S3Client::ListedObject& object : page->objects) {
+      if (object.key.compare(0, from_key.size(), from_key) != 0) continue;
+      if (Status st = client.DeleteObject(object.key, hook); !st.ok()) return st;
+      ++removed;
+    }
+    if (removed == 0) break;
+  }
+  if (copied > 0) spdlog::info("remote: {} objects moved from {}/ to {}/", copied, from, to);
+  return Status::Ok();
 }
 
 std::optional<bool> Uploader::LocalBytesMatchRecord(const Job& job, uint64_t offset,
@@ -502,6 +719,13 @@ std::optional<bool> Uploader::LocalBytesMatchRecord(const Job& job, uint64_t off
 
 void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   job.phase = Job::Phase::kFailed;
+  struct stat st {};
+  if (corrupt && fstat(job.fd, &st) == 0) {
+    job.logged.given_up = policy::LoggedUploads::Version::GivenUp{
+        static_cast<uint64_t>(st.st_size),
+        int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+    if (log_) log_->GivenUp(job.seq - log_base_, *job.logged.given_up);
+  }
   ++job.generation;  // Its tasks still in flight are ignored.
   job.parts_to_send.clear();
   stats_.remote_errors++;
@@ -522,6 +746,19 @@ void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   wake_.notify_all();
 }
 
+std::optional<std::string> Uploader::StoredEtag(const Job& job) {
+  struct stat st {};
+  std::string text(policy::kMaxStoredVersion + 1, '\0');
+  const ssize_t n = fgetxattr(job.fd, kStoredVersionAttr, text.data(), text.size());
+  // The file as handed over: its bytes are those of the version recorded.
+  if (n <= 0 || fstat(job.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != job.logged.size ||
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+    return std::nullopt;
+  }
+  text.resize(static_cast<size_t>(n));
+  return policy::StoredEtagOf(text, job.logged.size, job.logged.mtime_ns);
+}
+
 void Uploader::RecordStored(const Job& job, const std::string& etag) {
   struct stat st {};
   if (etag.empty() || fstat(job.fd, &st) != 0 ||
@@ -538,12 +775,26 @@ void Uploader::RecordStored(const Job& job, const std::string& etag) {
 policy::PendingChange Uploader::PendingOf(const std::string& relative) const {
   MutexLock lock(mu_);
   const std::string under = relative + "/";
+  // Whether `path` is `relative` or under it.
+  const auto names = [&](const std::string& path) {
+    return path == relative || path.compare(0, under.size(), under) == 0;
+  };
   for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
     const Job& job = **it;
     if (job.phase == Job::Phase::kDone) continue;
-    if (job.logged.path != relative && job.logged.path.compare(0, under.size(), under) != 0) {
+    if (!job.move_to.empty()) {
+      // A move: its old name (and what is under it) is being removed, its new one uploaded.
+      const std::string& from = job.logged.path;
+      if (relative == from || relative.compare(0, from.size() + 1, from + "/") == 0) {
+        return policy::PendingChange::kRemoval;
+      }
+      if (names(from) || names(job.logged.move_to) ||
+          relative.compare(0, job.logged.move_to.size() + 1, job.logged.move_to + "/") == 0) {
+        return policy::PendingChange::kUpload;
+      }
       continue;
     }
+    if (!names(job.logged.path)) continue;
     return job.removal ? policy::PendingChange::kRemoval : policy::PendingChange::kUpload;
   }
   return policy::PendingChange::kNone;

@@ -18,6 +18,21 @@
 // Each version uploaded records the ETag of its object (kStoredVersionAttr,
 // core/remote/remote_read_policy.h).
 //
+// The store has no rename. A renamed file is handed over under its new name with the removal of
+// its old one (Replaced): waiting versions of the old name are dropped (back to the last barrier,
+// as policy::SupersededBy says), so a file renamed before its upload starts goes only under its
+// final name; a file whose version is on the store under the old name (its kStoredVersionAttr
+// says so) is copied there by the store (CopyObject, once the old name's upload in flight is
+// done), never sent again; up to 5 GiB (policy::kMaxCopySize), above that it is sent again. The
+// old name's object is removed after, like every removal, once everything before it is on the
+// store; a marker renamed into place goes, like every marker, after everything before it.
+// A renamed directory (Move) moves every object under its old name: once everything handed over
+// before it is on the store, each is copied by the store under the new name, then the old ones
+// are removed; what is handed over after it under either name waits for it. Logged, a move cut
+// by a crash is done again by the next mount: every object stays under at least one name.
+// A version given up as corrupt is recorded in the upload log: later mounts hold it (and the
+// markers after it) without sending it again, until a newer version of its name is handed over.
+//
 // With an upload log (settings.log_dir_fd), what is handed over survives the worker and the
 // daemon (core/remote/upload_log.h): Start resumes what the log names as not done, in its order
 // (policy::ResumeLogged), before anything else is handed over, after aborting the multipart
@@ -90,16 +105,17 @@ class Uploader {
   static Result<std::unique_ptr<Uploader>> Start(const UploaderSettings& settings, Stats& stats);
   ~Uploader();  // Stop(0).
 
-  // The name a renamed file had: its object is removed once everything handed over before the
-  // removal (the file under its new name included) is on the store.
-  struct Replaced {
-    int dir_fd = -1;  // -1: none.
-    std::string name;
-  };
   // Hands over the file `name` of backing directory `dir_fd`, as it is now (opened here; a file
-  // gone, or outside the backing root, is skipped), and the removal of `replaced` ({}: none).
+  // gone, or outside the backing root, is skipped), as the object of `relative` (its path when
+  // the change was journaled: a directory renamed since is moved after it), and, when `replaced`
+  // is not empty (the name a renamed file had), the removal of that object, once everything
+  // handed over before the removal (the file under its new name included) is on the store.
   // Logged, not yet durably: see SyncLog.
-  void Enqueue(int dir_fd, const std::string& name, const Replaced& replaced) EXCLUDES(mu_);
+  void Enqueue(int dir_fd, const std::string& name, const std::string& relative,
+               const std::string& replaced = "") EXCLUDES(mu_);
+  // Hands over the move of every object under directory `from` to directory `to` (both relative
+  // to the backing root; a directory renamed). Logged, not yet durably: see SyncLog.
+  void Move(const std::string& from, const std::string& to) EXCLUDES(mu_);
   // Hands over the removal of the object of `relative` (a file removed from under the backing
   // root): it starts once everything handed over before it is on the store, so the store loses a
   // file only after the markers closed before its removal. Logged, not yet durably: see SyncLog.
@@ -131,6 +147,14 @@ class Uploader {
   std::unique_ptr<Job> MakeJob(int fd, const std::string& relative, struct stat* st) const;
   // A job removing the object of `relative`.
   static std::unique_ptr<Job> RemovalJob(const S3Location& location, const std::string& relative);
+  // A job moving the objects under directory `from` to directory `to`.
+  static std::unique_ptr<Job> MoveJob(const S3Location& location, const std::string& from,
+                                      const std::string& to);
+  // Copies every object under directory `from` to `to` (relative paths), then removes them;
+  // where the backing directory's file under `to` records the object it was copied from
+  // (kStoredVersionAttr), the record names the copy.
+  Status MoveObjects(S3Client& client, const std::string& from, const std::string& to,
+                     const RetryHook& hook) const;
   // Appends `job` (its version logged when `log`), superseding waiting versions of its key.
   void PushLocked(std::unique_ptr<Job> job, bool log) REQUIRES(mu_);
   // Aborts the multipart uploads open under the prefix (on the first thread, before any task).
@@ -146,14 +170,21 @@ class Uploader {
   // Records on the uploaded version of `job` (when it is still as handed over) the object's
   // `etag` (kStoredVersionAttr): listings of later mounts compare it with the store's.
   static void RecordStored(const Job& job, const std::string& etag);
+  // The ETag of the object `job`'s version is on the store as (its kStoredVersionAttr), when the
+  // file is still that version; nullopt otherwise.
+  static std::optional<std::string> StoredEtag(const Job& job);
   // Whether bytes [offset, offset + length) of `job`'s file, read again, match its checksum
   // record; nullopt when the record covers no such range.
   static std::optional<bool> LocalBytesMatchRecord(const Job& job, uint64_t offset,
                                                    uint64_t length);
   // Gives `job` up for good (policy::JudgeDigestMismatch: its local bytes `corrupt`, or refused
-  // too often): counted, logged, its key never sent again while the mount runs; what waits for
-  // it (markers, removals) waits.
+  // too often): counted, logged, its key never sent again while the mount runs (nor by later
+  // mounts when `corrupt`: recorded in the upload log); what waits for it (markers, removals)
+  // waits.
   void GiveUpLocked(Job& job, const Status& why, bool corrupt) REQUIRES(mu_);
+  // Drops the waiting versions of `key` handed over since the last barrier (policy::SupersededBy):
+  // only what is handed over next for it (a newer version, or its removal) goes.
+  void SupersedeLocked(const std::string& key) REQUIRES(mu_);
   void FinishLocked(Job& job) REQUIRES(mu_);
   void FailedLocked(Job& job, const Status& why) REQUIRES(mu_);
   // Drops the done jobs at the front.

@@ -170,13 +170,15 @@ class RemoteTest(RemoteStoreTestCase):
 
     def test_bytes_the_store_refuses_for_their_checksum_are_checked_and_corrupt_ones_held(self):
         prefix = PREFIX + "/baddigest"
+        backing = tempfile.mkdtemp(prefix="ckptfs-baddigest-", dir="/var/tmp")
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
         with FaultProxy(self.s3.endpoint) as proxy:
             # Damaged on the way (the local bytes are intact): sent again.
             proxy.inject("baddigest", method="PUT", query_part="/step_1/", count=2)
             # Corrupt on the local disk while the store checks them: the store refuses them (the
             # checksum sent is the one recorded when they were written), and so does the mount.
             proxy.inject("baddigest", method="PUT", query_part="/step_2/x.bin", count=1, delay=3)
-            with CkptfsMount(options=self.options(proxy.endpoint, prefix),
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
                              expect_errors=[r"BadDigest", r"not uploaded"]) as m:
                 write(m.path("step_1", "x.bin"), distinct_content("x1", 100000))
                 write(m.path("step_1", ".metadata"), b"commits step 1")
@@ -204,6 +206,103 @@ class RemoteTest(RemoteStoreTestCase):
                 puts = [e for e in proxy.log if e[2] == "PUT" and "/step_2/x.bin" in e[3]]
                 self.assertEqual(len(puts), 1, "the corrupt file was sent again")
             self.assertEqual(proxy.injected, {"baddigest": 3})
+            # The next mount holds it as this one did, without sending it again (the store, with
+            # no fault left to inject, would take its corrupt bytes).
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix), backing=backing,
+                             expect_errors=[r"corrupt", r"not uploaded"]) as m:
+                remote = m.stats()["remote"]
+                self.assertEqual((remote["failed_files"], remote["corrupt_files"]), (1, 1), remote)
+                write(m.path("step_3", "y.bin"), distinct_content("y3", 1000))
+                m.sync()
+                wait_for(lambda: f"{prefix}/step_3/y.bin" in self.s3.objects(BUCKET, prefix + "/"),
+                         30, lambda: f"y.bin of step 3 was not uploaded: {m.stats()['remote']}")
+                r = run_ckptfs(["sync", "--remote", m.mnt])
+                self.assertNotEqual(r.returncode, 0, "sync --remote waited for a corrupt file")
+            puts = [e for e in proxy.log if e[2] == "PUT" and "/step_2/x.bin" in e[3]]
+            self.assertEqual(len(puts), 1, "the corrupt file was sent again by the next mount")
+            self.assertEqual(sorted(self.s3.objects(BUCKET, prefix + "/step_2/")), [])
+
+    def test_a_file_renamed_after_its_upload_is_copied_by_the_store_not_sent_again(self):
+        prefix = PREFIX + "/renamed"
+        data = distinct_content("r", 6 * MiB)  # A multipart upload.
+        metadata = b"metadata of step 1"
+        with FaultProxy(self.s3.endpoint) as proxy:
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                write(m.path("step_1", "__0_0.distcp.tmp"), data)
+                write(m.path("step_1", ".metadata.tmp"), metadata)
+                m.sync()
+                sync_remote(m)
+                self.assertEqual(len(self.s3.objects(BUCKET, prefix + "/step_1/")), 2)
+                os.rename(m.path("step_1", "__0_0.distcp.tmp"), m.path("step_1", "__0_0.distcp"))
+                os.rename(m.path("step_1", ".metadata.tmp"), m.path("step_1", ".metadata"))
+                m.sync()
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
+                self.assertEqual(m.stats()["remote"]["bytes_uploaded"], len(data) + len(metadata),
+                                 "a renamed file was sent again")
+        log = list(proxy.log)
+        copies = [e for e in log if e[2] == "PUT" and any(
+            n.lower() == "x-amz-copy-source" for n in e[5])]
+        self.assertEqual(sorted(e[3] for e in copies),
+                         [f"/{BUCKET}/{prefix}/step_1/.metadata",
+                          f"/{BUCKET}/{prefix}/step_1/__0_0.distcp"], log)
+        for e in copies:
+            self.assertEqual(e[4], 200, e)
+            ok, expected, sent = signature_matches(e[2], proxy.endpoint + e[3], e[5],
+                                                   CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+            self.assertTrue(ok, f"{e[3]}: signed {sent}, botocore says {expected}")
+        for e in copies:
+            deleted = [d for d in log if d[2] == "DELETE" and d[3] == e[3] + ".tmp"]
+            self.assertEqual(len(deleted), 1, log)
+            self.assertGreater(deleted[0][0], e[1],
+                               f"{e[3]}.tmp was removed before it was copied to its new name")
+
+    def test_a_renamed_directory_moves_on_the_store_and_leaves_its_old_name(self):
+        prefix = PREFIX + "/dir_renamed"
+        first = distinct_content("a", 6 * MiB)
+        second = distinct_content("b", 100000)
+        with CkptfsMount(options=self.options(self.s3.endpoint, prefix)) as m:
+            # As Orbax commits a step: its temporary directory renamed, here once on the store.
+            write(m.path("step_1.orbax-checkpoint-tmp-1", "d", "0.0"), first)
+            write(m.path("step_1.orbax-checkpoint-tmp-1", "_METADATA"), b"meta 1")
+            m.sync()
+            sync_remote(m)
+            os.rename(m.path("step_1.orbax-checkpoint-tmp-1"), m.path("step_1"))
+            # And renamed before its files reached the store.
+            write(m.path("step_2.orbax-checkpoint-tmp-2", "d", "0.0"), second)
+            os.rename(m.path("step_2.orbax-checkpoint-tmp-2"), m.path("step_2"))
+            m.sync()
+            sync_remote(m)
+            self.assert_store_equals_backing(m, prefix)
+            self.assertEqual(m.stats()["remote"]["bytes_uploaded"], len(first) + 6 + len(second),
+                             "a moved file was sent again")
+
+    def test_a_daemon_killed_in_the_middle_of_a_directory_move_loses_no_object(self):
+        prefix = PREFIX + "/dir_move_killed"
+        files = {f"d/{i}": distinct_content(f"m{i}", 1000 + i) for i in range(4)}
+        with FaultProxy(self.s3.endpoint) as proxy:
+            with CkptfsMount(options=self.options(proxy.endpoint, prefix)) as m:
+                for name, data in files.items():
+                    write(m.path("ckpt.tmp", name), data)
+                m.sync()
+                sync_remote(m)
+                # The move's first removal stalls: the daemon dies with the objects copied.
+                proxy.inject("delay", method="DELETE", count=1, delay=20.0)
+                os.rename(m.path("ckpt.tmp"), m.path("ckpt"))
+                m.sync()
+                wait_for(lambda: proxy.injected.get("delay", 0) >= 1, 30,
+                         lambda: f"the move did not start: {m.stats()['remote']}")
+                m.kill9()
+                store = self.s3.objects(BUCKET, prefix + "/")
+                for name, data in files.items():
+                    self.assertTrue(store.get(f"{prefix}/ckpt/{name}") == data or
+                                    store.get(f"{prefix}/ckpt.tmp/{name}") == data,
+                                    f"{name} is under neither name: {sorted(store)}")
+                m.start()
+                wait_for(lambda: "remote: resuming" in m.output(), 60,
+                         lambda: "the next mount resuming the move")
+                sync_remote(m)
+                self.assert_store_equals_backing(m, prefix)
 
     def test_a_marker_waits_for_the_version_it_commits_of_a_file_rewritten_after_it(self):
         prefix = PREFIX + "/rewritten"

@@ -212,13 +212,25 @@ TEST(S3XmlTest, AListingOfTooManyGroupsIsRefused) {
 }
 
 policy::LoggedUploads::Version Logged(std::string path, uint64_t inode) {
-  return {std::move(path), false, inode, inode * 10, -static_cast<int64_t>(inode)};
+  policy::LoggedUploads::Version v;
+  v.path = std::move(path);
+  v.inode = inode;
+  v.size = inode * 10;
+  v.mtime_ns = -static_cast<int64_t>(inode);
+  return v;
+}
+
+policy::LoggedUploads::Version Removal(std::string path) {
+  policy::LoggedUploads::Version v;
+  v.path = std::move(path);
+  v.removal = true;
+  return v;
 }
 
 TEST(UploadLogTest, RecordsReadBackInOrderWithTheLastDoneCount) {
   std::string bytes(UploadLogHeader());
   bytes += EncodeHandedOver(Logged("step 1/a\nb:c", 1));
-  bytes += EncodeHandedOver({"step 1/old", true, 0, 0, 0});
+  bytes += EncodeHandedOver(Removal("step 1/old"));
   bytes += EncodeDone(1);
   bytes += EncodeHandedOver(Logged("step 1/.metadata", 3));
   bool torn = true;
@@ -235,6 +247,44 @@ TEST(UploadLogTest, RecordsReadBackInOrderWithTheLastDoneCount) {
   EXPECT_EQ(log->done, 1u);
   ASSERT_EQ(log->Pending().size(), 2u);
   EXPECT_EQ(log->Pending()[1].path, "step 1/.metadata");
+}
+
+TEST(UploadLogTest, ARenamedFilesOldNameAndAVersionGivenUpReadBack) {
+  policy::LoggedUploads::Version renamed = Logged("step/.metadata", 2);
+  renamed.copy_from = "step/.metadata.tmp";
+  std::string bytes(UploadLogHeader());
+  bytes += EncodeHandedOver(Logged("step/x", 1));
+  bytes += EncodeHandedOver(renamed);
+  bytes += EncodeGivenUp(0, {12, -5});
+  bytes += EncodeGivenUp(2, {12, -5});  // Names no version: the log ends before it.
+  bool torn = false;
+  Result<policy::LoggedUploads> log = DecodeUploadLog(bytes, &torn);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_TRUE(torn);
+  ASSERT_EQ(log->handed_over.size(), 2u);
+  ASSERT_TRUE(log->handed_over[0].given_up);
+  EXPECT_EQ(log->handed_over[0].given_up->size, 12u);
+  EXPECT_EQ(log->handed_over[0].given_up->mtime_ns, -5);
+  EXPECT_TRUE(log->handed_over[0].copy_from.empty());
+  EXPECT_FALSE(log->handed_over[1].given_up);
+  EXPECT_EQ(log->handed_over[1].path, "step/.metadata");
+  EXPECT_EQ(log->handed_over[1].copy_from, "step/.metadata.tmp");
+  EXPECT_EQ(log->handed_over[1].inode, 2u);
+}
+
+TEST(UploadLogTest, ARenamedDirectoryReadsBackWithBothNames) {
+  policy::LoggedUploads::Version move;
+  move.path = "ckpt.orbax-checkpoint-tmp-1";
+  move.move_to = "ckpt";
+  bool torn = true;
+  Result<policy::LoggedUploads> log =
+      DecodeUploadLog(std::string(UploadLogHeader()) + EncodeHandedOver(move), &torn);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  EXPECT_FALSE(torn);
+  ASSERT_EQ(log->handed_over.size(), 1u);
+  EXPECT_EQ(log->handed_over[0].path, "ckpt.orbax-checkpoint-tmp-1");
+  EXPECT_EQ(log->handed_over[0].move_to, "ckpt");
+  EXPECT_FALSE(log->handed_over[0].removal);
 }
 
 TEST(UploadLogTest, ATornOrAlteredRecordEndsTheLog) {

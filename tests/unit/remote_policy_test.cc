@@ -138,7 +138,11 @@ TEST(RemotePolicyTest, OnlyPathsAMountPublishesAreResumedFromTheLog) {
 
 TEST(RemotePolicyTest, ThePendingVersionsAreThoseAfterTheLastDoneCount) {
   LoggedUploads log;
-  for (const char* p : {"a", "b", "c"}) log.handed_over.push_back({p, false, 1, 2, 3});
+  for (const char* p : {"a", "b", "c"}) {
+    LoggedUploads::Version v;
+    v.path = p;
+    log.handed_over.push_back(v);
+  }
   EXPECT_EQ(log.Pending().size(), 3u);
   log.done = 2;
   ASSERT_EQ(log.Pending().size(), 1u);
@@ -159,18 +163,31 @@ TEST(RemotePolicyTest, AVersionIsSupersededOnlyByALaterOneWithNoMarkerOrRemovalB
 }
 
 TEST(RemotePolicyTest, AResumedMarkerIsOnlyTheVersionTheLogNamesAndDataIsItsNewestVersion) {
-  // removal, marker, exists, same_version, named_again
-  EXPECT_EQ(ResumeLogged(false, false, true, true, false), Resumed::kUpload);
-  EXPECT_EQ(ResumeLogged(false, true, true, true, false), Resumed::kUpload);
-  EXPECT_EQ(ResumeLogged(false, false, true, false, false), Resumed::kUpload)
+  // removal, marker, exists, same_version, named_again, given_up
+  EXPECT_EQ(ResumeLogged(false, false, true, true, false, false), Resumed::kUpload);
+  EXPECT_EQ(ResumeLogged(false, true, true, true, false, false), Resumed::kUpload);
+  EXPECT_EQ(ResumeLogged(false, false, true, false, false, false), Resumed::kUpload)
       << "data replaced by a version not logged yet goes as it is: only ahead of markers";
-  EXPECT_EQ(ResumeLogged(false, true, true, false, false), Resumed::kSkip)
+  EXPECT_EQ(ResumeLogged(false, true, true, false, false, false), Resumed::kSkip)
       << "a marker replaced by a version not logged yet may name data not logged yet";
-  EXPECT_EQ(ResumeLogged(false, false, true, true, true), Resumed::kSkip);
-  EXPECT_EQ(ResumeLogged(false, true, true, true, true), Resumed::kSkip);
-  EXPECT_EQ(ResumeLogged(false, false, false, false, false), Resumed::kSkip);
-  EXPECT_EQ(ResumeLogged(true, false, false, false, false), Resumed::kRemove);
-  EXPECT_EQ(ResumeLogged(true, false, true, false, true), Resumed::kRemove);
+  EXPECT_EQ(ResumeLogged(false, false, true, true, true, false), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(false, true, true, true, true, false), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(false, false, false, false, false, false), Resumed::kSkip);
+  EXPECT_EQ(ResumeLogged(true, false, false, false, false, false), Resumed::kRemove);
+  EXPECT_EQ(ResumeLogged(true, false, true, false, true, false), Resumed::kRemove);
+}
+
+TEST(RemotePolicyTest, AVersionGivenUpAsCorruptIsHeldWhileItIsTheFileAndGoesOnceReplaced) {
+  // removal, marker, exists, same_version, named_again, still_corrupt
+  EXPECT_EQ(ResumeLogged(false, false, true, true, false, true), Resumed::kHold)
+      << "the same corrupt bytes are never sent again";
+  EXPECT_EQ(ResumeLogged(false, false, true, false, false, true), Resumed::kHold)
+      << "damaged after it was handed over, as it was when given up";
+  EXPECT_EQ(ResumeLogged(false, false, true, false, false, false), Resumed::kUpload)
+      << "a file replaced since it was given up goes as it is now";
+  EXPECT_EQ(ResumeLogged(false, false, true, true, true, true), Resumed::kSkip)
+      << "a newer version handed over supersedes it";
+  EXPECT_EQ(ResumeLogged(false, false, false, false, false, true), Resumed::kSkip);
 }
 
 }  // namespace

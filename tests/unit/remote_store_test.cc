@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/backing/backing_paths.h"
 #include "core/remote/remote_reader.h"
@@ -193,8 +195,17 @@ class UploadResumeTest : public RemoteStoreTest {
     std::ofstream(root_ + "/" + path, std::ios::binary) << bytes;
     struct stat st {};
     EXPECT_EQ(stat((root_ + "/" + path).c_str(), &st), 0);
-    return {path, false, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+    return Logged(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                  int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+  }
+  static policy::LoggedUploads::Version Logged(const std::string& path, uint64_t inode,
+                                               uint64_t size, int64_t mtime_ns) {
+    policy::LoggedUploads::Version v;
+    v.path = path;
+    v.inode = inode;
+    v.size = size;
+    v.mtime_ns = mtime_ns;
+    return v;
   }
   UploaderSettings Settings() const {
     UploaderSettings u;
@@ -231,11 +242,14 @@ TEST_F(UploadResumeTest, WhatTheLogLeftPendingIsUploadedInOrderAndOpenUploadsAbo
   policy::LoggedUploads::Version b_logged = Write("step/b", "an older version");
   log += EncodeHandedOver(b_logged);
   log += EncodeHandedOver(Write("step/.metadata", meta));
-  log += EncodeHandedOver({"step/gone", false, 1, 1, 1});
-  log += EncodeHandedOver({"../escape", false, 1, 1, 1});
+  log += EncodeHandedOver(Logged("step/gone", 1, 1, 1));
+  log += EncodeHandedOver(Logged("../escape", 1, 1, 1));
   policy::LoggedUploads::Version other_marker = Write("other/.metadata", "new");
-  log += EncodeHandedOver({"other/.metadata", false, other_marker.inode + 1, 3, 0});
-  log += EncodeHandedOver({"old-name", true, 0, 0, 0});
+  log += EncodeHandedOver(Logged("other/.metadata", other_marker.inode + 1, 3, 0));
+  policy::LoggedUploads::Version old_name;
+  old_name.path = "old-name";
+  old_name.removal = true;
+  log += EncodeHandedOver(old_name);
   // step/b replaced since it was logged, by a version the log does not name.
   ASSERT_EQ(unlink((root_ + "/step/b").c_str()), 0);
   Write("step/b", b);
@@ -296,7 +310,7 @@ TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUpload
     Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(unreachable, stats);
     ASSERT_TRUE(uploader.ok());
     const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    (*uploader)->Enqueue(dir, "a", {});
+    (*uploader)->Enqueue(dir, "a", "step/a");
     close(dir);
     ASSERT_TRUE((*uploader)->SyncLog().ok());
     EXPECT_FALSE((*uploader)->Stop(std::chrono::milliseconds(0)).ok());
@@ -313,6 +327,126 @@ TEST_F(UploadResumeTest, VersionsHandedOverAndNotDoneAreInTheLogForTheNextUpload
   ASSERT_TRUE(next.ok());
   ASSERT_TRUE((*next)->Stop(std::chrono::seconds(30)).ok());
   EXPECT_TRUE(OnStore("step/a", a));
+}
+
+// Waits (30 s at most) until `count` versions handed over are done, in order.
+bool WaitDone(const Uploader& uploader, uint64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (uploader.Progress().done_in_order < count) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+TEST_F(UploadResumeTest, AFileRenamedAfterItsUploadIsCopiedByTheStoreNotSentAgain) {
+  const std::string small = Pattern(3000, 's'), big = Pattern(12 << 20, 'g');
+  Write("step/small.tmp", small);
+  Write("step/big.tmp", big);
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  (*uploader)->Enqueue(dir, "small.tmp", "step/small.tmp");
+  (*uploader)->Enqueue(dir, "big.tmp", "step/big.tmp");  // A multipart upload.
+  ASSERT_TRUE(WaitDone(**uploader, 2));
+  const uint64_t sent = stats.remote_bytes_uploaded.load();
+  EXPECT_EQ(sent, small.size() + big.size());
+  for (const char* name : {"small", "big"}) {
+    const std::string old_name = std::string(name) + ".tmp";
+    ASSERT_EQ(renameat(dir, old_name.c_str(), dir, name), 0);
+    (*uploader)->Enqueue(dir, name, std::string("step/") + name, "step/" + old_name);
+  }
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  close(dir);
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), sent) << "the renamed files were sent again";
+  EXPECT_TRUE(OnStore("step/small", small));
+  EXPECT_TRUE(OnStore("step/big", big));
+  EXPECT_TRUE(Absent("step/small.tmp"));
+  EXPECT_TRUE(Absent("step/big.tmp"));
+}
+
+TEST_F(UploadResumeTest, AMarkerRenamedIntoPlaceIsSentOnceUnderItsNameAfterTheDataBeforeIt) {
+  const std::string big = Pattern(12 << 20, 'd'), meta = Pattern(500, 'm');
+  Write("step/data", big);
+  Write("step/.metadata.tmp", meta);
+  Mutex mu;
+  std::vector<std::string> order;
+  UploaderSettings settings = Settings();
+  settings.on_uploaded = [&](const std::string& path, uint64_t, uint64_t, int64_t,
+                             const std::string&) {
+    MutexLock lock(mu);
+    order.push_back(path);
+  };
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  const int dir = open((root_ + "/step").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  (*uploader)->Enqueue(dir, "data", "step/data");
+  // As DCP saves its metadata: written under a temporary name, then renamed into place; whether
+  // its upload started meanwhile or not, its bytes go once.
+  (*uploader)->Enqueue(dir, ".metadata.tmp", "step/.metadata.tmp");
+  ASSERT_EQ(renameat(dir, ".metadata.tmp", dir, ".metadata"), 0);
+  (*uploader)->Enqueue(dir, ".metadata", "step/.metadata", "step/.metadata.tmp");
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  close(dir);
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), big.size() + meta.size());
+  EXPECT_TRUE(OnStore("step/.metadata", meta));
+  EXPECT_TRUE(Absent("step/.metadata.tmp"));
+  MutexLock lock(mu);
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(order.back(), "step/.metadata") << "the marker went before the data before it";
+}
+
+TEST_F(UploadResumeTest, ARenamedDirectorysObjectsMoveUnderItsNewNameNotSentAgain) {
+  const std::string a = Pattern(3000, 'a'), b = Pattern(6 << 20, 'b'), c = Pattern(100, 'c');
+  // On the store under the old name (uploaded before the rename).
+  ASSERT_TRUE(client_->PutObject("run/ckpt.tmp/a", MemFile(a), 0, a.size(), nullptr).ok());
+  ASSERT_TRUE(client_->PutObject("run/ckpt.tmp/sub/b", MemFile(b), 0, b.size(), nullptr).ok());
+  std::filesystem::create_directories(root_ + "/ckpt/sub");
+  Write("ckpt/a", a);
+  Write("ckpt/sub/b", b);
+  Write("ckpt/c", c);
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  const int dir = open((root_ + "/ckpt").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // Published before the rename, handed over after it: under the name it had then.
+  (*uploader)->Enqueue(dir, "c", "ckpt.tmp/c");
+  close(dir);
+  (*uploader)->Move("ckpt.tmp", "ckpt");
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_TRUE(OnStore("ckpt/a", a));
+  EXPECT_TRUE(OnStore("ckpt/sub/b", b));
+  EXPECT_TRUE(OnStore("ckpt/c", c));
+  for (const char* gone : {"ckpt.tmp/a", "ckpt.tmp/sub/b", "ckpt.tmp/c"}) {
+    EXPECT_TRUE(Absent(gone)) << gone;
+  }
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), c.size()) << "moved objects were sent again";
+}
+
+TEST_F(UploadResumeTest, ADirectoryMoveCutByACrashIsFinishedByTheNextUploader) {
+  const std::string a = Pattern(2000, 'a'), b = Pattern(3000, 'b');
+  // What a crash in the middle of the move leaves: a copied (not yet removed), b not yet copied.
+  ASSERT_TRUE(client_->PutObject("run/old/a", MemFile(a), 0, a.size(), nullptr).ok());
+  ASSERT_TRUE(client_->PutObject("run/new/a", MemFile(a), 0, a.size(), nullptr).ok());
+  ASSERT_TRUE(client_->PutObject("run/old/b", MemFile(b), 0, b.size(), nullptr).ok());
+  policy::LoggedUploads::Version move;
+  move.path = "old";
+  move.move_to = "new";
+  std::ofstream(root_ + "/.ckptfs/uploads.log", std::ios::binary)
+      << std::string(UploadLogHeader()) + EncodeHandedOver(move);
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  ASSERT_TRUE((*uploader)->Stop(std::chrono::seconds(30)).ok());
+  EXPECT_TRUE(OnStore("new/a", a));
+  EXPECT_TRUE(OnStore("new/b", b));
+  EXPECT_TRUE(Absent("old/a"));
+  EXPECT_TRUE(Absent("old/b"));
 }
 
 // A listing's gate with nothing of the mount pending.
