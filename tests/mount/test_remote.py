@@ -329,9 +329,11 @@ class RemoteTest(RemoteStoreTestCase):
             self.assertEqual(len(marker), 1, log)
             x_done = [e[1] for e in log
                       if e[2] == "PUT" and e[3].endswith("/step_3/x") and e[4] == 200]
-            self.assertEqual(len([t for t in x_done if t < marker[0][0]]), 2,
-                             "the marker was sent before the version of x it commits was on the "
-                             f"store: {log}")
+            # Versions 1 and 2 end before the marker starts; version 3, handed over after it,
+            # may start with it and end first: that breaks no promise.
+            self.assertGreaterEqual(len([t for t in x_done if t < marker[0][0]]), 2,
+                                    "the marker was sent before the version of x it commits was "
+                                    f"on the store: {log}")
 
     def test_a_remote_that_cannot_be_used_refuses_the_mount_with_one_line(self):
         unreachable = MotoServer()  # A free port nothing listens on.
