@@ -56,6 +56,21 @@ class PartnerLinkTest : public testing::Test {
     return fd;
   }
 
+  // A connection on which member "n2" has sent its Hello, of protocol `version`, by hand (null
+  // when the partner did not challenge it).
+  std::unique_ptr<Connection> HelloByHand(uint16_t version = kProtocolVersion) {
+    Result<std::unique_ptr<Connection>> conn =
+        Connection::Dial("127.0.0.1", server_->port(), 2s);
+    if (!conn.ok()) return nullptr;
+    Result<std::string> body = (*conn)->Expect(Type::kChallenge);
+    if (!body.ok()) return nullptr;
+    Nonce mine = *RandomNonce();
+    Hello hello{"n2", kRun, mine,
+                secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2"), version};
+    if (!(*conn)->Send(Encode(hello)).ok()) return nullptr;
+    return std::move(*conn);
+  }
+
   GroupSecret secret_ = *GroupSecret::FromBytes("a secret all members of the group share");
   std::unique_ptr<PartnerStore> store_;
   std::unique_ptr<PartnerServer> server_;
@@ -179,20 +194,15 @@ TEST_F(PartnerLinkTest, HostileClientsAreRefusedAndThePartnerServesOthersOn) {
 TEST_F(PartnerLinkTest, AnAuthenticatedMemberBreakingTheProtocolLosesOnlyItsConnection) {
   StartPartner(1 << 20);
   // The handshake done by hand, then an offer of 10 bytes followed by 20.
-  Result<std::unique_ptr<Connection>> conn = Connection::Dial("127.0.0.1", server_->port(), 2s);
-  ASSERT_TRUE(conn.ok());
-  Result<std::string> body = (*conn)->Expect(Type::kChallenge);
-  ASSERT_TRUE(body.ok());
-  Nonce mine = *RandomNonce();
-  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
-  ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
-  ASSERT_TRUE((*conn)->Expect(Type::kWelcome).ok());
-  ASSERT_TRUE((*conn)->Send(Encode(Offer{1, 1, 10, "a"})).ok());
-  ASSERT_TRUE((*conn)->Expect(Type::kAccept).ok());
+  std::unique_ptr<Connection> conn = HelloByHand();
+  ASSERT_TRUE(conn);
+  ASSERT_TRUE(conn->Expect(Type::kWelcome).ok());
+  ASSERT_TRUE(conn->Send(Encode(Offer{1, 1, 10, "a"})).ok());
+  ASSERT_TRUE(conn->Expect(Type::kAccept).ok());
   EXPECT_EQ(store_->Totals().bytes, 10u);
-  ASSERT_TRUE((*conn)->SendData(std::string(20, 'x').data(), 20).ok());
+  ASSERT_TRUE(conn->SendData(std::string(20, 'x').data(), 20).ok());
   // The partner ends the connection and gives the reservation back.
-  EXPECT_FALSE((*conn)->ReadHeader().ok());
+  EXPECT_FALSE(conn->ReadHeader().ok());
   ASSERT_TRUE(Eventually([&] { return store_->Totals().bytes == 0; }));
 
   PartnerLink good("n0", kRun, Address(), secret_);
@@ -208,21 +218,16 @@ TEST_F(PartnerLinkTest, AMemberThatStallsInTheMiddleOfAReplicaLosesItsReservatio
       PartnerServer::Start({"n1", "127.0.0.1", 500ms, 300ms}, secret_, *store_);
   ASSERT_TRUE(server.ok());
   server_ = std::move(*server);
-  Result<std::unique_ptr<Connection>> conn = Connection::Dial("127.0.0.1", server_->port(), 2s);
-  ASSERT_TRUE(conn.ok());
-  Result<std::string> body = (*conn)->Expect(Type::kChallenge);
-  ASSERT_TRUE(body.ok());
-  Nonce mine = *RandomNonce();
-  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2")};
-  ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
-  ASSERT_TRUE((*conn)->Expect(Type::kWelcome).ok());
-  ASSERT_TRUE((*conn)->Send(Encode(Offer{1, 1, 1000, "a"})).ok());
-  ASSERT_TRUE((*conn)->Expect(Type::kAccept).ok());
-  ASSERT_TRUE((*conn)->SendData("abc", 3).ok());
+  std::unique_ptr<Connection> conn = HelloByHand();
+  ASSERT_TRUE(conn);
+  ASSERT_TRUE(conn->Expect(Type::kWelcome).ok());
+  ASSERT_TRUE(conn->Send(Encode(Offer{1, 1, 1000, "a"})).ok());
+  ASSERT_TRUE(conn->Expect(Type::kAccept).ok());
+  ASSERT_TRUE(conn->SendData("abc", 3).ok());
   EXPECT_EQ(store_->Totals().bytes, 1000u);
   // Nothing more comes: the partner gives up on it.
   ASSERT_TRUE(Eventually([&] { return store_->Totals().bytes == 0; }));
-  EXPECT_FALSE((*conn)->ReadHeader().ok());
+  EXPECT_FALSE(conn->ReadHeader().ok());
 }
 
 TEST_F(PartnerLinkTest, AVersionWhoseBytesCannotBeReadIsSkipped) {
@@ -320,15 +325,9 @@ TEST_F(PartnerLinkTest, APeerOfAnotherProtocolVersionIsRefusedAtConnectNamingBot
 
   // A partner meets a member of a later version that holds the secret: refused and counted.
   StartPartner(1 << 20);
-  Result<std::unique_ptr<Connection>> conn = Connection::Dial("127.0.0.1", server_->port(), 2s);
-  ASSERT_TRUE(conn.ok());
-  Result<std::string> body = (*conn)->Expect(Type::kChallenge);
-  ASSERT_TRUE(body.ok());
-  Nonce mine = *RandomNonce();
-  Hello hello{"n2", kRun, mine, secret_.MemberProof(DecodeChallenge(*body)->nonce, mine, "n2"),
-              kProtocolVersion + 1};
-  ASSERT_TRUE((*conn)->Send(Encode(hello)).ok());
-  EXPECT_FALSE((*conn)->Expect(Type::kWelcome).ok());
+  std::unique_ptr<Connection> conn = HelloByHand(kProtocolVersion + 1);
+  ASSERT_TRUE(conn);
+  EXPECT_FALSE(conn->Expect(Type::kWelcome).ok());
   ASSERT_TRUE(Eventually([&] { return server_->connections_refused() == 1; }));
   EXPECT_EQ(server_->connections_accepted(), 0u);
   EXPECT_EQ(store_->Totals().replicas, 0u);
