@@ -20,6 +20,23 @@
 #include "core/remote/remote_read_policy.h"
 
 namespace ckptfs {
+namespace {
+
+int64_t MtimeNanos(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// The file's kStoredVersionAttr, with its stat in `st` (nothing when either cannot be read).
+std::optional<std::string> StoredVersionText(int fd, struct stat* st) {
+  std::string text(policy::kMaxStoredVersion + 1, '\0');
+  const ssize_t n = fgetxattr(fd, kStoredVersionAttr, text.data(), text.size());
+  if (n <= 0 || fstat(fd, st) != 0) return std::nullopt;
+  text.resize(static_cast<size_t>(n));
+  return text;
+}
+
+}  // namespace
+
 struct Uploader::Job {
   // kFailed: given up for good (its bytes refused for their checksum, policy::JudgeDigestMismatch):
   // never sent again while the mount runs, and what was handed over after it that waits for it
@@ -128,7 +145,7 @@ std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& rela
   job->logged.path = relative;
   job->logged.inode = static_cast<uint64_t>(st->st_ino);
   job->logged.size = job->size;
-  job->logged.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec;
+  job->logged.mtime_ns = MtimeNanos(*st);
   return job;
 }
 
@@ -661,14 +678,11 @@ Status Uploader::MoveObjects(S3Client& client, const std::string& from, const st
       }
       const int fd = OpenBeneath(root, local, O_RDONLY);
       if (fd < 0) continue;
-      std::string text(policy::kMaxStoredVersion + 1, '\0');
-      const ssize_t n = fgetxattr(fd, kStoredVersionAttr, text.data(), text.size());
       struct stat st {};
-      if (n > 0 && fstat(fd, &st) == 0) {
-        text.resize(static_cast<size_t>(n));
+      if (const std::optional<std::string> text = StoredVersionText(fd, &st)) {
         const uint64_t size = static_cast<uint64_t>(st.st_size);
-        const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-        const std::optional<std::string> recorded = policy::StoredEtagOf(text, size, mtime_ns);
+        const int64_t mtime_ns = MtimeNanos(st);
+        const std::optional<std::string> recorded = policy::StoredEtagOf(*text, size, mtime_ns);
         if (recorded && policy::SameEtag(*recorded, object.etag)) {
           const std::string record = policy::FormatStoredVersion(*copy, size, mtime_ns);
           (void)fsetxattr(fd, kStoredVersionAttr, record.data(), record.size(), 0);
@@ -722,8 +736,7 @@ void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   struct stat st {};
   if (corrupt && fstat(job.fd, &st) == 0) {
     job.logged.given_up = policy::LoggedUploads::Version::GivenUp{
-        static_cast<uint64_t>(st.st_size),
-        int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec};
+        static_cast<uint64_t>(st.st_size), MtimeNanos(st)};
     if (log_) log_->GivenUp(job.seq - log_base_, *job.logged.given_up);
   }
   ++job.generation;  // Its tasks still in flight are ignored.
@@ -748,22 +761,20 @@ void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
 
 std::optional<std::string> Uploader::StoredEtag(const Job& job) {
   struct stat st {};
-  std::string text(policy::kMaxStoredVersion + 1, '\0');
-  const ssize_t n = fgetxattr(job.fd, kStoredVersionAttr, text.data(), text.size());
+  const std::optional<std::string> text = StoredVersionText(job.fd, &st);
   // The file as handed over: its bytes are those of the version recorded.
-  if (n <= 0 || fstat(job.fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != job.logged.size ||
-      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+  if (!text || static_cast<uint64_t>(st.st_size) != job.logged.size ||
+      MtimeNanos(st) != job.logged.mtime_ns) {
     return std::nullopt;
   }
-  text.resize(static_cast<size_t>(n));
-  return policy::StoredEtagOf(text, job.logged.size, job.logged.mtime_ns);
+  return policy::StoredEtagOf(*text, job.logged.size, job.logged.mtime_ns);
 }
 
 void Uploader::RecordStored(const Job& job, const std::string& etag) {
   struct stat st {};
   if (etag.empty() || fstat(job.fd, &st) != 0 ||
       static_cast<uint64_t>(st.st_size) != job.logged.size ||
-      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec != job.logged.mtime_ns) {
+      MtimeNanos(st) != job.logged.mtime_ns) {
     return;
   }
   const std::string record =
