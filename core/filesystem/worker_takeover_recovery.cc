@@ -267,7 +267,7 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
     if (publish) {
       const std::string& path = e.names[0];
       const std::string base = path.substr(path.rfind('/') + 1);
-      if (!policy::RecoveryRepublishes(e.seq, stood_in,
+      if (!policy::RecoveryRepublishes(e.seq, stood_in, 0,
                                        policy::IsCommitMarker(base, config_.commit_markers))) {
         ++by_partner;
         continue;
