@@ -105,7 +105,10 @@ void ReplicationFeed::Run() {
     // Read after the feed (what it names up to `fed_` was handed over); the durable point read
     // after it covers every namespace change it found done, and reaches the partners first.
     const uint64_t replayable = policy::ReplayableThrough(fed_, FirstPendingNamespaceChange());
-    replicator_.Durable(journal_.durable_seq());
+    // Settled, not durable: a commit marker held back for its commit stays in the partners'
+    // memory (with what follows it) until it is published, so that a partner can publish it
+    // should this member die before (policy::DeadMarkerAction).
+    replicator_.Durable(journal_.settled_seq());
     replicator_.Replayable(replayable);
     lock.Lock();
     if (!stop_ && !nudged_) wake_.wait_for(lock, kFeedInterval);

@@ -139,15 +139,6 @@ inline DeadMarker DeadMarkerAction(bool chosen, bool continued, uint64_t marker_
   return DeadMarker::kCommit;
 }
 
-// The point up to which a member tells its partners its versions are durable, so that they drop
-// them: its journal's `durable` point, but below the first commit marker it holds back for its
-// commit (`first_held_marker`, 0: none), which is durable only in its staging directory; a
-// partner keeps that marker's replica (and those after it) until it is published or failed, so
-// that it can publish it should this member die meanwhile.
-inline uint64_t ReplicatedDurablePoint(uint64_t durable, uint64_t first_held_marker) {
-  return first_held_marker == 0 ? durable : std::min(durable, first_held_marker - 1);
-}
-
 // A run (wire.h: 16 hex digits) as the number the recovery log keeps, and back; nullopt for
 // anything that is not a run.
 inline std::optional<uint64_t> RunNumber(std::string_view run) {

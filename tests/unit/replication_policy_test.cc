@@ -155,13 +155,6 @@ TEST(DeadMarkerActionTest, OnlyTheChosenPartnerPublishesAndNothingTwice) {
   EXPECT_EQ(DeadMarkerAction(true, false, 14, 20, 12), DeadMarker::kCommit) << "a later marker";
 }
 
-TEST(ReplicatedDurablePointTest, PartnersKeepAMarkerHeldForItsCommitAndWhatFollowsIt) {
-  EXPECT_EQ(ReplicatedDurablePoint(20, 0), 20u) << "no marker held";
-  EXPECT_EQ(ReplicatedDurablePoint(20, 12), 11u);
-  EXPECT_EQ(ReplicatedDurablePoint(8, 12), 8u) << "not durable up to the marker yet";
-  EXPECT_EQ(ReplicatedDurablePoint(20, 1), 0u);
-}
-
 TEST(RunNumberTest, RunsRoundTripAndAnythingElseIsRefused) {
   EXPECT_EQ(RunNumber("0123456789abcdef"), 0x0123456789abcdefull);
   EXPECT_EQ(RunName(0x0123456789abcdefull), "0123456789abcdef");
