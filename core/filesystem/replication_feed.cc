@@ -79,12 +79,18 @@ void ReplicationFeed::FeedSealed() {
 }
 
 uint64_t ReplicationFeed::FirstPendingNamespaceChange() const {
+  uint64_t first = 0;
   for (const EntryRef& e : journal_.Unflushed()) {
     if (e->kind != JournalEntry::Kind::kPublish && e->kind != JournalEntry::Kind::kMkdir) {
-      return e->seq;
+      first = e->seq;
+      break;
     }
   }
-  return 0;
+  // Read after the pending ones: an entry is held before it leaves them. A held rename to a
+  // commit marker is durable in the journal's order but not applied: no partner replays it, so
+  // none may publish a marker sealed after it.
+  const uint64_t held = journal_.first_held_change();
+  return held != 0 && (first == 0 || held < first) ? held : first;
 }
 
 void ReplicationFeed::Run() {

@@ -40,8 +40,8 @@ class ReplicationFeed {
   void Run() EXCLUDES(mu_);
   // Hands over the versions sealed since the last call.
   void FeedSealed() EXCLUDES(ns_lock);
-  // The seq of the first entry not durable that is neither a file version nor a directory's
-  // creation (what partners do not replay); 0 when none is.
+  // The seq of the first entry not durable, or held, that is neither a file version nor a
+  // directory's creation (what partners do not replay); 0 when none is.
   uint64_t FirstPendingNamespaceChange() const;
 
   Journal& journal_;
