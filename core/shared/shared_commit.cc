@@ -439,6 +439,8 @@ bool SharedCommits::StandInStep() {
     publishable = PublishableDeadMarkers();
   }
   for (const DeadCommitterMarker& m : publishable) {
+    // Its node runs again: its worker recovers the run and publishes the marker itself.
+    if (std::find(live.begin(), live.end(), m.node) != live.end()) break;
     // Without the lock: it writes the dead member's versions before the marker.
     Status published = dead_committer.publish(m);
     MutexLock lock(mu_);

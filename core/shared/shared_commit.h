@@ -49,7 +49,8 @@
 // also made durable what it had sealed when it posted (it is not the marker's own committer,
 // whose flusher would order that). On success this member publishes the marker (after the dead
 // member's versions before it); on failure never. Markers of one dead run are published in seq
-// order: one waits for the decisions of those before it.
+// order: one waits for the decisions of those before it. None is published once a process of the
+// dead node is live again (its worker recovers that run's versions and publishes them).
 //
 // Clean-up: the committer removes its request's directory once the outcome is known (request
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
