@@ -89,6 +89,20 @@ Status Durability::JoinSharedMount() {
       if (!sight) return writer->Complete({dead.node, ""}, std::nullopt);
       return writer->Complete({dead.node, sight->run}, sight->sealed);
     });
+    const std::string self = config.node;
+    DeadCommitterFns dead_committer;
+    dead_committer.markers = [writer = stand_in_.get(), self](
+                                 const std::vector<std::string>& live) {
+      std::vector<DeadCommitterMarker> markers;
+      for (replication::HeldDeadMarker& m : writer->DeadMarkersToCommit(self, live)) {
+        markers.push_back({m.owner.node, m.owner.run, m.seq, std::move(m.path)});
+      }
+      return markers;
+    };
+    dead_committer.publish = [writer = stand_in_.get()](const DeadCommitterMarker& m) {
+      return writer->PublishDeadMarker({{m.node, m.run}, m.seq, m.path});
+    };
+    shared_->SetDeadCommitter(std::move(dead_committer));
   }
   RemoveStagingLeftovers(parts_.env, parts_.store.staging_fd,
                          TakesOverStagedFiles(parts_.config));

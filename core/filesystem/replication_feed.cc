@@ -79,12 +79,18 @@ void ReplicationFeed::FeedSealed() {
 }
 
 uint64_t ReplicationFeed::FirstPendingNamespaceChange() const {
+  uint64_t first = 0;
   for (const EntryRef& e : journal_.Unflushed()) {
     if (e->kind != JournalEntry::Kind::kPublish && e->kind != JournalEntry::Kind::kMkdir) {
-      return e->seq;
+      first = e->seq;
+      break;
     }
   }
-  return 0;
+  // Read after the pending ones: an entry is held before it leaves them. A held rename to a
+  // commit marker is durable in the journal's order but not applied: no partner replays it, so
+  // none may publish a marker sealed after it.
+  const uint64_t held = journal_.first_held_change();
+  return held != 0 && (first == 0 || held < first) ? held : first;
 }
 
 void ReplicationFeed::Run() {
@@ -105,7 +111,10 @@ void ReplicationFeed::Run() {
     // Read after the feed (what it names up to `fed_` was handed over); the durable point read
     // after it covers every namespace change it found done, and reaches the partners first.
     const uint64_t replayable = policy::ReplayableThrough(fed_, FirstPendingNamespaceChange());
-    replicator_.Durable(journal_.durable_seq());
+    // Settled, not durable: a commit marker held back for its commit stays in the partners'
+    // memory (with what follows it) until it is published, so that a partner can publish it
+    // should this member die before (policy::DeadMarkerAction).
+    replicator_.Durable(journal_.settled_seq());
     replicator_.Replayable(replayable);
     lock.Lock();
     if (!stop_ && !nudged_) wake_.wait_for(lock, kFeedInterval);

@@ -1,7 +1,7 @@
 // ReplicationFeed: what connects a mount's journal to its Replicator (-o shared,replicas=N). A
 // thread of its own, every few milliseconds: hands each newly sealed file version to the
 // replicator in close order (its path and a copy of its snapshot, which shares the blocks), tells
-// it the durable point (partners drop what is durable), and, every poll interval, the live
+// it the settled point (partners drop what is durable and not a commit marker held back), and, every poll interval, the live
 // members and their endpoints (partners are chosen again) and which versions were superseded
 // before their flush (a chunk rewritten a hundred times pins one version's blocks, not a
 // hundred); and up to where its partners could replay its journal (versions and directory
@@ -40,8 +40,8 @@ class ReplicationFeed {
   void Run() EXCLUDES(mu_);
   // Hands over the versions sealed since the last call.
   void FeedSealed() EXCLUDES(ns_lock);
-  // The seq of the first entry not durable that is neither a file version nor a directory's
-  // creation (what partners do not replay); 0 when none is.
+  // The seq of the first entry not durable, or held, that is neither a file version nor a
+  // directory's creation (what partners do not replay); 0 when none is.
   uint64_t FirstPendingNamespaceChange() const;
 
   Journal& journal_;

@@ -248,9 +248,10 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
   // -o replicas: the versions a partner made durable for this node's run while it was dead are
   // not published again (core/replication/stand_in_record.h).
   const std::string run = policy::RunName(log_->pending_run());
-  uint64_t stood_in = 0;
+  replication::StandInRecord stood_in;
   if (config_.shared && log_->pending_run() != 0) {
-    Result<uint64_t> record = replication::ReadStandInRecord(*env_, root_fd_, config_.node, run);
+    Result<replication::StandInRecord> record =
+        replication::ReadStandInRecord(*env_, root_fd_, config_.node, run);
     if (record.ok()) {
       stood_in = *record;
     } else {
@@ -267,7 +268,7 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
     if (publish) {
       const std::string& path = e.names[0];
       const std::string base = path.substr(path.rfind('/') + 1);
-      if (!policy::RecoveryRepublishes(e.seq, stood_in,
+      if (!policy::RecoveryRepublishes(e.seq, stood_in.through, stood_in.markers,
                                        policy::IsCommitMarker(base, config_.commit_markers))) {
         ++by_partner;
         continue;
@@ -284,10 +285,11 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
     lost += publish;
   }
   log_->Commit();
-  if (stood_in != 0) {
+  if (stood_in != replication::StandInRecord{}) {
     spdlog::info("recovery: {} file versions of run {} were made durable by a partner while "
-                 "this node was dead (through its seq {}): not published again",
-                 by_partner, run, stood_in);
+                 "this node was dead (through its seq {}, its commit markers through {}): not "
+                 "published again",
+                 by_partner, run, stood_in.through, stood_in.markers);
     (void)replication::RemoveStandInRecord(*env_, root_fd_, config_.node, run);
   }
   stats_.recovered_versions += versions;

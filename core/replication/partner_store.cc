@@ -57,6 +57,15 @@ size_t PartnerStore::DropDurable(const OwnerRun& owner, uint64_t durable_seq) {
   return dropped;
 }
 
+std::vector<OwnerRun> PartnerStore::Owners() const {
+  MutexLock lock(mu_);
+  std::vector<OwnerRun> owners;
+  for (const auto& [owner, held] : held_) {
+    if (!held.replicas.empty()) owners.push_back(owner);
+  }
+  return owners;
+}
+
 void PartnerStore::Covered(const OwnerRun& owner, uint64_t seq) {
   MutexLock lock(mu_);
   std::optional<uint64_t>& covered = held_[owner].covered;

@@ -68,6 +68,8 @@ class PartnerStore {
   std::optional<uint64_t> CoveredOf(const OwnerRun& owner) const EXCLUDES(mu_);
   // `owner`'s replicas with seq <= `through`, in seq order (copies that share the bytes).
   std::vector<Replica> Through(const OwnerRun& owner, uint64_t through) const EXCLUDES(mu_);
+  // The owner runs it holds replicas of.
+  std::vector<OwnerRun> Owners() const EXCLUDES(mu_);
   // One more version was made durable for a dead owner.
   void CountCompleted() EXCLUDES(mu_);
 

@@ -86,17 +86,57 @@ inline StandIn MayStandIn(std::optional<uint64_t> sealed_at_sight,
 
 // Whether a stand-in writes a dead member's held replica `seq` of a file named `base_name` for a
 // commit that needs the member's entries up to `through`, when it wrote them up to `written`
-// already: in close order, each once; never a commit marker (the dead member's own commits die
-// with it: a marker is published only by its committer).
+// already: in close order, each once; never a commit marker (a marker is published only by a
+// commit of its own: DeadMarkerAction).
 inline bool StandInWrites(uint64_t seq, uint64_t written, uint64_t through, bool is_marker) {
   return seq > written && seq <= through && !is_marker;
 }
 
-// Whether a worker recovering its run's pending version `seq` (of a file named `base_name`)
-// publishes it, when a partner stood in for that run up to `stood_in_through` (0: none did):
-// not when the partner made it durable already (every version up to it but commit markers).
-inline bool RecoveryRepublishes(uint64_t seq, uint64_t stood_in_through, bool is_marker) {
-  return seq > stood_in_through || is_marker;
+// Whether a worker recovering its run's pending version `seq` (a commit marker or not) publishes
+// it, when a partner stood in for that run: not when the partner made it durable already (every
+// version up to `stood_in_through` but commit markers; the markers up to `markers_through`, which
+// it published for the dead committer, DeadMarkerAction). 0: none.
+inline bool RecoveryRepublishes(uint64_t seq, uint64_t stood_in_through, uint64_t markers_through,
+                                bool is_marker) {
+  return is_marker ? seq > markers_through : seq > stood_in_through;
+}
+
+// The member that publishes dead member `dead`'s commit markers from its replicas: the first
+// member of `live` that follows it in the ring of node names (its first partner while that one
+// lives; its second, with replicas=2, when the first died too). Every member that sees the same
+// live members names the same one; nullopt when no other member is live.
+inline std::optional<std::string> MarkerStandInOf(const std::string& dead,
+                                                  std::vector<std::string> live) {
+  std::vector<std::string> first = PartnersOf(dead, std::move(live), 1);
+  if (first.empty()) return std::nullopt;
+  return first.front();
+}
+
+// What a partner does with a dead member's replica of a commit marker (the dead member was the
+// committer: it died before it published the marker).
+enum class DeadMarker {
+  kCommit,         // Commit it for the dead member: once every other live member acknowledged
+                   // (its data sealed before the marker durable), and this member's own data
+                   // sealed before it and the dead member's versions before it are durable,
+                   // publish it last.
+  kNotMine,        // Another member is the chosen one (MarkerStandInOf).
+  kComesBack,      // The dead member's node runs again and recovers its run: its worker decides.
+  kPublished,      // The run's stand-in record says it was published already: never twice.
+  kNotReplicated,  // A version the dead member sealed before it is neither held here nor durable:
+                   // publishing it would put a marker ahead of its data; it is never published.
+};
+// `chosen`: this member is MarkerStandInOf the dead one; `continued`: a live process of its node
+// continues its run; `marker_seq`: the marker's seq in the dead member's run; `covered`: the
+// point the dead member last said this partner covers (nullopt: nothing); `markers_through`:
+// the markers of that run its stand-in record says were published (0: none).
+inline DeadMarker DeadMarkerAction(bool chosen, bool continued, uint64_t marker_seq,
+                                   std::optional<uint64_t> covered, uint64_t markers_through) {
+  if (!chosen) return DeadMarker::kNotMine;
+  if (continued) return DeadMarker::kComesBack;
+  if (marker_seq <= markers_through) return DeadMarker::kPublished;
+  // The marker itself is held here; everything sealed before it must be held or durable.
+  if (!covered || *covered + 1 < marker_seq) return DeadMarker::kNotReplicated;
+  return DeadMarker::kCommit;
 }
 
 // A run (wire.h: 16 hex digits) as the number the recovery log keeps, and back; nullopt for

@@ -50,11 +50,20 @@ Status StandInWriter::Complete(const OwnerRun& owner, std::optional<uint64_t> se
                                         " (run " + owner.run + "): " + WhyNot(verdict));
   }
   MutexLock lock(mu_);
+  if (Status st = WriteThrough(owner, *sealed_at_sight); !st.ok()) return st;
+  // A worker of the dead member's node that recovers this run must not publish these again.
+  if (Status st = Record(owner, *sealed_at_sight, 0); !st.ok()) return st;
+  // Durable now: the memory goes back to the partners' replicas.
+  store_.DropDurable(owner, *sealed_at_sight);
+  return Status::Ok();
+}
+
+Status StandInWriter::WriteThrough(const OwnerRun& owner, uint64_t through) {
   uint64_t& written = written_[owner];
-  for (const Replica& r : store_.Through(owner, *sealed_at_sight)) {
+  for (const Replica& r : store_.Through(owner, through)) {
     const size_t slash = r.path.rfind('/');
     const std::string base = slash == std::string::npos ? r.path : r.path.substr(slash + 1);
-    if (!policy::StandInWrites(r.seq, written, *sealed_at_sight,
+    if (!policy::StandInWrites(r.seq, written, through,
                                policy::IsCommitMarker(base, markers_))) {
       continue;
     }
@@ -64,20 +73,72 @@ Status StandInWriter::Complete(const OwnerRun& owner, std::optional<uint64_t> se
     spdlog::info("replication: made {} durable for dead node {} (its version {}, seq {})", r.path,
                  owner.node, r.version, r.seq);
   }
-  written = std::max(written, *sealed_at_sight);
-  // A worker of the dead member's node that recovers this run must not publish these again.
-  uint64_t& recorded = recorded_[owner];
-  if (*sealed_at_sight > recorded) {
-    if (Status st = WriteStandInRecord(env_, root_fd_, staging_fd_, owner.node, owner.run,
-                                       *sealed_at_sight);
-        !st.ok()) {
-      return Status::Error(st.err(), "cannot record what was made durable for dead node " +
-                                         owner.node + ": " + st.ToString());
-    }
-    recorded = *sealed_at_sight;
+  written = std::max(written, through);
+  return Status::Ok();
+}
+
+Status StandInWriter::Record(const OwnerRun& owner, uint64_t through, uint64_t markers) {
+  auto [it, first] = recorded_.try_emplace(owner);
+  StandInRecord& recorded = it->second;
+  // Another partner may have stood in for the run before (replicas=2): never say less than it.
+  if (first) {
+    Result<StandInRecord> on_store = ReadStandInRecord(env_, root_fd_, owner.node, owner.run);
+    if (on_store.ok()) recorded = *on_store;
   }
-  // Durable now: the memory goes back to the partners' replicas.
-  store_.DropDurable(owner, *sealed_at_sight);
+  const StandInRecord wanted{std::max(recorded.through, through),
+                             std::max(recorded.markers, markers)};
+  if (wanted == recorded) return Status::Ok();
+  if (Status st = WriteStandInRecord(env_, root_fd_, staging_fd_, owner.node, owner.run, wanted);
+      !st.ok()) {
+    return Status::Error(st.err(), "cannot record what was made durable for dead node " +
+                                       owner.node + ": " + st.ToString());
+  }
+  recorded = wanted;
+  return Status::Ok();
+}
+
+std::vector<HeldDeadMarker> StandInWriter::DeadMarkersToCommit(
+    const std::string& self, const std::vector<std::string>& live) {
+  std::vector<HeldDeadMarker> markers;
+  for (const OwnerRun& owner : store_.Owners()) {
+    const bool comes_back = std::find(live.begin(), live.end(), owner.node) != live.end();
+    const bool chosen = policy::MarkerStandInOf(owner.node, live) == self;
+    if (!chosen || comes_back) continue;
+    // Another partner may have published some already (it died since, or the live members
+    // changed): the record on the backing store says.
+    Result<StandInRecord> record = ReadStandInRecord(env_, root_fd_, owner.node, owner.run);
+    if (!record.ok()) {
+      spdlog::warn("replication: cannot read the stand-in record of dead node {} (run {}): {}",
+                   owner.node, owner.run, record.status().ToString());
+      continue;
+    }
+    const std::optional<uint64_t> covered = store_.CoveredOf(owner);
+    for (const Replica& r : store_.Through(owner, UINT64_MAX)) {
+      const size_t slash = r.path.rfind('/');
+      const std::string base = slash == std::string::npos ? r.path : r.path.substr(slash + 1);
+      if (!policy::IsCommitMarker(base, markers_)) continue;
+      const policy::DeadMarker action =
+          policy::DeadMarkerAction(chosen, comes_back, r.seq, covered, record->markers);
+      if (action == policy::DeadMarker::kCommit) markers.push_back({owner, r.seq, r.path});
+    }
+  }
+  return markers;
+}
+
+Status StandInWriter::PublishDeadMarker(const HeldDeadMarker& marker) {
+  MutexLock lock(mu_);
+  std::vector<Replica> held = store_.Through(marker.owner, marker.seq);
+  if (held.empty() || held.back().seq != marker.seq) {
+    return Status::Error(ENODATA, "the marker " + marker.path + " of dead node " +
+                                      marker.owner.node + " is no longer held here");
+  }
+  if (Status st = WriteThrough(marker.owner, marker.seq - 1); !st.ok()) return st;
+  if (Status st = Record(marker.owner, marker.seq - 1, marker.seq); !st.ok()) return st;
+  if (Status st = WriteOne(held.back()); !st.ok()) return st;
+  store_.CountCompleted();
+  spdlog::info("replication: published the commit marker {} of dead node {} (seq {})",
+               marker.path, marker.owner.node, marker.seq);
+  store_.DropDurable(marker.owner, marker.seq);
   return Status::Ok();
 }
 

@@ -7,7 +7,15 @@
 // Whether it may is policy::MayStandIn: only when the dead member said this partner covers
 // everything it had sealed when it saw the request; a commit that needs data the member never
 // replicated fails as without replicas. A dead member's own commit markers are never written
-// (policy::StandInWrites).
+// there (policy::StandInWrites).
+//
+// A dead committer (it died before it published a marker it had sealed and replicated): the one
+// partner policy::MarkerStandInOf names lists the markers it holds (DeadMarkersToCommit), commits
+// each on the dead member's behalf (core/shared/shared_commit.h: PostForDead), and once that
+// succeeded publishes it (PublishDeadMarker): the dead member's versions before it first, then
+// the stand-in record naming the marker, then the marker, so that no marker is ahead of its
+// data and a returning node publishes it never again (a crash between the record and the marker
+// loses the marker, never doubles it).
 //
 // Written files get the mode the dead member's file had, this daemon's owner, and a checksum
 // record (core/integrity/checksum_record.h) of the bytes held, when the backing store keeps
@@ -30,9 +38,18 @@
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/replication/partner_store.h"
+#include "core/replication/stand_in_record.h"
 #include "iouring/env.h"
 
 namespace ckptfs::replication {
+
+// A dead committer's commit marker held here, as its replica.
+struct HeldDeadMarker {
+  OwnerRun owner;
+  uint64_t seq = 0;  // In the owner's run.
+  std::string path;  // Relative to the backing directory.
+  auto operator<=>(const HeldDeadMarker&) const = default;
+};
 
 class StandInWriter {
  public:
@@ -49,7 +66,23 @@ class StandInWriter {
   // (nothing is under a final name that was not whole; call again to retry).
   Status Complete(const OwnerRun& owner, std::optional<uint64_t> sealed_at_sight) EXCLUDES(mu_);
 
+  // The held markers of dead committers that this member, `self`, is to commit now, in owner run
+  // and seq order: of owners whose node has no member in `live` (the live members' node names,
+  // this one's included), those policy::DeadMarkerAction says kCommit for. The Env's error when a
+  // stand-in record cannot be read (nothing of that run is listed).
+  std::vector<HeldDeadMarker> DeadMarkersToCommit(const std::string& self,
+                                                  const std::vector<std::string>& live)
+      EXCLUDES(mu_);
+  // Publishes `marker`, whose commit succeeded: its owner's held versions before it (each once,
+  // in close order), then the stand-in record naming it, then it, each durable. Ok once it is in
+  // place; the Env's error otherwise (nothing torn under a final name; call again to retry).
+  Status PublishDeadMarker(const HeldDeadMarker& marker) EXCLUDES(mu_);
+
  private:
+  // Writes `owner`'s held versions up to `through` not written yet, each once, markers not.
+  Status WriteThrough(const OwnerRun& owner, uint64_t through) REQUIRES(mu_);
+  // Makes `owner`'s stand-in record say at least `through` and `markers`.
+  Status Record(const OwnerRun& owner, uint64_t through, uint64_t markers) REQUIRES(mu_);
   // Writes `r` durably at its path (temporary file, fdatasync, rename, directory fsync).
   Status WriteOne(const Replica& r) REQUIRES(mu_);
   // Keeps the checksum record of `r`'s bytes with the file `fd` (nothing when the backing
@@ -67,8 +100,8 @@ class StandInWriter {
   Mutex mu_;
   // Per dead owner run: every version it needs up to this seq was written.
   std::map<OwnerRun, uint64_t> written_ GUARDED_BY(mu_);
-  // Per dead owner run: what its stand-in record (stand_in_record.h) says.
-  std::map<OwnerRun, uint64_t> recorded_ GUARDED_BY(mu_);
+  // Per dead owner run: what its stand-in record (stand_in_record.h) says, as written here.
+  std::map<OwnerRun, StandInRecord> recorded_ GUARDED_BY(mu_);
   uint64_t temp_counter_ GUARDED_BY(mu_) = 0;
   bool xattrs_supported_ GUARDED_BY(mu_) = true;
 };

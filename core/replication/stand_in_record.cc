@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <optional>
 #include <vector>
 
 #include "core/backing/backing_paths.h"
@@ -12,8 +13,8 @@ namespace ckptfs::replication {
 namespace {
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
-// "<at most 20 digits>\n".
-constexpr size_t kMaxRecordBytes = 21;
+// "<at most 20 digits>[ <at most 20 digits>]\n".
+constexpr size_t kMaxRecordBytes = 42;
 
 std::string RecordName(const std::string& node, const std::string& run) {
   return node + "." + run;
@@ -41,11 +42,13 @@ Result<int> OpenRecordDir(Env& env, int root_fd, bool make) {
 }  // namespace
 
 Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::string& node,
-                          const std::string& run, uint64_t through) {
+                          const std::string& run, StandInRecord record) {
   Result<int> dir = OpenRecordDir(env, root_fd, true);
   if (!dir.ok()) return dir.status();
   const std::string name = RecordName(node, run);
-  const std::string text = std::to_string(through) + "\n";
+  const std::string text =
+      std::to_string(record.through) +
+      (record.markers != 0 ? " " + std::to_string(record.markers) : std::string()) + "\n";
   Status st = WriteFileDurably(
       env, staging_fd, ".stood-in." + name, *dir, name, 0644,
       [&](int fd) { return env.WriteAt(fd, text.data(), text.size(), 0); }, DirSync::kSync);
@@ -53,32 +56,47 @@ Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::stri
   return st;
 }
 
-Result<uint64_t> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
-                                   const std::string& run) {
+Result<StandInRecord> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
+                                        const std::string& run) {
   Result<int> dir = OpenRecordDir(env, root_fd, false);
-  if (!dir.ok()) return dir.status().err() == ENOENT ? Result<uint64_t>(0) : dir.status();
+  if (!dir.ok()) return dir.status().err() == ENOENT ? Result<StandInRecord>(StandInRecord{}) : dir.status();
   Result<int> file = env.Open(*dir, RecordName(node, run), O_RDONLY | O_NOFOLLOW);
   env.Close(*dir);
-  if (!file.ok()) return file.status().err() == ENOENT ? Result<uint64_t>(0) : file.status();
+  if (!file.ok()) return file.status().err() == ENOENT ? Result<StandInRecord>(StandInRecord{}) : file.status();
   // One byte more than a record can hold: a longer file is refused. Past the end reads as zeros.
   char text[kMaxRecordBytes + 1] = {};
   static_assert(sizeof text > kMaxRecordBytes);
   Status st = env.Read(*file, text, sizeof text, 0);
   env.Close(*file);
   if (!st.ok()) return st;
-  uint64_t seq = 0;
+  const Status invalid = Status::Error(EINVAL, "not a stand-in record: " + RecordName(node, run));
   size_t i = 0;
-  for (; i < kMaxRecordBytes && text[i] >= '0' && text[i] <= '9'; ++i) {
-    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
-    if (seq > (UINT64_MAX - digit) / 10) return Status::Error(EINVAL, "stand-in record overflows");
-    seq = seq * 10 + digit;
+  // The number at text[i], at least one digit; nullopt when there is none or it overflows.
+  auto number = [&]() -> std::optional<uint64_t> {
+    uint64_t n = 0;
+    const size_t start = i;
+    for (; i < kMaxRecordBytes && text[i] >= '0' && text[i] <= '9'; ++i) {
+      const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+      if (n > (UINT64_MAX - digit) / 10) return std::nullopt;
+      n = n * 10 + digit;
+    }
+    if (i == start) return std::nullopt;
+    return n;
+  };
+  StandInRecord record;
+  std::optional<uint64_t> through = number();
+  if (!through) return invalid;
+  record.through = *through;
+  if (i < kMaxRecordBytes && text[i] == ' ') {
+    ++i;
+    std::optional<uint64_t> markers = number();
+    if (!markers) return invalid;
+    record.markers = *markers;
   }
   bool rest_empty = i < kMaxRecordBytes && text[i] == '\n';
   for (size_t j = i + 1; rest_empty && j < sizeof text; ++j) rest_empty = text[j] == '\0';
-  if (i == 0 || !rest_empty) {
-    return Status::Error(EINVAL, "not a stand-in record: " + RecordName(node, run));
-  }
-  return seq;
+  if (!rest_empty) return invalid;
+  return record;
 }
 
 Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,

@@ -1,8 +1,11 @@
 // The record a partner leaves on the backing store once it stood in for a dead member's run
-// (stand_in.h): BACKING/.ckptfs/stood-in/<node>.<run>, the text "<seq>\n". It says that every
-// version of that run up to seq that is not a commit marker is durable, written by the partner
-// (or was superseded before it needed to be). A worker of the same node that recovers that run's
-// versions from its cache memory (core/filesystem/worker_takeover.h) publishes none of those
+// (stand_in.h): BACKING/.ckptfs/stood-in/<node>.<run>, the text "<through>\n", or
+// "<through> <markers>\n" once it published commit markers of that run for the dead committer.
+// It says that every version of that run up to `through` that is not a commit marker is durable,
+// written by the partner (or was superseded before it needed to be), and that the markers up to
+// `markers` were published by it (or will never be). A worker of the same node that recovers
+// that run's versions from its cache memory (core/filesystem/worker_takeover.h) publishes none of
+// those
 // again (policy::RecoveryRepublishes), then removes the record. The file is written whole under
 // a temporary name and renamed (never torn); its content is untrusted and bounded.
 //
@@ -24,14 +27,21 @@
 
 namespace ckptfs::replication {
 
-// Makes the record of `node`'s run `run` say `through`, durably (temporary file in `staging_fd`,
+// What a record says (0: nothing).
+struct StandInRecord {
+  uint64_t through = 0;  // Every version up to it but commit markers is durable.
+  uint64_t markers = 0;  // Every commit marker up to it was published (or never will be).
+  bool operator==(const StandInRecord&) const = default;
+};
+
+// Makes the record of `node`'s run `run` say `record`, durably (temporary file in `staging_fd`,
 // fdatasync, rename, directory fsync), making .ckptfs/stood-in when missing.
 Status WriteStandInRecord(Env& env, int root_fd, int staging_fd, const std::string& node,
-                          const std::string& run, uint64_t through);
-// The seq the record of `node`'s run `run` names; 0 when there is none. EINVAL when it is not a
+                          const std::string& run, StandInRecord record);
+// What the record of `node`'s run `run` says; zeros when there is none. EINVAL when it is not a
 // record as WriteStandInRecord writes it.
-Result<uint64_t> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
-                                   const std::string& run);
+Result<StandInRecord> ReadStandInRecord(Env& env, int root_fd, const std::string& node,
+                                        const std::string& run);
 // Removes it (nothing when there is none).
 Status RemoveStandInRecord(Env& env, int root_fd, const std::string& node,
                            const std::string& run);

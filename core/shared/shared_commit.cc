@@ -62,6 +62,11 @@ SharedCommits::~SharedCommits() = default;
 
 Result<std::string> SharedCommits::Post(const std::string& marker) {
   MutexLock lock(mu_);
+  return PostLocked(marker, std::nullopt);
+}
+
+Result<std::string> SharedCommits::PostLocked(const std::string& marker,
+                                              std::optional<DeadCommitterMarker> for_dead) {
   if (membership_.state() != Membership::State::kJoined) {
     return Status::Error(ENOTCONN, "cannot commit " + marker + ": node " + membership_.node() +
                                        " is not a joined member");
@@ -72,7 +77,13 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
                                              observed.ToString() + ")");
   }
   OwnRequest r{marker.substr(0, kMaxMarkerBytes), membership_.self(),
-               membership_.AwaitedMembers(), {}, clock_.Now(), {}};
+               membership_.AwaitedMembers(), {}, clock_.Now(), {}, for_dead, 0, false};
+  if (for_dead) {
+    // The dead committer acknowledges nothing; its data before the marker is this member's to
+    // write. What this member sealed so far must be durable before the marker.
+    std::erase_if(r.awaited, [&](const MemberId& m) { return m.node == for_dead->node; });
+    r.own_sealed = progress_().sealed_seq;
+  }
   if (r.awaited.size() > policy::kMaxMembers) {
     return Status::Error(EUSERS, "cannot commit " + marker + ": it would wait for " +
                                      std::to_string(r.awaited.size()) + " members, more than " +
@@ -80,7 +91,8 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
   }
   const std::string id =
       policy::MakeCommitId(r.committer.node, r.committer.incarnation, ++counter_);
-  if (!r.awaited.empty()) {
+  // A dead committer's marker always has its request: it names what it is for.
+  if (!r.awaited.empty() || for_dead) {
     nlohmann::json awaited = nlohmann::json::array();
     for (const MemberId& m : r.awaited) {
       awaited.push_back({{"node", m.node}, {"incarnation", m.incarnation}});
@@ -90,6 +102,9 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
                               {"incarnation", r.committer.incarnation},
                               {"marker", r.marker},
                               {"awaited", awaited}};
+    if (for_dead) {
+      request["for"] = {{"node", for_dead->node}, {"run", for_dead->run}, {"seq", for_dead->seq}};
+    }
     Status written = area_.MakeDir(RequestDir(id));
     if (written.ok()) {
       written = area_.Replace(RequestDir(id), kRequestName, ".request.tmp", request.dump());
@@ -107,7 +122,13 @@ Result<std::string> SharedCommits::Post(const std::string& marker) {
 }
 
 std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r) {
-  if (r.awaited.empty()) return Status::Ok();
+  // A dead committer's marker: this member's own data sealed before it is durable, too.
+  auto own_data = [&]() -> std::optional<Status> {
+    r.waits_own_data = r.for_dead && !policy::MayAcknowledge(progress_().durable_seq, r.own_sealed);
+    if (r.waits_own_data) return std::nullopt;
+    return Status::Ok();
+  };
+  if (r.awaited.empty() && !r.for_dead) return Status::Ok();
   auto failed = [&](const std::string& why) {
     return Status::Error(EHOSTDOWN, "commit of " + r.marker + " failed: " + why +
                                         "; the marker is not published");
@@ -142,7 +163,7 @@ std::optional<Status> SharedCommits::Decide(const std::string& id, OwnRequest& r
     }
     r.acked.insert(node);
   }
-  if (r.acked.size() == r.awaited.size()) return Status::Ok();
+  if (r.acked.size() == r.awaited.size()) return own_data();
   for (const MemberId& m : r.awaited) {
     if (r.acked.count(m.node) || membership_.MayStillAcknowledge(m)) continue;
     Liveness l = membership_.Judge(m);
@@ -168,6 +189,20 @@ std::vector<CommitOutcome> SharedCommits::Tick() {
       continue;
     }
     const OwnRequest& r = it->second;
+    if (r.for_dead) {
+      // Not the flusher's: StandInStep publishes it, or never.
+      DeadCommit& dead = dead_commits_[*r.for_dead];
+      dead.state = decided->ok() ? DeadCommit::State::kCommitted : DeadCommit::State::kFailed;
+      if (decided->ok()) {
+        spdlog::info("committed {} for dead node {} ({} members acknowledged in {:.3f} s)",
+                     r.marker, r.for_dead->node, r.awaited.size(), Seconds(now - r.posted_at));
+      } else {
+        spdlog::error("{} (for dead node {})", decided->message(), r.for_dead->node);
+      }
+      to_remove_.insert(it->first);
+      it = own_.erase(it);
+      continue;
+    }
     if (decided->ok()) {
       spdlog::info("committed {} ({} members acknowledged in {:.3f} s)", r.marker,
                    r.awaited.size(), Seconds(now - r.posted_at));
@@ -368,13 +403,25 @@ void SharedCommits::QueueStandIns(const std::string& id, const std::vector<Membe
   }
 }
 
+void SharedCommits::SetDeadCommitter(DeadCommitterFns fns) {
+  MutexLock lock(mu_);
+  dead_committer_ = std::move(fns);
+}
+
 bool SharedCommits::StandInStep() {
   std::vector<StandInJob> jobs;
   StandInFn stand_in;
+  DeadCommitterFns dead_committer;
+  std::vector<std::string> live;
   {
     MutexLock lock(mu_);
     jobs.swap(stand_ins_);
     stand_in = stand_in_;
+    dead_committer = dead_committer_;
+    if (membership_.state() == Membership::State::kJoined) {
+      live.push_back(membership_.self().node);
+      for (const MemberId& m : membership_.LiveMembers()) live.push_back(m.node);
+    }
   }
   for (const StandInJob& job : jobs) {
     // Without the lock: it may write gigabytes.
@@ -382,7 +429,61 @@ bool SharedCommits::StandInStep() {
     MutexLock lock(mu_);
     FinishStandIn(job, std::move(done));
   }
-  return !jobs.empty();
+  bool worked = !jobs.empty();
+  if (!dead_committer.markers || live.empty()) return worked;
+  const std::vector<DeadCommitterMarker> held = dead_committer.markers(live);
+  std::vector<DeadCommitterMarker> publishable;
+  {
+    MutexLock lock(mu_);
+    worked = PostDeadMarkers(held) || worked;
+    publishable = PublishableDeadMarkers();
+  }
+  for (const DeadCommitterMarker& m : publishable) {
+    // Its node runs again: its worker recovers the run and publishes the marker itself.
+    if (std::find(live.begin(), live.end(), m.node) != live.end()) break;
+    // Without the lock: it writes the dead member's versions before the marker.
+    Status published = dead_committer.publish(m);
+    MutexLock lock(mu_);
+    if (published.ok()) {
+      dead_commits_[m].state = DeadCommit::State::kPublished;
+      worked = true;
+    } else {
+      LogOnce(dead_commits_[m].id, "cannot publish " + m.path + " for dead node " + m.node +
+                                       ": " + published.ToString());
+      break;  // The markers after it wait for it.
+    }
+  }
+  return worked;
+}
+
+bool SharedCommits::PostDeadMarkers(const std::vector<DeadCommitterMarker>& held) {
+  bool posted = false;
+  for (const DeadCommitterMarker& m : held) {
+    if (dead_commits_.count(m)) continue;
+    Result<std::string> id = PostLocked(m.path, m);
+    if (!id.ok()) {
+      LogOnce(m.path, "cannot commit the marker of dead node " + m.node + ": " +
+                          id.status().ToString());
+      continue;  // Tried again on the next step.
+    }
+    spdlog::info("committing {} for dead node {} (run {}, seq {}) as {}", m.path, m.node, m.run,
+                 m.seq, *id);
+    dead_commits_[m] = DeadCommit{DeadCommit::State::kPosted, *id};
+    posted = true;
+  }
+  return posted;
+}
+
+std::vector<DeadCommitterMarker> SharedCommits::PublishableDeadMarkers() const {
+  std::vector<DeadCommitterMarker> publishable;
+  std::optional<std::pair<std::string, std::string>> blocked;  // A run with one undecided.
+  for (const auto& [m, commit] : dead_commits_) {
+    const std::pair<std::string, std::string> run{m.node, m.run};
+    if (blocked == run) continue;
+    if (commit.state == DeadCommit::State::kPosted) blocked = run;
+    if (commit.state == DeadCommit::State::kCommitted) publishable.push_back(m);
+  }
+  return publishable;
 }
 
 void SharedCommits::FinishStandIn(const StandInJob& job, Status done) {
@@ -443,7 +544,8 @@ std::vector<CommitOutcome> SharedCommits::Abandon() {
   MutexLock lock(mu_);
   std::vector<CommitOutcome> outcomes;
   for (auto& [id, r] : own_) {
-    if (!r.awaited.empty() && !RemoveRequest(id)) to_remove_.insert(id);
+    if ((!r.awaited.empty() || r.for_dead) && !RemoveRequest(id)) to_remove_.insert(id);
+    if (r.for_dead) continue;  // Never published: nobody waits for it here.
     Status withdrawn = Status::Error(ECANCELED, "commit of " + r.marker + " withdrawn: unmounting");
     outcomes.push_back({id, r.marker, withdrawn});
   }
@@ -465,9 +567,13 @@ void SharedCommits::PublishView() {
     }
     pending.push_back(std::move(p));
   }
-  const size_t owed = static_cast<size_t>(std::count_if(
-      seen_.begin(), seen_.end(),
-      [](const auto& entry) { return entry.second.state == SeenRequest::State::kOwed; }));
+  const size_t owed =
+      static_cast<size_t>(std::count_if(
+          seen_.begin(), seen_.end(),
+          [](const auto& entry) { return entry.second.state == SeenRequest::State::kOwed; })) +
+      static_cast<size_t>(std::count_if(own_.begin(), own_.end(), [](const auto& entry) {
+        return entry.second.waits_own_data;
+      }));
   MutexLock lock(view_mu_);
   pending_view_ = std::move(pending);
   acks_owed_view_ = owed;

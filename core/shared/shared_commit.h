@@ -41,6 +41,17 @@
 // awaiting a dead member for member_timeout after it judged it (policy::StillAwaitedAfterDrop), the
 // time the partners have to do it.
 //
+// A dead committer's marker (-o replicas, SetDeadCommitter): a member that holds, as a replica,
+// a marker of a committer that died before it published it, and is the one partner chosen for it
+// (core/replication/stand_in.h), posts a request of its own for it, which also names the dead
+// committer ("for": {"node", "run", "seq"}, the marker's seq in its run) and awaits every other
+// member but the dead one. It is decided as any request, and succeeds only once this member has
+// also made durable what it had sealed when it posted (it is not the marker's own committer,
+// whose flusher would order that). On success this member publishes the marker (after the dead
+// member's versions before it); on failure never. Markers of one dead run are published in seq
+// order: one waits for the decisions of those before it. None is published once a process of the
+// dead node is live again (its worker recovers that run's versions and publishes them).
+//
 // Clean-up: the committer removes its request's directory once the outcome is known (request
 // first, so that nobody acknowledges it any more, then the acks, then the directory; retried on
 // later ticks when it fails, e.g. an ack that landed meanwhile). Any member removes the request
@@ -102,6 +113,22 @@ struct Sight {
 // other error is tried again next tick.
 using StandInFn = std::function<Status(const MemberId& dead, const std::optional<Sight>& sight)>;
 
+// A dead committer's marker that this member holds as a replica (core/replication/stand_in.h).
+struct DeadCommitterMarker {
+  std::string node;  // The dead committer.
+  std::string run;   // Its replication run.
+  uint64_t seq = 0;  // The marker's seq in that run.
+  std::string path;  // Relative to the backing directory.
+  auto operator<=>(const DeadCommitterMarker&) const = default;
+};
+// How this member commits dead committers' markers. Both are called without the object's lock.
+struct DeadCommitterFns {
+  // The markers it is to commit now, given the node names of the live members (this one's too).
+  std::function<std::vector<DeadCommitterMarker>(const std::vector<std::string>& live)> markers;
+  // Publishes one whose commit succeeded: Ok once it is in place (otherwise tried again).
+  std::function<Status(const DeadCommitterMarker&)> publish;
+};
+
 class SharedCommits {
  public:
   // The commits of the group that meets in `area` (its "commits" directory). `progress` gives
@@ -127,10 +154,15 @@ class SharedCommits {
   // (StandInStep).
   void SetStandIn(std::string run, StandInFn stand_in) EXCLUDES(mu_);
 
+  // -o replicas, before the first StandInStep: how this member commits the markers of dead
+  // committers it holds.
+  void SetDeadCommitter(DeadCommitterFns fns) EXCLUDES(mu_);
+
   // -o replicas: completes the dead members' parts that Tick queued, one after another, each with
-  // the StandInFn called without the lock, then acknowledges for those it completed. From one
-  // thread, not Tick's (a long write must not hold back the beat). Returns whether any was
-  // queued.
+  // the StandInFn called without the lock, then acknowledges for those it completed; then posts
+  // the commits of dead committers' markers newly listed, and publishes those whose commit
+  // succeeded. From one thread, not Tick's (a long write must not hold back the beat). Returns
+  // whether it did any of this.
   bool StandInStep() EXCLUDES(mu_);
 
   // One step, every poll interval, from one thread, after Membership::Tick. As committer:
@@ -147,7 +179,8 @@ class SharedCommits {
   // This member's requests still waiting, as the last Post, Tick or Abandon left them (never
   // waits for the shared store).
   std::vector<PendingCommit> Pending() const EXCLUDES(view_mu_);
-  // Requests of others that await this member and are not acknowledged yet, likewise.
+  // Requests of others that await this member and are not acknowledged yet, and dead committers'
+  // commits that wait only for this member's own data, likewise.
   size_t acks_owed() const EXCLUDES(view_mu_);
 
  private:
@@ -158,6 +191,16 @@ class SharedCommits {
     std::set<std::string> acked;  // Node names.
     Clock::time_point posted_at;
     std::set<std::string> stood_in;  // Dead members whose part this member completed or cannot.
+    // A dead committer's marker: what it is for, and this member's sealed point when it posted,
+    // which must be durable too; whether every awaited member acknowledged and only that lacks.
+    std::optional<DeadCommitterMarker> for_dead;
+    uint64_t own_sealed = 0;
+    bool waits_own_data = false;
+  };
+  // A dead committer's marker, as this member commits it.
+  struct DeadCommit {
+    enum class State { kPosted, kCommitted, kFailed, kPublished } state = State::kPosted;
+    std::string id;
   };
   // A request of another member, as this member handles it.
   struct SeenRequest {
@@ -179,6 +222,14 @@ class SharedCommits {
   SharedCommits(SharedArea& area, Membership& membership, Clock& clock,
                 std::chrono::milliseconds member_timeout, ProgressFn progress);
 
+  // Posts a request for `marker` (for a dead committer's when `for_dead`).
+  Result<std::string> PostLocked(const std::string& marker,
+                                 std::optional<DeadCommitterMarker> for_dead) REQUIRES(mu_);
+  // Posts the commits of `held` not posted yet; returns whether it posted any.
+  bool PostDeadMarkers(const std::vector<DeadCommitterMarker>& held) REQUIRES(mu_);
+  // The dead committers' markers whose commit succeeded and that may be published now: in seq
+  // order per run, none after one still undecided.
+  std::vector<DeadCommitterMarker> PublishableDeadMarkers() const REQUIRES(mu_);
   // Collects the acks of request `id`; the outcome when it is decided.
   std::optional<Status> Decide(const std::string& id, OwnRequest& r) REQUIRES(mu_);
   // Handles the requests of others; `progress` is read at most once, after the listing.
@@ -223,6 +274,9 @@ class SharedCommits {
   std::map<std::string, SeenRequest> seen_ GUARDED_BY(mu_);
   std::map<std::string, std::string> logged_ GUARDED_BY(mu_);  // Name -> what was logged.
   std::vector<StandInJob> stand_ins_ GUARDED_BY(mu_);  // Queued, not taken by StandInStep yet.
+  DeadCommitterFns dead_committer_ GUARDED_BY(mu_);
+  // The dead committers' markers this member took on (bounded by the markers it held).
+  std::map<DeadCommitterMarker, DeadCommit> dead_commits_ GUARDED_BY(mu_);
   // (request id, node) of the jobs queued or under way.
   std::set<std::pair<std::string, std::string>> standing_in_ GUARDED_BY(mu_);
 

@@ -52,6 +52,8 @@ class SharedMount {
     commits_->SetStandIn(std::move(run), std::move(stand_in));
     stands_in_ = true;
   }
+  // -o replicas, before Start: see SharedCommits::SetDeadCommitter.
+  void SetDeadCommitter(DeadCommitterFns fns) { commits_->SetDeadCommitter(std::move(fns)); }
   // Asks every other live member to commit `marker` (a path, for messages); Step reports the
   // outcome by the returned id.
   Result<std::string> Post(const std::string& marker);

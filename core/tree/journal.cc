@@ -93,12 +93,14 @@ void Journal::Hold(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = true;
   held_.insert(e->seq);
+  if (e->kind != JournalEntry::Kind::kPublish) held_changes_.insert(e->seq);
 }
 
 void Journal::Release(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = false;
   held_.erase(e->seq);
+  held_changes_.erase(e->seq);
 }
 
 JournalEntry::State Journal::StateOf(const EntryRef& e) const {
@@ -169,6 +171,11 @@ uint64_t Journal::durable_seq() const {
 uint64_t Journal::settled_seq() const {
   JournalLock lock(mu_);
   return held_.empty() ? durable_seq_ : std::min(durable_seq_, *held_.begin() - 1);
+}
+
+uint64_t Journal::first_held_change() const {
+  JournalLock lock(mu_);
+  return held_changes_.empty() ? 0 : *held_changes_.begin();
 }
 
 size_t Journal::pending_entries() const {

@@ -139,6 +139,9 @@ class Journal {
   // Every entry with seq <= settled_seq() is durable (or cancelled) and none is held: the backing
   // store shows all of them.
   uint64_t settled_seq() const EXCLUDES(journal_lock);
+  // The seq of the first held entry that is not a file version (a rename to a commit marker,
+  // durable as far as the order goes but not applied); 0 when none is.
+  uint64_t first_held_change() const EXCLUDES(journal_lock);
   size_t pending_entries() const EXCLUDES(journal_lock);
   uint64_t pending_bytes() const EXCLUDES(journal_lock);
   // The entries neither durable nor cancelled, in order. Their snapshots may be read once the
@@ -161,6 +164,7 @@ class Journal {
   uint64_t next_seq_ GUARDED_BY(journal_lock) = 1;
   uint64_t durable_seq_ GUARDED_BY(journal_lock) = 0;
   std::set<uint64_t> held_ GUARDED_BY(journal_lock);  // Seqs of the held entries.
+  std::set<uint64_t> held_changes_ GUARDED_BY(journal_lock);  // Of those, not file versions.
   uint64_t pending_bytes_ GUARDED_BY(journal_lock) = 0;
 };
 

@@ -137,6 +137,26 @@ TEST_F(JournalTest, CompleteWithPartialSuccess) {
   EXPECT_EQ(j_.HeadDeadline(0s), Clock::time_point::max());
 }
 
+TEST_F(JournalTest, HeldEntriesKeepTheSettledPointBelowThemAndHeldRenamesAreNamed) {
+  j_.Append(Publish(NewInode(), root_, 10));
+  j_.Append(Publish(NewInode(), root_, 10));           // A marker's version, held.
+  j_.Append(Op(Kind::kRename, NewInode(), root_));     // A rename to a marker, held.
+  j_.Append(Publish(NewInode(), root_, 10));
+  auto b = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
+  ASSERT_EQ(b.size(), 4u);
+  j_.Hold(b[1]);
+  j_.Hold(b[2]);
+  j_.Complete(b, 4, 4);
+  EXPECT_EQ(j_.durable_seq(), 4u);
+  EXPECT_EQ(j_.settled_seq(), 1u);
+  EXPECT_EQ(j_.first_held_change(), 3u) << "the held version is replayable, the rename not";
+  j_.Release(b[1]);
+  EXPECT_EQ(j_.settled_seq(), 2u);
+  j_.Release(b[2]);
+  EXPECT_EQ(j_.settled_seq(), 4u);
+  EXPECT_EQ(j_.first_held_change(), 0u);
+}
+
 TEST_F(JournalTest, DurableSeqAdvancesOverCancelledEntries) {
   auto a = Publish(NewInode(), root_, 10);
   auto b = Publish(NewInode(), root_, 20);

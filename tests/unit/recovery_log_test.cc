@@ -279,7 +279,7 @@ TEST_F(RecoverTest, VersionsAPartnerMadeDurableForTheDeadRunAreNotPublishedAgain
     const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
     ASSERT_GE(root, 0);
     ASSERT_TRUE(replication::WriteStandInRecord(*env, root, root, "a", policy::RunName(run),
-                                                through)
+                                                {through, 0})
                     .ok());
     close(root);
   }
@@ -308,7 +308,7 @@ TEST_F(RecoverTest, AWorkerThatRecoveredRemovesTheStandInRecordsOfItsNodesEarlie
     ASSERT_GE(root, 0);
     for (const auto& [node, run] : std::vector<std::pair<std::string, std::string>>{
              {"a", earlier}, {"a", earliest}, {"b", earlier}}) {
-      EXPECT_TRUE(replication::WriteStandInRecord(*env, root, root, node, run, 3).ok());
+      EXPECT_TRUE(replication::WriteStandInRecord(*env, root, root, node, run, {3, 0}).ok());
     }
     close(root);
   }

@@ -2,12 +2,17 @@
 // two nodes (-o shared,replicas=1, partners over real TCP on the loopback interface), neither
 // flushing by age. An fsync returns once the file and everything sealed before it are in the
 // partner's memory: not while the partner is away (nothing then makes the file durable either),
-// and once the partner is there and holds the bytes, with nothing on the backing store yet.
+// and once the partner is there and holds the bytes, with nothing on the backing store yet. And a
+// committer killed (in a child process, SIGKILL) after its fsyncs returned and before anything
+// was durable: its partner publishes its data, then its marker.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <future>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core_test_util.h"
 
@@ -81,6 +86,57 @@ TEST_F(ReplicatedFsyncTest, AnFsyncReturnsOnlyOnceThePartnerHoldsTheFileAndWhatC
   ASSERT_TRUE(b->Shutdown().ok());
   EXPECT_TRUE(SameBytes(*ReadHostFile(backing_ / "ckpt/__0_0.distcp"), data));
   EXPECT_TRUE(SameBytes(*ReadHostFile(backing_ / "ckpt/__0_0.before"), before));
+}
+
+TEST_F(ReplicatedFsyncTest, ADeadCommittersCheckpointIsPublishedByItsPartnerDataFirst) {
+  const std::string shard = Pattern(3, 2 << 20);
+  const std::string tracker = "100";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The committer: never destroyed, killed once its save returned.
+    close(ready[0]);
+    Filesystem* a = Node("a").release();
+    char saved = a != nullptr;
+    for (const auto& [path, bytes] : {std::pair<std::string, std::string>{"/ckpt", ""},
+                                      {"/ckpt/__0_0.distcp", shard},
+                                      {"/latest_checkpointed_iteration.txt", tracker}}) {
+      if (!saved) break;
+      if (bytes.empty()) {
+        saved = a->Mkdir(kRootIno, "ckpt", 0755, Me()).ok();
+        continue;
+      }
+      Result<uint64_t> h = CreatePath(*a, path);
+      saved = h.ok() && WriteHandle(*a, *h, 0, bytes).ok() && a->Fsync(*h).ok() &&
+              Close(*a, *h).ok();
+    }
+    if (write(ready[1], &saved, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  auto b = Node("b");
+  ASSERT_TRUE(b);
+  char saved = 0;
+  const bool told = read(ready[0], &saved, 1) == 1;
+  close(ready[0]);
+  // What a told b it covers follows the replicas it stored; give it a poll interval or two.
+  std::this_thread::sleep_for(200ms);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(told && saved) << "the committer's save failed";
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/__0_0.distcp")) << "durable before the death";
+  EXPECT_FALSE(HostExists(backing_ / "latest_checkpointed_iteration.txt"));
+
+  const std::string marker = backing_ / "latest_checkpointed_iteration.txt";
+  for (int i = 0; i < 600 && !HostExists(marker); ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(ReadHostFile(marker).value_or("<missing>"), tracker)
+      << "the dead committer's marker, through its partner";
+  EXPECT_TRUE(SameBytes(ReadHostFile(backing_ / "ckpt/__0_0.distcp").value_or(""), shard));
+  EXPECT_EQ(StatsOf(*b)["replication"]["completed_for_dead"], 2) << StatsOf(*b).dump();
+  ASSERT_TRUE(b->Shutdown().ok());
 }
 
 }  // namespace

@@ -109,12 +109,50 @@ TEST(StandInWritesTest, EachNeededVersionIsWrittenOnceInCloseOrderAndMarkersNeve
   EXPECT_FALSE(StandInWrites(5, 0, 10, true)) << "the dead member's own marker";
 }
 
-TEST(RecoveryRepublishesTest, OnlyWhatNoPartnerMadeDurableAndMarkers) {
-  EXPECT_TRUE(RecoveryRepublishes(5, 0, false)) << "no partner stood in";
-  EXPECT_FALSE(RecoveryRepublishes(5, 10, false));
-  EXPECT_FALSE(RecoveryRepublishes(10, 10, false));
-  EXPECT_TRUE(RecoveryRepublishes(11, 10, false)) << "sealed after what the partner wrote";
-  EXPECT_TRUE(RecoveryRepublishes(5, 10, true)) << "a stand-in never writes a marker";
+TEST(RecoveryRepublishesTest, OnlyWhatNoPartnerMadeDurable) {
+  EXPECT_TRUE(RecoveryRepublishes(5, 0, 0, false)) << "no partner stood in";
+  EXPECT_FALSE(RecoveryRepublishes(5, 10, 0, false));
+  EXPECT_FALSE(RecoveryRepublishes(10, 10, 0, false));
+  EXPECT_TRUE(RecoveryRepublishes(11, 10, 0, false)) << "sealed after what the partner wrote";
+  EXPECT_TRUE(RecoveryRepublishes(5, 10, 0, true)) << "a marker the partner did not publish";
+  EXPECT_FALSE(RecoveryRepublishes(5, 10, 5, true)) << "the partner published it";
+  EXPECT_TRUE(RecoveryRepublishes(12, 12, 5, true)) << "a later marker";
+}
+
+TEST(MarkerStandInOfTest, TheFirstLiveMemberAfterTheDeadOneInTheRingPublishesItsMarkers) {
+  EXPECT_EQ(MarkerStandInOf("n1", {"n3", "n0", "n2"}), "n2");
+  EXPECT_EQ(MarkerStandInOf("n3", {"n0", "n1", "n2"}), "n0") << "the ring wraps around";
+  // With replicas=2 its second partner holds the marker too, and takes over once the first died.
+  EXPECT_EQ(MarkerStandInOf("n1", {"n0", "n3"}), "n3");
+  EXPECT_EQ(MarkerStandInOf("n1", {"n1"}), std::nullopt) << "nobody else is live";
+  EXPECT_EQ(MarkerStandInOf("n1", {}), std::nullopt);
+}
+
+TEST(MarkerStandInOfTest, EveryMemberNamesTheSameOneWhateverTheOrderItListsThemIn) {
+  EXPECT_EQ(MarkerStandInOf("b", {"c", "a", "d"}), MarkerStandInOf("b", {"d", "c", "a"}));
+}
+
+TEST(DeadMarkerActionTest, TheChosenPartnerCommitsAMarkerWhoseEarlierVersionsItCovers) {
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 10, 0), DeadMarker::kCommit);
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 9, 0), DeadMarker::kCommit)
+      << "everything before the marker is covered, and the marker is held";
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 20, 0), DeadMarker::kCommit);
+  EXPECT_EQ(DeadMarkerAction(true, false, 1, 0, 0), DeadMarker::kCommit)
+      << "the marker is its first entry";
+}
+
+TEST(DeadMarkerActionTest, NoMarkerIsPublishedAheadOfDataNeverReplicated) {
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 8, 0), DeadMarker::kNotReplicated);
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, std::nullopt, 0), DeadMarker::kNotReplicated);
+}
+
+TEST(DeadMarkerActionTest, OnlyTheChosenPartnerPublishesAndNothingTwice) {
+  EXPECT_EQ(DeadMarkerAction(false, false, 10, 10, 0), DeadMarker::kNotMine);
+  EXPECT_EQ(DeadMarkerAction(true, true, 10, 10, 0), DeadMarker::kComesBack)
+      << "its node's worker recovers the run and publishes the marker itself";
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 10, 10), DeadMarker::kPublished);
+  EXPECT_EQ(DeadMarkerAction(true, false, 10, 20, 12), DeadMarker::kPublished);
+  EXPECT_EQ(DeadMarkerAction(true, false, 14, 20, 12), DeadMarker::kCommit) << "a later marker";
 }
 
 TEST(RunNumberTest, RunsRoundTripAndAnythingElseIsRefused) {

@@ -405,12 +405,26 @@ class StandInCommitTest : public SharedCommitTest {
             if (!sight) return w->Complete({dead.node, ""}, std::nullopt);
             return w->Complete({dead.node, sight->run}, sight->sealed);
           });
+      const std::string self = nodes[i]->name;
+      DeadCommitterFns dead_committer;
+      dead_committer.markers = [w, self](const std::vector<std::string>& live) {
+        std::vector<DeadCommitterMarker> markers;
+        for (replication::HeldDeadMarker& m : w->DeadMarkersToCommit(self, live)) {
+          markers.push_back({m.owner.node, m.owner.run, m.seq, std::move(m.path)});
+        }
+        return markers;
+      };
+      dead_committer.publish = [w](const DeadCommitterMarker& m) {
+        return w->PublishDeadMarker({{m.node, m.run}, m.seq, m.path});
+      };
+      nodes[i]->commits->SetDeadCommitter(std::move(dead_committer));
       partners_[nodes[i]->name] = std::move(p);
     }
   }
-  // c holds b's version `seq` of `path`.
-  void HoldAtC(uint64_t seq, const std::string& path, const std::string& bytes) {
-    replication::PartnerStore& store = partners_["c"]->store;
+  // c (or `at`) holds b's version `seq` of `path`.
+  void HoldAtC(uint64_t seq, const std::string& path, const std::string& bytes,
+               const std::string& at = "c") {
+    replication::PartnerStore& store = partners_[at]->store;
     ASSERT_EQ(store.Reserve(bytes.size()), replication::PartnerStore::Room::kReserved);
     replication::Replica r{{"b", kRunB}, path, seq, 1,
                            std::shared_ptr<char[]>(new char[bytes.size()]), bytes.size()};
@@ -424,8 +438,118 @@ class StandInCommitTest : public SharedCommitTest {
     return a_->outcomes.at(0);
   }
 
+  // Ticks until c judges b dead (at most 60 ticks).
+  void UntilCJudgesBDead() {
+    const MemberId b = b_->membership->self();
+    auto judged = [&] {
+      const Liveness l = c_->membership->Judge(b);
+      return l == Liveness::kDead || l == Liveness::kLeft;
+    };
+    for (int i = 0; i < 60 && !judged(); ++i) TickAll();
+    ASSERT_TRUE(judged());
+  }
+  // b, the committer, sealed its shard (seq 7) and then its marker (seq 9), both replicated to c
+  // (and to a when `also_at_a`), and died before it published the marker.
+  void HoldBsCheckpoint(bool also_at_a = false) {
+    HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+    HoldAtC(9, "ckpt/.metadata", "b's marker");
+    partners_["c"]->store.Covered({"b", kRunB}, 9);
+    if (also_at_a) {
+      HoldAtC(7, "ckpt/__1_0.distcp", "b's shard", "a");
+      HoldAtC(9, "ckpt/.metadata", "b's marker", "a");
+      partners_["a"]->store.Covered({"b", kRunB}, 9);
+    }
+  }
+  // The requests posted for dead node b, by id.
+  std::vector<std::string> RequestsForB() {
+    std::vector<std::string> ids;
+    for (const std::string& id : Requests()) {
+      std::optional<std::string> text = ReadHostFile(SharedPath("commits/" + id + "/request"));
+      if (!text) continue;
+      nlohmann::json r = nlohmann::json::parse(*text, nullptr, false);
+      if (r.contains("for") && r["for"]["node"] == "b" && r["for"]["run"] == kRunB &&
+          r["for"]["seq"] == 9) {
+        ids.push_back(id);
+      }
+    }
+    return ids;
+  }
+
   std::map<std::string, std::unique_ptr<Partner>> partners_;
 };
+
+TEST_F(StandInCommitTest, ADeadCommittersMarkerIsPublishedByItsPartnerOnceTheOthersDataIsDurable) {
+  StartThreeStandingIn();
+  HoldBsCheckpoint(/*also_at_a=*/true);
+  a_->progress = {20, 10, 0};  // a's shard, sealed before b's marker, is not durable yet.
+  b_->running = false;
+  UntilCJudgesBDead();
+  TickAll();
+  const std::vector<std::string> ids = RequestsForB();
+  ASSERT_EQ(ids.size(), 1u) << "one partner commits b's marker, not both";
+  EXPECT_EQ(ids[0].rfind("c~", 0), 0u) << ids[0] << ": c follows b in the ring";
+  TickAll(5);
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata")) << "ahead of a's data";
+
+  a_->progress.durable_seq = 20;
+  for (int i = 0; i < 10 && !HostExists(backing_ / "ckpt/.metadata"); ++i) TickAll();
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/.metadata").value_or("<missing>"), "b's marker");
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/__1_0.distcp").value_or("<missing>"), "b's shard");
+  EXPECT_EQ(ReadHostFile(backing_ / (".ckptfs/stood-in/b." + std::string(kRunB))), "8 9\n")
+      << "b's node, back, publishes neither again";
+  EXPECT_EQ(partners_["c"]->store.Totals().completed_for_dead, 2u);
+  EXPECT_EQ(partners_["a"]->store.Totals().completed_for_dead, 0u);
+  TickAll(2);
+  EXPECT_TRUE(RequestsForB().empty()) << "the request is removed once decided";
+  EXPECT_TRUE(a_->outcomes.empty()) << "no outcome of a's own";
+  EXPECT_TRUE(c_->outcomes.empty()) << "not the flusher's: c published it itself";
+}
+
+TEST_F(StandInCommitTest, ThePartnersOwnDataSealedBeforeItCommitsADeadCommittersMarkerIsDurableFirst) {
+  StartThreeStandingIn();
+  HoldBsCheckpoint();
+  c_->progress = {30, 10, 0};
+  b_->running = false;
+  UntilCJudgesBDead();
+  TickAll(5);
+  ASSERT_EQ(RequestsForB().size(), 1u);
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata")) << "ahead of c's own data";
+  EXPECT_EQ(c_->commits->acks_owed(), 1u) << "c flushes now, whatever its flush delay";
+  c_->progress.durable_seq = 30;
+  for (int i = 0; i < 10 && !HostExists(backing_ / "ckpt/.metadata"); ++i) TickAll();
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/.metadata").value_or("<missing>"), "b's marker");
+  EXPECT_EQ(c_->commits->acks_owed(), 0u);
+}
+
+TEST_F(StandInCommitTest, ADeadCommittersMarkerIsNeverPublishedWhenAnotherMemberDiesBeforeItsAck) {
+  StartThreeStandingIn();
+  HoldBsCheckpoint();
+  a_->progress = {20, 10, 0};
+  b_->running = false;
+  UntilCJudgesBDead();
+  TickAll();
+  ASSERT_EQ(RequestsForB().size(), 1u);
+  a_->running = false;  // Nothing of a's is replicated at c: its part cannot be completed.
+  TickAll(60);
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata"));
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/__1_0.distcp"))
+      << "b's data is written for a marker that commits, or for a commit that needs it";
+  EXPECT_TRUE(RequestsForB().empty()) << "decided (failed) and removed";
+  TickAll(5);
+  EXPECT_TRUE(RequestsForB().empty()) << "a failed marker is not committed again";
+}
+
+TEST_F(StandInCommitTest, ADeadCommittersMarkerAfterDataItNeverReplicatedIsNeverCommitted) {
+  StartThreeStandingIn();
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  HoldAtC(9, "ckpt/.metadata", "b's marker");
+  partners_["c"]->store.Covered({"b", kRunB}, 7);  // b's seq 8 is neither held nor durable.
+  b_->running = false;
+  UntilCJudgesBDead();
+  TickAll(30);
+  EXPECT_TRUE(RequestsForB().empty());
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata"));
+}
 
 TEST_F(StandInCommitTest, AMemberThatDiesAfterSeeingTheRequestIsCompletedByItsPartner) {
   StartThreeStandingIn();

@@ -120,25 +120,25 @@ TEST_F(StandInTest, ACompletionLeavesARecordOfHowFarItMadeTheDeadRunDurable) {
   Hold(3, "ckpt/__1_0.distcp", "data");
   Hold(4, "ckpt/__1_1.distcp", "more data");
   store_.Covered({"n0", kRun}, 4);
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u) << "none before";
+  EXPECT_EQ(ReadStandInRecord(*env_, root_fd_, "n0", kRun)->through, 0u) << "none before";
   ASSERT_TRUE(writer_->Complete({"n0", kRun}, 3).ok());
   EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "3\n");
   ASSERT_TRUE(writer_->Complete({"n0", kRun}, 4).ok());
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 4u);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), (StandInRecord{4, 0}));
   EXPECT_TRUE(Staged().empty()) << "no temporary file left";
   ASSERT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok());
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), 0u);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), StandInRecord{});
   EXPECT_TRUE(RemoveStandInRecord(*env_, root_fd_, "n0", kRun).ok()) << "none: nothing to do";
 }
 
 TEST_F(StandInTest, TheRecordsOfANodesOtherRunsAreRemovedAndNothingElse) {
   const std::string kept = "00000000000000b0";
   for (const char* run : {kRun, "00000000000000a0", "00000000000000b0"}) {
-    ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0", run, 5).ok());
+    ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0", run, {5, 0}).ok());
   }
   // Another node's, one whose name extends n0's with a dot, and names that are no record.
-  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n1", kRun, 5).ok());
-  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0.x", kRun, 5).ok());
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n1", kRun, {5, 0}).ok());
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0.x", kRun, {5, 0}).ok());
   for (const char* other : {"n0.", "n0.0123456789ABCDEF", "n0.0123456789abcdef0", "n0"}) {
     std::ofstream(dir_ / "backing/.ckptfs/stood-in" / other) << "7\n";
   }
@@ -153,8 +153,8 @@ TEST_F(StandInTest, TheRecordsOfANodesOtherRunsAreRemovedAndNothingElse) {
                                              "n0.x.0123456789abcdef", "n1.0123456789abcdef"}));
   // Without a run to keep, every run's record of the node goes; without records, nothing to do.
   ASSERT_TRUE(RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, "n0", "").ok());
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kept), 0u);
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n1", kRun), 5u);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kept), StandInRecord{});
+  EXPECT_EQ(ReadStandInRecord(*env_, root_fd_, "n1", kRun)->through, 5u);
   std::filesystem::remove_all(dir_ / "backing/.ckptfs");
   EXPECT_TRUE(RemoveStandInRecordsOfOtherRuns(*env_, root_fd_, "n0", kept).ok());
 }
@@ -163,12 +163,20 @@ TEST_F(StandInTest, AStandInRecordThatIsNotOneIsRefused) {
   const std::string path = dir_ / ("backing/.ckptfs/stood-in/n0." + std::string(kRun));
   std::filesystem::create_directories(dir_ / "backing/.ckptfs/stood-in");
   for (const std::string& bad : std::vector<std::string>{"", "\n", "12", "12\n3", "x\n", "-1\n", "99999999999999999999\n",
-                                std::string(4096, '1') + "\n", "1 \n"}) {
+                                std::string(4096, '1') + "\n", "1 \n", "1 2", "1  2\n", "1 2 3\n",
+                                "1 x\n", "1 99999999999999999999\n"}) {
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
     EXPECT_EQ(ReadStandInRecord(*env_, root_fd_, "n0", kRun).status().err(), EINVAL) << bad;
   }
   std::ofstream(path, std::ios::binary | std::ios::trunc) << "18446744073709551615\n";
-  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), UINT64_MAX);
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), (StandInRecord{UINT64_MAX, 0}));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << "18446744073709551615 18446744073709551615\n";
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun),
+            (StandInRecord{UINT64_MAX, UINT64_MAX}));
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0", kRun, {7, 9}).ok());
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "7 9\n");
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), (StandInRecord{7, 9}));
 }
 
 TEST_F(StandInTest, NothingIsWrittenWhenTheDeadMemberDidNotReplicateWhatTheCommitNeeds) {
@@ -197,6 +205,52 @@ TEST_F(StandInTest, AVersionThatCannotBeWrittenLeavesNoFileUnderItsNameAndIsRetr
   std::filesystem::remove(dir_ / "backing/dir");
   ASSERT_TRUE(writer_->Complete({"n0", kRun}, 1).ok());
   EXPECT_EQ(Read("dir/file"), "bytes");
+}
+
+// n1 is the partner that follows n0 in the ring of live members {n1, n2}.
+TEST_F(StandInTest, TheChosenPartnerListsTheDeadCommittersMarkersWhoseDataItCovers) {
+  Hold(3, "ckpt/__0_0.distcp", "data");
+  Hold(4, "ckpt/.metadata", "the marker");
+  Hold(6, "ckpt2/.metadata", "a marker after data not replicated");
+  store_.Covered({"n0", kRun}, 4);
+  const std::vector<std::string> live = {"n1", "n2"};
+  const HeldDeadMarker first{{"n0", kRun}, 4, "ckpt/.metadata"};
+  EXPECT_EQ(writer_->DeadMarkersToCommit("n1", live), std::vector<HeldDeadMarker>{first});
+  EXPECT_TRUE(writer_->DeadMarkersToCommit("n2", live).empty()) << "n1 is the one chosen";
+  EXPECT_TRUE(writer_->DeadMarkersToCommit("n1", {"n0", "n1", "n2"}).empty())
+      << "n0 runs again: its worker recovers its run";
+  store_.Covered({"n0", kRun}, 5);
+  EXPECT_EQ(writer_->DeadMarkersToCommit("n1", live).size(), 2u);
+}
+
+TEST_F(StandInTest, ADeadCommittersMarkerIsPublishedAfterItsDataAndNeverTwice) {
+  Hold(3, "ckpt/__0_0.distcp", "data");
+  Hold(4, "ckpt/.metadata", "the marker");
+  Hold(5, "ckpt/later.bin", "sealed after the marker");
+  store_.Covered({"n0", kRun}, 5);
+  const HeldDeadMarker marker{{"n0", kRun}, 4, "ckpt/.metadata"};
+  ASSERT_TRUE(writer_->PublishDeadMarker(marker).ok());
+  EXPECT_EQ(Read("ckpt/__0_0.distcp"), "data");
+  EXPECT_EQ(Read("ckpt/.metadata"), "the marker");
+  EXPECT_EQ(Read("ckpt/later.bin"), "<missing>") << "not needed by the marker";
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "3 4\n")
+      << "a returning node publishes neither the data nor the marker again";
+  EXPECT_EQ(store_.Totals().completed_for_dead, 2u);
+  EXPECT_TRUE(Staged().empty());
+  EXPECT_TRUE(writer_->DeadMarkersToCommit("n1", {"n1"}).empty()) << "published: not again";
+  EXPECT_EQ(writer_->PublishDeadMarker(marker).err(), ENODATA) << "no longer held";
+}
+
+TEST_F(StandInTest, AMarkerAnotherPartnerPublishedIsNotListedAgain) {
+  Hold(4, "ckpt/.metadata", "the marker");
+  store_.Covered({"n0", kRun}, 4);
+  ASSERT_TRUE(WriteStandInRecord(*env_, root_fd_, staging_fd_, "n0", kRun, {3, 4}).ok());
+  EXPECT_TRUE(writer_->DeadMarkersToCommit("n1", {"n1"}).empty());
+  // What this partner records later never says less than the other one's record.
+  Hold(2, "ckpt/a.bin", "a");
+  store_.Covered({"n0", kRun}, 4);
+  ASSERT_TRUE(writer_->Complete({"n0", kRun}, 2).ok());
+  EXPECT_EQ(*ReadStandInRecord(*env_, root_fd_, "n0", kRun), (StandInRecord{3, 4}));
 }
 
 }  // namespace
