@@ -172,16 +172,20 @@ class MultiNodeChecks:
 
 
 class ThreeNodeSaves(MultiNodeChecks):
-    def check_three_node_save(self, w, save, checkpoint):
+    def check_three_node_save(self, w, save, checkpoint, start=start_nodes, saved=None):
         """save(roots) with rank r through roots[r % 3]; `checkpoint`: the checkpoint's
-        directory relative to the root, which w.load reads."""
+        directory relative to the root, which w.load reads. start(self, tmp, backing): the
+        three daemons, in NODES order; saved(daemons): called once the save returned, before
+        anything is synced."""
         tmp = make_tmp(self, f"ckptfs-e2e-multinode-{w.name}-")
         expected, _ = plain_tree(w, tmp, save)
         self.assertTrue(expected, "the workload wrote nothing")
         backing = os.path.join(tmp, "backing")
         os.mkdir(backing)
-        daemons = start_nodes(self, tmp, backing)
+        daemons = start(self, tmp, backing)
         save([d.mnt for d in daemons])
+        if saved:
+            saved(daemons)
         for d in daemons:
             d.sync()
         self.assert_tree(expected, backing, "backing dir after `ckptfs sync` on every node",

@@ -13,6 +13,10 @@ over ONE backing directory, the group secret in a root-only file.
 - A fourth node with another secret is refused by the node it connects to, which logs it, and
   holds nothing of it; its own mount keeps taking writes.
 No daemon logs an error; every one unmounts with status 0.
+- A real Megatron-core torch_dist save (rank r through node r % 3): every node's part is in its
+  partner's memory once `ckptfs sync --replicated` returns on it; then, once durable, the
+  backing tree is the plain run's, and the checkpoint loads equal through every mount and from
+  the backing directory.
 - A dead member's checkpoint completes through its partner: a real DCP save through the three
   mounts returns (no rank sees an error), the victim (n1 or n2: rank 0's n0 commits the marker)
   has seen the commit request, its data is in its partner's memory and cannot become durable
@@ -46,7 +50,8 @@ from ckptfs_testing import workloads
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
 from ckptfs_testing.harness import choose_seed
 from ckptfs_testing.netns import NetworkNodes
-from test_multinode import NODES, MultiNodeChecks, commit_failed_for, make_tmp, plain_tree
+from test_multinode import (NODES, MultiNodeChecks, ThreeNodeSaves, commit_failed_for, make_tmp,
+                            plain_tree)
 
 MEMBER_TIMEOUT_MS = 2000
 # Long enough that a version sealed by the test is replicated well before it is flushed.
@@ -68,7 +73,7 @@ def chattr(flag, path, check=True):
     subprocess.run(["chattr", flag, path], check=check, capture_output=True)
 
 
-class ReplicationTest(MultiNodeChecks, unittest.TestCase):
+class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
     def start_node(self, tmp, backing, net, i, node, secret_file, promise_only=False, tag=""):
         """promise_only: only the options a dead member's completion needs (and a cache that
         fits three daemons on this machine)."""
@@ -180,6 +185,34 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
         self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
         self.assert_no_shared_leftovers(backing)
         self.assertFalse(any(mounted(d.mnt) for d in daemons))
+
+    def test_a_megatron_save_through_three_nodes_with_replicas_reaches_the_backing_store_as_plain(
+            self):
+        w = workloads.make("mcore_torch_dist", for_test=True, scale=0.5, dp=2)
+        net = NetworkNodes(self, len(NODES))
+
+        def start(tc, tmp, backing):
+            secret = os.path.join(tmp, "replication.key")
+            write_secret(secret, "the group secret of this test's nodes")
+            daemons = [self.start_node(tmp, backing, net, i, node, secret)
+                       for i, node in enumerate(NODES)]
+            for i, d in enumerate(daemons):
+                self.wait_connected(d, NODES[(i + 1) % len(NODES)])
+            return daemons
+
+        def saved(daemons):
+            """Every node's part reached its partner's memory."""
+            for node, d in zip(NODES, daemons):
+                synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
+                self.assertEqual(synced.returncode, 0, f"{node}: {synced.stderr}")
+                r = self.replication(d)
+                self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+                [p] = r["partners"]
+                self.assertGreaterEqual(p["replicas_stored"], 1, f"{node}: {r}")
+                self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
+
+        self.check_three_node_save(w, lambda roots: w.save(roots, iteration=1), "iter_0000001",
+                                   start=start, saved=saved)
 
     def test_a_dead_members_checkpoint_completes_through_its_partner_unless_it_was_not_replicated(
             self):
