@@ -2,23 +2,28 @@
 directory, as on 3 nodes over a shared filesystem; timed until the save returns and until its
 marker (.metadata) is on the backing store, and with replicas (ckptfs3r; ckptfs3rf with
 fsync=replicated) until every member's files are in its partner's memory (`ckptfs sync
---replicated` on each)."""
+--replicated` on each); ckptfs3r-loss: ckptfs3r whose n1 dies (kill -9) once its part is in
+its partner's memory and before it is durable, timed from the death until the marker."""
+import glob
 import os
 import shutil
 import threading
 import time
 
-from ckptfs_testing.ckptfs_daemon import run_ckptfs
-
 from ckptfs_testing import workloads
+from ckptfs_testing.ckptfs_daemon import mounted, run_ckptfs, wait_for
 from ckptfs_testing.workloads import ranks
-from ckptfs_testing.ckptfs_daemon import mounted
 
 MULTINODE = "multinode"
 MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own mount "
                          "(-o shared) of one backing directory")
-MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r", "ckptfs3rf"]
-REPLICATED = ("ckptfs3r", "ckptfs3rf")
+MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r", "ckptfs3rf", "ckptfs3r-loss"]
+REPLICATED = ("ckptfs3r", "ckptfs3rf", "ckptfs3r-loss")
+NODE_LOSS = "ckptfs3r-loss"
+# The node that dies in NODE_LOSS (not rank 0's n0, which publishes the marker), and how long
+# it keeps its part from the backing store: past the marker's publication by its partner.
+LOST_NODE = "n1"
+LOST_NODE_FLUSH_DELAY = "600s"
 MULTINODE_NODES = ("n0", "n1", "n2")
 MULTINODE_SCALE = 0.5  # Of dcp's size: 512 MiB at --scale 1.
 MARKER_POLL = 0.01  # Seconds between looks for the marker on the backing store.
@@ -55,14 +60,18 @@ def run_multinode(bench, contender, w):
             for node in MULTINODE_NODES:
                 mnt = os.path.join(bench.workdir, node)
                 os.makedirs(mnt, exist_ok=True)
+                held = ([f"flush_delay={LOST_NODE_FLUSH_DELAY}"]
+                        if contender == NODE_LOSS and node == LOST_NODE else [])
                 daemons.append(bench.mount(backing, mnt, f"multinode-{node}",
-                                           ["shared", f"node={node}"] + extra))
+                                           ["shared", f"node={node}"] + extra + held))
             roots = [d.mnt for d in daemons]
         if a.warm_up:  # As the other workloads' first save: memory faulted in before.
             rec["save_first"] = w.save([os.path.join(r, "first") for r in roots],
                                        ranks=rank_count)
             for d in daemons:
                 d.sync()
+        sights = os.path.join(backing, ".ckptfs", "shared", "commits", "*", f"seen.{LOST_NODE}")
+        earlier_sights = set(glob.glob(sights))
         watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
         rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=rank_count)
         if contender in REPLICATED:
@@ -71,6 +80,17 @@ def run_multinode(bench, contender, w):
                 if r.returncode != 0:
                     raise RuntimeError("ckptfs sync --replicated failed: " + r.stderr)
             rec["replicated"] = time.monotonic() - ranks.last_start_line
+        if contender == NODE_LOSS:
+            # A member that dies before it saw the commit request fails the commit: what it
+            # owed is unknown (policy::MayStandIn).
+            wait_for(lambda: set(glob.glob(sights)) - earlier_sights, MARKER_TIMEOUT,
+                     f"{LOST_NODE}'s sight of the commit request")
+            lost = daemons.pop(MULTINODE_NODES.index(LOST_NODE))
+            killed_at = time.monotonic()
+            lost.kill9()
+            lost.cleanup()
+            bench.daemons.remove(lost)
+            rec["death_to_marker"] = watch.wait(MARKER_TIMEOUT) - killed_at
         seen = watch.wait(MARKER_TIMEOUT) - ranks.last_start_line
         # The plain directory's .metadata is fsynced before its save returns.
         rec["marker"] = rec["save"] if contender == "plain" else seen

@@ -2,7 +2,7 @@
 from .contenders import ASYNC_WORKLOADS, CONTENDERS
 from .measure import MiB
 from .memory import BASELINE, MEMORY_CONTENDERS
-from .multinode import MARKER_POLL, MULTINODE
+from .multinode import LOST_NODE, MARKER_POLL, MULTINODE, NODE_LOSS
 from .tables import fmt, ratio, table
 
 
@@ -101,7 +101,7 @@ def multinode_section(results):
     for c in mn["contenders"]:
         m = mn["median"].get(c, {})
         rows.append((c, str(len(mn["runs"].get(c, []))), fmt(m.get("save")),
-                     fmt(m.get("marker")), fmt(m.get("replicated")),
+                     fmt(m.get("marker")), fmt(m.get("replicated")), fmt(m.get("death_to_marker")),
                      fmt(ratio(m.get("save"), p.get("save"))),
                      fmt(ratio(m.get("marker"), p.get("marker"))),
                      fmt(ratio(m.get("save"), one.get("save")))))
@@ -109,8 +109,10 @@ def multinode_section(results):
             f"medians; marker: from the start line until .metadata is on the backing store, "
             f"looked for every {MARKER_POLL * 1000:.0f} ms; plain's marker is its save; "
             f"replicated: from the start line until every member's files are in its partner's "
-            f"memory)",
-            table(("contender", "runs", "save", "marker", "replicated", "save/plain",
+            f"memory; death->marker: {NODE_LOSS}'s time from {LOST_NODE}'s kill -9 until its "
+            f"partner published its part and n0 the marker; on one machine a dead process is "
+            f"seen at once, across machines add member_timeout)",
+            table(("contender", "runs", "save", "marker", "replicated", "death->marker", "save/plain",
                    "marker/plain", "save/ckptfs1"), rows), ""]
 
 
