@@ -45,11 +45,10 @@ save (until the slowest rank returned) and the marker time: from the ranks' star
 fdatasync), looked for every MARKER_POLL seconds; the shared members themselves meet every
 poll_interval (--ckptfs-opts, default 100 ms); with replicas also the time until every member's
 files are in its partner's memory (`ckptfs sync --replicated` on each). ckptfs3r-loss: ckptfs3r
-whose n1 keeps its part from the backing store (flush_delay=600s) and is killed (kill -9) once
-that part is in its partner's memory (and it saw the commit request); it reports the time
-from the kill until the marker: its partner makes its part durable and n0 publishes the
-marker. The three mounts share this machine, where a member whose process is gone is judged
-dead at once; across machines the partner waits member_timeout (default 10 s) first. No loads.
+whose n1 cannot make its part durable (its staging directory is immutable, chattr +i) and is
+killed (kill -9) once that part is in its partner's memory and it saw the commit request; it
+reports the time from the kill until the marker: the others judge it dead after member_timeout
+(default 10 s), its partner makes its part durable, and n0 publishes the marker. No loads.
 
 zarr_distopt (the distributed-optimizer zarr pattern alone: per rank one 200 MiB chunk filled by
 60 set_coordinate_selection pieces, each of which makes zarr rewrite the whole chunk) has its own

@@ -7,6 +7,7 @@ its partner's memory and before it is durable, timed from the death until the ma
 import glob
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -20,10 +21,8 @@ MULTINODE_DESCRIPTION = ("PyTorch DCP save, 3 ranks (gloo), each through its own
 MULTINODE_CONTENDERS = ["plain", "ckptfs1", "ckptfs3", "ckptfs3r", "ckptfs3rf", "ckptfs3r-loss"]
 REPLICATED = ("ckptfs3r", "ckptfs3rf", "ckptfs3r-loss")
 NODE_LOSS = "ckptfs3r-loss"
-# The node that dies in NODE_LOSS (not rank 0's n0, which publishes the marker), and how long
-# it keeps its part from the backing store: past the marker's publication by its partner.
+# The node that dies in NODE_LOSS (not rank 0's n0, which publishes the marker).
 LOST_NODE = "n1"
-LOST_NODE_FLUSH_DELAY = "600s"
 MULTINODE_NODES = ("n0", "n1", "n2")
 MULTINODE_SCALE = 0.5  # Of dcp's size: 512 MiB at --scale 1.
 MARKER_POLL = 0.01  # Seconds between looks for the marker on the backing store.
@@ -60,10 +59,8 @@ def run_multinode(bench, contender, w):
             for node in MULTINODE_NODES:
                 mnt = os.path.join(bench.workdir, node)
                 os.makedirs(mnt, exist_ok=True)
-                held = ([f"flush_delay={LOST_NODE_FLUSH_DELAY}"]
-                        if contender == NODE_LOSS and node == LOST_NODE else [])
                 daemons.append(bench.mount(backing, mnt, f"multinode-{node}",
-                                           ["shared", f"node={node}"] + extra + held))
+                                           ["shared", f"node={node}"] + extra))
             roots = [d.mnt for d in daemons]
         if a.warm_up:  # As the other workloads' first save: memory faulted in before.
             rec["save_first"] = w.save([os.path.join(r, "first") for r in roots],
@@ -72,6 +69,11 @@ def run_multinode(bench, contender, w):
                 d.sync()
         sights = os.path.join(backing, ".ckptfs", "shared", "commits", "*", f"seen.{LOST_NODE}")
         earlier_sights = set(glob.glob(sights))
+        if contender == NODE_LOSS:
+            # Its part cannot become durable (a flush into an immutable staging directory
+            # fails): a certain window for its death, whatever the flush speed.
+            staging = os.path.join(backing, ".ckptfs", "staging", LOST_NODE)
+            chattr("+i", staging)
         watch = MarkerWatch(os.path.join(backing, "timed", ".metadata"))
         rec["save"] = w.save([os.path.join(r, "timed") for r in roots], ranks=rank_count)
         if contender in REPLICATED:
@@ -91,6 +93,7 @@ def run_multinode(bench, contender, w):
             lost.cleanup()
             bench.daemons.remove(lost)
             rec["death_to_marker"] = watch.wait(MARKER_TIMEOUT) - killed_at
+            chattr("-i", staging)
         seen = watch.wait(MARKER_TIMEOUT) - ranks.last_start_line
         # The plain directory's .metadata is fsynced before its save returns.
         rec["marker"] = rec["save"] if contender == "plain" else seen
@@ -103,6 +106,8 @@ def run_multinode(bench, contender, w):
             bench.check_errors(d)
         daemons = []
     finally:
+        if contender == NODE_LOSS:
+            chattr("-i", os.path.join(backing, ".ckptfs", "staging", LOST_NODE), check=False)
         for d in daemons:
             d.cleanup()
             if d in bench.daemons:
@@ -110,6 +115,11 @@ def run_multinode(bench, contender, w):
         if not any(mounted(os.path.join(bench.workdir, m)) for m in ("mnt",) + MULTINODE_NODES):
             shutil.rmtree(os.path.dirname(backing), ignore_errors=True)
     return rec
+
+
+def chattr(flag, path, check=True):
+    """chattr FLAG PATH (+i: nothing in the directory can be created, renamed or removed)."""
+    subprocess.run(["chattr", flag, path], check=check, capture_output=True)
 
 
 def replication_options(workdir):

@@ -110,8 +110,7 @@ def multinode_section(results):
             f"looked for every {MARKER_POLL * 1000:.0f} ms; plain's marker is its save; "
             f"replicated: from the start line until every member's files are in its partner's "
             f"memory; death->marker: {NODE_LOSS}'s time from {LOST_NODE}'s kill -9 until its "
-            f"partner published its part and n0 the marker; on one machine a dead process is "
-            f"seen at once, across machines add member_timeout)",
+            f"partner published its part and n0 the marker, member_timeout included)",
             table(("contender", "runs", "save", "marker", "replicated", "death->marker", "save/plain",
                    "marker/plain", "save/ckptfs1"), rows), ""]
 
