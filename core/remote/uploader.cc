@@ -164,7 +164,11 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const std::string& r
   if (!policy::IsUploadablePath(relative, settings_.reserved_name)) return;
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
-    spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
+    // ENOENT: renamed out or removed later in the batch that published it; a rename hands its
+    // new name over itself.
+    if (errno != ENOENT) {
+      spdlog::warn("remote: {} is not uploaded: cannot open it ({})", name, std::strerror(errno));
+    }
     return;
   }
   struct stat st {};
