@@ -11,6 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/base/nanos.h"
 #include "core/base/serve_policy.h"
 #include "core/filesystem/stats_report.h"
 #include "core/filesystem/worker_takeover.h"
@@ -610,7 +611,6 @@ Result<OpenFile> Filesystem::Open(uint64_t ino, int flags, const Caller& c) {
   return opened;
 }
 
-
 Result<ReadData> Filesystem::Read(uint64_t handle, uint64_t offset, size_t size) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
@@ -647,7 +647,6 @@ Status Filesystem::Release(uint64_t handle) {
   handles_.RemoveLocked(found);
   return Status::Ok();
 }
-
 
 Status Filesystem::Fsync(uint64_t handle) {
   Handle* found = handles_.Find(handle);
@@ -793,7 +792,7 @@ Status Filesystem::FetchRemoteFile(uint64_t ino, int flags) {
   struct stat st {};
   if (fetched.ok() && local_tier_ && fstat(*fd, &st) == 0) {
     local_tier_->OnStore(path, static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, etag);
+                         NanosOf(st.st_mtim), etag);
   }
   close(*fd);
   return fetched;
@@ -838,7 +837,7 @@ Status Filesystem::FetchForRead(uint64_t ino, uint64_t offset, size_t size) {
   if (local_tier_ && fstat(file->fd(), &st) == 0) {
     local_tier_->OnStore(file->what(), static_cast<uint64_t>(st.st_ino),
                          static_cast<uint64_t>(st.st_size),
-                         int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, "");
+                         NanosOf(st.st_mtim), "");
   }
   return Status::Ok();
 }
@@ -919,14 +918,12 @@ uint64_t Filesystem::SyncPoint() { return journal_.last_seq(); }
 
 Status Filesystem::WaitDurable(uint64_t point) { return durability_.WaitDurable(point); }
 
-
 Status Filesystem::RequestUpgrade(const std::string& binary) {
   if (!control_hooks_.upgrade) {
     return Status::Error(EOPNOTSUPP, "this mount runs without a supervisor");
   }
   return control_hooks_.upgrade(binary);
 }
-
 
 
 }  // namespace ckptfs

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/base/nanos.h"
 #include "core/base/serve_policy.h"
 #include "core/filesystem/open_mode.h"
 #include "core/integrity/verifier.h"
@@ -297,8 +298,8 @@ Result<std::array<int64_t, 5>> FileAsItIs(const BackingFile& file) {
   struct stat st;
   if (Status s = file.Stat(&st); !s.ok()) return s;
   return std::array<int64_t, 5>{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
-                                st.st_size, st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                                st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+                                st.st_size, NanosOf(st.st_mtim),
+                                NanosOf(st.st_ctim)};
 }
 
 }  // namespace

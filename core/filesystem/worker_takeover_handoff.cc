@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "core/backing/backing_store.h"
+#include "core/base/nanos.h"
 #include "core/filesystem/filesystem.h"
 #include "core/filesystem/worker_takeover.h"
 #include "core/recovery/handoff.h"
@@ -97,8 +98,8 @@ Result<HandoffImage> WorkerTakeover::Handoff() {
         r.mode = inode->mode;
         r.uid = inode->uid;
         r.gid = inode->gid;
-        r.mtime_ns = Nanos(inode->mtime);
-        r.ctime_ns = Nanos(inode->ctime);
+        r.mtime_ns = NanosOf(inode->mtime);
+        r.ctime_ns = NanosOf(inode->ctime);
       }
     }
     image.inodes.push_back(std::move(r));
@@ -233,8 +234,8 @@ Status WorkerTakeover::Restore(const HandoffImage& image) {
     inode->mode = r.mode;
     inode->uid = r.uid;
     inode->gid = r.gid;
-    inode->mtime = FromNanos(r.mtime_ns);
-    inode->ctime = FromNanos(r.ctime_ns);
+    inode->mtime = TimespecOf(r.mtime_ns);
+    inode->ctime = TimespecOf(r.ctime_ns);
     // Unsealed: its next seal publishes it.
     inode->version = inode->sealed_version + 1;
   }

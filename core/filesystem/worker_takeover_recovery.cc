@@ -8,6 +8,7 @@
 
 #include "core/backing/backing_store.h"
 #include "core/base/commit_markers.h"
+#include "core/base/nanos.h"
 #include "core/filesystem/filesystem.h"
 #include "core/filesystem/worker_takeover.h"
 #include "core/replication/replication_policy.h"
@@ -106,8 +107,8 @@ Status WorkerTakeover::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
     inode->mode = e.mode;
     inode->uid = e.uid;
     inode->gid = e.gid;
-    inode->atime = FromNanos(e.atime_ns);
-    inode->mtime = FromNanos(e.mtime_ns);
+    inode->atime = TimespecOf(e.atime_ns);
+    inode->mtime = TimespecOf(e.mtime_ns);
   }
   const uint64_t ino = opened->attr.ino;
   Status closed = fs_.Release(opened->handle);  // Seals the version.
@@ -160,8 +161,8 @@ Status WorkerTakeover::ReplayEntry(const LoggedEntry& e, Adopted& adopted) {
         r.gid = e.gid;
       }
       if (e.set_times) {
-        r.atime = FromNanos(e.atime_ns);
-        r.mtime = FromNanos(e.mtime_ns);
+        r.atime = TimespecOf(e.atime_ns);
+        r.mtime = TimespecOf(e.mtime_ns);
       }
       return fs_.SetAttr(*ino, r).status();
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/backing/durable_write.h"
+#include "core/base/nanos.h"
 #include "core/base/thread_annotations.h"
 
 namespace ckptfs {
@@ -108,8 +109,8 @@ Result<std::shared_ptr<const ChecksumManifest>> ReadParsedManifest(Env& env, int
   struct stat st {};
   Status s = env.Stat(*fd, "", &st);
   const ParsedManifests::Id id{static_cast<int64_t>(st.st_dev), static_cast<int64_t>(st.st_ino),
-                               st.st_size, st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                               st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+                               st.st_size, NanosOf(st.st_mtim),
+                               NanosOf(st.st_ctim)};
   std::shared_ptr<const ChecksumManifest> kept = s.ok() ? Parsed().Find(id) : nullptr;
   std::string text;
   if (s.ok() && !kept && !S_ISREG(st.st_mode)) s = Malformed("not a regular file");

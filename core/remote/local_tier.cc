@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/backing/backing_paths.h"
+#include "core/base/nanos.h"
 #include "core/remote/local_tier_policy.h"
 #include "core/remote/open_beneath.h"
 
@@ -97,7 +98,7 @@ bool LocalTier::Evict(const std::string& path, const Resident& r) {
   bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
             static_cast<uint64_t>(st.st_ino) == r.ino &&
             static_cast<uint64_t>(st.st_size) == r.size &&
-            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec == r.mtime_ns;
+            NanosOf(st.st_mtim) == r.mtime_ns;
   if (ok) {
     // Marked durably before its blocks go: a crash never leaves an unmarked hole.
     const std::string mark = r.etag + "\n" + settings_.location.KeyOf(path);

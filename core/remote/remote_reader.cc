@@ -13,6 +13,7 @@
 
 #include "core/backing/backing_paths.h"
 #include "core/base/commit_markers.h"
+#include "core/base/nanos.h"
 #include "core/remote/remote_policy.h"
 #include "core/remote/remote_read_policy.h"
 
@@ -83,7 +84,7 @@ LocalEntry ReadLocalEntry(int dir_fd, const std::string& name) {
         text.resize(static_cast<size_t>(got));
         entry.etag = policy::StoredEtagOf(
             text, static_cast<uint64_t>(st.st_size),
-            int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+            NanosOf(st.st_mtim));
       }
     }
   }
@@ -101,7 +102,7 @@ policy::ListedOverLocal Judge(const LocalEntry& local, const std::string& listed
 void RecordFetched(int fd, const std::string& etag, uint64_t size, const timespec& mtime) {
   if (etag.empty()) return;
   const std::string record = policy::FormatStoredVersion(
-      etag, size, int64_t{mtime.tv_sec} * 1'000'000'000 + mtime.tv_nsec);
+      etag, size, NanosOf(mtime));
   (void)fsetxattr(fd, kStoredVersionAttr, record.data(), record.size(), 0);
 }
 

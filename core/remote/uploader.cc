@@ -12,8 +12,9 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "core/base/commit_markers.h"
 #include "core/backing/backing_paths.h"
+#include "core/base/commit_markers.h"
+#include "core/base/nanos.h"
 #include "core/integrity/checksum_record.h"
 #include "core/memory/crc32c.h"
 #include "core/remote/open_beneath.h"
@@ -21,10 +22,6 @@
 
 namespace ckptfs {
 namespace {
-
-int64_t MtimeNanos(const struct stat& st) {
-  return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
 
 // The file's kStoredVersionAttr, with its stat in `st` (nothing when either cannot be read).
 std::optional<std::string> StoredVersionText(int fd, struct stat* st) {
@@ -145,7 +142,7 @@ std::unique_ptr<Uploader::Job> Uploader::MakeJob(int fd, const std::string& rela
   job->logged.path = relative;
   job->logged.inode = static_cast<uint64_t>(st->st_ino);
   job->logged.size = job->size;
-  job->logged.mtime_ns = MtimeNanos(*st);
+  job->logged.mtime_ns = NanosOf(st->st_mtim);
   return job;
 }
 
@@ -685,7 +682,7 @@ Status Uploader::MoveObjects(S3Client& client, const std::string& from, const st
       struct stat st {};
       if (const std::optional<std::string> text = StoredVersionText(fd, &st)) {
         const uint64_t size = static_cast<uint64_t>(st.st_size);
-        const int64_t mtime_ns = MtimeNanos(st);
+        const int64_t mtime_ns = NanosOf(st.st_mtim);
         const std::optional<std::string> recorded = policy::StoredEtagOf(*text, size, mtime_ns);
         if (recorded && policy::SameEtag(*recorded, object.etag)) {
           const std::string record = policy::FormatStoredVersion(*copy, size, mtime_ns);
@@ -740,7 +737,7 @@ void Uploader::GiveUpLocked(Job& job, const Status& why, bool corrupt) {
   struct stat st {};
   if (corrupt && fstat(job.fd, &st) == 0) {
     job.logged.given_up = policy::LoggedUploads::Version::GivenUp{
-        static_cast<uint64_t>(st.st_size), MtimeNanos(st)};
+        static_cast<uint64_t>(st.st_size), NanosOf(st.st_mtim)};
     if (log_) log_->GivenUp(job.seq - log_base_, *job.logged.given_up);
   }
   ++job.generation;  // Its tasks still in flight are ignored.
@@ -768,7 +765,7 @@ std::optional<std::string> Uploader::StoredEtag(const Job& job) {
   const std::optional<std::string> text = StoredVersionText(job.fd, &st);
   // The file as handed over: its bytes are those of the version recorded.
   if (!text || static_cast<uint64_t>(st.st_size) != job.logged.size ||
-      MtimeNanos(st) != job.logged.mtime_ns) {
+      NanosOf(st.st_mtim) != job.logged.mtime_ns) {
     return std::nullopt;
   }
   return policy::StoredEtagOf(*text, job.logged.size, job.logged.mtime_ns);
@@ -778,7 +775,7 @@ void Uploader::RecordStored(const Job& job, const std::string& etag) {
   struct stat st {};
   if (etag.empty() || fstat(job.fd, &st) != 0 ||
       static_cast<uint64_t>(st.st_size) != job.logged.size ||
-      MtimeNanos(st) != job.logged.mtime_ns) {
+      NanosOf(st.st_mtim) != job.logged.mtime_ns) {
     return;
   }
   const std::string record =

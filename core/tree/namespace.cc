@@ -12,6 +12,7 @@
 #include "core/backing/backing_paths.h"
 #include "core/backing/backing_store.h"
 #include "core/base/flush_policy.h"
+#include "core/base/nanos.h"
 #include "core/base/serve_policy.h"
 
 namespace ckptfs {
@@ -70,12 +71,6 @@ timespec WallTime() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return ts;
-}
-
-int64_t Nanos(const timespec& t) { return t.tv_sec * 1'000'000'000 + t.tv_nsec; }
-
-timespec FromNanos(int64_t ns) {
-  return {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
 }
 
 void CopyAttributes(const Inode& inode, JournalEntry& e) {
@@ -785,8 +780,8 @@ void Namespace::LogLocked(const JournalEntry& e) {
   l.mode = e.mode;
   l.uid = e.uid;
   l.gid = e.gid;
-  l.atime_ns = Nanos(e.atime);
-  l.mtime_ns = Nanos(e.mtime);
+  l.atime_ns = NanosOf(e.atime);
+  l.mtime_ns = NanosOf(e.mtime);
   l.set_mode = e.set_mode;
   l.set_owner = e.set_owner;
   l.set_times = e.set_times;

@@ -93,10 +93,6 @@ Status CheckNewName(uint64_t dir_ino, const std::string& name);
 
 // The wall-clock time, for file times.
 timespec WallTime();
-// A file time as nanoseconds since the epoch (as the handoff image and the recovery log keep
-// it), and back.
-int64_t Nanos(const timespec& t);
-timespec FromNanos(int64_t ns);
 
 // The attributes a journal entry gives the backing store: `inode`'s mode, owner and times.
 void CopyAttributes(const Inode& inode, JournalEntry& e) REQUIRES(inode.mu);

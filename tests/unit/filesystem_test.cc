@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/base/nanos.h"
 #include "core_test_util.h"
 
 namespace ckptfs {
@@ -744,7 +745,7 @@ TEST_F(FilesystemTest, ARenameOverOneNameOfAHardLinkedFileChangesTheFilesCtime) 
   ASSERT_TRUE(Rename("c", "a").ok());
   const Attr after = *fs_->GetAttr(Ino("b"));
   EXPECT_EQ(after.nlink, 1u);
-  EXPECT_GT(Nanos(after.ctime), Nanos(before.ctime));
+  EXPECT_GT(NanosOf(after.ctime), NanosOf(before.ctime));
 }
 
 // FIFOs, sockets and device nodes are metadata-only nodes: shown like files, renamed, linked,

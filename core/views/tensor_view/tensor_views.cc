@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "core/base/nanos.h"
 #include "core/base/serve_policy.h"
 #include "core/integrity/checksum.h"
 #include "core/integrity/checksum_record.h"
@@ -174,7 +175,7 @@ struct TensorViews::OpenView {
 };
 
 TensorViews::Stamp TensorViews::StampOf(const Inode& inode) {
-  return Stamp{inode.version, inode.content.size(), Nanos(inode.mtime)};
+  return Stamp{inode.version, inode.content.size(), NanosOf(inode.mtime)};
 }
 
 Result<TensorViews::Found> TensorViews::FindLocked(const InodeRef& dir) {
