@@ -19,22 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.h"
+
 namespace ckptfs {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Waits (bounded) until `pred` holds; returns whether it did. Used to wait for a state, never
-// as the assertion of a timing.
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::seconds limit = std::chrono::seconds(20)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 TEST(ArenaTest, CapacityIsRoundedDownToBlocksAndAtLeastOne) {
   EXPECT_EQ(Arena(10 * kBlockSize + 100).capacity_blocks(), 10u);

@@ -1,5 +1,5 @@
 // What the replication tests over real TCP share: a wait for a condition the partner's threads
-// make true, and a sealed version of given bytes.
+// make true (eventually.h), and a sealed version of given bytes.
 #pragma once
 
 #include <algorithm>
@@ -10,22 +10,12 @@
 #include <thread>
 
 #include "core/replication/partner_link.h"
+#include "eventually.h"
 
 namespace ckptfs::replication::testing_util {
 
 // The run (wire.h) the tests' members number their versions in.
 inline constexpr const char* kRun = "0123456789abcdef";
-
-// Waits up to 20 s for `done`.
-template <typename F>
-bool Eventually(F done) {
-  using namespace std::chrono_literals;
-  for (auto until = std::chrono::steady_clock::now() + 20s;
-       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
-    if (done()) return true;
-  }
-  return done();
-}
 
 // Version `seq` (file version seq * 10) of ckpt/file<seq>, holding `bytes`.
 inline std::shared_ptr<const Outgoing> Version(uint64_t seq, std::string bytes) {

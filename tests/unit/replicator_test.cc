@@ -15,7 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-using testing_util::Eventually;
 using testing_util::kRun;
 using testing_util::Version;
 
