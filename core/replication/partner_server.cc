@@ -55,6 +55,7 @@ PartnerServer::PartnerServer(PartnerServerSettings settings, const GroupSecret& 
     : settings_(std::move(settings)),
       secret_(secret),
       store_(store),
+      memory_(store.Totals().limit),
       listen_fd_(listen_fd),
       stop_fd_(stop_fd),
       port_(port) {}
@@ -210,10 +211,12 @@ Status PartnerServer::TakeOffer(Connection& conn, const OwnerRun& owner, const O
     case PartnerStore::Room::kReserved:
       break;
   }
-  Replica replica{owner,       offer.path,
-                  offer.seq,   offer.version,
-                  std::shared_ptr<char[]>(new char[offer.size ? offer.size : 1]),
-                  offer.size,  offer.mode};
+  Replica replica{owner,      offer.path, offer.seq, offer.version, memory_.Take(offer.size),
+                  offer.size, offer.mode};
+  if (!replica.bytes) {
+    store_.Unreserve(offer.size);
+    return conn.Send(Encode(Type::kFull, SeqMessage{offer.seq}));
+  }
   Status st = conn.Send(Encode(Type::kAccept, SeqMessage{offer.seq}));
   // A member that stops sending an accepted replica must not hold its reservation for ever.
   conn.SetTimeout(settings_.data_timeout);

@@ -1,9 +1,10 @@
 // PartnerServer: the listening side of replication. It binds an ephemeral TCP port on one
 // address, authenticates each member that connects (member_auth.h; a refused one is logged and
-// counted), and keeps the replicas it is offered in a PartnerStore, answering each offer at once:
-// accepted, full (the member offers again later) or too large; and what each member says it
-// covers (a dead member's commits are completed from it: stand_in.h). Each connection is served
-// on a thread of its own (at most kMaxConnections at a time; more are closed at once).
+// counted), and keeps the replicas it is offered in a PartnerStore (received into ReplicaMemory),
+// answering each offer at once: accepted, full (the member offers again later) or too large; and
+// what each member says it covers (a dead member's commits are completed from it: stand_in.h).
+// Each connection is served on a thread of its own (at most kMaxConnections at a time; more are
+// closed at once).
 //
 // Thread-safe. Stop (or destruction) closes every connection and joins every thread.
 #pragma once
@@ -21,6 +22,7 @@
 #include "core/replication/connection.h"
 #include "core/replication/member_auth.h"
 #include "core/replication/partner_store.h"
+#include "core/replication/replica_memory.h"
 
 namespace ckptfs::replication {
 
@@ -73,6 +75,7 @@ class PartnerServer {
   const PartnerServerSettings settings_;
   const GroupSecret& secret_;
   PartnerStore& store_;
+  ReplicaMemory memory_;  // What replicas are received into.
   const int listen_fd_;
   const int stop_fd_;  // An eventfd: readable once Stop began.
   const uint16_t port_;

@@ -47,6 +47,20 @@ inline bool EverFits(uint64_t size, uint64_t limit) { return size <= limit; }
 // The share of the cache a partner's store may hold by default.
 inline uint64_t DefaultPartnerStoreBytes(uint64_t cache_size) { return cache_size / 4; }
 
+// Replicas of at least this size are received into memory kept for the next ones
+// (replica_memory.h); smaller ones are left to malloc.
+inline constexpr uint64_t kKeptReplicaBytes = uint64_t{1} << 20;
+inline bool KeepsReplicaMemory(uint64_t size) { return size >= kKeptReplicaBytes; }
+// The bytes mapped for a replica of `size` bytes: whole pages of `page` bytes.
+inline uint64_t ReplicaMapBytes(uint64_t size, uint64_t page) {
+  return (size + page - 1) / page * page;
+}
+// Whether kept memory of `mapped` bytes takes a replica of `size` bytes: it fits, and wastes at
+// most an eighth of it.
+inline bool ReusesReplicaMemory(uint64_t mapped, uint64_t size) {
+  return size <= mapped && mapped - size <= mapped / 8;
+}
+
 // What an owner tells a partner it covers: every entry it sealed up to that point is held by the
 // partner or durable. `fed`: every version sealed up to it was queued to the partner's link;
 // `stored_through`: every version queued up to it is held by the partner or durable;

@@ -66,6 +66,27 @@ TEST(DefaultPartnerStoreBytesTest, IsAQuarterOfTheCache) {
   EXPECT_EQ(DefaultPartnerStoreBytes(uint64_t{4} << 30), uint64_t{1} << 30);
 }
 
+TEST(ReplicaMemoryPolicyTest, OnlyReplicasOfAMebibyteOrMoreAreReceivedIntoKeptMemory) {
+  EXPECT_FALSE(KeepsReplicaMemory(0));
+  EXPECT_FALSE(KeepsReplicaMemory(kKeptReplicaBytes - 1));
+  EXPECT_TRUE(KeepsReplicaMemory(kKeptReplicaBytes));
+}
+
+TEST(ReplicaMemoryPolicyTest, AReplicaIsMappedInWholePages) {
+  EXPECT_EQ(ReplicaMapBytes(1, 4096), 4096u);
+  EXPECT_EQ(ReplicaMapBytes(4096, 4096), 4096u);
+  EXPECT_EQ(ReplicaMapBytes(4097, 4096), 8192u);
+  EXPECT_EQ(ReplicaMapBytes(uint64_t{128} << 20, 4096), uint64_t{128} << 20);
+}
+
+TEST(ReplicaMemoryPolicyTest, KeptMemoryTakesAReplicaThatFitsAndWastesAtMostAnEighth) {
+  const uint64_t mib = uint64_t{1} << 20;
+  EXPECT_TRUE(ReusesReplicaMemory(128 * mib, 128 * mib));
+  EXPECT_TRUE(ReusesReplicaMemory(128 * mib, 112 * mib));
+  EXPECT_FALSE(ReusesReplicaMemory(128 * mib, 112 * mib - 1));
+  EXPECT_FALSE(ReusesReplicaMemory(128 * mib, 128 * mib + 1));
+}
+
 TEST(MayStandInTest, APartnerCompletesOnlyWhenItCoversEverythingTheDeadMemberHadSealedAtSight) {
   EXPECT_EQ(MayStandIn(10, 10), StandIn::kComplete);
   EXPECT_EQ(MayStandIn(10, 25), StandIn::kComplete);

@@ -82,6 +82,7 @@ save, durable time and daemon CPU with the default mount's (shared memory with h
 --baseline CKPTFS (with the workloads): one more contender, base, a default mount of another
 ckptfs binary (the previous main), alternated with the others; the same table compares it with
 the binary under test (save/ckptfs, CPU/ckptfs): the A/B a change's "no regression" needs.
+With --replication: the same replication with that binary (contender base), alternated.
 
 --fuse-ring (instead of the workloads): the warm load of --small-count small files (default 5,000,
 each open() of Python costs 3 requests: OPEN, IOCTL from isatty, RELEASE) through one

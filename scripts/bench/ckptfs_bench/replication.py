@@ -10,6 +10,7 @@ against what the link carries (iperf3), over the same veth pair between two netw
   replicated into node 1's; the time the writes returned is shown too). Timed the second time on
   the same mounts, the first files removed: the first time (shown apart) also pays the first
   touch of both caches' memory, as the first checkpoint of a job does.
+- base (with --baseline CKPTFS): the same with that binary (the previous main): an A/B of a change.
 Alternated, --repeat runs, medians; fresh mounts each run."""
 import json
 import os
@@ -17,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, run_ckptfs, wait_for
+from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, wait_for
 from ckptfs_testing.netns import NetworkNodes
 
 from .measure import medians
@@ -63,7 +64,7 @@ def iperf3_mib_per_s(net):
         server.wait()
 
 
-def ckptfs_run(a, net, secret, mib):
+def ckptfs_run(a, net, secret, mib, binary=None):
     backing = os.path.join(a.workdir, "backing")
     os.makedirs(backing)
     daemons = []
@@ -77,7 +78,7 @@ def ckptfs_run(a, net, secret, mib):
                               f"replication_secret={secret}",
                               f"replication_address={net.address(i)}"],
                              log_file=os.path.join(a.workdir, f"{node}.log"),
-                             wrapper=net.wrapper(i))
+                             wrapper=net.wrapper(i), binary=binary)
             daemons.append(d)
             d.start()
         for d, partner in zip(daemons, reversed(NODES)):
@@ -93,7 +94,8 @@ def ckptfs_run(a, net, secret, mib):
                     for _ in range(mib // FILES):
                         f.write(block)
             written = time.monotonic() - t
-            r = run_ckptfs(["sync", daemons[0].mnt, "--replicated"], timeout=TIMEOUT)
+            r = subprocess.run([daemons[0].binary, "sync", daemons[0].mnt, "--replicated"],
+                               capture_output=True, text=True, timeout=TIMEOUT)
             replicated = time.monotonic() - t
             if r.returncode != 0:
                 raise RuntimeError("ckptfs sync --replicated failed: " + r.stderr)
@@ -118,28 +120,29 @@ def run(a):
     mib = int(a.replication_mib or 1024 * a.scale)
     mib -= mib % FILES
     cleanups = Cleanups()
-    rows = {c: [] for c in CONTENDERS}
+    contenders = CONTENDERS + (("base",) if a.baseline else ())
+    rows = {c: [] for c in contenders}
     try:
         net = NetworkNodes(cleanups, len(NODES))
         secret = os.path.join(a.workdir, "replication.key")
         with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             f.write("the secret of the bench's nodes\n")
         for rep in range(a.repeat):
-            for c in (CONTENDERS if rep % 2 == 0 else reversed(CONTENDERS)):
+            for c in (contenders if rep % 2 == 0 else reversed(contenders)):
                 if c == "iperf3":
                     rate = iperf3_mib_per_s(net)
                     rec = {"mib_per_s": rate}
                     print(f"rep {rep + 1} iperf3  {rate:.0f} MiB/s", flush=True)
                 else:
-                    rec = ckptfs_run(a, net, secret, mib)
-                    print(f"rep {rep + 1} ckptfs  {rec['seconds']:.2f} s  "
+                    rec = ckptfs_run(a, net, secret, mib, a.baseline if c == "base" else None)
+                    print(f"rep {rep + 1} {c:7s} {rec['seconds']:.2f} s  "
                           f"{rec['mib_per_s']:.0f} MiB/s  (writes returned after "
                           f"{rec['written_seconds']:.2f} s; the first time "
                           f"{rec['first_seconds']:.2f} s)", flush=True)
                 rows[c].append(rec)
     finally:
         cleanups.run()
-    med = {c: medians(rows[c]) for c in CONTENDERS}
+    med = {c: medians(rows[c]) for c in contenders}
     print()
     print(table(["contender", "MiB/s", "x iperf3", "s to replicate", "writes returned s",
                  "first time s"],
@@ -148,6 +151,6 @@ def run(a):
                   f"{med[c]['seconds']:.2f}" if "seconds" in med[c] else "-",
                   f"{med[c]['written_seconds']:.2f}" if "written_seconds" in med[c] else "-",
                   f"{med[c]['first_seconds']:.2f}" if "first_seconds" in med[c] else "-"]
-                 for c in CONTENDERS]))
-    return {"replication": {c: {"runs": rows[c], "median": med[c]} for c in CONTENDERS},
+                 for c in contenders]))
+    return {"replication": {c: {"runs": rows[c], "median": med[c]} for c in contenders},
             "mib": mib}
