@@ -62,8 +62,6 @@ std::shared_ptr<char[]> ReplicaMemory::Take(uint64_t size) {
       munmap(p, mapped_bytes);
       pool->mapped -= mapped_bytes;
     } else {
-      // Kept, but the kernel may take its pages back under memory pressure meanwhile.
-      madvise(p, mapped_bytes, MADV_FREE);
       pool->kept.emplace(mapped_bytes, p);
     }
   });

@@ -3,8 +3,7 @@
 // checkpoint's files are the size of the previous checkpoint's): memory mapped afresh is faulted
 // in page by page as the replica arrives, which costs this VM's receiving thread as much CPU as
 // receiving it. It keeps at most `limit` bytes mapped (in use and kept), more only while replicas
-// in use need more; kept memory is lazily freed (MADV_FREE): the kernel reclaims its pages when
-// the node needs memory, and until then the next replica reuses them without faults.
+// in use need more.
 //
 // Thread-safe. A replica may outlive the ReplicaMemory it came from.
 #pragma once
