@@ -213,7 +213,8 @@ Status PartnerServer::TakeOffer(Connection& conn, const OwnerRun& owner, const O
   Replica replica{owner,       offer.path,
                   offer.seq,   offer.version,
                   std::shared_ptr<char[]>(new char[offer.size ? offer.size : 1]),
-                  offer.size,  offer.mode};
+                  offer.size,  offer.mode,
+                  offer.renamed_from};
   Status st = conn.Send(Encode(Type::kAccept, SeqMessage{offer.seq}));
   // A member that stops sending an accepted replica must not hold its reservation for ever.
   conn.SetTimeout(settings_.data_timeout);
