@@ -155,6 +155,9 @@ Status StandInWriter::PublishDeadMarker(const HeldDeadMarker& marker) {
 }
 
 Status StandInWriter::RemoveRenamedSource(const Replica& marker) {
+  if (!IsValidReplicaPath(marker.renamed_from)) {
+    return Status::Error(EINVAL, "invalid path " + marker.renamed_from);
+  }
   std::string base;
   Result<int> parent = OpenParent(marker.renamed_from, &base, /*make=*/false);
   if (!parent.ok()) return parent.status().err() == ENOENT ? Status::Ok() : parent.status();

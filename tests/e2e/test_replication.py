@@ -200,7 +200,8 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
             # .metadata): its partner n1 publishes it when n0 is the one that dies.
             victim = rng.choice([0, 1, 2])
             delay = rng.uniform(*KILL_DELAY)
-            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after its sight"
+            after = "its files were replicated" if victim == 0 else "its sight"
+            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after {after}"
             print(ctx, flush=True)
             with self.subTest(case=what):
                 backing = os.path.join(tmp, f"backing{k}")
