@@ -101,20 +101,16 @@ uint64_t ReplicationFeed::FirstPendingNamespaceChange() const {
     if (e.sent_as_marker) return policy::JournalChange::kRenameSentAsMarker;
     return policy::JournalChange::kOther;
   };
+  const std::vector<EntryRef> unflushed = journal_.Unflushed();
+  // Read after the pending ones: an entry is held before it leaves them. A held rename to a
+  // commit marker is durable in the journal's order but not applied: unless it was sent as the
+  // marker's replica, no partner replays it, so none may publish a marker sealed after it.
+  const std::vector<EntryRef> held = journal_.Held();
   uint64_t first = 0;
-  {
-    // Entries change kind (CancelUnsent) under the namespace lock only.
-    NamespaceLock lock(ns_.mutex());
-    for (const EntryRef& e : journal_.Unflushed()) {
-      if (!policy::PartnerReplays(change(*e))) {
-        first = e->seq;
-        break;
-      }
-    }
-    // Read after the pending ones: an entry is held before it leaves them. A held rename to a
-    // commit marker is durable in the journal's order but not applied: unless it was sent as
-    // the marker's replica, no partner replays it, so none may publish a marker sealed after it.
-    for (const EntryRef& e : journal_.Held()) {
+  // Entries change kind (CancelUnsent) under the namespace lock only.
+  NamespaceLock lock(ns_.mutex());
+  for (const std::vector<EntryRef>* entries : {&unflushed, &held}) {
+    for (const EntryRef& e : *entries) {
       if (first != 0 && e->seq >= first) break;
       if (!policy::PartnerReplays(change(*e))) {
         first = e->seq;

@@ -204,7 +204,7 @@ std::vector<EntryRef> Journal::Unflushed() const {
 
 std::vector<std::pair<EntryRef, FileContent>> Journal::ReplicasAfter(uint64_t after) const {
   JournalLock lock(mu_);
-  auto replica = [after](const JournalEntry& e) {
+  auto replica = [after](const JournalEntry& e) REQUIRES(journal_lock) {
     return e.seq > after && !e.state.cancelled &&
            (e.kind == JournalEntry::Kind::kPublish || e.sent_as_marker);
   };
