@@ -179,7 +179,10 @@ TEST_F(ReplicatedFsyncTest, ADeadCommittersRenamedMarkerIsPublishedByItsPartnerW
     struct stat st {};
     ASSERT_EQ(stat(marker.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 07777, 0640u) << "the renamed file's mode";
-    EXPECT_FALSE(HostExists(backing_ / (dir + "/.metadata.tmp"))) << "renamed away, as the rename";
+    // The old name goes right after the marker is in place.
+    const std::string old_name = backing_ / (dir + "/.metadata.tmp");
+    for (int i = 0; i < 100 && HostExists(old_name); ++i) std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(HostExists(old_name)) << "renamed away, as the rename";
     EXPECT_TRUE(SameBytes(ReadHostFile(backing_ / (dir + "/__0_0.distcp")).value_or(""), shard));
     // The shard and .metadata.tmp (unless durable already), then the marker.
     EXPECT_EQ(StatsOf(*b)["replication"]["completed_for_dead"], source_durable ? 1 : 3)
