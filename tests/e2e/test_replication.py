@@ -200,7 +200,7 @@ class ReplicationTest(MultiNodeChecks, unittest.TestCase):
             # .metadata): its partner n1 publishes it when n0 is the one that dies.
             victim = rng.choice([0, 1, 2])
             delay = rng.uniform(*KILL_DELAY)
-            after = "its files were replicated" if victim == 0 else "its sight"
+            after = "its save returned" if victim == 0 else "its sight"
             ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after {after}"
             print(ctx, flush=True)
             with self.subTest(case=what):
