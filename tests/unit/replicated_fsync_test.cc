@@ -48,9 +48,12 @@ class ReplicatedFsyncTest : public ::testing::Test {
     return StartFs(backing_.path(), o);
   }
 
-  // Runs `save` on a committer "a" in a child process, never destroyed, and kills it (SIGKILL)
-  // once the save returned and its partner was told what it holds. Whether `save` succeeded.
-  bool KillCommitterAfter(const std::function<bool(Filesystem&)>& save) {
+  // Runs `save` on a committer "a" in a child process, never destroyed, starts its partner "b"
+  // here (`*partner`; after the fork, which a process running threads must not make), and kills
+  // the committer (SIGKILL) once the save returned and its partner was told what it holds.
+  // Whether `save` succeeded.
+  bool KillCommitterAfter(const std::function<bool(Filesystem&)>& save,
+                          std::unique_ptr<Filesystem>* partner) {
     int ready[2];
     if (pipe(ready) != 0) return false;
     const pid_t child = fork();
@@ -64,6 +67,7 @@ class ReplicatedFsyncTest : public ::testing::Test {
       _exit(0);
     }
     close(ready[1]);
+    *partner = Node("b");
     char saved = 0;
     const bool told = read(ready[0], &saved, 1) == 1;
     close(ready[0]);
@@ -130,13 +134,16 @@ TEST_F(ReplicatedFsyncTest, AnFsyncReturnsOnlyOnceThePartnerHoldsTheFileAndWhatC
 TEST_F(ReplicatedFsyncTest, ADeadCommittersCheckpointIsPublishedByItsPartnerDataFirst) {
   const std::string shard = Pattern(3, 2 << 20);
   const std::string tracker = "100";
-  auto b = Node("b");
+  std::unique_ptr<Filesystem> b;
+  const bool saved = KillCommitterAfter(
+      [&](Filesystem& a) {
+        return a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok() &&
+               SaveFile(a, "/ckpt/__0_0.distcp", shard) &&
+               SaveFile(a, "/latest_checkpointed_iteration.txt", tracker);
+      },
+      &b);
   ASSERT_TRUE(b);
-  ASSERT_TRUE(KillCommitterAfter([&](Filesystem& a) {
-    return a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok() &&
-           SaveFile(a, "/ckpt/__0_0.distcp", shard) &&
-           SaveFile(a, "/latest_checkpointed_iteration.txt", tracker);
-  })) << "the committer's save failed";
+  ASSERT_TRUE(saved) << "the committer's save failed";
   EXPECT_FALSE(HostExists(backing_ / "ckpt/__0_0.distcp")) << "durable before the death";
   EXPECT_FALSE(HostExists(backing_ / "latest_checkpointed_iteration.txt"));
 
@@ -157,18 +164,21 @@ TEST_F(ReplicatedFsyncTest, ADeadCommittersRenamedMarkerIsPublishedByItsPartnerW
   for (const bool source_durable : {false, true}) {
     SCOPED_TRACE(source_durable ? ".metadata.tmp durable before the rename" : "nothing durable");
     const std::string dir = source_durable ? "durable" : "memory";
-    auto b = Node("b");
+    std::unique_ptr<Filesystem> b;
+    const bool saved = KillCommitterAfter(
+        [&](Filesystem& a) {
+          if (!a.Mkdir(kRootIno, dir, 0755, Me()).ok() ||
+              !SaveFile(a, "/" + dir + "/__0_0.distcp", shard) ||
+              !SaveFile(a, "/" + dir + "/.metadata.tmp", metadata, 0640)) {
+            return false;
+          }
+          if (source_durable && !a.Sync().ok()) return false;
+          Result<Attr> in = Resolve(a, "/" + dir);
+          return in.ok() && a.Rename(in->ino, ".metadata.tmp", in->ino, ".metadata", 0).ok();
+        },
+        &b);
     ASSERT_TRUE(b);
-    ASSERT_TRUE(KillCommitterAfter([&](Filesystem& a) {
-      if (!a.Mkdir(kRootIno, dir, 0755, Me()).ok() ||
-          !SaveFile(a, "/" + dir + "/__0_0.distcp", shard) ||
-          !SaveFile(a, "/" + dir + "/.metadata.tmp", metadata, 0640)) {
-        return false;
-      }
-      if (source_durable && !a.Sync().ok()) return false;
-      Result<Attr> in = Resolve(a, "/" + dir);
-      return in.ok() && a.Rename(in->ino, ".metadata.tmp", in->ino, ".metadata", 0).ok();
-    })) << "the committer's save failed";
+    ASSERT_TRUE(saved) << "the committer's save failed";
     EXPECT_EQ(HostExists(backing_ / (dir + "/.metadata.tmp")), source_durable);
     EXPECT_FALSE(HostExists(backing_ / (dir + "/.metadata")));
 
