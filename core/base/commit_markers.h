@@ -26,4 +26,15 @@ inline bool IsCommitMarker(std::string_view base_name, const std::vector<std::st
   return false;
 }
 
+// Whether a rename to a commit marker's name is sent to partners as the marker's replica
+// (-o shared,replicas=N): the renamed file's content under the new name, with the old name, at
+// the rename's place in the close order, so that a partner can publish the marker in the rename's
+// place should this member die before it (core/replication/stand_in.h). Only with replicas, for
+// a regular file with no change since its last seal (its content then is the version the rename
+// moves on the backing store; a later change supersedes the marker anyway).
+inline bool RenameSentAsMarker(int replicas, bool regular_file, bool to_marker,
+                               bool changed_since_seal) {
+  return replicas > 0 && regular_file && to_marker && !changed_since_seal;
+}
+
 }  // namespace ckptfs::policy

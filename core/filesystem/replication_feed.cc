@@ -57,12 +57,28 @@ void ReplicationFeed::FeedSealed() {
     // The namespace lock keeps paths still while they are read; the journal copies snapshots
     // under its own.
     NamespaceLock lock(ns_.mutex());
-    for (auto& [entry, snapshot] : journal_.SealedVersionsAfter(fed_)) {
+    // Where `dir`'s entry `name` is (as when the entry was journaled, unless a directory on the
+    // way was renamed since); the file's path now when the directory is gone.
+    auto path_of = [this](const InodeRef& dir, const std::string& name, const InodeRef& file)
+                       REQUIRES(ns_lock) {
+                         std::string path;
+                         return dir && ns_.ChildPathLocked(*dir, name, &path) ? path
+                                                                              : ns_.PathLocked(file);
+                       };
+    for (auto& [entry, snapshot] : journal_.ReplicasAfter(fed_)) {
       if (entry->seq > last) break;
       auto v = std::make_shared<replication::Outgoing>();
       v->seq = entry->seq;
       v->version = entry->version;
-      v->path = ns_.PathLocked(entry->inode);
+      if (entry->kind == JournalEntry::Kind::kRename) {
+        v->path = path_of(entry->new_parent, entry->new_name, entry->inode);
+        v->renamed_from = path_of(entry->parent, entry->name, entry->inode);
+      } else {
+        v->path = entry->names.empty()
+                      ? ns_.PathLocked(entry->inode)
+                      : path_of(entry->names.front().parent, entry->names.front().name,
+                                entry->inode);
+      }
       v->size = snapshot.size();
       v->mode = entry->mode & 07777;
       v->read = [content = std::move(snapshot)](uint64_t offset, size_t length, char* out) {
@@ -79,18 +95,30 @@ void ReplicationFeed::FeedSealed() {
 }
 
 uint64_t ReplicationFeed::FirstPendingNamespaceChange() const {
+  auto change = [](const JournalEntry& e) {
+    if (e.kind == JournalEntry::Kind::kPublish) return policy::JournalChange::kFileVersion;
+    if (e.kind == JournalEntry::Kind::kMkdir) return policy::JournalChange::kDirectoryCreation;
+    if (e.sent_as_marker) return policy::JournalChange::kRenameSentAsMarker;
+    return policy::JournalChange::kOther;
+  };
+  const std::vector<EntryRef> unflushed = journal_.Unflushed();
+  // Read after the pending ones: an entry is held before it leaves them. A held rename to a
+  // commit marker is durable in the journal's order but not applied: unless it was sent as the
+  // marker's replica, no partner replays it, so none may publish a marker sealed after it.
+  const std::vector<EntryRef> held = journal_.Held();
   uint64_t first = 0;
-  for (const EntryRef& e : journal_.Unflushed()) {
-    if (e->kind != JournalEntry::Kind::kPublish && e->kind != JournalEntry::Kind::kMkdir) {
-      first = e->seq;
-      break;
+  // Entries change kind (CancelUnsent) under the namespace lock only.
+  NamespaceLock lock(ns_.mutex());
+  for (const std::vector<EntryRef>* entries : {&unflushed, &held}) {
+    for (const EntryRef& e : *entries) {
+      if (first != 0 && e->seq >= first) break;
+      if (!policy::PartnerReplays(change(*e))) {
+        first = e->seq;
+        break;
+      }
     }
   }
-  // Read after the pending ones: an entry is held before it leaves them. A held rename to a
-  // commit marker is durable in the journal's order but not applied: no partner replays it, so
-  // none may publish a marker sealed after it.
-  const uint64_t held = journal_.first_held_change();
-  return held != 0 && (first == 0 || held < first) ? held : first;
+  return first;
 }
 
 void ReplicationFeed::Run() {

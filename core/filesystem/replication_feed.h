@@ -1,11 +1,14 @@
 // ReplicationFeed: what connects a mount's journal to its Replicator (-o shared,replicas=N). A
 // thread of its own, every few milliseconds: hands each newly sealed file version to the
-// replicator in close order (its path and a copy of its snapshot, which shares the blocks), tells
+// replicator in close order (its path and a copy of its snapshot, which shares the blocks), and
+// each rename to a commit marker sent as the marker's replica (policy::RenameSentAsMarker: the
+// renamed file's snapshot under the marker's name, and the old name), tells
 // it the settled point (partners drop what is durable and not a commit marker held back), and, every poll interval, the live
 // members and their endpoints (partners are chosen again) and which versions were superseded
 // before their flush (a chunk rewritten a hundred times pins one version's blocks, not a
-// hundred); and up to where its partners could replay its journal (versions and directory
-// creations, policy::ReplayableThrough), for what they are told they cover.
+// hundred); and up to where its partners could replay its journal (versions, directory
+// creations and renames sent as markers, policy::ReplayableThrough), for what they are told they
+// cover.
 //
 // Thread-safe. Lock order: the namespace lock, then the journal's, while it reads the journal;
 // nothing of the mount is locked when it calls the replicator.
@@ -38,11 +41,12 @@ class ReplicationFeed {
 
  private:
   void Run() EXCLUDES(mu_);
-  // Hands over the versions sealed since the last call.
+  // Hands over the versions sealed, and the renames sent as markers' replicas, since the last
+  // call, each under its name when it was journaled.
   void FeedSealed() EXCLUDES(ns_lock);
-  // The seq of the first entry not durable, or held, that is neither a file version nor a
-  // directory's creation (what partners do not replay); 0 when none is.
-  uint64_t FirstPendingNamespaceChange() const;
+  // The seq of the first entry not durable, or held, that no partner replays
+  // (policy::PartnerReplays); 0 when none is.
+  uint64_t FirstPendingNamespaceChange() const EXCLUDES(ns_lock);
 
   Journal& journal_;
   Namespace& ns_;

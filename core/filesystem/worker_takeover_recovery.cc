@@ -266,12 +266,15 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
   uint64_t bytes = 0;
   for (const LoggedEntry& e : state.entries) {
     const bool publish = e.kind == JournalEntry::Kind::kPublish;
-    if (publish) {
-      const std::string& path = e.names[0];
+    const bool rename = e.kind == JournalEntry::Kind::kRename;
+    if (publish || rename) {
+      // A rename publishes a marker when it renames to one (a partner may have published it).
+      const std::string& path = publish ? e.names[0] : e.new_path;
       const std::string base = path.substr(path.rfind('/') + 1);
-      if (!policy::RecoveryRepublishes(e.seq, stood_in.through, stood_in.markers,
-                                       policy::IsCommitMarker(base, config_.commit_markers))) {
-        ++by_partner;
+      const bool marker = policy::IsCommitMarker(base, config_.commit_markers);
+      if ((publish || marker) &&
+          !policy::RecoveryRepublishes(e.seq, stood_in.through, stood_in.markers, marker)) {
+        by_partner += publish;
         continue;
       }
     }

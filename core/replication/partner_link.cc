@@ -147,7 +147,8 @@ Status PartnerLink::Connect() {
 }
 
 Result<bool> PartnerLink::Send(const Outgoing& version, bool* unreadable) {
-  Offer offer{version.seq, version.version, version.size, version.path, version.mode};
+  Offer offer{version.seq,  version.version, version.size,
+              version.path, version.mode,    version.renamed_from};
   if (Status st = conn_->Send(Encode(offer)); !st.ok()) return st;
   Result<FrameHeader> header = conn_->ReadHeader();
   if (!header.ok()) return header.status();

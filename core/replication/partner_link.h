@@ -28,16 +28,18 @@
 
 namespace ckptfs::replication {
 
-// A sealed file version to replicate. `read` copies [offset, offset+length) of its bytes into
-// `out` and returns how many it copied (it holds what it reads from alive). `superseded`, when
-// set, says whether a newer version took its place before it was flushed (it is then never
-// needed: not sent, and dropped with what it holds).
+// A sealed file version to replicate, or a rename to a commit marker sent as the marker's replica
+// (the renamed file's version under the new name `path`, and `renamed_from`). `read` copies
+// [offset, offset+length) of its bytes into `out` and returns how many it copied (it holds what it
+// reads from alive). `superseded`, when set, says whether a newer version took its place before
+// it was flushed (it is then never needed: not sent, and dropped with what it holds).
 struct Outgoing {
   uint64_t seq = 0;
   uint64_t version = 0;
   std::string path;
   uint64_t size = 0;
-  uint32_t mode = 0644;  // Its permission bits.
+  uint32_t mode = 0644;      // Its permission bits.
+  std::string renamed_from = {};  // A rename sent as a marker's replica: the old name; else empty.
   std::function<Result<size_t>(uint64_t offset, size_t length, char* out)> read;
   std::function<bool()> superseded;
   bool Superseded() const { return superseded && superseded(); }

@@ -211,8 +211,11 @@ Status PartnerServer::TakeOffer(Connection& conn, const OwnerRun& owner, const O
     case PartnerStore::Room::kReserved:
       break;
   }
-  Replica replica{owner,      offer.path, offer.seq, offer.version, memory_.Take(offer.size),
-                  offer.size, offer.mode};
+  Replica replica{owner,       offer.path,
+                  offer.seq,   offer.version,
+                  memory_.Take(offer.size),
+                  offer.size,  offer.mode,
+                  offer.renamed_from};
   if (!replica.bytes) {
     store_.Unreserve(offer.size);
     return conn.Send(Encode(Type::kFull, SeqMessage{offer.seq}));

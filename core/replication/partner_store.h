@@ -25,7 +25,10 @@ struct OwnerRun {
   auto operator<=>(const OwnerRun&) const = default;
 };
 
-// A sealed file version of an owner, as its partner holds it. Copies share the bytes.
+// A sealed file version of an owner, as its partner holds it, or a rename to a commit marker
+// sent as the marker's replica (the renamed file's version under the marker's name, and the name
+// it was renamed from). Copies share the bytes; each replica's bytes are its own (a renamed
+// marker's count again beside the version it was renamed from).
 struct Replica {
   OwnerRun owner;
   std::string path;      // Relative to the backing directory.
@@ -33,7 +36,8 @@ struct Replica {
   uint64_t version = 0;  // The file's version at the owner.
   std::shared_ptr<char[]> bytes;
   uint64_t size = 0;
-  uint32_t mode = 0644;  // The file's permission bits at the owner.
+  uint32_t mode = 0644;      // The file's permission bits at the owner.
+  std::string renamed_from = {};  // A renamed marker: its old name (relative); else empty.
 };
 
 // What the store holds, for stats.

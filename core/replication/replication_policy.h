@@ -64,15 +64,22 @@ inline bool ReusesReplicaMemory(uint64_t mapped, uint64_t size) {
 // What an owner tells a partner it covers: every entry it sealed up to that point is held by the
 // partner or durable. `fed`: every version sealed up to it was queued to the partner's link;
 // `stored_through`: every version queued up to it is held by the partner or durable;
-// `replayable_through`: every entry up to it that is not durable is a file version or a
-// directory's creation (a partner replays nothing else: a rename, unlink, link, ... keeps the
-// point below it until it is durable).
+// `replayable_through`: every entry up to it that is not durable is one a partner replays
+// (PartnerReplays: a rename that is not sent as a marker, an unlink, link, ... keeps the point
+// below it until it is durable).
 inline uint64_t CoveredPoint(uint64_t fed, uint64_t stored_through, uint64_t replayable_through) {
   return std::min({fed, stored_through, replayable_through});
 }
 
+// What a partner can replay of a member's journal entry that is not durable (or is held), for
+// what it is told it covers: a file version, a directory's creation, and a rename sent as a commit
+// marker's replica (RenameSentAsMarker: a partner publishes its content in the rename's place);
+// nothing else (another rename, an unlink, a link, an attribute change).
+enum class JournalChange { kFileVersion, kDirectoryCreation, kRenameSentAsMarker, kOther };
+inline bool PartnerReplays(JournalChange change) { return change != JournalChange::kOther; }
+
 // The replayable point of a journal whose last entry is `last` and whose first entry that is not
-// durable and neither a file version nor a directory's creation is `first_other` (0: none).
+// durable (or is held) and that no partner replays (PartnerReplays) is `first_other` (0: none).
 inline uint64_t ReplayableThrough(uint64_t last, uint64_t first_other) {
   return first_other == 0 ? last : std::min(last, first_other - 1);
 }
@@ -106,10 +113,11 @@ inline bool StandInWrites(uint64_t seq, uint64_t written, uint64_t through, bool
   return seq > written && seq <= through && !is_marker;
 }
 
-// Whether a worker recovering its run's pending version `seq` (a commit marker or not) publishes
-// it, when a partner stood in for that run: not when the partner made it durable already (every
-// version up to `stood_in_through` but commit markers; the markers up to `markers_through`, which
-// it published for the dead committer, DeadMarkerAction). 0: none.
+// Whether a worker recovering its run's pending version `seq` (a commit marker or not), or its
+// rename `seq` to a commit marker (`is_marker`), publishes it, when a partner stood in for that
+// run: not when the partner made it durable already (every version up to `stood_in_through` but
+// commit markers; the markers up to `markers_through`, versions and renames, which it published
+// for the dead committer, DeadMarkerAction). 0: none.
 inline bool RecoveryRepublishes(uint64_t seq, uint64_t stood_in_through, uint64_t markers_through,
                                 bool is_marker) {
   return is_marker ? seq > markers_through : seq > stood_in_through;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 
@@ -16,6 +17,8 @@ namespace ckptfs::replication {
 namespace {
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW;
+// How much of a renamed marker's old name is read at a time to compare it with the marker.
+constexpr uint64_t kDataChunkToCompare = 1 << 20;
 
 const char* WhyNot(policy::StandIn verdict) {
   switch (verdict) {
@@ -134,22 +137,71 @@ Status StandInWriter::PublishDeadMarker(const HeldDeadMarker& marker) {
   }
   if (Status st = WriteThrough(marker.owner, marker.seq - 1); !st.ok()) return st;
   if (Status st = Record(marker.owner, marker.seq - 1, marker.seq); !st.ok()) return st;
-  if (Status st = WriteOne(held.back()); !st.ok()) return st;
+  const Replica& published = held.back();
+  if (Status st = WriteOne(published); !st.ok()) return st;
   store_.CountCompleted();
-  spdlog::info("replication: published the commit marker {} of dead node {} (seq {})",
-               marker.path, marker.owner.node, marker.seq);
+  spdlog::info("replication: published the commit marker {} of dead node {} (seq {}{})",
+               marker.path, marker.owner.node, marker.seq,
+               published.renamed_from.empty() ? "" : ", renamed from " + published.renamed_from);
+  if (!published.renamed_from.empty()) {
+    // Published; a name left behind is reported, not retried (a retry would publish again).
+    if (Status st = RemoveRenamedSource(published); !st.ok()) {
+      spdlog::warn("replication: {} of dead node {} stays beside its marker {}: {}",
+                   published.renamed_from, marker.owner.node, marker.path, st.ToString());
+    }
+  }
   store_.DropDurable(marker.owner, marker.seq);
   return Status::Ok();
 }
 
-Result<int> StandInWriter::OpenParent(const std::string& path, std::string* base) {
+Status StandInWriter::RemoveRenamedSource(const Replica& marker) {
+  if (!IsValidReplicaPath(marker.renamed_from)) {
+    return Status::Error(EINVAL, "invalid path " + marker.renamed_from);
+  }
+  std::string base;
+  Result<int> parent = OpenParent(marker.renamed_from, &base, /*make=*/false);
+  if (!parent.ok()) return parent.status().err() == ENOENT ? Status::Ok() : parent.status();
+  Result<int> file = env_.Open(*parent, base, O_RDONLY | O_NOFOLLOW);
+  Status st = file.ok() ? Status::Ok() : file.status();
+  bool same = false;
+  if (file.ok()) {
+    struct stat there {};
+    st = env_.Stat(*file, "", &there);
+    same = st.ok() && S_ISREG(there.st_mode) &&
+           static_cast<uint64_t>(there.st_size) == marker.size;
+    std::string bytes;
+    for (uint64_t at = 0; same && at < marker.size; at += bytes.size()) {
+      bytes.resize(std::min<uint64_t>(marker.size - at, kDataChunkToCompare));
+      st = env_.Read(*file, bytes.data(), bytes.size(), at);
+      same = st.ok() && bytes.compare(0, bytes.size(), marker.bytes.get() + at, bytes.size()) == 0;
+    }
+    env_.Close(*file);
+  }
+  if (st.ok() && same) {
+    st = env_.Unlink(*parent, base);
+    const int dir = *parent;
+    if (st.ok()) st = env_.Sync(std::span<const int>(&dir, 1), false)[0];
+    if (st.ok()) {
+      spdlog::info("replication: removed {}, which dead node {} renamed to {}",
+                   marker.renamed_from, marker.owner.node, marker.path);
+    }
+  } else if (st.ok()) {
+    spdlog::info("replication: {} is left: it holds other bytes than the version dead node {} "
+                 "renamed to {} (a later version of its name)",
+                 marker.renamed_from, marker.owner.node, marker.path);
+  }
+  env_.Close(*parent);
+  return st.err() == ENOENT ? Status::Ok() : st;
+}
+
+Result<int> StandInWriter::OpenParent(const std::string& path, std::string* base, bool make) {
   Result<int> dir = env_.Open(root_fd_, ".", kDirFlags);
   size_t start = 0;
   for (size_t slash; dir.ok() && (slash = path.find('/', start)) != std::string::npos;
        start = slash + 1) {
     const std::string part = path.substr(start, slash - start);
     Result<int> next = env_.Open(*dir, part, kDirFlags);
-    if (!next.ok() && next.status().err() == ENOENT) {
+    if (!next.ok() && next.status().err() == ENOENT && make) {
       Status made = env_.Mkdir(*dir, part, 0755);
       if (made.ok() || made.err() == EEXIST) {
         // The new directory's name is durable with its parent.
@@ -185,7 +237,7 @@ Status StandInWriter::RecordChecksum(int fd, const Replica& r) {
 Status StandInWriter::WriteOne(const Replica& r) {
   if (!IsValidReplicaPath(r.path)) return Status::Error(EINVAL, "invalid path " + r.path);
   std::string base;
-  Result<int> parent = OpenParent(r.path, &base);
+  Result<int> parent = OpenParent(r.path, &base, /*make=*/true);
   if (!parent.ok()) return parent.status();
   const std::string temp = ".stand-in." + r.owner.node + "." + std::to_string(++temp_counter_);
   Status st = WriteFileDurably(

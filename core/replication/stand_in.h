@@ -15,7 +15,12 @@
 // succeeded publishes it (PublishDeadMarker): the dead member's versions before it first, then
 // the stand-in record naming the marker, then the marker, so that no marker is ahead of its
 // data and a returning node publishes it never again (a crash between the record and the marker
-// loses the marker, never doubles it).
+// loses the marker, never doubles it). A marker the dead member published by a rename (DCP's
+// `.metadata.tmp` renamed to `.metadata`) was sent as the marker's replica with the renamed
+// file's content and its old name (policy::RenameSentAsMarker): it is written as any marker, and
+// the rename is then replayed to its end in the journal's order: the old name, left on the
+// backing store by the dead member or by this writer, is removed when it holds the bytes the
+// rename moved (a later version of that name stays).
 //
 // Written files get the mode the dead member's file had, this daemon's owner, and a checksum
 // record (core/integrity/checksum_record.h) of the bytes held, when the backing store keeps
@@ -88,9 +93,14 @@ class StandInWriter {
   // Keeps the checksum record of `r`'s bytes with the file `fd` (nothing when the backing
   // store keeps no user extended attributes).
   Status RecordChecksum(int fd, const Replica& r) REQUIRES(mu_);
-  // Opens the directory of `path` under the backing directory, making the missing ones; the
-  // caller closes it. `*base` receives the last component.
-  Result<int> OpenParent(const std::string& path, std::string* base) REQUIRES(mu_);
+  // Removes the name a published renamed marker was renamed from, when the backing store holds
+  // there the very bytes the rename moved (what the dead member, or this writer, made durable
+  // before the rename), and makes the removal durable; a file of other bytes there is a later
+  // version of that name, and stays. Ok when the name is absent.
+  Status RemoveRenamedSource(const Replica& marker) REQUIRES(mu_);
+  // Opens the directory of `path` under the backing directory, making the missing ones when
+  // `make` (else ENOENT); the caller closes it. `*base` receives the last component.
+  Result<int> OpenParent(const std::string& path, std::string* base, bool make) REQUIRES(mu_);
 
   Env& env_;
   const int root_fd_;

@@ -166,6 +166,7 @@ std::string Encode(const Offer& m) {
   PutU64(&body, m.size);
   PutString(&body, m.path);
   PutU16(&body, static_cast<uint16_t>(m.mode & 07777));
+  PutString(&body, m.renamed_from);
   return Frame(Type::kOffer, body);
 }
 
@@ -217,12 +218,16 @@ Result<Offer> DecodeOffer(std::string_view body) {
   Reader r(body);
   uint16_t mode = 0;
   r.U64(&m.seq) && r.U64(&m.version) && r.U64(&m.size) && r.String(kMaxPathBytes, &m.path) &&
-      r.U16(&mode);
+      r.U16(&mode) && r.String(kMaxPathBytes, &m.renamed_from);
   if (Status st = r.Done("offer"); !st.ok()) return st;
   if (mode > 07777) return Status::Error(EPROTO, "offer: invalid mode");
   m.mode = mode;
   if (m.seq == 0) return Status::Error(EPROTO, "offer: sequence number 0");
   if (!IsValidReplicaPath(m.path)) return Status::Error(EPROTO, "offer: invalid path");
+  if (!m.renamed_from.empty() &&
+      (!IsValidReplicaPath(m.renamed_from) || m.renamed_from == m.path)) {
+    return Status::Error(EPROTO, "offer: invalid name renamed from");
+  }
   return m;
 }
 

@@ -10,7 +10,8 @@
 // Each side refuses a peer whose protocol version is not its own (kProtocolVersion): the member
 // at the Challenge, the partner at the Hello; the version leads both bodies, so that any version
 // can read it.
-// then, any number of times, member: Offer{seq, version, size, path, mode}, answered by
+// then, any number of times, member: Offer{seq, version, size, path, mode, renamed_from}, answered
+// by
 //   partner: Accept{seq} (the bytes are reserved: member sends Data frames of exactly `size`
 //            bytes in all, then partner: Stored{seq}), Full{seq} (try again later) or
 //            TooLarge{seq} (never fits); and member: Durable{seq} (drop my replicas up to seq),
@@ -32,8 +33,9 @@ namespace ckptfs::replication {
 
 // The protocol this daemon speaks. 1: the daemons that sent no version (their Challenge is the
 // nonce alone, a length no later Challenge may have); 2: versions sent, an Offer carries the
-// file's mode.
-inline constexpr uint16_t kProtocolVersion = 2;
+// file's mode; 3: an Offer carries the name a commit marker was renamed from (a rename sent as
+// the marker's replica), empty for a file version.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr uint16_t kUnversionedProtocol = 1;
 
 inline constexpr size_t kHeaderBytes = 5;
@@ -92,6 +94,9 @@ struct Offer {
   uint64_t size = 0;
   std::string path;
   uint32_t mode = 0644;  // The file's permission bits (at most 07777).
+  // A rename to the commit marker `path` (its content the renamed file's): the name it was renamed
+  // from. Empty for a file version.
+  std::string renamed_from = {};
 };
 // Accept, Full, TooLarge, Stored, Durable and Covered carry a sequence number only.
 struct SeqMessage {
@@ -106,7 +111,8 @@ std::string Encode(const Offer& m);
 std::string Encode(Type type, const SeqMessage& m);
 
 // Decoders of a body of the type they name: EPROTO with the reason for anything malformed
-// (short, trailing bytes, an invalid node name, run or path, a zero sequence number).
+// (short, trailing bytes, an invalid node name, run, path or renamed_from, a zero sequence
+// number).
 // DecodeChallenge and DecodeHello: EPROTONOSUPPORT, naming both versions, for a peer of another
 // protocol version than kProtocolVersion (a Challenge of the nonce alone: kUnversionedProtocol),
 // whatever the rest of its body.

@@ -57,6 +57,8 @@ size_t Journal::CancelUnsent(const InodeRef& inode, std::vector<EntryRef>* rewri
       e->name = e->new_name;
       e->new_parent.reset();
       e->new_name.clear();
+      e->sent_as_marker = false;
+      e->snapshot = FileContent();
       if (rewritten) rewritten->push_back(e);
       continue;
     }
@@ -92,15 +94,14 @@ bool Journal::Pending(const EntryRef& e) const {
 void Journal::Hold(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = true;
-  held_.insert(e->seq);
-  if (e->kind != JournalEntry::Kind::kPublish) held_changes_.insert(e->seq);
+  held_[e->seq] = e;
 }
 
 void Journal::Release(const EntryRef& e) {
   JournalLock lock(mu_);
   e->state.held = false;
   held_.erase(e->seq);
-  held_changes_.erase(e->seq);
+  if (e->state.done) e->snapshot = FileContent();
 }
 
 JournalEntry::State Journal::StateOf(const EntryRef& e) const {
@@ -139,8 +140,10 @@ void Journal::Complete(const std::vector<EntryRef>& batch, size_t durable, size_
     e->state.started = false;
   }
   AdvanceDurableLocked();
-  // Freed only once the observer knows them durable.
-  for (size_t i = 0; i < durable && i < batch.size(); ++i) batch[i]->snapshot = FileContent();
+  // Freed only once the observer knows them durable; a held one's once it is released.
+  for (size_t i = 0; i < durable && i < batch.size(); ++i) {
+    if (!batch[i]->state.held) batch[i]->snapshot = FileContent();
+  }
 }
 
 void Journal::AdvanceDurableLocked() {
@@ -170,12 +173,14 @@ uint64_t Journal::durable_seq() const {
 
 uint64_t Journal::settled_seq() const {
   JournalLock lock(mu_);
-  return held_.empty() ? durable_seq_ : std::min(durable_seq_, *held_.begin() - 1);
+  return held_.empty() ? durable_seq_ : std::min(durable_seq_, held_.begin()->first - 1);
 }
 
-uint64_t Journal::first_held_change() const {
+std::vector<EntryRef> Journal::Held() const {
   JournalLock lock(mu_);
-  return held_changes_.empty() ? 0 : *held_changes_.begin();
+  std::vector<EntryRef> out;
+  for (const auto& [seq, e] : held_) out.push_back(e);
+  return out;
 }
 
 size_t Journal::pending_entries() const {
@@ -197,14 +202,22 @@ std::vector<EntryRef> Journal::Unflushed() const {
   return out;
 }
 
-std::vector<std::pair<EntryRef, FileContent>> Journal::SealedVersionsAfter(uint64_t after) const {
+std::vector<std::pair<EntryRef, FileContent>> Journal::ReplicasAfter(uint64_t after) const {
   JournalLock lock(mu_);
-  std::vector<std::pair<EntryRef, FileContent>> out;
-  for (const EntryRef& e : pending_) {
-    if (e->seq > after && !e->state.done && e->kind == JournalEntry::Kind::kPublish) {
-      out.emplace_back(e, e->snapshot);
-    }
+  auto replica = [after](const JournalEntry& e) REQUIRES(journal_lock) {
+    return e.seq > after && !e.state.cancelled &&
+           (e.kind == JournalEntry::Kind::kPublish || e.sent_as_marker);
+  };
+  // Held entries are done (out of pending_) or not (still in it): each is taken once, in order.
+  std::map<uint64_t, std::pair<EntryRef, FileContent>> found;
+  for (const auto& [seq, e] : held_) {
+    if (replica(*e)) found.try_emplace(seq, e, e->snapshot);
   }
+  for (const EntryRef& e : pending_) {
+    if (!e->state.done && replica(*e)) found.try_emplace(e->seq, e, e->snapshot);
+  }
+  std::vector<std::pair<EntryRef, FileContent>> out;
+  for (auto& [seq, entry] : found) out.push_back(std::move(entry));
   return out;
 }
 

@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +57,10 @@ struct JournalEntry {
   FileContent snapshot;
   uint64_t version = 0;
   std::vector<Inode::Name> names;
+  // kRename to a commit marker sent to partners as the marker's replica
+  // (policy::RenameSentAsMarker): `snapshot`, `version` and `mode` are then the renamed file's
+  // content, version and mode, kept until the rename is durable and no longer held.
+  bool sent_as_marker = false;
 
   // Attributes to apply (publish, mkdir, symlink, mknod, setattr).
   uint32_t mode = 0;
@@ -114,7 +118,8 @@ class Journal {
   bool Cancel(const EntryRef& entry) EXCLUDES(journal_lock);
   // Whether `entry` is neither durable nor cancelled, or is held.
   bool Pending(const EntryRef& entry) const EXCLUDES(journal_lock);
-  // Marks an entry of the batch in flight as held, and releases it once its commit is decided.
+  // Marks an entry of the batch in flight as held, and releases it once its commit is decided
+  // (a held entry keeps its snapshot until it is released and durable).
   void Hold(const EntryRef& entry) EXCLUDES(journal_lock);
   void Release(const EntryRef& entry) EXCLUDES(journal_lock);
   JournalEntry::State StateOf(const EntryRef& entry) const EXCLUDES(journal_lock);
@@ -139,18 +144,19 @@ class Journal {
   // Every entry with seq <= settled_seq() is durable (or cancelled) and none is held: the backing
   // store shows all of them.
   uint64_t settled_seq() const EXCLUDES(journal_lock);
-  // The seq of the first held entry that is not a file version (a rename to a commit marker,
-  // durable as far as the order goes but not applied); 0 when none is.
-  uint64_t first_held_change() const EXCLUDES(journal_lock);
+  // The held entries, in order (a held rename to a commit marker is durable as far as the order
+  // goes, but not applied).
+  std::vector<EntryRef> Held() const EXCLUDES(journal_lock);
   size_t pending_entries() const EXCLUDES(journal_lock);
   uint64_t pending_bytes() const EXCLUDES(journal_lock);
   // The entries neither durable nor cancelled, in order. Their snapshots may be read once the
   // flusher has stopped, with the namespace lock held (nothing cancels them then).
   std::vector<EntryRef> Unflushed() const EXCLUDES(journal_lock);
-  // The sealed file versions (kPublish entries neither durable nor cancelled) with seq > `after`,
-  // in order, each with a copy of its snapshot taken under the journal's lock (it shares the
-  // blocks, which stay readable from any thread while the copy lives).
-  std::vector<std::pair<EntryRef, FileContent>> SealedVersionsAfter(uint64_t after) const
+  // What partners get (-o replicas): the sealed file versions and the renames sent as commit
+  // markers' replicas (sent_as_marker) with seq > `after`, neither durable nor cancelled, or
+  // held, in order, each with a copy of its snapshot taken under the journal's lock (it shares
+  // the blocks, which stay readable from any thread while the copy lives).
+  std::vector<std::pair<EntryRef, FileContent>> ReplicasAfter(uint64_t after) const
       EXCLUDES(journal_lock);
 
  private:
@@ -163,8 +169,7 @@ class Journal {
   std::deque<EntryRef> pending_ GUARDED_BY(journal_lock);  // Unsent and in-flight, in seq order.
   uint64_t next_seq_ GUARDED_BY(journal_lock) = 1;
   uint64_t durable_seq_ GUARDED_BY(journal_lock) = 0;
-  std::set<uint64_t> held_ GUARDED_BY(journal_lock);  // Seqs of the held entries.
-  std::set<uint64_t> held_changes_ GUARDED_BY(journal_lock);  // Of those, not file versions.
+  std::map<uint64_t, EntryRef> held_ GUARDED_BY(journal_lock);  // The held entries by seq.
   uint64_t pending_bytes_ GUARDED_BY(journal_lock) = 0;
 };
 

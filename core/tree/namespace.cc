@@ -11,6 +11,7 @@
 
 #include "core/backing/backing_paths.h"
 #include "core/backing/backing_store.h"
+#include "core/base/commit_markers.h"
 #include "core/base/flush_policy.h"
 #include "core/base/nanos.h"
 #include "core/base/serve_policy.h"
@@ -490,6 +491,18 @@ Status Namespace::RenameLocked(const InodeRef& src, const std::string& name,
     e->new_parent = dst;
     e->new_name = new_name;
     e->victim = victim;
+    if (config_.shared) {
+      MutexLock ilock(child->mu);
+      e->sent_as_marker = policy::RenameSentAsMarker(
+          config_.replicas, child->type == FileType::kRegular,
+          policy::IsCommitMarker(new_name, config_.commit_markers),
+          child->version != child->sealed_version);
+      if (e->sent_as_marker) {
+        e->snapshot = child->content;
+        e->version = child->version;
+        e->mode = child->mode;
+      }
+    }
     AppendLocked(std::move(e));
   }
   const timespec now = WallTime();

@@ -246,6 +246,9 @@ class Namespace {
   Status LinkLocked(const InodeRef& inode, uint64_t new_parent, const std::string& new_name)
       REQUIRES(ns_lock);
   std::string PathLocked(const InodeRef& inode) const REQUIRES(ns_lock);
+  // The path from the root of entry `name` of `dir`; false when `dir` was removed.
+  bool ChildPathLocked(const Inode& dir, const std::string& name, std::string* path) const
+      REQUIRES(ns_lock);
   Attr AttrOf(const Inode& inode) const REQUIRES(ns_lock);  // Takes inode.mu.
   // Whether one of the names of `inode` is in a directory served with a fine grid, or is .zarray
   // or a zarr chunk key (digits and dots): the names whose meaning an array that takes a fine
@@ -281,9 +284,6 @@ class Namespace {
   // Logs `e`, just appended or changed, with the paths it names; not when it is under a removed
   // directory (it is cancelled or never reaches the backing store).
   void LogLocked(const JournalEntry& e) REQUIRES(ns_lock);
-  // The path from the root of entry `name` of `dir`; false when `dir` was removed.
-  bool ChildPathLocked(const Inode& dir, const std::string& name, std::string* path) const
-      REQUIRES(ns_lock);
   // Whether `dir`, listed once, is still read from the backing store again (shared mode).
   bool FollowsBackingLocked(const InodeRef& dir) const REQUIRES(ns_lock);
   // Whether `name` of `dir` is hidden by a removal through this mount; drops a whiteout whose

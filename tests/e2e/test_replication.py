@@ -229,9 +229,12 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
                  ("replicated, the promise's options only", True, True),
                  ("not replicated", False, False)]
         for k, (what, promise_only, replicated) in enumerate(cases):
-            victim = rng.choice([1, 2])  # n0 holds rank 0, which commits the marker.
+            # n0 holds rank 0, which commits the marker (DCP's .metadata.tmp renamed to
+            # .metadata): its partner n1 publishes it when n0 is the one that dies.
+            victim = rng.choice([0, 1, 2])
             delay = rng.uniform(*KILL_DELAY)
-            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after its sight"
+            after = "its save returned" if victim == 0 else "its sight"
+            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after {after}"
             print(ctx, flush=True)
             with self.subTest(case=what):
                 backing = os.path.join(tmp, f"backing{k}")
@@ -265,8 +268,11 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
 
         # Raises when a rank fails: the trainers see no error.
         w.save([d.mnt for d in daemons], ranks=len(NODES))
-        sights = os.path.join(backing, ".ckptfs", "shared", "commits", "*", f"seen.{node}")
-        wait_for(lambda: glob.glob(sights), TIMEOUT, f"{ctx}: {node}'s sight of the commit")
+        committer = victim == 0
+        if not committer:
+            sights = os.path.join(backing, ".ckptfs", "shared", "commits", "*", f"seen.{node}")
+            wait_for(lambda: glob.glob(sights), TIMEOUT, f"{ctx}: {node}'s sight of the commit")
+        # The committer posts no commit: its data before the marker never becomes durable.
         if replicated:
             synced = run_ckptfs(["sync", "--replicated", daemons[victim].mnt], timeout=TIMEOUT)
             self.assertEqual(synced.returncode, 0, f"{ctx}: {synced.stderr}")
@@ -292,9 +298,16 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
                              w.varying)
             r = self.replication(daemons[NODES.index(partner)])
             self.assertGreaterEqual(r["completed_for_dead"], len(own), f"{ctx}: {r}")
-            self.assertIn(f"completed the part of dead node {node} in commit",
-                          daemons[NODES.index(partner)].output(), ctx)
-            self.assertEqual(daemons[0].stats()["shared"]["commits_failed"], 0, ctx)
+            if committer:
+                self.assertIn(f"replication: published the commit marker .metadata of dead node "
+                              f"{node} (seq", daemons[NODES.index(partner)].output(), ctx)
+                self.assertIn(", renamed from .metadata.tmp)",
+                              daemons[NODES.index(partner)].output(), ctx)
+            else:
+                self.assertIn(f"completed the part of dead node {node} in commit",
+                              daemons[NODES.index(partner)].output(), ctx)
+            for d in live:
+                self.assertEqual(d.stats()["shared"]["commits_failed"], 0, f"{ctx}: {d.mnt}")
             # The node comes back under its name: it recovers what its dead daemon had sealed
             # and rejoins; the tree stays the plain run's, and nothing its partner published for
             # it is published again (each of its files is still the one the partner wrote).
@@ -316,6 +329,19 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
                              published, f"{ctx}: {node} published again what {partner} had")
             self.assertEqual(glob.glob(os.path.join(backing, ".ckptfs", "stood-in", "*")), [],
                              f"{ctx}: the stand-in record outlived the recovery")
+        elif committer:
+            # Nothing of n0's reached n1: no commit is posted for its marker.
+            judged = re.compile(rf"member {re.escape(node)} \(host [^)]*\) "
+                                r"(stopped beating|has shown no new beat|is gone after)")
+            wait_for(lambda: judged.search(daemons[NODES.index(partner)].output()), TIMEOUT,
+                     f"{ctx}: {partner} judging {node} dead")
+            time.sleep(2 * MEMBER_TIMEOUT_MS / 1000)
+            self.assertFalse(os.path.exists(marker),
+                             f"{ctx}: the marker was published without {node}'s data")
+            self.assertEqual([f for f in own if os.path.exists(os.path.join(backing, f))], [],
+                             f"{ctx}: {node}'s files appeared though they were never replicated")
+            self.assertEqual(self.replication(daemons[NODES.index(partner)])["completed_for_dead"],
+                             0, ctx)
         else:
             wait_for(lambda: commit_failed_for(node).search(daemons[0].output()), TIMEOUT,
                      f"{ctx}: n0 logging the commit that failed for {node}")

@@ -137,7 +137,7 @@ TEST_F(JournalTest, CompleteWithPartialSuccess) {
   EXPECT_EQ(j_.HeadDeadline(0s), Clock::time_point::max());
 }
 
-TEST_F(JournalTest, HeldEntriesKeepTheSettledPointBelowThemAndHeldRenamesAreNamed) {
+TEST_F(JournalTest, HeldEntriesKeepTheSettledPointBelowThemAndTheirSnapshotsUntilReleased) {
   j_.Append(Publish(NewInode(), root_, 10));
   j_.Append(Publish(NewInode(), root_, 10));           // A marker's version, held.
   j_.Append(Op(Kind::kRename, NewInode(), root_));     // A rename to a marker, held.
@@ -149,12 +149,48 @@ TEST_F(JournalTest, HeldEntriesKeepTheSettledPointBelowThemAndHeldRenamesAreName
   j_.Complete(b, 4, 4);
   EXPECT_EQ(j_.durable_seq(), 4u);
   EXPECT_EQ(j_.settled_seq(), 1u);
-  EXPECT_EQ(j_.first_held_change(), 3u) << "the held version is replayable, the rename not";
+  EXPECT_EQ(Seqs(j_.Held()), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(b[0]->snapshot.size(), 0u) << "durable, not held: freed";
+  EXPECT_EQ(b[1]->snapshot.size(), 10u) << "held: kept for the partners until released";
   j_.Release(b[1]);
+  EXPECT_EQ(b[1]->snapshot.size(), 0u);
   EXPECT_EQ(j_.settled_seq(), 2u);
   j_.Release(b[2]);
   EXPECT_EQ(j_.settled_seq(), 4u);
-  EXPECT_EQ(j_.first_held_change(), 0u);
+  EXPECT_TRUE(j_.Held().empty());
+}
+
+TEST_F(JournalTest, ReplicasAreTheVersionsAndRenamesSentAsMarkersPendingOrHeldEachOnceInOrder) {
+  j_.Append(Publish(NewInode(), root_, 10));                          // 1: durable below.
+  j_.Append(Op(Kind::kMkdir, NewInode(FileType::kDirectory), root_));  // 2
+  const InodeRef renamed = NewInode();
+  j_.Append(Publish(renamed, root_, 7));                              // 3: held below.
+  EntryRef to_marker = Op(Kind::kRename, renamed, root_);
+  to_marker->sent_as_marker = true;
+  Reservation none;
+  to_marker->snapshot.Truncate(7, none);
+  j_.Append(to_marker);                                               // 4: held below.
+  j_.Append(Op(Kind::kRename, NewInode(), root_));                    // 5: another rename.
+  j_.Append(Publish(NewInode(), root_, 3));                           // 6: pending.
+  auto b = j_.TakeBatch(t0_, 0s, 0, 100, 1 << 30);
+  j_.Hold(b[2]);
+  j_.Hold(b[3]);
+  j_.Complete(b, 4, 4);
+  ASSERT_EQ(j_.durable_seq(), 4u);
+
+  std::vector<uint64_t> seqs;
+  std::vector<uint64_t> sizes;
+  for (const auto& [e, snapshot] : j_.ReplicasAfter(0)) {
+    seqs.push_back(e->seq);
+    sizes.push_back(snapshot.size());
+  }
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{3, 4, 6}))
+      << "held versions and renames sent as markers, and what is pending";
+  EXPECT_EQ(sizes, (std::vector<uint64_t>{7, 7, 3}));
+  EXPECT_EQ(j_.ReplicasAfter(4).size(), 1u);
+  j_.Release(b[3]);
+  EXPECT_EQ(to_marker->snapshot.size(), 0u) << "released and durable: its content is let go";
+  EXPECT_EQ(j_.ReplicasAfter(3).size(), 1u) << "published: no longer a replica";
 }
 
 TEST_F(JournalTest, DurableSeqAdvancesOverCancelledEntries) {

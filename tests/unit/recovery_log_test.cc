@@ -297,6 +297,63 @@ TEST_F(RecoverTest, VersionsAPartnerMadeDurableForTheDeadRunAreNotPublishedAgain
   unlink(secret.c_str());
 }
 
+// DCP's marker is a rename of .metadata.tmp: a partner that published it for the dead run in the
+// rename's place (here it died before it removed the old name, durable before the rename) is not
+// published again: the recovery does not replay that rename over the partner's marker.
+TEST_F(RecoverTest, ARenameToAMarkerAPartnerPublishedForTheDeadRunIsNotReplayed) {
+  const std::string secret = backing_.path() + ".key";
+  WriteHostFile(secret, "the secret of the recovery test's group");
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  const std::string later = Pattern(3, 9);
+  {
+    auto crashed = StartFs(backing_.path(),
+                           {.flush_delay = 3600s, .node = "a", .arena_fd = arena_fd_,
+                            .replicas = 1, .replication_secret = secret,
+                            .replication_address = "127.0.0.1"});
+    Filesystem& a = *crashed;
+    ASSERT_TRUE(a.Mkdir(kRootIno, "ckpt", 0755, Me()).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/.metadata.tmp", "the marker").ok());
+    ASSERT_TRUE(a.Sync().ok());
+    const uint64_t ckpt = Resolve(a, "ckpt")->ino;
+    ASSERT_TRUE(a.Rename(ckpt, ".metadata.tmp", ckpt, ".metadata", 0).ok());
+    ASSERT_TRUE(WriteFile(a, "ckpt/later.bin", later).ok());
+  }
+  ASSERT_EQ(ReadHostFile(B("ckpt/.metadata.tmp")).value_or("<missing>"), "the marker");
+  Result<RecoveryMemory> memory = MapRecoveryMemory(arena_fd_, 64ull << 20);
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  const uint64_t run = memory->log->pending_run();
+  ASSERT_NE(run, 0u);
+  uint64_t rename = 0;
+  Result<LoggedState> pending = memory->log->Pending();
+  ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+  for (const LoggedEntry& e : pending->entries) {
+    if (e.kind == JournalEntry::Kind::kRename && e.new_path == "ckpt/.metadata") rename = e.seq;
+  }
+  ASSERT_NE(rename, 0u) << "the rename is pending in the log";
+  memory = Status::Error(EINVAL, "unmapped");
+  // The partner's work: the marker (its own bytes, so that a second publication shows) and its
+  // record.
+  WriteHostFile(B("ckpt/.metadata"), "published by the partner");
+  {
+    std::unique_ptr<Env> env = MakePosixEnv();
+    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(root, 0);
+    ASSERT_TRUE(replication::WriteStandInRecord(*env, root, root, "a", policy::RunName(run),
+                                                {rename - 1, rename})
+                    .ok());
+    close(root);
+  }
+  auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .node = "a", .worker = 1,
+                                        .arena_fd = arena_fd_, .recover = true});
+  ASSERT_TRUE(next->Sync().ok());
+  EXPECT_TRUE(SameTree(HostTree(B("ckpt")), {{".metadata", "published by the partner"},
+                                             {".metadata.tmp", "the marker"},
+                                             {"later.bin", later}}))
+      << "the marker the partner published stays its; what came after is published";
+  EXPECT_TRUE(next->Shutdown().ok());
+  unlink(secret.c_str());
+}
+
 // Records of runs of this node that no worker will recover (the memory of their workers was
 // lost, or held nothing pending) go once a worker of the node has recovered; other nodes' stay.
 TEST_F(RecoverTest, AWorkerThatRecoveredRemovesTheStandInRecordsOfItsNodesEarlierRuns) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/base/commit_markers.h"
+
 #include <limits>
 
 namespace ckptfs::policy {
@@ -122,6 +124,23 @@ TEST(ReplayableThroughTest, ANamespaceChangeNotDurableStopsThePointBeforeIt) {
   EXPECT_EQ(ReplayableThrough(5, 9), 5u);
 }
 
+TEST(PartnerReplaysTest, VersionsDirectoriesAndRenamesSentAsMarkersNothingElse) {
+  EXPECT_TRUE(PartnerReplays(JournalChange::kFileVersion));
+  EXPECT_TRUE(PartnerReplays(JournalChange::kDirectoryCreation));
+  EXPECT_TRUE(PartnerReplays(JournalChange::kRenameSentAsMarker));
+  EXPECT_FALSE(PartnerReplays(JournalChange::kOther)) << "a rename, unlink, link, setattr";
+}
+
+TEST(RenameSentAsMarkerTest, ARenameOfAnUnchangedFileToAMarkerWithReplicasOnly) {
+  EXPECT_TRUE(RenameSentAsMarker(1, true, true, false)) << "DCP's .metadata.tmp to .metadata";
+  EXPECT_TRUE(RenameSentAsMarker(2, true, true, false));
+  EXPECT_FALSE(RenameSentAsMarker(0, true, true, false)) << "no partners";
+  EXPECT_FALSE(RenameSentAsMarker(1, false, true, false)) << "a directory";
+  EXPECT_FALSE(RenameSentAsMarker(1, true, false, false)) << "not to a marker";
+  EXPECT_FALSE(RenameSentAsMarker(1, true, true, true))
+      << "changed since its seal: its content is not what the rename moves";
+}
+
 TEST(StandInWritesTest, EachNeededVersionIsWrittenOnceInCloseOrderAndMarkersNever) {
   EXPECT_TRUE(StandInWrites(5, 0, 10, false));
   EXPECT_TRUE(StandInWrites(10, 9, 10, false));
@@ -138,6 +157,9 @@ TEST(RecoveryRepublishesTest, OnlyWhatNoPartnerMadeDurable) {
   EXPECT_TRUE(RecoveryRepublishes(5, 10, 0, true)) << "a marker the partner did not publish";
   EXPECT_FALSE(RecoveryRepublishes(5, 10, 5, true)) << "the partner published it";
   EXPECT_TRUE(RecoveryRepublishes(12, 12, 5, true)) << "a later marker";
+  // A rename to a marker is a marker: the partner published it in its place, or did not.
+  EXPECT_FALSE(RecoveryRepublishes(6, 5, 6, true)) << "a renamed marker the partner published";
+  EXPECT_TRUE(RecoveryRepublishes(6, 9, 0, true)) << "its data written, the rename not replayed";
 }
 
 TEST(MarkerStandInOfTest, TheFirstLiveMemberAfterTheDeadOneInTheRingPublishesItsMarkers) {

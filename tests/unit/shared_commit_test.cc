@@ -421,13 +421,15 @@ class StandInCommitTest : public SharedCommitTest {
       partners_[nodes[i]->name] = std::move(p);
     }
   }
-  // c (or `at`) holds b's version `seq` of `path`.
+  // c (or `at`) holds b's version `seq` of `path` (with `renamed_from`: b's rename of that file
+  // to the marker `path`).
   void HoldAtC(uint64_t seq, const std::string& path, const std::string& bytes,
-               const std::string& at = "c") {
+               const std::string& at = "c", const std::string& renamed_from = "") {
     replication::PartnerStore& store = partners_[at]->store;
     ASSERT_EQ(store.Reserve(bytes.size()), replication::PartnerStore::Room::kReserved);
     replication::Replica r{{"b", kRunB}, path, seq, 1,
-                           std::shared_ptr<char[]>(new char[bytes.size()]), bytes.size()};
+                           std::shared_ptr<char[]>(new char[bytes.size()]), bytes.size(),
+                           0644, renamed_from};
     std::copy(bytes.begin(), bytes.end(), r.bytes.get());
     store.Keep(std::move(r));
   }
@@ -503,6 +505,29 @@ TEST_F(StandInCommitTest, ADeadCommittersMarkerIsPublishedByItsPartnerOnceTheOth
   EXPECT_TRUE(RequestsForB().empty()) << "the request is removed once decided";
   EXPECT_TRUE(a_->outcomes.empty()) << "no outcome of a's own";
   EXPECT_TRUE(c_->outcomes.empty()) << "not the flusher's: c published it itself";
+}
+
+TEST_F(StandInCommitTest, ADeadCommittersRenamedMarkerIsPublishedByItsPartnerInTheRenamesPlace) {
+  StartThreeStandingIn();
+  // b wrote .metadata.tmp (seq 8) and renamed it to .metadata (seq 9), as DCP does.
+  HoldAtC(7, "ckpt/__1_0.distcp", "b's shard");
+  HoldAtC(8, "ckpt/.metadata.tmp", "b's marker");
+  HoldAtC(9, "ckpt/.metadata", "b's marker", "c", "ckpt/.metadata.tmp");
+  partners_["c"]->store.Covered({"b", kRunB}, 9);
+  a_->progress = {20, 10, 0};
+  b_->running = false;
+  UntilCJudgesBDead();
+  TickAll();
+  ASSERT_EQ(RequestsForB().size(), 1u) << "c commits b's rename to .metadata";
+  TickAll(5);
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata")) << "ahead of a's data";
+  a_->progress.durable_seq = 20;
+  for (int i = 0; i < 10 && !HostExists(backing_ / "ckpt/.metadata"); ++i) TickAll();
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/.metadata").value_or("<missing>"), "b's marker");
+  EXPECT_EQ(ReadHostFile(backing_ / "ckpt/__1_0.distcp").value_or("<missing>"), "b's shard");
+  EXPECT_FALSE(HostExists(backing_ / "ckpt/.metadata.tmp")) << "renamed away";
+  EXPECT_EQ(ReadHostFile(backing_ / (".ckptfs/stood-in/b." + std::string(kRunB))), "8 9\n");
+  EXPECT_EQ(partners_["c"]->store.Totals().completed_for_dead, 3u);
 }
 
 TEST_F(StandInCommitTest, ThePartnersOwnDataSealedBeforeItCommitsADeadCommittersMarkerIsDurableFirst) {

@@ -45,12 +45,13 @@ class StandInTest : public ::testing::Test {
     close(staging_fd_);
     std::filesystem::remove_all(dir_);
   }
-  // Holds version `seq` of `path` of n0 (run kRun), a file of mode `mode` there.
+  // Holds version `seq` of `path` of n0 (run kRun), a file of mode `mode` there; with
+  // `renamed_from`, n0's rename of that file to the marker `path`.
   void Hold(uint64_t seq, const std::string& path, const std::string& bytes,
-            uint32_t mode = 0644) {
+            uint32_t mode = 0644, const std::string& renamed_from = "") {
     ASSERT_EQ(store_.Reserve(bytes.size()), PartnerStore::Room::kReserved);
     Replica r{{"n0", kRun}, path, seq, seq, std::shared_ptr<char[]>(new char[bytes.size() + 1]),
-              bytes.size(), mode};
+              bytes.size(), mode, renamed_from};
     std::copy(bytes.begin(), bytes.end(), r.bytes.get());
     store_.Keep(std::move(r));
   }
@@ -239,6 +240,47 @@ TEST_F(StandInTest, ADeadCommittersMarkerIsPublishedAfterItsDataAndNeverTwice) {
   EXPECT_TRUE(Staged().empty());
   EXPECT_TRUE(writer_->DeadMarkersToCommit("n1", {"n1"}).empty()) << "published: not again";
   EXPECT_EQ(writer_->PublishDeadMarker(marker).err(), ENODATA) << "no longer held";
+}
+
+TEST_F(StandInTest, ADeadCommittersRenamedMarkerIsPublishedInTheRenamesPlaceWithoutItsOldName) {
+  // DCP: .metadata.tmp written and sealed, then renamed to .metadata; nothing durable.
+  Hold(3, "ckpt/__0_0.distcp", "data");
+  Hold(4, "ckpt/.metadata.tmp", "the marker", 0640);
+  Hold(5, "ckpt/.metadata", "the marker", 0640, "ckpt/.metadata.tmp");
+  store_.Covered({"n0", kRun}, 5);
+  const HeldDeadMarker marker{{"n0", kRun}, 5, "ckpt/.metadata"};
+  EXPECT_EQ(writer_->DeadMarkersToCommit("n1", {"n1", "n2"}), std::vector<HeldDeadMarker>{marker})
+      << "the rename is the marker, not the version it renamed";
+  ASSERT_TRUE(writer_->PublishDeadMarker(marker).ok());
+  EXPECT_EQ(Read("ckpt/__0_0.distcp"), "data");
+  EXPECT_EQ(Read("ckpt/.metadata"), "the marker");
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ / "backing/ckpt/.metadata").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(Read("ckpt/.metadata.tmp"), "<missing>") << "the rename took the old name away";
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "4 5\n");
+  EXPECT_EQ(store_.Totals().completed_for_dead, 3u);
+  EXPECT_TRUE(Staged().empty());
+  EXPECT_TRUE(writer_->DeadMarkersToCommit("n1", {"n1"}).empty()) << "published: not again";
+}
+
+TEST_F(StandInTest, ARenamedMarkersOldNameOnTheStoreGoesOnlyWhenItHoldsTheBytesTheRenameMoved) {
+  // The dead member had made each .metadata.tmp durable before it died; one was rewritten since
+  // (a later version of that name, also durable).
+  std::filesystem::create_directories(dir_ / "backing/a");
+  std::filesystem::create_directories(dir_ / "backing/b");
+  { std::ofstream(dir_ / "backing/a/.metadata.tmp") << "marker a"; }
+  { std::ofstream(dir_ / "backing/b/.metadata.tmp") << "a later version"; }
+  Hold(5, "a/.metadata", "marker a", 0644, "a/.metadata.tmp");
+  Hold(6, "b/.metadata", "marker b", 0644, "b/.metadata.tmp");
+  store_.Covered({"n0", kRun}, 6);
+  ASSERT_TRUE(writer_->PublishDeadMarker({{"n0", kRun}, 5, "a/.metadata"}).ok());
+  ASSERT_TRUE(writer_->PublishDeadMarker({{"n0", kRun}, 6, "b/.metadata"}).ok());
+  EXPECT_EQ(Read("a/.metadata"), "marker a");
+  EXPECT_EQ(Read("a/.metadata.tmp"), "<missing>");
+  EXPECT_EQ(Read("b/.metadata"), "marker b");
+  EXPECT_EQ(Read("b/.metadata.tmp"), "a later version") << "not what the rename moved: it stays";
+  EXPECT_EQ(Read(".ckptfs/stood-in/n0." + std::string(kRun)), "5 6\n");
 }
 
 TEST_F(StandInTest, AMarkerAnotherPartnerPublishedIsNotListedAgain) {

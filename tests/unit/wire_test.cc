@@ -52,6 +52,14 @@ TEST(WireTest, EveryMessageRoundTrips) {
   EXPECT_EQ(o->version, 7u);
   EXPECT_EQ(o->size, (1ull << 40) + 3);
   EXPECT_EQ(o->path, offer.path);
+  EXPECT_EQ(o->renamed_from, "") << "a file version";
+  // A rename sent as a commit marker's replica names the file it was renamed from.
+  Offer renamed{43, 7, 120, "ckpt/step_10/.metadata", 0640, "ckpt/step_10/.metadata.tmp"};
+  Result<Offer> r = DecodeOffer(BodyOf(Encode(renamed), Type::kOffer));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->path, renamed.path);
+  EXPECT_EQ(r->mode, 0640u);
+  EXPECT_EQ(r->renamed_from, renamed.renamed_from);
 
   for (Type t : {Type::kAccept, Type::kFull, Type::kTooLarge, Type::kStored, Type::kDurable,
                  Type::kCovered}) {
@@ -158,7 +166,15 @@ TEST(WireTest, InvalidNodeNamesRunsPathsAndSequenceNumbersAreRefused) {
                            std::string(kMaxPathBytes + 1, 'a')}) {
     std::string body = BodyOf(Encode(Offer{1, 1, 1, path}), Type::kOffer);
     EXPECT_EQ(DecodeOffer(body).status().err(), EPROTO) << path;
+    if (path.empty()) continue;  // No name renamed from: a file version.
+    body = BodyOf(Encode(Offer{1, 1, 1, "a", 0644, path}), Type::kOffer);
+    EXPECT_EQ(DecodeOffer(body).status().err(), EPROTO) << "renamed from " << path;
   }
+  EXPECT_EQ(DecodeOffer(BodyOf(Encode(Offer{1, 1, 1, "a", 0644, "a"}), Type::kOffer))
+                .status()
+                .err(),
+            EPROTO)
+      << "renamed from its own name";
   EXPECT_EQ(DecodeOffer(BodyOf(Encode(Offer{0, 1, 1, "a"}), Type::kOffer)).status().err(), EPROTO);
   EXPECT_EQ(DecodeSeq(std::string(8, '\0')).status().err(), EPROTO);
   // A file's mode travels with its offer; bits beyond the permissions are refused.
@@ -166,7 +182,7 @@ TEST(WireTest, InvalidNodeNamesRunsPathsAndSequenceNumbersAreRefused) {
   Result<Offer> offer = DecodeOffer(body);
   ASSERT_TRUE(offer.ok()) << offer.status().ToString();
   EXPECT_EQ(offer->mode, 0750u);
-  body[body.size() - 1] = '\x10';  // 010000 | 0750: S_IFIFO's bit.
+  body[body.size() - 3] = '\x10';  // 010000 | 0750: S_IFIFO's bit (before renamed_from's length).
   EXPECT_EQ(DecodeOffer(body).status().err(), EPROTO);
 }
 
