@@ -524,6 +524,10 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         while not os.path.exists(marker):
             self.assertLess(time.monotonic(), deadline, "the marker was never published")
             time.sleep(0.02)
+        logs = "".join(f"\n--- {node}'s log:\n" + d.output()[-4000:]
+                       for node, d in zip(NODES, daemons))
+        self.assertTrue(os.path.exists(shard),
+                        f"the marker was published before {NODES[1]}'s shard was{logs}")
         with open(shard, "rb") as f:
             self.assertEqual(f.read(), data, f"the marker was published before {NODES[1]}'s data")
         self.assertEqual(victim.stats()["worker"]["crashes"], 1)

@@ -33,6 +33,8 @@ No daemon logs an error; every one unmounts with status 0.
   member_timeout and flush_delay. And a victim
   whose link was down since before the save (nothing replicated): the commit fails as without
   replicas, the marker never appears. Seeded: CKPTFS_REPLICATION_SEED=N replays.
+- The long variant (ReplicationLongTest, CKPTFS_LONG_TESTS=1): 30 node-loss points, the three
+  cases above then seeded random ones.
 - A mount asking for replicas without the shared mode, or with a secret others may read, or
   none, or for fsync=replicated without replicas, is refused with one line saying why, and
   leaves no mount.
@@ -48,7 +50,7 @@ import unittest
 
 from ckptfs_testing import workloads
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
-from ckptfs_testing.harness import choose_seed
+from ckptfs_testing.harness import choose_seed, require_long
 from ckptfs_testing.netns import NetworkNodes
 from test_multinode import (NODES, MultiNodeChecks, ThreeNodeSaves, commit_failed_for, make_tmp,
                             plain_tree)
@@ -73,7 +75,9 @@ def chattr(flag, path, check=True):
     subprocess.run(["chattr", flag, path], check=check, capture_output=True)
 
 
-class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
+class ReplicationNodes(ThreeNodeSaves):
+    """Nodes with replicas=1 over the test's network (a mixin)."""
+
     def start_node(self, tmp, backing, net, i, node, secret_file, promise_only=False, tag=""):
         """promise_only: only the options a dead member's completion needs (and a cache that
         fits three daemons on this machine)."""
@@ -97,122 +101,11 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
         wait_for(lambda: [(p["node"], p["connected"]) for p in self.replication(d)["partners"]]
                  == [(partner, True)], TIMEOUT, f"{d.mnt} connected to its partner {partner}")
 
-    def test_replicas_reach_partners_over_the_network_and_are_dropped_once_durable(self):
-        tmp = make_tmp(self, "ckptfs-e2e-replication-")
-        w = workloads.make("dcp", for_test=True)
-        expected, _ = plain_tree(w, tmp, lambda roots: w.save(roots, ranks=len(NODES)))
-        self.assertTrue(expected, "the workload wrote nothing")
-        net = NetworkNodes(self, len(NODES) + 1)
-        secret = os.path.join(tmp, "replication.key")
-        write_secret(secret, "the group secret of this test's nodes")
-        backing = os.path.join(tmp, "backing")
-        os.mkdir(backing)
-        daemons = [self.start_node(tmp, backing, net, i, node, secret)
-                   for i, node in enumerate(NODES)]
-        partner_of = {n: NODES[(i + 1) % len(NODES)] for i, n in enumerate(NODES)}
-        for node, d in zip(NODES, daemons):
-            self.assertEqual(self.replication(d)["endpoint"].rsplit(":", 1)[0],
-                             net.address(NODES.index(node)))
-            self.wait_connected(d, partner_of[node])
 
-        # A sealed version is in its partner's memory before it is durable.
-        sizes = {}
-        for i, (node, d) in enumerate(zip(NODES, daemons)):
-            data = os.urandom((3 << 20) + 1000 * i)
-            sizes[node] = len(data)
-            with open(d.path(f"staged-{node}.bin"), "wb") as f:
-                f.write(data)
-        for node, d in zip(NODES, daemons):
-            synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
-            self.assertEqual(synced.returncode, 0, synced.stderr)
-            r = self.replication(d)
-            self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
-            self.assertLess(r["durable_seq"], r["sealed_seq"],
-                            f"{node} made its file durable before the check: {r}")
-            partner = daemons[NODES.index(partner_of[node])]
-            held = {h["node"]: h for h in self.replication(partner)["held_for"]}
-            self.assertIn(node, held, f"{partner_of[node]} holds nothing of {node}")
-            self.assertEqual(held[node]["bytes"], sizes[node])
-            self.assertFalse(os.path.exists(os.path.join(backing, f"staged-{node}.bin")),
-                             "flushed before its flush_delay")
-
-        # A real DCP save through the three mounts, then everything durable.
-        w.save([d.mnt for d in daemons], ranks=len(NODES))
-        for d in daemons:
-            d.sync()
-        for node in NODES:
-            os.unlink(os.path.join(backing, f"staged-{node}.bin"))
-        self.assert_tree(expected, backing, "backing dir after `ckptfs sync` on every node",
-                         w.varying)
-        for node, d in zip(NODES, daemons):
-            # Once durable, the partner drops every replica it was sent.
-            wait_for(lambda: self.replication(d)["held_replicas"] == 0, TIMEOUT,
-                     f"{node} dropped its partner's durable replicas")
-            r = self.replication(d)
-            print(f"{node}: {r}", flush=True)
-            self.assertEqual(r["held_bytes"], 0)
-            self.assertGreaterEqual(r["received_replicas"], 2, f"{node}: {r}")
-            self.assertEqual(r["dropped_replicas"], r["received_replicas"], f"{node}: {r}")
-            self.assertEqual(r["connections_refused"], 0, f"{node}: {r}")
-            [p] = r["partners"]
-            self.assertGreaterEqual(p["replicas_stored"], 2, f"{node}: {r}")
-            self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
-            self.assertEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
-
-        # A member with another secret: n3's partner is n0 (the ring wraps), which refuses it.
-        other = os.path.join(tmp, "other.key")
-        write_secret(other, "a secret of some other group entirely")
-        intruder = self.start_node(tmp, backing, net, 3, "n3", other)
-        refused = re.compile(rf"replication: refused a connection from "
-                             rf"{re.escape(net.address(3))}:\d+: node n3 did not prove it holds "
-                             rf"the secret")
-        wait_for(lambda: refused.search(daemons[0].output()), TIMEOUT,
-                 "n0 logging n3's refusal")
-        self.assertGreaterEqual(self.replication(daemons[0])["connections_refused"], 1)
-        with open(intruder.path("intruder.bin"), "wb") as f:
-            f.write(b"x" * 4096)
-        self.assertEqual(self.replication(daemons[0])["held_for"], [])
-        [p] = self.replication(intruder)["partners"]
-        self.assertEqual((p["node"], p["connected"], p["replicas_stored"]), ("n0", False, 0))
-        intruder.sync()
-        self.assertEqual(intruder.unmount(), 0, intruder.output()[-3000:])
-        os.unlink(os.path.join(backing, "intruder.bin"))
-
-        for node, d in zip(NODES, daemons):
-            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
-        for node, d in zip(NODES, daemons):
-            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
-        self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
-        self.assert_no_shared_leftovers(backing)
-        self.assertFalse(any(mounted(d.mnt) for d in daemons))
-
-    def test_a_megatron_save_through_three_nodes_with_replicas_reaches_the_backing_store_as_plain(
-            self):
-        w = workloads.make("mcore_torch_dist", for_test=True, scale=0.5, dp=2)
-        net = NetworkNodes(self, len(NODES))
-
-        def start(tc, tmp, backing):
-            secret = os.path.join(tmp, "replication.key")
-            write_secret(secret, "the group secret of this test's nodes")
-            daemons = [self.start_node(tmp, backing, net, i, node, secret)
-                       for i, node in enumerate(NODES)]
-            for i, d in enumerate(daemons):
-                self.wait_connected(d, NODES[(i + 1) % len(NODES)])
-            return daemons
-
-        def saved(daemons):
-            """Every node's part reached its partner's memory."""
-            for node, d in zip(NODES, daemons):
-                synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
-                self.assertEqual(synced.returncode, 0, f"{node}: {synced.stderr}")
-                r = self.replication(d)
-                self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
-                [p] = r["partners"]
-                self.assertGreaterEqual(p["replicas_stored"], 1, f"{node}: {r}")
-                self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
-
-        self.check_three_node_save(w, lambda roots: w.save(roots, iteration=1), "iter_0000001",
-                                   start=start, saved=saved)
+class NodeLoss(ReplicationNodes):
+    """A node killed after the save returned (a mixin): the three cases, then random ones up to
+    LOSS_POINTS."""
+    LOSS_POINTS = 3
 
     def test_a_dead_members_checkpoint_completes_through_its_partner_unless_it_was_not_replicated(
             self):
@@ -228,15 +121,17 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
         cases = [("replicated", False, True),
                  ("replicated, the promise's options only", True, True),
                  ("not replicated", False, False)]
+        cases += [rng.choice(cases) for _ in range(self.LOSS_POINTS - len(cases))]
         for k, (what, promise_only, replicated) in enumerate(cases):
             # n0 holds rank 0, which commits the marker (DCP's .metadata.tmp renamed to
             # .metadata): its partner n1 publishes it when n0 is the one that dies.
             victim = rng.choice([0, 1, 2])
             delay = rng.uniform(*KILL_DELAY)
             after = "its save returned" if victim == 0 else "its sight"
-            ctx = f"seed {seed}, {what}: {NODES[victim]} killed {delay:.2f}s after {after}"
+            ctx = (f"seed {seed}, point {k}, {what}: {NODES[victim]} killed {delay:.2f}s after "
+                   f"{after}")
             print(ctx, flush=True)
-            with self.subTest(case=what):
+            with self.subTest(case=k, kind=what):
                 backing = os.path.join(tmp, f"backing{k}")
                 os.mkdir(backing)
                 daemons = []
@@ -363,6 +258,125 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
         else:
             self.assertFalse(os.path.exists(marker), f"{ctx}: the marker after unmount")
 
+
+class ReplicationTest(NodeLoss, unittest.TestCase):
+    def test_replicas_reach_partners_over_the_network_and_are_dropped_once_durable(self):
+        tmp = make_tmp(self, "ckptfs-e2e-replication-")
+        w = workloads.make("dcp", for_test=True)
+        expected, _ = plain_tree(w, tmp, lambda roots: w.save(roots, ranks=len(NODES)))
+        self.assertTrue(expected, "the workload wrote nothing")
+        net = NetworkNodes(self, len(NODES) + 1)
+        secret = os.path.join(tmp, "replication.key")
+        write_secret(secret, "the group secret of this test's nodes")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        daemons = [self.start_node(tmp, backing, net, i, node, secret)
+                   for i, node in enumerate(NODES)]
+        partner_of = {n: NODES[(i + 1) % len(NODES)] for i, n in enumerate(NODES)}
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(self.replication(d)["endpoint"].rsplit(":", 1)[0],
+                             net.address(NODES.index(node)))
+            self.wait_connected(d, partner_of[node])
+
+        # A sealed version is in its partner's memory before it is durable.
+        sizes = {}
+        for i, (node, d) in enumerate(zip(NODES, daemons)):
+            data = os.urandom((3 << 20) + 1000 * i)
+            sizes[node] = len(data)
+            with open(d.path(f"staged-{node}.bin"), "wb") as f:
+                f.write(data)
+        for node, d in zip(NODES, daemons):
+            synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
+            self.assertEqual(synced.returncode, 0, synced.stderr)
+            r = self.replication(d)
+            self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+            self.assertLess(r["durable_seq"], r["sealed_seq"],
+                            f"{node} made its file durable before the check: {r}")
+            partner = daemons[NODES.index(partner_of[node])]
+            held = {h["node"]: h for h in self.replication(partner)["held_for"]}
+            self.assertIn(node, held, f"{partner_of[node]} holds nothing of {node}")
+            self.assertEqual(held[node]["bytes"], sizes[node])
+            self.assertFalse(os.path.exists(os.path.join(backing, f"staged-{node}.bin")),
+                             "flushed before its flush_delay")
+
+        # A real DCP save through the three mounts, then everything durable.
+        w.save([d.mnt for d in daemons], ranks=len(NODES))
+        for d in daemons:
+            d.sync()
+        for node in NODES:
+            os.unlink(os.path.join(backing, f"staged-{node}.bin"))
+        self.assert_tree(expected, backing, "backing dir after `ckptfs sync` on every node",
+                         w.varying)
+        for node, d in zip(NODES, daemons):
+            # Once durable, the partner drops every replica it was sent.
+            wait_for(lambda: self.replication(d)["held_replicas"] == 0, TIMEOUT,
+                     f"{node} dropped its partner's durable replicas")
+            r = self.replication(d)
+            print(f"{node}: {r}", flush=True)
+            self.assertEqual(r["held_bytes"], 0)
+            self.assertGreaterEqual(r["received_replicas"], 2, f"{node}: {r}")
+            self.assertEqual(r["dropped_replicas"], r["received_replicas"], f"{node}: {r}")
+            self.assertEqual(r["connections_refused"], 0, f"{node}: {r}")
+            [p] = r["partners"]
+            self.assertGreaterEqual(p["replicas_stored"], 2, f"{node}: {r}")
+            self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
+            self.assertEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+
+        # A member with another secret: n3's partner is n0 (the ring wraps), which refuses it.
+        other = os.path.join(tmp, "other.key")
+        write_secret(other, "a secret of some other group entirely")
+        intruder = self.start_node(tmp, backing, net, 3, "n3", other)
+        refused = re.compile(rf"replication: refused a connection from "
+                             rf"{re.escape(net.address(3))}:\d+: node n3 did not prove it holds "
+                             rf"the secret")
+        wait_for(lambda: refused.search(daemons[0].output()), TIMEOUT,
+                 "n0 logging n3's refusal")
+        self.assertGreaterEqual(self.replication(daemons[0])["connections_refused"], 1)
+        with open(intruder.path("intruder.bin"), "wb") as f:
+            f.write(b"x" * 4096)
+        self.assertEqual(self.replication(daemons[0])["held_for"], [])
+        [p] = self.replication(intruder)["partners"]
+        self.assertEqual((p["node"], p["connected"], p["replicas_stored"]), ("n0", False, 0))
+        intruder.sync()
+        self.assertEqual(intruder.unmount(), 0, intruder.output()[-3000:])
+        os.unlink(os.path.join(backing, "intruder.bin"))
+
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
+        self.assert_no_shared_leftovers(backing)
+        self.assertFalse(any(mounted(d.mnt) for d in daemons))
+
+    def test_a_megatron_save_through_three_nodes_with_replicas_reaches_the_backing_store_as_plain(
+            self):
+        w = workloads.make("mcore_torch_dist", for_test=True, scale=0.5, dp=2)
+        net = NetworkNodes(self, len(NODES))
+
+        def start(tc, tmp, backing):
+            secret = os.path.join(tmp, "replication.key")
+            write_secret(secret, "the group secret of this test's nodes")
+            daemons = [self.start_node(tmp, backing, net, i, node, secret)
+                       for i, node in enumerate(NODES)]
+            for i, d in enumerate(daemons):
+                self.wait_connected(d, NODES[(i + 1) % len(NODES)])
+            return daemons
+
+        def saved(daemons):
+            """Every node's part reached its partner's memory."""
+            for node, d in zip(NODES, daemons):
+                synced = run_ckptfs(["sync", "--replicated", d.mnt], timeout=TIMEOUT)
+                self.assertEqual(synced.returncode, 0, f"{node}: {synced.stderr}")
+                r = self.replication(d)
+                self.assertGreaterEqual(r["replicated_seq"], r["sealed_seq"], f"{node}: {r}")
+                [p] = r["partners"]
+                self.assertGreaterEqual(p["replicas_stored"], 1, f"{node}: {r}")
+                self.assertEqual(p["replicas_unsendable"], 0, f"{node}: {r}")
+
+        self.check_three_node_save(w, lambda roots: w.save(roots, iteration=1), "iter_0000001",
+                                   start=start, saved=saved)
+
     def test_a_mount_with_replicas_is_refused_without_shared_or_a_secret_only_its_owner_reads(self):
         tmp = make_tmp(self, "ckptfs-e2e-replication-refused-")
         backing, mnt = os.path.join(tmp, "backing"), os.path.join(tmp, "n0")
@@ -387,6 +401,14 @@ class ReplicationTest(ThreeNodeSaves, unittest.TestCase):
             self.assertIn(why, r.stderr, options)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
             self.assertFalse(mounted(mnt), options)
+
+
+class ReplicationLongTest(NodeLoss, unittest.TestCase):
+    """The long variant (CKPTFS_LONG_TESTS=1): 30 node-loss points."""
+    LOSS_POINTS = 30
+
+    def setUp(self):
+        require_long()
 
 
 if __name__ == "__main__":
