@@ -15,6 +15,7 @@
 #include "core/base/nanos.h"
 #include "core/remote/local_tier_policy.h"
 #include "core/remote/open_beneath.h"
+#include "core/remote/remote_read_policy.h"
 
 namespace ckptfs {
 LocalTier::LocalTier(const Settings& settings, Stats& stats, Gate gate,
@@ -101,7 +102,7 @@ bool LocalTier::Evict(const std::string& path, const Resident& r) {
             NanosOf(st.st_mtim) == r.mtime_ns;
   if (ok) {
     // Marked durably before its blocks go: a crash never leaves an unmarked hole.
-    const std::string mark = r.etag + "\n" + settings_.location.KeyOf(path);
+    const std::string mark = policy::PlaceholderMark(r.etag, settings_.location.KeyOf(path));
     ok = fsetxattr(fd, kRemotePlaceholderAttr, mark.data(), mark.size(), 0) == 0 && fsync(fd) == 0;
     if (ok && r.size > 0 &&
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,

@@ -161,6 +161,19 @@ inline ListedOverLocal JudgeListedOverLocal(bool exists, bool regular, bool reco
   return ListedOverLocal::kPlaceholder;
 }
 
+// A placeholder's mark (kRemotePlaceholderAttr): its object's ETag, a line break, its key.
+inline constexpr size_t kMaxPlaceholderEtag = 128;
+inline constexpr size_t kMaxPlaceholderMark = kMaxPlaceholderEtag + 1 + kMaxListedKey;
+inline std::string PlaceholderMark(std::string_view etag, std::string_view key) {
+  return std::string(etag) + "\n" + std::string(key);
+}
+// The key a mark names; nullopt for a mark without a line break.
+inline std::optional<std::string_view> PlaceholderMarkKey(std::string_view mark) {
+  const size_t split = mark.find('\n');
+  if (split == mark.npos) return std::nullopt;
+  return mark.substr(split + 1);
+}
+
 // Whether `key`, read back from a placeholder's mark (a local file's attribute: bounded, but
 // checked), names an object the mount under `prefix` may fetch: under the prefix, at most 1,024
 // bytes, no NUL.

@@ -23,14 +23,11 @@ namespace {
 // Ranged GETs are retried this many times (with policy::RetryDelay between tries) before the
 // fetch, and the open that asked for it, fail.
 constexpr unsigned kFetchRetries = 6;
-constexpr size_t kMaxEtag = 128;
-// A placeholder's mark: its ETag, a line break, its key.
-constexpr size_t kMaxMark = kMaxEtag + 1 + policy::kMaxListedKey;
 
 // An ETag kept with a placeholder and sent back in If-Match: printable, no spaces, bounded (the
 // store is untrusted: a value with a line break would add headers); empty: none.
 std::string UsableEtag(const std::string& etag) {
-  if (etag.size() > kMaxEtag) return "";
+  if (etag.size() > policy::kMaxPlaceholderEtag) return "";
   for (char c : etag) {
     if (c <= 0x20 || c >= 0x7f) return "";
   }
@@ -69,7 +66,7 @@ LocalEntry ReadLocalEntry(int dir_fd, const std::string& name) {
   if (fd < 0) return entry;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     entry.regular = true;
-    std::string text(kMaxMark, '\0');
+    std::string text(policy::kMaxPlaceholderMark, '\0');
     ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, text.data(), text.size());
     if (got >= 0) {
       text.resize(static_cast<size_t>(got));
@@ -248,7 +245,7 @@ Status RemoteReader::MakePlaceholder(int dir_fd, const std::string& name,
                         O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return Status::FromErrno("remote: making a placeholder of " + relative_path);
   Status st_made;
-  const std::string mark = etag + "\n" + object.key;
+  const std::string mark = policy::PlaceholderMark(etag, object.key);
   bool marked = true;
   if (ftruncate(fd, static_cast<off_t>(object.size)) != 0) {
     st_made = Status::FromErrno("remote: sizing the placeholder of " + relative_path);
@@ -310,7 +307,7 @@ Status RemoteReader::Fetch(int fd, const std::string& what, std::string* fetched
     fetching_.insert(id);
   }
   Status result;
-  std::string mark(kMaxMark, '\0');
+  std::string mark(policy::kMaxPlaceholderMark, '\0');
   const ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, mark.data(), mark.size());
   if (got >= 0) {
     mark.resize(static_cast<size_t>(got));
@@ -413,7 +410,7 @@ Result<std::shared_ptr<RemoteReader::LazyFile>> RemoteReader::OpenLazy(int fd,
   file->what_ = what;
   struct stat st {};
   if (fstat(fd, &st) != 0) return Status::FromErrno(what);
-  std::string mark(kMaxMark, '\0');
+  std::string mark(policy::kMaxPlaceholderMark, '\0');
   const ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, mark.data(), mark.size());
   if (got < 0) {
     if (errno == ENODATA) return std::shared_ptr<LazyFile>();

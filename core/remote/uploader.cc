@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <random>
 #include <string_view>
 #include <unordered_set>
@@ -22,6 +23,22 @@
 
 namespace ckptfs {
 namespace {
+
+// Makes placeholder `fd`'s mark name object `new_key` (ETag `etag`) when it names `old_key`;
+// durably, so that a crash after the source's removal leaves no mark of a removed object.
+void MovePlaceholderMark(int fd, const std::string& old_key, const std::string& etag,
+                         const std::string& new_key) {
+  std::string mark(policy::kMaxPlaceholderMark, '\0');
+  const ssize_t got = fgetxattr(fd, kRemotePlaceholderAttr, mark.data(), mark.size());
+  if (got < 0) return;
+  mark.resize(static_cast<size_t>(got));
+  if (policy::PlaceholderMarkKey(mark) != std::optional<std::string_view>(old_key)) return;
+  const std::string moved = policy::PlaceholderMark(etag, new_key);
+  if (fsetxattr(fd, kRemotePlaceholderAttr, moved.data(), moved.size(), 0) != 0 || fsync(fd) != 0) {
+    spdlog::warn("remote: the placeholder of {} cannot name its moved object: {}", new_key,
+                 std::strerror(errno));
+  }
+}
 
 // The file's kStoredVersionAttr, with its stat in `st` (nothing when either cannot be read).
 std::optional<std::string> StoredVersionText(int fd, struct stat* st) {
@@ -672,14 +689,18 @@ Status Uploader::MoveObjects(S3Client& client, const std::string& from, const st
         break;
       }
       ++copied;
-      // The local file copied, when it records the source: it records the copy now.
       const std::string local = to + "/" + under;
-      if (root < 0 || copy->empty() || !policy::IsUploadablePath(local, settings_.reserved_name)) {
-        continue;
-      }
+      if (root < 0 || !policy::IsUploadablePath(local, settings_.reserved_name)) continue;
       const int fd = OpenBeneath(root, local, O_RDONLY);
       if (fd < 0) continue;
+      // A placeholder of the source (evicted from the local tier) names the copy before the
+      // source goes; the local file copied, when it records the source, records the copy.
+      MovePlaceholderMark(fd, object.key, *copy, to_key + under);
       struct stat st {};
+      if (copy->empty()) {
+        close(fd);
+        continue;
+      }
       if (const std::optional<std::string> text = StoredVersionText(fd, &st)) {
         const uint64_t size = static_cast<uint64_t>(st.st_size);
         const int64_t mtime_ns = NanosOf(st.st_mtim);

@@ -164,6 +164,14 @@ TEST(RemoteReadPolicyTest, AnObjectWhoseRemovalIsPendingIsNeverShownAgain) {
             ListedOverLocal::kSkip);
 }
 
+TEST(RemoteReadPolicyTest, APlaceholderMarkNamesItsKeyAfterTheEtag) {
+  const std::string mark = PlaceholderMark("\"e1\"", "run/ckpt/a b");
+  EXPECT_EQ(mark, "\"e1\"\nrun/ckpt/a b");
+  EXPECT_EQ(PlaceholderMarkKey(mark), std::optional<std::string_view>("run/ckpt/a b"));
+  EXPECT_EQ(PlaceholderMarkKey(PlaceholderMark("", "k")), std::optional<std::string_view>("k"));
+  EXPECT_EQ(PlaceholderMarkKey("no line break"), std::nullopt);
+}
+
 TEST(RemoteReadPolicyTest, APlaceholderNamesOnlyAnObjectUnderTheMountsPrefix) {
   EXPECT_TRUE(IsPlaceholderKey("job/7/step/x", "job/7"));
   EXPECT_FALSE(IsPlaceholderKey("job/70/x", "job/7"));

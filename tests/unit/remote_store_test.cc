@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backing/backing_paths.h"
+#include "core/remote/remote_read_policy.h"
 #include "core/remote/remote_reader.h"
 #include "core/remote/remote_settings.h"
 #include "core/remote/s3_client.h"
@@ -426,6 +427,35 @@ TEST_F(UploadResumeTest, ARenamedDirectorysObjectsMoveUnderItsNewNameNotSentAgai
     EXPECT_TRUE(Absent(gone)) << gone;
   }
   EXPECT_EQ(stats.remote_bytes_uploaded.load(), c.size()) << "moved objects were sent again";
+}
+
+TEST_F(UploadResumeTest, AnEvictedFileOfARenamedDirectoryNamesItsMovedObject) {
+  const std::string e = Pattern(5000, 'e');
+  Result<std::string> source_etag =
+      client_->PutObject("run/ckpt.tmp/e", MemFile(e), 0, e.size(), nullptr);
+  ASSERT_TRUE(source_etag.ok()) << source_etag.status().ToString();
+  // Evicted from the local tier before the rename: a placeholder naming the old key.
+  std::filesystem::create_directories(root_ + "/ckpt");
+  Write("ckpt/e", std::string(e.size(), '\0'));
+  const std::string path = root_ + "/ckpt/e";
+  const std::string old_mark = policy::PlaceholderMark(*source_etag, "run/ckpt.tmp/e");
+  ASSERT_EQ(setxattr(path.c_str(), kRemotePlaceholderAttr, old_mark.data(), old_mark.size(), 0),
+            0);
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(Settings(), stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  (*uploader)->Move("ckpt.tmp", "ckpt");
+  ASSERT_TRUE((*uploader)->Stop(std::chrono::seconds(30)).ok());
+  EXPECT_TRUE(OnStore("ckpt/e", e));
+  EXPECT_TRUE(Absent("ckpt.tmp/e"));
+  Result<std::string> moved_etag = client_->HeadObject("run/ckpt/e", nullptr);
+  ASSERT_TRUE(moved_etag.ok()) << moved_etag.status().ToString();
+  std::string mark(policy::kMaxPlaceholderMark, '\0');
+  const ssize_t got = getxattr(path.c_str(), kRemotePlaceholderAttr, mark.data(), mark.size());
+  ASSERT_GT(got, 0);
+  mark.resize(static_cast<size_t>(got));
+  EXPECT_EQ(mark, policy::PlaceholderMark(*moved_etag, "run/ckpt/e"))
+      << "the placeholder still names the removed object";
 }
 
 TEST_F(UploadResumeTest, ADirectoryMoveCutByACrashIsFinishedByTheNextUploader) {
