@@ -158,6 +158,16 @@ class MultiNodeChecks:
         self.assertEqual(expected, got, f"{what} differs from the plain run:\n"
                          + describe_tree_diff(expected, got, "plain", what))
 
+    def assert_unmounted_clean(self, daemons, expected, backing, varying):
+        """No node (daemons in NODES order) logged an error, each unmounts with status 0, and
+        the backing tree is `expected`, with nothing of the shared mode left."""
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_tree(expected, backing, "backing dir after unmount", varying)
+        self.assert_no_shared_leftovers(backing)
+
     def assert_no_shared_leftovers(self, backing):
         """After every node unmounted cleanly: no staged file or staging directory (each member
         stages in a directory of its own), member file or commit request."""
@@ -206,12 +216,7 @@ class ThreeNodeSaves(MultiNodeChecks):
         for root in [d.mnt for d in daemons] + [backing]:
             self.assertEqual(w.load(os.path.join(root, checkpoint)), w.expected_digest(),
                              f"the load through {root} read back different data")
-        for node, d in zip(NODES, daemons):
-            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
-        for node, d in zip(NODES, daemons):
-            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
-        self.assert_tree(expected, backing, "backing dir after unmount", w.varying)
-        self.assert_no_shared_leftovers(backing)
+        self.assert_unmounted_clean(daemons, expected, backing, w.varying)
 
 
 class NodeKills(MultiNodeChecks):
