@@ -148,7 +148,8 @@ class NodeLoss(ReplicationNodes):
         to `daemons`)."""
         node = NODES[victim]
         partner = NODES[(victim + 1) % len(NODES)]
-        net.set_link(victim, up=True)
+        for i in range(len(NODES)):  # An earlier case's victim may have been left cut off.
+            net.set_link(i, up=True)
         for i, n in enumerate(NODES):
             daemons.append(self.start_node(tmp, backing, net, i, n, secret, promise_only, tag))
         for i, d in enumerate(daemons):
