@@ -409,11 +409,12 @@ def read_or_none(path):
 
 
 def wait_for(predicate, timeout, what):
-    """Waits until predicate() holds; fails with what() after timeout seconds."""
+    """Waits until predicate() holds; fails after timeout seconds saying `what` (a text, or a
+    function that returns one)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what()}: not after {timeout:.0f}s")
+            raise AssertionError(f"{what() if callable(what) else what}: not after {timeout:.0f}s")
         time.sleep(0.05)
 
 
