@@ -194,6 +194,17 @@ TEST_F(RecoveryLogTest, ALogIsReadableOnlyAsAWorkerWroteItAndReadingItChangesNot
 class RecoverTest : public ::testing::Test {
  protected:
   std::string B(const std::string& rel) const { return backing_ / rel; }
+  // What a partner leaves once it stood in for `node`'s run `run` (stand_in_record.h).
+  ::testing::AssertionResult WriteStandInRecord(const std::string& node, const std::string& run,
+                                                replication::StandInRecord record) {
+    std::unique_ptr<Env> env = MakePosixEnv();
+    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
+    if (root < 0) return ::testing::AssertionFailure() << "cannot open the backing directory";
+    Status written = replication::WriteStandInRecord(*env, root, root, node, run, record);
+    close(root);
+    if (!written.ok()) return ::testing::AssertionFailure() << written.ToString();
+    return ::testing::AssertionSuccess();
+  }
 
   TempDir backing_;
   ArenaMemory memory_;
@@ -274,15 +285,7 @@ TEST_F(RecoverTest, VersionsAPartnerMadeDurableForTheDeadRunAreNotPublishedAgain
   mkdir(B("ckpt").c_str(), 0755);  // The partner makes the directories it needs.
   WriteHostFile(B("ckpt/__0_0.distcp"), "written by the partner 0");
   WriteHostFile(B("ckpt/__1_0.distcp"), "written by the partner 1");
-  {
-    std::unique_ptr<Env> env = MakePosixEnv();
-    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
-    ASSERT_GE(root, 0);
-    ASSERT_TRUE(replication::WriteStandInRecord(*env, root, root, "a", policy::RunName(run),
-                                                {through, 0})
-                    .ok());
-    close(root);
-  }
+  ASSERT_TRUE(WriteStandInRecord("a", policy::RunName(run), {through, 0}));
   auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .node = "a", .worker = 1,
                                         .arena_fd = arena_fd_, .recover = true});
   ASSERT_TRUE(next->Sync().ok());
@@ -334,15 +337,7 @@ TEST_F(RecoverTest, ARenameToAMarkerAPartnerPublishedForTheDeadRunIsNotReplayed)
   // The partner's work: the marker (its own bytes, so that a second publication shows) and its
   // record.
   WriteHostFile(B("ckpt/.metadata"), "published by the partner");
-  {
-    std::unique_ptr<Env> env = MakePosixEnv();
-    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
-    ASSERT_GE(root, 0);
-    ASSERT_TRUE(replication::WriteStandInRecord(*env, root, root, "a", policy::RunName(run),
-                                                {rename - 1, rename})
-                    .ok());
-    close(root);
-  }
+  ASSERT_TRUE(WriteStandInRecord("a", policy::RunName(run), {rename - 1, rename}));
   auto next = StartFs(backing_.path(), {.flush_delay = 0ms, .node = "a", .worker = 1,
                                         .arena_fd = arena_fd_, .recover = true});
   ASSERT_TRUE(next->Sync().ok());
@@ -359,15 +354,9 @@ TEST_F(RecoverTest, ARenameToAMarkerAPartnerPublishedForTheDeadRunIsNotReplayed)
 TEST_F(RecoverTest, AWorkerThatRecoveredRemovesTheStandInRecordsOfItsNodesEarlierRuns) {
   const std::string earlier = policy::RunName(0x1a), earliest = policy::RunName(0x2b);
   ASSERT_EQ(mkdir(B(".ckptfs").c_str(), 0755), 0);
-  {
-    std::unique_ptr<Env> env = MakePosixEnv();
-    const int root = open(backing_.path().c_str(), O_RDONLY | O_DIRECTORY);
-    ASSERT_GE(root, 0);
-    for (const auto& [node, run] : std::vector<std::pair<std::string, std::string>>{
-             {"a", earlier}, {"a", earliest}, {"b", earlier}}) {
-      EXPECT_TRUE(replication::WriteStandInRecord(*env, root, root, node, run, {3, 0}).ok());
-    }
-    close(root);
+  for (const auto& [node, run] : std::vector<std::pair<std::string, std::string>>{
+           {"a", earlier}, {"a", earliest}, {"b", earlier}}) {
+    EXPECT_TRUE(WriteStandInRecord(node, run, {3, 0}));
   }
   auto fs = StartFs(backing_.path(), {.node = "a", .arena_fd = arena_fd_, .recover = true});
   EXPECT_FALSE(HostExists(B(".ckptfs/stood-in/a." + earlier)));

@@ -440,14 +440,14 @@ class StandInCommitTest : public SharedCommitTest {
     return a_->outcomes.at(0);
   }
 
-  // Ticks until c judges b dead (at most 60 ticks).
-  void UntilCJudgesBDead() {
+  // Ticks until c judges b dead (at most `ticks` ticks).
+  void UntilCJudgesBDead(int ticks = 60) {
     const MemberId b = b_->membership->self();
     auto judged = [&] {
       const Liveness l = c_->membership->Judge(b);
       return l == Liveness::kDead || l == Liveness::kLeft;
     };
-    for (int i = 0; i < 60 && !judged(); ++i) TickAll();
+    for (int i = 0; i < ticks && !judged(); ++i) TickAll();
     ASSERT_TRUE(judged());
   }
   // b, the committer, sealed its shard (seq 7) and then its marker (seq 9), both replicated to c
@@ -651,14 +651,8 @@ TEST_F(StandInCommitTest, CommitsGoOnWhileAStandInWritesAndItsAckWaitsUntilTheFi
   const std::string id = Post(*a_, "ckpt/.metadata");
   TickAll();  // b leaves its sight (its sealed point 10).
   b_->running = false;
-  const MemberId b = b_->membership->self();
-  auto judged = [&] {
-    const Liveness l = c_->membership->Judge(b);
-    return l == Liveness::kDead || l == Liveness::kLeft;
-  };
   // The tick in which c judges b dead queues b's part.
-  for (int i = 0; i < 30 && !judged(); ++i) TickAll();
-  ASSERT_TRUE(judged());
+  ASSERT_NO_FATAL_FAILURE(UntilCJudgesBDead(30));
   std::thread stepper([&] {
     (void)c_->commits->StandInStep();
     std::lock_guard lock(mu);
