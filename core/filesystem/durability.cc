@@ -280,6 +280,11 @@ uint64_t Durability::UploadedSeq() {
   return uploaded_.Point(durable, done);
 }
 
+Status Durability::TookOver(Status taken) {
+  if (!taken.ok() && shared_) shared_->ForgetPredecessor();
+  return taken;
+}
+
 void Durability::Start() {
   flusher_->Start();
   spdlog::debug("flusher started with the {} backend", flusher_->backend_name());

@@ -64,6 +64,10 @@ class Durability final : private FlushClient {
   // `on_uploaded` (may be empty) is UploaderSettings::on_uploaded.
   Status ConnectRemote(
       UploaderSettings::OnUploaded on_uploaded = nullptr);
+  // Before Start, after taking over from the process before this one (`taken`: how that went):
+  // in shared mode, a takeover that lost something does not acknowledge for that process
+  // (SharedMount::ForgetPredecessor). Returns `taken`.
+  Status TookOver(Status taken);
   // Starts the flusher thread (and the shared mount's).
   void Start();
   // Leaves the shared mount, if any: its markers are no longer committed.

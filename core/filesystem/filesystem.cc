@@ -158,11 +158,17 @@ Result<HandoffImage> Filesystem::Handoff() { return Takeover().Handoff(); }
 
 void Filesystem::Retire() { durability_.LeaveSharedMount(); }
 
-Status Filesystem::Restore(const HandoffImage& image) { return Takeover().Restore(image); }
+Status Filesystem::Restore(const HandoffImage& image) {
+  return durability_.TookOver(Takeover().Restore(image));
+}
 
-Status Filesystem::RecoverCrashedWorker() { return Takeover().RecoverCrashedWorker(); }
+Status Filesystem::RecoverCrashedWorker() {
+  return durability_.TookOver(Takeover().RecoverCrashedWorker());
+}
 
-Status Filesystem::RecoverEarlierMount() { return Takeover().RecoverEarlierMount(); }
+Status Filesystem::RecoverEarlierMount() {
+  return durability_.TookOver(Takeover().RecoverEarlierMount());
+}
 
 void Filesystem::Start() {
   if (config_.prefault) {

@@ -140,7 +140,8 @@ class Filesystem final : private ControlFiles::Source {
   // Before Start: replays what the recovery log of the cache's shared memory holds pending, so
   // that everything the predecessor had sealed is in the namespace again and on its way to the
   // backing store; says what it did. Nothing to do with a private arena. EIO when some versions
-  // could not be recovered (the rest is).
+  // could not be recovered, or the log had dropped changes (the rest is recovered). In shared
+  // mode, this member then no longer acknowledges for the predecessor's incarnation.
   // On a worker that took over by no handoff (after its predecessor of this mount crashed):
   // then takes over the nodes and open handles the kernel holds of the predecessor, with what
   // the files open for writing held (core/recovery/kernel_state_record.h).

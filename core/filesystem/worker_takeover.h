@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/base/config.h"
 #include "core/base/status.h"
@@ -85,18 +86,20 @@ class WorkerTakeover {
     std::string name;
   };
   // What a recovery took over from the crashed worker: the cache's blocks (slot -> block) and
-  // the spill files (name -> file) its log and record name.
+  // the spill files (name -> file) its log and record name, and the inodes whose sealed
+  // version the replay of its log made.
   struct Adopted {
     std::unordered_map<uint64_t, BlockRef> blocks;
     std::unordered_map<std::string, std::shared_ptr<BackingFile>> spills;
+    std::unordered_set<uint64_t> replayed;
   };
 
   // Takes ownership of an open file an earlier worker gave the kernel as `number`, counted as
   // open on its file.
   void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
 
-  // Recovery (core/filesystem/filesystem_recovery.cc, which also defines the constructor): where a logged
-  // path is, and one logged entry made again through the operations a client would call.
+  // Recovery (core/filesystem/worker_takeover_recovery.cc, which also defines the constructor):
+  // where a logged path is, and one logged entry made again through the operations a client would call.
   // The inode at `path` (from the root), looked up as a client would; the directory holding it
   // and its last name; and the inode's number.
   Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);

@@ -15,6 +15,20 @@ namespace {
 
 bool Writable(int flags) { return (flags & O_ACCMODE) != O_RDONLY; }
 
+// Whether `a` and `b` are made of the same blocks at the same indices over the same base: then
+// they hold the same bytes (a write to a block a sealed version shares copies it first).
+bool SameBlocks(const FileContent& a, const FileContent& b) {
+  if (a.size() != b.size() || a.base() != b.base() || a.base_len() != b.base_len() ||
+      a.memory_blocks() != b.memory_blocks()) {
+    return false;
+  }
+  for (auto ia = a.blocks().begin(), ib = b.blocks().begin(); ia != a.blocks().end();
+       ++ia, ++ib) {
+    if ((*ia).first != (*ib).first || (*ia).second.slot() != (*ib).second.slot()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void WorkerTakeover::RecoverKernelState(const KernelStateRecord::State& state, Adopted& adopted) {
@@ -107,12 +121,18 @@ void WorkerTakeover::RecoverKernelState(const KernelStateRecord::State& state, A
       inode->origin_dir.reset();
       inode->origin_name.clear();
       MutexLock ilock(inode->mu);
+      // Closed (sealed) before the crash and not changed since, its handle released only
+      // after it: the version the log replayed is this content. Sealed again, it would
+      // supersede that version, which a commit that came after the close may be waiting for.
+      const bool sealed = adopted.replayed.count(inode->ino) > 0 &&
+                          inode->version == inode->sealed_version &&
+                          SameBlocks(inode->content, *content);
       inode->content = std::move(*content);
       inode->mode = n.mode;
       inode->uid = n.uid;
       inode->gid = n.gid;
       // Unsealed: its next seal publishes it.
-      inode->version = inode->sealed_version + 1;
+      if (!sealed) inode->version = inode->sealed_version + 1;
       ++files;
       bytes += n.size;
     } else if (Status loaded = ns_.LoadOriginLocked(inode); !loaded.ok()) {

@@ -17,6 +17,12 @@
 namespace ckptfs {
 namespace {
 
+// The error of a recovery whose log had dropped records (it replays those before them).
+Status LogWasFull() {
+  return Status::Error(EIO,
+                       "the recovery log was full: the changes after those replayed are lost");
+}
+
 // A change the backing store shows already (applied before the crash, not yet known durable).
 bool AlreadyThere(const Status& st) { return st.err() == EEXIST || st.err() == ENOENT; }
 
@@ -112,6 +118,7 @@ Status WorkerTakeover::ReplayPublish(const LoggedEntry& e, Adopted& adopted) {
   }
   const uint64_t ino = opened->attr.ino;
   Status closed = fs_.Release(opened->handle);  // Seals the version.
+  if (closed.ok()) adopted.replayed.insert(ino);
   for (size_t i = 1; i < e.names.size() && closed.ok(); ++i) {
     Result<PathParent> link_at = ParentOf(e.names[i]);
     if (!link_at.ok()) return link_at.status();
@@ -244,7 +251,7 @@ Status WorkerTakeover::ForgetOtherRuns(Status recovered) {
 Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
   if (state.entries.empty()) {
     log_->Reset();
-    return Status::Ok();
+    return state.dropped ? LogWasFull() : Status::Ok();
   }
   // -o replicas: the versions a partner made durable for this node's run while it was dead are
   // not published again (core/replication/stand_in_record.h).
@@ -304,7 +311,7 @@ Status WorkerTakeover::Replay(const LoggedState& state, Adopted& adopted) {
   if (lost > 0) {
     return Status::Error(EIO, std::to_string(lost) + " file versions could not be recovered");
   }
-  return Status::Ok();
+  return state.dropped ? LogWasFull() : Status::Ok();
 }
 
 }  // namespace ckptfs

@@ -113,7 +113,8 @@ Membership::Membership(SharedArea& area, MembershipSettings settings, Clock& clo
       clock_(clock),
       progress_(std::move(progress)),
       host_(std::move(host)),
-      replication_endpoint_(std::move(settings.replication_endpoint)) {}
+      replication_endpoint_(std::move(settings.replication_endpoint)),
+      takes_over_(settings.takes_over) {}
 
 Membership::~Membership() = default;
 
@@ -241,8 +242,14 @@ Status Membership::JoinLocked() {
   }
   const pid_t pid = static_cast<pid_t>(held->pid);
   if (held->host == host_ && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
-    spdlog::info("member file of node {} was left by process {} of this host, which is gone",
-                 node_, held->pid);
+    spdlog::info("member file of node {} was left by process {} of this host, which is gone{}",
+                 node_, held->pid,
+                 takes_over_ ? ": taking over its incarnation " + held->incarnation : "");
+    if (takes_over_) {
+      former_.assign(held->former.begin(), held->former.end());
+      former_.push_back(held->incarnation);
+      while (former_.size() > kMaxFormerIncarnations) former_.pop_front();
+    }
     return StartIncarnation();
   }
   state_ = State::kClaiming;
@@ -489,6 +496,16 @@ Status Membership::LeaveLocked() {
     return Status::Ok();
   }
   return removed;
+}
+
+void Membership::ForgetPredecessor() {
+  MutexLock lock(mu_);
+  if (former_.empty() || state_ != State::kJoined) return;
+  spdlog::warn("node {} does not acknowledge for the incarnations of the process before it: "
+               "not everything they sealed was taken over", node_);
+  former_.clear();
+  LogBeat(Beat());
+  PublishView();
 }
 
 Membership::State Membership::state() const {

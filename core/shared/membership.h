@@ -109,6 +109,11 @@ struct MembershipSettings {
   std::chrono::milliseconds member_timeout{10000};
   // Published in the member file as "replication" when not empty.
   std::string replication_endpoint;
+  // This process takes over what the member process before it on this host held (a crashed
+  // worker's successor, or the recovery of an earlier mount): joining in the place of such a
+  // process that is gone, it lists that process's incarnations as its former ones and so
+  // acknowledges for them, until ForgetPredecessor.
+  bool takes_over = false;
 };
 
 // `configured` when not empty, else the host name; EINVAL when it is not a valid node name.
@@ -132,10 +137,11 @@ class Membership {
   Membership& operator=(const Membership&) = delete;
 
   // Joins as a new incarnation. Ok: joined (no valid file held the node name, or it was left by a
-  // dead process of this host). The Env's error when the member file cannot be read or written.
-  // EINPROGRESS: a file holds the node name; Tick keeps watching it and
-  // joins when its beat stays still for member_timeout, or refuses (EEXIST) when it moves. The
-  // owner at mount: Join, then Tick every poll interval while state() is kClaiming.
+  // dead process of this host: with takes_over, its incarnations become former ones). The Env's
+  // error when the member file cannot be read or written. EINPROGRESS: a file holds the node
+  // name; Tick keeps watching it and joins when its beat stays still for member_timeout, or
+  // refuses (EEXIST) when it moves. The owner at mount: Join, then Tick every poll interval
+  // while state() is kClaiming.
   Status Join() EXCLUDES(mu_);
 
   // One step, every poll interval, from one thread. Claiming: as Join says. Joined: once per
@@ -150,6 +156,11 @@ class Membership {
 
   // Leaves on a clean unmount: removes its file (when it still holds this incarnation).
   Status Leave() EXCLUDES(mu_);
+
+  // With takes_over, before the first Tick, when the takeover lost some of what the process
+  // before it had sealed: stops listing that process's incarnations (beats at once), so that
+  // commits awaiting them fail rather than take this member's acknowledgement.
+  void ForgetPredecessor() EXCLUDES(mu_);
 
   State state() const EXCLUDES(mu_);
   const std::string& node() const { return node_; }
@@ -224,6 +235,7 @@ class Membership {
   const ProgressFn progress_;
   const std::string host_;
   const std::string replication_endpoint_;
+  const bool takes_over_;
 
   mutable Mutex mu_;
   State state_ GUARDED_BY(mu_) = State::kOut;

@@ -17,7 +17,9 @@ Result<std::unique_ptr<SharedMount>> SharedMount::Join(const Config& config,
                                                        std::string replication_endpoint) {
   const std::string& node = config.node;
   Result<std::unique_ptr<Membership>> membership = Membership::Open(
-      *area, MembershipSettings{node, config.member_timeout, std::move(replication_endpoint)},
+      *area,
+      MembershipSettings{node, config.member_timeout, std::move(replication_endpoint),
+                         TakesOverStagedFiles(config)},
       clock, progress);
   if (!membership.ok()) return membership.status();
   std::unique_ptr<SharedCommits> commits = SharedCommits::Open(
@@ -56,6 +58,8 @@ SharedMount::SharedMount(std::unique_ptr<SharedArea> area, std::unique_ptr<Membe
       poll_interval_(poll_interval) {}
 
 SharedMount::~SharedMount() { Leave(); }
+
+void SharedMount::ForgetPredecessor() { membership_->ForgetPredecessor(); }
 
 Result<std::string> SharedMount::Post(const std::string& marker) { return commits_->Post(marker); }
 

@@ -54,6 +54,9 @@ class SharedMount {
   }
   // -o replicas, before Start: see SharedCommits::SetDeadCommitter.
   void SetDeadCommitter(DeadCommitterFns fns) { commits_->SetDeadCommitter(std::move(fns)); }
+  // Before Start, on a worker whose takeover lost some of what the process before it had
+  // sealed: see Membership::ForgetPredecessor.
+  void ForgetPredecessor();
   // Asks every other live member to commit `marker` (a path, for messages); Step reports the
   // outcome by the returned id.
   Result<std::string> Post(const std::string& marker);

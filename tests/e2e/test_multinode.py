@@ -504,27 +504,53 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
 
 
     def test_a_worker_killed_on_one_node_never_lets_anothers_marker_out_before_its_data(self):
-        # Under the default options: the killed worker's successor takes over what it had closed
-        # and not flushed (a flush_delay of seconds keeps it in memory until the kill), and the
-        # marker closed on another node after it waits for it.
+        # Under the default options but n1's flush_delay, which keeps what it closed in memory
+        # until a commit asks for it. n0's commit of the marker is posted while n1 has no worker
+        # (its supervisor stopped until then): it awaits the killed worker, for which the worker
+        # that takes over its state acknowledges once that state is durable. The kernel releases
+        # a closed file's handle after close() returns, when it likes: here after the takeover
+        # (a second descriptor keeps it).
         tmp = make_tmp(self, "ckptfs-e2e-multinode-worker-")
         backing = os.path.join(tmp, "backing")
         os.mkdir(backing)
-        daemons = start_nodes(self, tmp, backing, options=("flush_delay=5s",))
+        # A member_timeout longer than the steps below, so that n0 never judges n1 meanwhile.
+        daemons = [start_node(self, tmp, backing, node, member_timeout_ms=10000,
+                              options=("flush_delay=3600s",) if node == "n1" else ())
+                   for node in NODES]
         checkpoint = "iter_0000001"
         os.mkdir(daemons[0].path(checkpoint))
         data = workloads.pool_bytes("victim's shard", 64 << 20)
         victim = daemons[1]
-        write_file(victim.path(checkpoint, "__1_0.distcp"), data)
-        old = victim.worker_pid()
-        os.kill(old, signal.SIGKILL)
-        shard = os.path.join(backing, checkpoint, "__1_0.distcp")
-        self.assertFalse(os.path.exists(shard), "the kill came after the shard was flushed")
-        wait_for(lambda: victim.worker_pid() != old, 30, lambda: f"a new worker on {NODES[1]}")
-        write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
-        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
-                         .returncode, 0)
+        fd = os.open(victim.path(checkpoint, "__1_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o644)
+        kept = None
+        stopped = False
         marker = os.path.join(backing, checkpoint, ".metadata")
+        shard = os.path.join(backing, checkpoint, "__1_0.distcp")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            kept = os.dup(fd)
+            os.close(fd)
+            old = victim.worker_pid()
+            # No child process until SIGCONT: closing the descriptors it inherits waits on n1.
+            os.kill(victim.pid, signal.SIGSTOP)
+            stopped = True
+            os.kill(old, signal.SIGKILL)
+            self.assertFalse(os.path.exists(shard), "the kill came after the shard was flushed")
+            write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
+            wait_for(lambda: any(NODES[1] in c["waiting_for"]
+                                 for c in daemons[0].stats()["shared"]["pending_commits"]),
+                     PUBLISH_TIMEOUT, lambda: f"n0's commit awaiting {NODES[1]}")
+            os.kill(victim.pid, signal.SIGCONT)
+            stopped = False
+            wait_for(lambda: victim.worker_pid() != old, 30, lambda: f"a new worker on {NODES[1]}")
+        finally:
+            if stopped:
+                os.kill(victim.pid, signal.SIGCONT)
+            os.close(kept if kept is not None else fd)
+        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
+                         .returncode, 0, "the commit of the marker failed")
         deadline = time.monotonic() + PUBLISH_TIMEOUT
         while not os.path.exists(marker):
             self.assertLess(time.monotonic(), deadline, "the marker was never published")
@@ -537,7 +563,8 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
             self.assertEqual(f.read(), data, f"the marker was published before {NODES[1]}'s data")
         self.assertEqual(victim.stats()["worker"]["crashes"], 1)
         for node, d in zip(NODES, daemons):
-            errors = [l for l in d.error_lines() if not (d is victim and "died" in l)]
+            errors = [l for l in d.error_lines()
+                      if not (d is victim and "died" in l)]
             self.assertEqual(errors, [], f"{node} logged errors")
             self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
         self.assert_no_shared_leftovers(backing)

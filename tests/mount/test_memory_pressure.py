@@ -92,6 +92,10 @@ def writer_main(mnt, seed, writer, big_mib, small_count, closed, results):
                 closed.put((fid, rel, size))
         os.close(fd)
         closed.put((BIG_ID + writer, big_rel, big_mib * MiB))
+        # Each queue has its own feeder thread: the closed files reach the pipe before the
+        # result does, or the parent's stop sentinels could overtake the last of them.
+        closed.close()
+        closed.join_thread()
         results.put(("writer", writer, None))
     except BaseException:
         results.put(("writer", writer, traceback.format_exc()))

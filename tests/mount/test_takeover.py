@@ -196,6 +196,34 @@ class TakeoverTest(unittest.TestCase):
             self.assertTrue(m.stats()["cache_shared"])
             self.assertEqual(m.unmount(), 0)
 
+    def test_a_file_closed_before_a_crash_and_released_after_keeps_the_version_it_sealed(self):
+        # Under the default options but a flush_delay that keeps the version in memory. close()
+        # seals (FLUSH); the kernel releases the handle later, here only when the second
+        # descriptor goes. The version sealed before the crash is the one published: a second
+        # seal of the same bytes at the release would supersede it, so that a commit marker
+        # taken after the close could be published before it.
+        with CkptfsMount(["flush_delay=3600s"], expect_errors=[CRASH]) as m:
+            data = os.urandom(3 << 20)
+            fd = os.open(m.path("shard"), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            kept = os.dup(fd)
+            os.close(fd)
+            old = m.worker_pid()
+            os.kill(old, signal.SIGKILL)
+            wait_for(lambda: m.worker_pid() != old, 30, lambda: "a new worker")
+            with open(m.path("shard"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            os.close(kept)
+            stats = m.stats()
+            self.assertEqual((stats["recovered_versions"], stats["recovered_handles"]), (1, 1))
+            self.assertEqual(stats["versions_skipped"], 0,
+                             "the release sealed the recovered version again and skipped it")
+            m.sync()
+            with open(m.bpath("shard"), "rb") as f:
+                self.assertEqual(f.read(), data)
+            self.assertEqual(m.stats()["files_flushed"], 1)
+            self.assertEqual(m.unmount(), 0)
+
     def test_a_worker_that_dies_with_a_private_cache_ends_the_mount_and_publishes_nothing_after(self):
         died = r"died \(killed by Killed\) with the cache in its private memory"
         with CkptfsMount(["cache_memory=private", "flush_delay=3600s"],

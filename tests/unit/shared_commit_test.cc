@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +58,16 @@ class SharedCommitTest : public testing_util::SharedStoreTest {
                                  {"durable", 0}, {"pending_bytes", 0}}
                       .dump());
   }
+
+  // A pid of this host that no process has (a child, reaped).
+  static pid_t DeadPid() {
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    EXPECT_GT(child, 0);
+    EXPECT_EQ(waitpid(child, nullptr, 0), child);
+    return child;
+  }
+  std::pair<SharedNode*, std::string> KillBAndTakeOver(bool takeover_lost);
 
   SharedNode* a_ = nullptr;
   SharedNode* b_ = nullptr;
@@ -121,6 +132,49 @@ TEST_F(SharedCommitTest, ACommitWaitsUntilEachMemberMadeDurableWhatItHadSealedOn
   TickAll();
   EXPECT_EQ(a_->outcomes.size(), 1u) << "each outcome is reported once";
   EXPECT_EQ(b_->commits->acks_owed(), 0u);
+}
+
+// b's process dies after a posted a request awaiting it; the process that takes over b's state
+// (a crashed worker's successor) joins under a new incarnation. `takeover_lost`: its takeover
+// lost part of what b had sealed. Returns the successor and the request's id.
+std::pair<SharedNode*, std::string> SharedCommitTest::KillBAndTakeOver(bool takeover_lost) {
+  StartThree();
+  b_->progress = {10, 5, 0};
+  const std::string id = Post(*a_, "ckpt/.metadata");
+  const MemberId dead = b_->membership->self();
+  b_->running = false;
+  nlohmann::json file =
+      nlohmann::json::parse(ReadHostFile(SharedPath("members/b")).value_or("null"));
+  file["pid"] = DeadPid();
+  WriteHostFile(SharedPath("members/b"), file.dump());
+  SharedNode& successor = Open("b", "", /*takes_over=*/true);
+  successor.progress = {10, 5, 0};  // What its replay of b's log sealed again.
+  Status joined = successor.membership->Join();
+  EXPECT_TRUE(joined.ok()) << joined.ToString();
+  EXPECT_TRUE(successor.membership->IsOwnIncarnation(dead.incarnation));
+  if (takeover_lost) successor.membership->ForgetPredecessor();
+  return {&successor, id};
+}
+
+TEST_F(SharedCommitTest, AWorkerThatTookOverACrashedOnesStateAcknowledgesForIt) {
+  auto [successor, id] = KillBAndTakeOver(/*takeover_lost=*/false);
+  TickAll(3);
+  EXPECT_TRUE(a_->outcomes.empty()) << "its sealed point is not durable yet";
+  successor->progress = {10, 10, 0};
+  TickAll(3);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_EQ(a_->outcomes[0].id, id);
+  EXPECT_TRUE(a_->outcomes[0].status.ok()) << a_->outcomes[0].status.ToString();
+}
+
+TEST_F(SharedCommitTest, AWorkerWhoseTakeoverLostDataFailsTheCommitsAwaitingTheCrashedOne) {
+  auto [successor, id] = KillBAndTakeOver(/*takeover_lost=*/true);
+  EXPECT_EQ(nlohmann::json::parse(ReadHostFile(SharedPath("members/b")).value_or("null"))["former"],
+            nlohmann::json::array());
+  successor->progress = {10, 10, 0};
+  TickAll(3);
+  ASSERT_EQ(a_->outcomes.size(), 1u);
+  EXPECT_EQ(a_->outcomes[0].status.err(), EHOSTDOWN) << a_->outcomes[0].status.ToString();
 }
 
 TEST_F(SharedCommitTest, AMemberThatDiesBeforeAcknowledgingFailsTheCommitNamingIt) {

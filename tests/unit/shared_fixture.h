@@ -55,8 +55,10 @@ class SharedStoreTest : public ::testing::Test {
     close(root_fd_);
   }
 
-  // A member named `name`, opened but not joined, publishing `replication_endpoint`.
-  SharedNode& Open(const std::string& name, const std::string& replication_endpoint = "") {
+  // A member named `name`, opened but not joined, publishing `replication_endpoint`; with
+  // `takes_over`, in the place of a process of its node that died (MembershipSettings).
+  SharedNode& Open(const std::string& name, const std::string& replication_endpoint = "",
+                   bool takes_over = false) {
     auto node = std::make_unique<SharedNode>(name);
     SharedNode* n = node.get();
     ProgressFn progress = [n] { return n->progress; };
@@ -64,7 +66,7 @@ class SharedStoreTest : public ::testing::Test {
     EXPECT_TRUE(area.ok()) << area.status().ToString();
     n->area = std::move(*area);
     Result<std::unique_ptr<Membership>> m = Membership::Open(
-        *n->area, {name, kMemberTimeout, replication_endpoint}, clock_, progress);
+        *n->area, {name, kMemberTimeout, replication_endpoint, takes_over}, clock_, progress);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     n->membership = std::move(*m);
     n->commits =
