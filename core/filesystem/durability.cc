@@ -303,14 +303,23 @@ void Durability::Start() {
   }
 }
 
-void Durability::LeaveSharedMount() {
+void Durability::StopReplicating() {
   if (replication_feed_) replication_feed_->Stop();
   if (replicator_) {
     // The partners drop what is durable now (everything, after a drain).
     replicator_->Durable(parts_.journal.durable_seq());
     replicator_->Stop();
   }
+}
+
+void Durability::LeaveSharedMount() {
+  StopReplicating();
   if (shared_) shared_->Leave();
+}
+
+void Durability::HandOverSharedMount() {
+  StopReplicating();
+  if (shared_) shared_->HandOver();
 }
 
 void Durability::Stop() {

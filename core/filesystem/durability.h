@@ -72,6 +72,10 @@ class Durability final : private FlushClient {
   void Start();
   // Leaves the shared mount, if any: its markers are no longer committed.
   void LeaveSharedMount();
+  // At a handoff to the next worker, which takes this member's place (it acknowledges for this
+  // incarnation and posts the held markers again): stops replicating and stepping the shared
+  // mount, leaving its member file and requests as they are.
+  void HandOverSharedMount();
   // Stops the flusher and leaves the shared mount (at destruction, before the namespace goes).
   void Stop();
 
@@ -99,6 +103,8 @@ class Durability final : private FlushClient {
   Status Drain() EXCLUDES(ns_lock);
 
  private:
+  // Stops the replication feed and the replicator (the partners told what is durable).
+  void StopReplicating();
   // FlushClient.
   Status Flushed(const FlushReport& report) override EXCLUDES(ns_lock);
   size_t WritersWaiting() override { return parts_.arena.waiting_writers(); }

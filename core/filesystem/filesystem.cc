@@ -156,7 +156,7 @@ Filesystem::~Filesystem() {
 
 Result<HandoffImage> Filesystem::Handoff() { return Takeover().Handoff(); }
 
-void Filesystem::Retire() { durability_.LeaveSharedMount(); }
+void Filesystem::Retire() { durability_.HandOverSharedMount(); }
 
 Status Filesystem::Restore(const HandoffImage& image) {
   return durability_.TookOver(Takeover().Restore(image));

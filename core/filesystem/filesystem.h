@@ -129,8 +129,9 @@ class Filesystem final : private ControlFiles::Source {
   // and of files removed while open, and returns what the next worker restores. EAGAIN while a
   // view of a zarr array is open. A failure leaves everything running.
   Result<HandoffImage> Handoff() EXCLUDES(ns_lock);
-  // After a Handoff whose image went to the next worker: leaves the shared mount. The process
-  // may then exit without destroying this Filesystem (nothing of it is left to do).
+  // After a Handoff whose image went to the next worker: stops taking part in the shared mount
+  // without leaving it (the next worker goes on in its place, Durability::HandOverSharedMount).
+  // The process may then exit without destroying this Filesystem (nothing of it is left to do).
   void Retire() EXCLUDES(ns_lock);
   // Before Start: takes over the inodes and handles of the worker that made `image`; each
   // handoff file becomes the named spill file of its content (TakenOverSpillName). EIO when files

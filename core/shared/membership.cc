@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <set>
 
@@ -58,6 +59,31 @@ std::string HostName() {
 std::string Describe(const MemberRecord& r) {
   return r.node + " (host " + r.host + ", pid " + std::to_string(r.pid) + ", beat " +
          std::to_string(r.beat) + ")";
+}
+
+// The parent of process `pid` of this host (-1 when it cannot be read).
+pid_t ParentOf(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return -1;
+  char text[1024];
+  const size_t n = std::fread(text, 1, sizeof text - 1, f);
+  std::fclose(f);
+  text[n] = '\0';
+  // "PID (COMM) STATE PPID ...": COMM may hold anything, so the fields after its last ')'.
+  const char* end = std::strrchr(text, ')');
+  char state = 0;
+  int parent = -1;
+  if (!end || std::sscanf(end + 1, " %c %d", &state, &parent) != 2) return -1;
+  return parent;
+}
+
+// Whether process `pid` of this host is gone or, for a process that takes over (`takes_over`),
+// is a worker of this process's own supervisor: one that handed over or died (the supervisor runs
+// one serving worker at a time, and starts the next while the last one exits).
+bool EndedOrReplaced(pid_t pid, bool takes_over) {
+  if (pid == getpid()) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  return takes_over && getppid() != 1 && ParentOf(pid) == getppid();
 }
 
 std::string Seconds(Clock::duration d) {
@@ -241,8 +267,9 @@ Status Membership::JoinLocked() {
                                                   " (" + held.status().ToString() + ")");
   }
   const pid_t pid = static_cast<pid_t>(held->pid);
-  if (held->host == host_ && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
-    spdlog::info("member file of node {} was left by process {} of this host, which is gone{}",
+  if (held->host == host_ && EndedOrReplaced(pid, takes_over_)) {
+    spdlog::info("member file of node {} was left by process {} of this host, which has ended or "
+                 "handed over{}",
                  node_, held->pid,
                  takes_over_ ? ": taking over its incarnation " + held->incarnation : "");
     if (takes_over_) {

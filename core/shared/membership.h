@@ -109,10 +109,11 @@ struct MembershipSettings {
   std::chrono::milliseconds member_timeout{10000};
   // Published in the member file as "replication" when not empty.
   std::string replication_endpoint;
-  // This process takes over what the member process before it on this host held (a crashed
-  // worker's successor, or the recovery of an earlier mount): joining in the place of such a
-  // process that is gone, it lists that process's incarnations as its former ones and so
-  // acknowledges for them, until ForgetPredecessor.
+  // This process takes over what the member process before it on this host held (the next worker
+  // after a handoff or a crash, or the recovery of an earlier mount): joining in the place of a
+  // process that is gone, or of a worker of its own supervisor (which handed over, or died), it
+  // lists that process's incarnations as its former ones and so acknowledges for them, until
+  // ForgetPredecessor.
   bool takes_over = false;
 };
 
@@ -137,7 +138,8 @@ class Membership {
   Membership& operator=(const Membership&) = delete;
 
   // Joins as a new incarnation. Ok: joined (no valid file held the node name, or it was left by a
-  // dead process of this host: with takes_over, its incarnations become former ones). The Env's
+  // dead process of this host, or with takes_over by its predecessor, whose incarnations become
+  // former ones). The Env's
   // error when the member file cannot be read or written. EINPROGRESS: a file holds the node
   // name; Tick keeps watching it and joins when its beat stays still for member_timeout, or
   // refuses (EEXIST) when it moves. The owner at mount: Join, then Tick every poll interval

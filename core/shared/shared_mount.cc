@@ -102,15 +102,25 @@ void SharedMount::DataDurable() {
   wake_.notify_all();
 }
 
-void SharedMount::Leave() {
+bool SharedMount::StopThreads() {
   {
     MutexLock lock(mu_);
-    if (stop_) return;
+    if (stop_) return false;
     stop_ = true;
     wake_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
   if (stand_in_thread_.joinable()) stand_in_thread_.join();
+  return true;
+}
+
+void SharedMount::HandOver() {
+  if (StopThreads()) spdlog::info("handing the membership of node {} over to the next worker",
+                                  membership_->node());
+}
+
+void SharedMount::Leave() {
+  if (!StopThreads()) return;
   // A last round: the flusher has drained, so every request seen now is acknowledged.
   (void)commits_->Tick();
   for (const CommitOutcome& o : commits_->Abandon()) {

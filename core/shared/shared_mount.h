@@ -73,6 +73,9 @@ class SharedMount {
   // At unmount, once the flusher has drained: stops the thread, acknowledges the requests it sees
   // then, withdraws this member's pending commits and leaves the group.
   void Leave() EXCLUDES(mu_);
+  // At a handoff to the next worker, which joins in this one's place (MembershipSettings::
+  // takes_over): stops the threads and nothing else; Leave does nothing after it.
+  void HandOver() EXCLUDES(mu_);
 
   // The live members (this one included), as of the last beat.
   std::vector<MemberView> Members() const { return membership_->Members(); }
@@ -83,6 +86,8 @@ class SharedMount {
  private:
   SharedMount(std::unique_ptr<SharedArea> area, std::unique_ptr<Membership> membership,
               std::unique_ptr<SharedCommits> commits, std::chrono::milliseconds poll_interval);
+  // Stops both threads; false when they were stopped before.
+  bool StopThreads() EXCLUDES(mu_);
 
   std::unique_ptr<SharedArea> area_;  // Outlives the two below.
   std::unique_ptr<Membership> membership_;

@@ -44,6 +44,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -132,6 +133,12 @@ def read_text(path):
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def chattr(flag, path, check=True):
+    """chattr FLAG PATH (+i: nothing in the directory can be created, renamed or removed, by root
+    neither)."""
+    subprocess.run(["chattr", flag, path], check=check, capture_output=True)
 
 
 def write_file(path, data, fsync=False):
@@ -569,6 +576,60 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
             self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
         self.assert_no_shared_leftovers(backing)
 
+
+    def test_a_worker_upgraded_under_a_commit_acknowledges_for_the_one_it_replaced(self):
+        # Under the default options but n1's flush_delay, which keeps its shard in memory unless
+        # a commit asks for it. n0's commit of the marker awaits n1, which cannot leave its
+        # acknowledgement (the request's directory immutable); n1's worker is replaced by
+        # `ckptfs upgrade` meanwhile. The next worker takes the member's place: the commit goes
+        # on, and the marker is published once n1's data is durable.
+        tmp = make_tmp(self, "ckptfs-e2e-multinode-upgrade-")
+        backing = os.path.join(tmp, "backing")
+        os.mkdir(backing)
+        # A member_timeout longer than n1's stop below, so that n0 never judges it.
+        daemons = [start_node(self, tmp, backing, node, member_timeout_ms=10000,
+                              options=("flush_delay=3600s",) if node == "n1" else ())
+                   for node in NODES]
+        checkpoint = "iter_0000001"
+        os.mkdir(daemons[0].path(checkpoint))
+        victim = daemons[1]
+        data = workloads.pool_bytes("upgraded node's shard", 32 << 20)
+        write_file(victim.path(checkpoint, "__1_0.distcp"), data)
+        old = victim.worker_pid()
+        os.kill(old, signal.SIGSTOP)  # Until its acknowledgement cannot land.
+        try:
+            write_file(daemons[0].path(checkpoint, ".metadata"), b"rank 0's marker")
+            pending = []
+            def awaiting_n1():
+                pending[:] = [c["id"] for c in daemons[0].stats()["shared"]["pending_commits"]
+                              if NODES[1] in c["waiting_for"]]
+                return pending
+            wait_for(awaiting_n1, PUBLISH_TIMEOUT, lambda: f"n0's commit awaiting {NODES[1]}")
+            request = os.path.join(backing, ".ckptfs", "shared", "commits", pending[0])
+            chattr("+i", request)
+            self.addCleanup(chattr, "-i", request, check=False)
+        finally:
+            os.kill(old, signal.SIGCONT)
+        wait_for(lambda: victim.stats()["shared"]["acks_owed"] > 0, PUBLISH_TIMEOUT,
+                 lambda: f"{NODES[1]} seeing the commit of the marker")
+        upgrade = run_ckptfs(["upgrade", victim.mnt, "--timeout", "60"], timeout=120)
+        self.assertEqual(upgrade.returncode, 0, upgrade.stderr)
+        self.assertNotEqual(victim.worker_pid(), old)
+        chattr("-i", request)
+        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
+                         .returncode, 0, "the commit of the marker failed")
+        marker = os.path.join(backing, checkpoint, ".metadata")
+        deadline = time.monotonic() + PUBLISH_TIMEOUT
+        while not os.path.exists(marker):
+            self.assertLess(time.monotonic(), deadline, "the marker was never published")
+            time.sleep(0.02)
+        with open(os.path.join(backing, checkpoint, "__1_0.distcp"), "rb") as f:
+            self.assertEqual(f.read(), data, f"the marker was published before {NODES[1]}'s data")
+        self.assertEqual(victim.stats()["worker"]["handoffs"], 1)
+        for node, d in zip(NODES, daemons):
+            self.assertEqual(d.error_lines(), [], f"{node} logged errors")
+            self.assertEqual(d.unmount(), 0, f"{node}'s exit status\n" + d.output()[-3000:])
+        self.assert_no_shared_leftovers(backing)
 
     def test_a_member_dropped_while_alive_rejoins_and_the_next_marker_waits_for_its_data(self):
         # Under the default options but n2's flush_delay, which keeps its shard in memory unless a

@@ -44,7 +44,6 @@ import glob
 import os
 import random
 import re
-import subprocess
 import time
 import unittest
 
@@ -52,8 +51,8 @@ from ckptfs_testing import workloads
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, mounted, run_ckptfs, wait_for
 from ckptfs_testing.harness import choose_seed, require_long
 from ckptfs_testing.netns import NetworkNodes
-from test_multinode import (NODES, MultiNodeChecks, ThreeNodeSaves, commit_failed_for, make_tmp,
-                            plain_tree)
+from test_multinode import (NODES, MultiNodeChecks, ThreeNodeSaves, chattr, commit_failed_for,
+                            make_tmp, plain_tree)
 
 MEMBER_TIMEOUT_MS = 2000
 # Long enough that a version sealed by the test is replicated well before it is flushed.
@@ -67,12 +66,6 @@ KILL_DELAY = (0.0, 1.5)
 def write_secret(path, secret):
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(secret + "\n")
-
-
-def chattr(flag, path, check=True):
-    """chattr FLAG PATH (+i: nothing in the directory can be created, renamed or removed, by root
-    neither)."""
-    subprocess.run(["chattr", flag, path], check=check, capture_output=True)
 
 
 class ReplicationNodes(ThreeNodeSaves):
