@@ -25,8 +25,10 @@ with rank r saving through mount r % 3: one checkpoint written by three nodes.
   printed and CKPTFS_MULTINODE_SEED=N replays it; MultiNodeTest runs DEFAULT_KILLS kill points,
   the long variant MultiNodeKillLongTest LONG_KILLS (only with CKPTFS_LONG_TESTS=1; otherwise
   skipped).
-- A node's worker killed (kill -9) after it closed its shard, under the default options: another
-  node's marker closed after that is published only with the shard complete beside it.
+- A node's worker killed (kill -9) after it closed its shard, and another node's marker closed
+  before the next worker joins: the next worker acknowledges for the killed one, and the marker
+  is published only with the shard complete beside it. Likewise for a worker replaced by
+  `ckptfs upgrade` while another node's commit awaits it.
 - A member dropped while alive: n2's member file is made unwritable and unreadable (a directory
   in its place) for 1.5 member_timeout, so that the others judge it dead, then its last beat
   lands: n2 learns it was dropped and rejoins, and a marker closed on n0 after n2's shard is
@@ -510,22 +512,37 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         self.assert_no_shared_leftovers(backing)
 
 
-    def test_a_worker_killed_on_one_node_never_lets_anothers_marker_out_before_its_data(self):
-        # Under the default options but n1's flush_delay, which keeps what it closed in memory
-        # until a commit asks for it. n0's commit of the marker is posted while n1 has no worker
-        # (its supervisor stopped until then): it awaits the killed worker, for which the worker
-        # that takes over its state acknowledges once that state is durable. The kernel releases
-        # a closed file's handle after close() returns, when it likes: here after the takeover
-        # (a second descriptor keeps it).
-        tmp = make_tmp(self, "ckptfs-e2e-multinode-worker-")
+    def start_nodes_holding_n1(self, tag):
+        """The three nodes under the default options but n1's flush_delay, which keeps what it
+        closed in memory until a commit asks for it, and a member_timeout longer than a test's
+        stop of n1 (n0 never judges it meanwhile); the checkpoint's directory made through n0.
+        Returns the backing directory, the daemons and the checkpoint's name."""
+        tmp = make_tmp(self, f"ckptfs-e2e-multinode-{tag}-")
         backing = os.path.join(tmp, "backing")
         os.mkdir(backing)
-        # A member_timeout longer than the steps below, so that n0 never judges n1 meanwhile.
         daemons = [start_node(self, tmp, backing, node, member_timeout_ms=10000,
                               options=("flush_delay=3600s",) if node == "n1" else ())
                    for node in NODES]
         checkpoint = "iter_0000001"
         os.mkdir(daemons[0].path(checkpoint))
+        return backing, daemons, checkpoint
+
+    def wait_for_n0s_marker(self, daemons, marker):
+        """`ckptfs sync` of n0 succeeds (its commit did), and `marker` reaches the backing store."""
+        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
+                         .returncode, 0, "the commit of the marker failed")
+        deadline = time.monotonic() + PUBLISH_TIMEOUT
+        while not os.path.exists(marker):
+            self.assertLess(time.monotonic(), deadline, "the marker was never published")
+            time.sleep(0.02)
+
+    def test_a_worker_killed_on_one_node_never_lets_anothers_marker_out_before_its_data(self):
+        # Under the default options but n1's flush_delay (start_nodes_holding_n1). n0's commit
+        # of the marker is posted while n1 has no worker (its supervisor stopped until then): it
+        # awaits the killed worker, for which the worker that takes over its state acknowledges
+        # once that state is durable. The kernel releases a closed file's handle after close()
+        # returns, when it likes: here after the takeover (a second descriptor keeps it).
+        backing, daemons, checkpoint = self.start_nodes_holding_n1("worker")
         data = workloads.pool_bytes("victim's shard", 64 << 20)
         victim = daemons[1]
         fd = os.open(victim.path(checkpoint, "__1_0.distcp"), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -556,12 +573,7 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
             if stopped:
                 os.kill(victim.pid, signal.SIGCONT)
             os.close(kept if kept is not None else fd)
-        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
-                         .returncode, 0, "the commit of the marker failed")
-        deadline = time.monotonic() + PUBLISH_TIMEOUT
-        while not os.path.exists(marker):
-            self.assertLess(time.monotonic(), deadline, "the marker was never published")
-            time.sleep(0.02)
+        self.wait_for_n0s_marker(daemons, marker)
         logs = "".join(f"\n--- {node}'s log:\n" + d.output()[-4000:]
                        for node, d in zip(NODES, daemons))
         self.assertTrue(os.path.exists(shard),
@@ -578,20 +590,12 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
 
 
     def test_a_worker_upgraded_under_a_commit_acknowledges_for_the_one_it_replaced(self):
-        # Under the default options but n1's flush_delay, which keeps its shard in memory unless
-        # a commit asks for it. n0's commit of the marker awaits n1, which cannot leave its
-        # acknowledgement (the request's directory immutable); n1's worker is replaced by
-        # `ckptfs upgrade` meanwhile. The next worker takes the member's place: the commit goes
-        # on, and the marker is published once n1's data is durable.
-        tmp = make_tmp(self, "ckptfs-e2e-multinode-upgrade-")
-        backing = os.path.join(tmp, "backing")
-        os.mkdir(backing)
-        # A member_timeout longer than n1's stop below, so that n0 never judges it.
-        daemons = [start_node(self, tmp, backing, node, member_timeout_ms=10000,
-                              options=("flush_delay=3600s",) if node == "n1" else ())
-                   for node in NODES]
-        checkpoint = "iter_0000001"
-        os.mkdir(daemons[0].path(checkpoint))
+        # Under the default options but n1's flush_delay (start_nodes_holding_n1). n0's commit
+        # of the marker awaits n1, which cannot leave its acknowledgement (the request's
+        # directory immutable); n1's worker is replaced by `ckptfs upgrade` meanwhile. The next
+        # worker takes the member's place: the commit goes on, and the marker is published once
+        # n1's data is durable.
+        backing, daemons, checkpoint = self.start_nodes_holding_n1("upgrade")
         victim = daemons[1]
         data = workloads.pool_bytes("upgraded node's shard", 32 << 20)
         write_file(victim.path(checkpoint, "__1_0.distcp"), data)
@@ -616,13 +620,7 @@ class MultiNodeTest(ThreeNodeSaves, NodeKills, unittest.TestCase):
         self.assertEqual(upgrade.returncode, 0, upgrade.stderr)
         self.assertNotEqual(victim.worker_pid(), old)
         chattr("-i", request)
-        self.assertEqual(run_ckptfs(["sync", daemons[0].mnt], timeout=PUBLISH_TIMEOUT + 30)
-                         .returncode, 0, "the commit of the marker failed")
-        marker = os.path.join(backing, checkpoint, ".metadata")
-        deadline = time.monotonic() + PUBLISH_TIMEOUT
-        while not os.path.exists(marker):
-            self.assertLess(time.monotonic(), deadline, "the marker was never published")
-            time.sleep(0.02)
+        self.wait_for_n0s_marker(daemons, os.path.join(backing, checkpoint, ".metadata"))
         with open(os.path.join(backing, checkpoint, "__1_0.distcp"), "rb") as f:
             self.assertEqual(f.read(), data, f"the marker was published before {NODES[1]}'s data")
         self.assertEqual(victim.stats()["worker"]["handoffs"], 1)
