@@ -99,9 +99,9 @@ class WorkerTakeover {
   void AdoptEarlierHandleLocked(std::unique_ptr<Handle> h, uint64_t number) REQUIRES(ns_lock);
 
   // Recovery (core/filesystem/worker_takeover_recovery.cc, which also defines the constructor):
-  // where a logged path is, and one logged entry made again through the operations a client would call.
-  // The inode at `path` (from the root), looked up as a client would; the directory holding it
-  // and its last name; and the inode's number.
+  // where a logged path is, and one logged entry made again through the operations a client
+  // would call. The inode at `path` (from the root), looked up as a client would; the directory
+  // holding it and its last name; and the inode's number.
   Result<InodeRef> ResolveLocked(const std::string& path) REQUIRES(ns_lock);
   Result<PathParent> ParentOfLocked(const std::string& path) REQUIRES(ns_lock);
   Result<PathParent> ParentOf(const std::string& path) EXCLUDES(ns_lock);

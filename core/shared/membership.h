@@ -139,11 +139,10 @@ class Membership {
 
   // Joins as a new incarnation. Ok: joined (no valid file held the node name, or it was left by a
   // dead process of this host, or with takes_over by its predecessor, whose incarnations become
-  // former ones). The Env's
-  // error when the member file cannot be read or written. EINPROGRESS: a file holds the node
-  // name; Tick keeps watching it and joins when its beat stays still for member_timeout, or
-  // refuses (EEXIST) when it moves. The owner at mount: Join, then Tick every poll interval
-  // while state() is kClaiming.
+  // former ones). The Env's error when the member file cannot be read or written. EINPROGRESS: a
+  // file holds the node name; Tick keeps watching it and joins when its beat stays still for
+  // member_timeout, or refuses (EEXIST) when it moves. The owner at mount: Join, then Tick every
+  // poll interval while state() is kClaiming.
   Status Join() EXCLUDES(mu_);
 
   // One step, every poll interval, from one thread. Claiming: as Join says. Joined: once per
