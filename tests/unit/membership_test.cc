@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -205,11 +204,7 @@ TEST_F(MembershipTest, ANodeNameWhoseFileStoppedBeatingIsTakenOverAfterMemberTim
 }
 
 TEST_F(MembershipTest, ANodeNameLeftByAGoneProcessOfThisHostIsTakenOverAtOnce) {
-  pid_t child = fork();
-  if (child == 0) _exit(0);
-  ASSERT_GT(child, 0);
-  ASSERT_EQ(waitpid(child, nullptr, 0), child);
-  WriteMember("n", Host(), child, 40);
+  WriteMember("n", Host(), testing_util::DeadPid(), 40);
   WriteHostFile(SharedPath("members/.n.00000000000000aa.tmp"), "{\"node\": \"n\"");
   WriteHostFile(SharedPath("members/.n.b.00000000000000aa.tmp"), "{\"node\": \"n.b\"");
   SharedNode& n = Open("n");

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,14 +58,6 @@ class SharedCommitTest : public testing_util::SharedStoreTest {
                       .dump());
   }
 
-  // A pid of this host that no process has (a child, reaped).
-  static pid_t DeadPid() {
-    pid_t child = fork();
-    if (child == 0) _exit(0);
-    EXPECT_GT(child, 0);
-    EXPECT_EQ(waitpid(child, nullptr, 0), child);
-    return child;
-  }
   std::pair<SharedNode*, std::string> KillBAndTakeOver(bool takeover_lost);
 
   SharedNode* a_ = nullptr;
@@ -145,7 +136,7 @@ std::pair<SharedNode*, std::string> SharedCommitTest::KillBAndTakeOver(bool take
   b_->running = false;
   nlohmann::json file =
       nlohmann::json::parse(ReadHostFile(SharedPath("members/b")).value_or("null"));
-  file["pid"] = DeadPid();
+  file["pid"] = testing_util::DeadPid();
   WriteHostFile(SharedPath("members/b"), file.dump());
   SharedNode& successor = Open("b", "", /*takes_over=*/true);
   successor.progress = {10, 5, 0};  // What its replay of b's log sealed again.

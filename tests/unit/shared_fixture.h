@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +27,15 @@ namespace ckptfs::testing_util {
 inline constexpr std::chrono::milliseconds kMemberTimeout{10000};
 // One tick of the tests: the beat interval of kMemberTimeout.
 inline constexpr std::chrono::milliseconds kTickStep{1000};
+
+// A pid of this host that no process has (a child, reaped): a member file's dead process.
+inline pid_t DeadPid() {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  EXPECT_GT(child, 0);
+  EXPECT_EQ(waitpid(child, nullptr, 0), child);
+  return child;
+}
 
 // One mount of the shared backing directory.
 struct SharedNode {
