@@ -14,7 +14,6 @@
 
 #include "core/backing/backing_paths.h"
 #include "core/recovery/rescue.h"
-#include "core/remote/remote_settings.h"
 #include "core/replication/replication_policy.h"
 #include "core/shared/shared_dir.h"
 #include "core/shared/shared_store.h"
@@ -28,7 +27,7 @@ Durability::Durability(const Parts& parts)
                                          parts.store.staging_fd, parts.journal, parts.stats,
                                          static_cast<FlushClient&>(*this))) {}
 
-Status Durability::JoinSharedMount() {
+Status Durability::JoinSharedMount(const S3Settings* remote) {
   Journal& journal = parts_.journal;
   const Config& config = parts_.config;
   if (config.replicas > 0) {
@@ -51,10 +50,8 @@ Status Durability::JoinSharedMount() {
   // others' commits wait for, is what is on the store.
   std::unique_ptr<SharedArea> area;
   ProgressFn progress;
-  if (!config.remote.empty()) {
-    Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
-    if (!s3.ok()) return s3.status();
-    Result<std::unique_ptr<SharedStore>> on_store = SharedStore::Make(*s3);
+  if (remote) {
+    Result<std::unique_ptr<SharedStore>> on_store = SharedStore::Make(*remote);
     if (!on_store.ok()) return on_store.status();
     area = std::move(*on_store);
     progress = [this, &journal] {
@@ -119,13 +116,11 @@ Status Durability::JoinSharedMount() {
   return Status::Ok();
 }
 
-Status Durability::ConnectRemote(
-    UploaderSettings::OnUploaded on_uploaded) {
+Status Durability::ConnectRemote(const S3Settings& remote,
+                                 UploaderSettings::OnUploaded on_uploaded) {
   const Config& config = parts_.config;
-  Result<S3Settings> s3 = RemoteSettingsOf(config, ProcessEnvironment());
-  if (!s3.ok()) return s3.status();
   UploaderSettings settings;
-  settings.s3 = *s3;
+  settings.s3 = remote;
   settings.part_size = config.remote_part_size;
   settings.concurrency = config.remote_concurrency;
   settings.markers = config.commit_markers;
@@ -153,8 +148,8 @@ Status Durability::ConnectRemote(
   Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, parts_.stats);
   if (!uploader.ok()) return uploader.status();
   uploader_ = std::move(*uploader);
-  spdlog::info("remote: uploading to {} (credentials from {})", s3->location.ToString(),
-               s3->credentials.source);
+  spdlog::info("remote: uploading to {} (credentials from {})", remote.location.ToString(),
+               remote.credentials.source);
   return Status::Ok();
 }
 

@@ -51,19 +51,18 @@ class Durability final : private FlushClient {
   explicit Durability(const Parts& parts);
 
   // Shared mode, before Start: joins the mounts sharing the backing directory, or with -o remote
-  // the object store (whose members wait for each other's uploads: a member reports as durable
-  // what is on the store); markers are then held until the group commits them
+  // (`remote`: its settings; null without) the object store (whose members wait for each
+  // other's uploads: a member reports as durable what is on the store); markers are then held until the group commits them
   // (core/flush/held_markers.h). With -o replicas, first
   // starts receiving partners' replicas (its endpoint goes into the member file); fails when the
   // group secret cannot be read or the address cannot be bound.
-  Status JoinSharedMount() EXCLUDES(ns_lock);
+  Status JoinSharedMount(const S3Settings* remote) EXCLUDES(ns_lock);
   // With -o remote, before Start (and before a recovery): resumes the uploads the upload log in
   // the private area names as not done, then uploads every file version made durable from then
-  // on (core/remote/uploader.h, upload_log.h). Fails when there are no credentials, or the log
-  // cannot be written.
-  // `on_uploaded` (may be empty) is UploaderSettings::on_uploaded.
-  Status ConnectRemote(
-      UploaderSettings::OnUploaded on_uploaded = nullptr);
+  // on (core/remote/uploader.h, upload_log.h), to the store of `remote`. Fails when the log
+  // cannot be written. `on_uploaded` (may be empty) is UploaderSettings::on_uploaded.
+  Status ConnectRemote(const S3Settings& remote,
+                       UploaderSettings::OnUploaded on_uploaded = nullptr);
   // Before Start, after taking over from the process before this one (`taken`: how that went):
   // in shared mode, a takeover that lost something does not acknowledge for that process
   // (SharedMount::ForgetPredecessor). Returns `taken`.

@@ -42,8 +42,17 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
   std::unique_ptr<Filesystem> fs(new Filesystem(resolved, *store, std::move(env), clock));
   // A worker whose death would lose what it holds does not serve with the cache shared.
   if (Status mapped = fs->UseRecoveryMemory(); !mapped.ok()) return mapped;
+  // The store's settings, read once (credentials, region) for every part that uses it.
+  std::optional<S3Settings> s3;
+  if (!config.remote.empty()) {
+    Result<S3Settings> settings = RemoteSettingsOf(resolved, ProcessEnvironment());
+    if (!settings.ok()) return settings.status();
+    s3 = std::move(*settings);
+  }
   if (config.shared) {
-    if (Status joined = fs->durability_.JoinSharedMount(); !joined.ok()) return joined;
+    if (Status joined = fs->durability_.JoinSharedMount(s3 ? &*s3 : nullptr); !joined.ok()) {
+      return joined;
+    }
     const replication::Replicator* replicator = fs->durability_.replicator();
     if (fs->log_ && replicator) {
       // The seqs the log keeps are this run's at the partners (a recovery of them asks what
@@ -70,11 +79,9 @@ Result<std::unique_ptr<Filesystem>> Filesystem::Make(const Config& config,
                               int64_t mtime_ns, const std::string& etag) {
       if (self->local_tier_) self->local_tier_->OnStore(path, ino, size, mtime_ns, etag);
     };
-    if (Status connected = fs->durability_.ConnectRemote(on_uploaded); !connected.ok()) {
+    if (Status connected = fs->durability_.ConnectRemote(*s3, on_uploaded); !connected.ok()) {
       return connected;
     }
-    Result<S3Settings> s3 = RemoteSettingsOf(resolved, ProcessEnvironment());
-    if (!s3.ok()) return s3.status();
     RemoteReaderSettings reading;
     reading.s3 = *s3;
     reading.concurrency = resolved.remote_concurrency;

@@ -197,7 +197,7 @@ void Uploader::Enqueue(int dir_fd, const std::string& name, const std::string& r
   std::unique_ptr<Job> removal;
   if (policy::IsUploadablePath(replaced, settings_.reserved_name)) {
     removal = RemovalJob(settings_.s3.location, replaced);
-    if (job->size <= policy::kMaxCopySize) {
+    if (job->size <= settings_.max_copy_size) {
       job->copy_from = removal->key;
       job->logged.copy_from = replaced;
     }
@@ -311,7 +311,7 @@ Status Uploader::Resume() {
     const bool marker =
         policy::IsCommitMarker(v.path.substr(v.path.rfind('/') + 1), settings_.markers);
     if (job && policy::IsUploadablePath(v.copy_from, settings_.reserved_name) &&
-        job->size <= policy::kMaxCopySize) {
+        job->size <= settings_.max_copy_size) {
       job->copy_from = settings_.s3.location.KeyOf(v.copy_from);
       job->logged.copy_from = v.copy_from;
     }
@@ -678,10 +678,13 @@ Status Uploader::MoveObjects(S3Client& client, const std::string& from, const st
         continue;  // Not asked for.
       }
       const std::string under = object.key.substr(from_key.size());
-      if (object.size > policy::kMaxCopySize) {
-        failed = Status::Error(EFBIG, "s3://" + settings_.s3.location.bucket + "/" + object.key +
-                                          " is larger than S3 copies (5 GiB): not moved");
-        break;
+      if (object.size > settings_.max_copy_size) {
+        // UploadPartCopy would copy it in parts, but libcurl 7.88 signs its range header out of
+        // S3's order (as x-amz-copy-source-if-match): the file goes again.
+        failed = SendLocalVersion(client, root, to + "/" + under, object, to_key + under, hook);
+        if (!failed.ok()) break;
+        ++copied;
+        continue;
       }
       Result<std::string> copy = client.CopyObject(object.key, to_key + under, hook);
       if (!copy.ok()) {
@@ -732,6 +735,59 @@ Status Uploader::MoveObjects(S3Client& client, const std::string& from, const st
     if (removed == 0) break;
   }
   if (copied > 0) spdlog::info("remote: {} objects moved from {}/ to {}/", copied, from, to);
+  return Status::Ok();
+}
+
+Status Uploader::SendLocalVersion(S3Client& client, int root, const std::string& relative,
+                                  const S3Client::ListedObject& object, const std::string& key,
+                                  const RetryHook& hook) const {
+  const std::string named = "s3://" + settings_.s3.location.bucket + "/" + object.key;
+  const Status stale = Status::Error(
+      ESTALE, named + " is larger than the store copies and " + relative +
+                  " is not its version on the backing directory: not moved");
+  const int fd = root >= 0 && policy::IsUploadablePath(relative, settings_.reserved_name)
+                     ? OpenBeneath(root, relative, O_RDONLY)
+                     : -1;
+  if (fd < 0) return stale;
+  struct stat st {};
+  std::unique_ptr<Job> job = MakeJob(fd, relative, &st);
+  if (!job) return stale;
+  // A placeholder (evicted, or fetched in part) holds no bytes of the object to send.
+  if (fgetxattr(job->fd, kRemotePlaceholderAttr, nullptr, 0) >= 0) return stale;
+  const std::optional<std::string> text = StoredVersionText(job->fd, &st);
+  const std::optional<std::string> recorded =
+      text ? policy::StoredEtagOf(*text, job->size, NanosOf(st.st_mtim)) : std::nullopt;
+  if (!recorded || !policy::SameEtag(*recorded, object.etag) || job->size != object.size) {
+    return stale;
+  }
+  Result<std::string> etag = std::string();
+  if (!job->plan.multipart) {
+    etag = client.PutObject(key, job->fd, 0, job->size, hook, RecordedCrc32c(*job, 0, job->size));
+    if (etag.ok()) stats_.remote_bytes_uploaded += job->size;
+  } else {
+    Result<std::string> id = client.CreateMultipartUpload(key, hook);
+    if (!id.ok()) return id.status();
+    std::vector<UploadedPart> parts;
+    for (uint64_t part = 0; part < job->plan.parts; ++part) {
+      const uint64_t offset = part * job->plan.part_size;
+      const uint64_t length = std::min(job->plan.part_size, job->size - offset);
+      Result<UploadedPart> sent =
+          client.UploadPart(key, *id, static_cast<unsigned>(part + 1), job->fd, offset, length,
+                            hook, RecordedCrc32c(*job, offset, length));
+      if (!sent.ok()) {
+        client.AbortMultipartUpload(key, *id);
+        return sent.status();
+      }
+      parts.push_back(*sent);
+      stats_.remote_bytes_uploaded += length;
+    }
+    etag = client.CompleteMultipartUpload(key, *id, parts, hook);
+    if (!etag.ok()) client.AbortMultipartUpload(key, *id);
+  }
+  if (!etag.ok()) return etag.status();
+  spdlog::info("remote: {} is larger than the store copies: {} sent again as {}", named, relative,
+               key);
+  RecordStored(*job, *etag);
   return Status::Ok();
 }
 

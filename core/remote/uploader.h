@@ -23,12 +23,14 @@
 // as policy::SupersededBy says), so a file renamed before its upload starts goes only under its
 // final name; a file whose version is on the store under the old name (its kStoredVersionAttr
 // says so) is copied there by the store (CopyObject, once the old name's upload in flight is
-// done), never sent again; up to 5 GiB (policy::kMaxCopySize), above that it is sent again. The
+// done), never sent again; up to max_copy_size (S3: 5 GiB), above that it is sent again. The
 // old name's object is removed after, like every removal, once everything before it is on the
 // store; a marker renamed into place goes, like every marker, after everything before it.
 // A renamed directory (Move) moves every object under its old name: once everything handed over
 // before it is on the store, each is copied by the store under the new name, then the old ones
-// are removed; what is handed over after it under either name waits for it. Logged, a move cut
+// are removed (an object over max_copy_size is sent from its file under the new name, when that
+// is still the object's version); what is handed over after it under either name waits for it.
+// Logged, a move cut
 // by a crash is done again by the next mount: every object stays under at least one name.
 // A version given up as corrupt is recorded in the upload log: later mounts hold it (and the
 // markers after it) without sending it again, until a newer version of its name is handed over.
@@ -70,6 +72,9 @@ struct UploaderSettings {
   S3Settings s3;
   uint64_t part_size = 16ull << 20;
   unsigned concurrency = 8;
+  // The largest object the store copies in one request (S3's CopyObject limit); a larger one
+  // renamed is sent again from its local file.
+  uint64_t max_copy_size = policy::kMaxCopySize;
   std::vector<std::string> markers;  // Base names of the commit markers.
   std::string backing_root;          // The backing directory's real path.
   // The upload log: its directory (-1: none; must outlive the uploader) and name.
@@ -152,9 +157,16 @@ class Uploader {
                                       const std::string& to);
   // Copies every object under directory `from` to `to` (relative paths), then removes them;
   // where the backing directory's file under `to` records the object it was copied from
-  // (kStoredVersionAttr), the record names the copy.
+  // (kStoredVersionAttr), the record names the copy. An object larger than the store copies is
+  // sent from that file when the file is still the object's version (ESTALE otherwise).
   Status MoveObjects(S3Client& client, const std::string& from, const std::string& to,
                      const RetryHook& hook) const;
+  // Sends the backing directory's file `relative` (under `root`) as `key` when it is the
+  // version stored as `object` (ESTALE otherwise), in parts one after the other; records the
+  // new object on the file.
+  Status SendLocalVersion(S3Client& client, int root, const std::string& relative,
+                          const S3Client::ListedObject& object, const std::string& key,
+                          const RetryHook& hook) const;
   // Appends `job` (its version logged when `log`), superseding waiting versions of its key.
   void PushLocked(std::unique_ptr<Job> job, bool log) REQUIRES(mu_);
   // Aborts the multipart uploads open under the prefix (on the first thread, before any task).

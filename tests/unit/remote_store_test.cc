@@ -429,6 +429,76 @@ TEST_F(UploadResumeTest, ARenamedDirectorysObjectsMoveUnderItsNewNameNotSentAgai
   EXPECT_EQ(stats.remote_bytes_uploaded.load(), c.size()) << "moved objects were sent again";
 }
 
+// Records on the backing file `path` that it is the version stored as `etag`.
+void RecordStoredVersion(const std::string& path, const std::string& etag) {
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  const std::string record = policy::FormatStoredVersion(
+      etag, static_cast<uint64_t>(st.st_size),
+      int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec);
+  ASSERT_EQ(setxattr(path.c_str(), kStoredVersionAttr, record.data(), record.size(), 0), 0);
+}
+
+TEST_F(UploadResumeTest, AnObjectOfARenamedDirectoryLargerThanTheStoreCopiesIsSentFromItsFile) {
+  const std::string big = Pattern(12 << 20, 'g'), small = Pattern(4000, 's');
+  Result<std::string> big_etag =
+      client_->PutObject("run/ckpt.tmp/big", MemFile(big), 0, big.size(), nullptr);
+  ASSERT_TRUE(big_etag.ok()) << big_etag.status().ToString();
+  ASSERT_TRUE(client_->PutObject("run/ckpt.tmp/small", MemFile(small), 0, small.size(), nullptr)
+                  .ok());
+  std::filesystem::create_directories(root_ + "/ckpt");
+  Write("ckpt/big", big);
+  Write("ckpt/small", small);
+  RecordStoredVersion(root_ + "/ckpt/big", *big_etag);
+  UploaderSettings settings = Settings();
+  settings.max_copy_size = 5 << 20;
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  (*uploader)->Move("ckpt.tmp", "ckpt");
+  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  EXPECT_TRUE(OnStore("ckpt/big", big));
+  EXPECT_TRUE(OnStore("ckpt/small", small));
+  EXPECT_TRUE(Absent("ckpt.tmp/big"));
+  EXPECT_TRUE(Absent("ckpt.tmp/small"));
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), big.size()) << "only the large one goes again";
+  Result<std::string> sent_etag = client_->HeadObject("run/ckpt/big", nullptr);
+  ASSERT_TRUE(sent_etag.ok()) << sent_etag.status().ToString();
+  std::string record(policy::kMaxStoredVersion, '\0');
+  const ssize_t n = getxattr((root_ + "/ckpt/big").c_str(), kStoredVersionAttr, record.data(),
+                             record.size());
+  ASSERT_GT(n, 0);
+  record.resize(static_cast<size_t>(n));
+  EXPECT_NE(record.find(*sent_etag), std::string::npos) << "the file still names the old object";
+}
+
+TEST_F(UploadResumeTest, ALargeObjectOfARenamedDirectoryWhoseFileIsNotItsVersionStaysWhereItIs) {
+  const std::string big = Pattern(6 << 20, 'h');
+  Result<std::string> big_etag =
+      client_->PutObject("run/ckpt.tmp/big", MemFile(big), 0, big.size(), nullptr);
+  ASSERT_TRUE(big_etag.ok()) << big_etag.status().ToString();
+  // Evicted from the local tier: a placeholder, zeros where the object's bytes would be.
+  std::filesystem::create_directories(root_ + "/ckpt");
+  Write("ckpt/big", std::string(big.size(), '\0'));
+  RecordStoredVersion(root_ + "/ckpt/big", *big_etag);
+  const std::string mark = policy::PlaceholderMark(*big_etag, "run/ckpt.tmp/big");
+  ASSERT_EQ(setxattr((root_ + "/ckpt/big").c_str(), kRemotePlaceholderAttr, mark.data(),
+                     mark.size(), 0),
+            0);
+  UploaderSettings settings = Settings();
+  settings.max_copy_size = 5 << 20;
+  Stats stats;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
+  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
+  (*uploader)->Move("ckpt.tmp", "ckpt");
+  Status left = (*uploader)->Stop(std::chrono::seconds(3));
+  EXPECT_FALSE(left.ok()) << "the move was said done";
+  EXPECT_TRUE(OnStore("ckpt.tmp/big", big)) << "the only copy of the object was removed";
+  EXPECT_TRUE(Absent("ckpt/big")) << "the placeholder's zeros were sent";
+  EXPECT_EQ(stats.remote_bytes_uploaded.load(), 0u);
+}
+
 TEST_F(UploadResumeTest, AnEvictedFileOfARenamedDirectoryNamesItsMovedObject) {
   const std::string e = Pattern(5000, 'e');
   Result<std::string> source_etag =
