@@ -13,6 +13,7 @@
 #include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
 #include "fs/forked_writer.h"
+#include "fs/write_landing.h"
 #include "fs/session_hooks.h"
 
 namespace ckptfs {
@@ -354,7 +355,10 @@ void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
   Guard(req, "write", [&] {
     Caller caller = CallerOf(req);
     caller.lock_owner = fi->lock_owner;
-    Result<size_t> r = Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, caller);
+    LandedBytes* landed = LandedPayload(buf);
+    Result<size_t> r = landed && landed->size == size
+                           ? Fs(req).Write(fi->fh, static_cast<uint64_t>(off), *landed, caller)
+                           : Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, caller);
     if (!r.ok()) {
       fuse_reply_err(req, r.status().err());
     } else {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/base/memory_policy.h"
 #include "core/filesystem/filesystem.h"
 #include "core/memory/arena.h"
 #include "core/recovery/cache_memory_layout.h"
@@ -22,6 +23,7 @@
 #include "fs/fuse_adapter.h"
 #include "fs/fuse_ring.h"
 #include "fs/session_hooks.h"
+#include "fs/write_landing.h"
 #include "iouring/env.h"
 
 namespace ckptfs {
@@ -284,7 +286,9 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
   int tries = 0;
   int status = 0;
   while (true) {
+    if (policy::LandsWrites(o.config.cache_size)) StartWriteLanding(fs.cache_blocks());
     int loop_result = fuse_session_loop_mt(se, loop);
+    StopWriteLanding();
     if (retry.joinable()) retry.join();
     if (!handoff_wanted && loop_result <= 0) {
       // The mount is gone (a positive result is a signal, which asks for a handoff).

@@ -37,4 +37,9 @@ inline uint64_t IdleMemoryToGiveBack(const SystemMemory& m) {
   return ShortOfMemoryBelow(m) - m.available + kGiveBackMargin;
 }
 
+// Each serving thread holds about one request's worth of cache blocks ahead to land writes in
+// (fs/write_landing.h), at most 16 threads: in a cache this large, at most a sixteenth of it.
+inline constexpr uint64_t kMinCacheForWriteLanding = 256ull << 20;
+inline bool LandsWrites(uint64_t cache_bytes) { return cache_bytes >= kMinCacheForWriteLanding; }
+
 }  // namespace ckptfs::policy

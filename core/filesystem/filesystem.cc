@@ -644,6 +644,18 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, const char* d
   return files_.Write(*found->file(), offset, data, size, c);
 }
 
+Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, LandedBytes& landed,
+                                 const Caller& c) {
+  Handle* found = handles_.Find(handle);
+  if (!found) return UnknownHandle(handle);
+  if (SpecialFile* special = found->special()) {
+    std::string bytes(landed.size, '\0');
+    landed.CopyTo(bytes.data());
+    return special->Write(bytes);
+  }
+  return files_.Write(*found->file(), offset, landed, c);
+}
+
 Status Filesystem::Flush(uint64_t handle, uint64_t lock_owner) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);

@@ -122,6 +122,8 @@ class Filesystem final : private ControlFiles::Source {
   // checkpoint). Only where the kernel still allows shared mmap of such opens. Set before the
   // first open.
   void EnableDirectReads() { files_.EnableDirectReads(); }
+  // The cache's blocks (fs/write_landing.h reads write requests into them).
+  Arena& cache_blocks() { return arena_; }
   // --- Replacing the worker without unmounting (core/recovery/handoff.h) ---
   // With no other call running (the FUSE loop stopped): seals the files no handle holds open,
   // waits until everything sealed is durable (in shared mode, its markers committed), names the
@@ -195,6 +197,10 @@ class Filesystem final : private ControlFiles::Source {
   Result<OpenFile> Open(uint64_t ino, int flags, const Caller& c = Caller()) EXCLUDES(ns_lock);
   Result<ReadData> Read(uint64_t handle, uint64_t offset, size_t size) EXCLUDES(ns_lock);
   Result<size_t> Write(uint64_t handle, uint64_t offset, const char* data, size_t size,
+                       const Caller& c = Caller()) EXCLUDES(ns_lock);
+  // The same with bytes read straight into blocks (fs/write_landing.h), which the file takes
+  // where it can.
+  Result<size_t> Write(uint64_t handle, uint64_t offset, LandedBytes& landed,
                        const Caller& c = Caller()) EXCLUDES(ns_lock);
   // close() of one descriptor by `lock_owner` (FUSE's): seals the file if it changed through
   // this handle and the closer is one that wrote through it (core/tree/writer_owners.h); a writer's

@@ -368,6 +368,16 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
 
 Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data, size_t size,
                                 const Caller& c) {
+  return WriteBytes(h, offset, data, size, nullptr, c);
+}
+
+Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, LandedBytes& landed,
+                                const Caller& c) {
+  return WriteBytes(h, offset, nullptr, landed.size, &landed, c);
+}
+
+Result<size_t> OpenFiles::WriteBytes(FileHandle& h, uint64_t offset, const char* data,
+                                     size_t size, LandedBytes* landed, const Caller& c) {
   // A virtual chunk writes into its range of the real chunk; bytes past the real chunk's end
   // are padding beyond the array's shape and are not stored.
   std::shared_ptr<const ChunkView> view;
@@ -387,16 +397,31 @@ Result<size_t> OpenFiles::Write(FileHandle& h, uint64_t offset, const char* data
   const uint64_t target_offset = target.offset;
   const size_t target_size = target.size;
   Inode* inode = view ? view->real.get() : h.inode.get();
+  // A virtual chunk's bytes land in the real chunk's blocks out of line: copied as they are.
+  std::string copied;
+  if (landed && view) {
+    copied.resize(landed->size);
+    landed->CopyTo(copied.data());
+    data = copied.data();
+    landed = nullptr;
+  }
   Reservation reservation;
   MutexLock lock(inode->mu);
   while (true) {
     // The kernel places O_APPEND writes at the end itself; write-back of mmap'ed pages through
     // such a descriptor comes at the pages' own offsets.
-    size_t needed = inode->content.BlocksNeededForWrite(target_offset, target_size);
+    size_t needed = landed ? inode->content.BlocksNeededForLand(target_offset, *landed)
+                           : inode->content.BlocksNeededForWrite(target_offset, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = inode->content.Write(target_offset, data, target_size, reservation);
+      Status st = landed ? inode->content.Land(target_offset, *landed, reservation)
+                         : inode->content.Write(target_offset, data, target_size, reservation);
       if (!st.ok()) return st;
+      if (landed) {
+        const auto taken = std::count_if(landed->blocks.begin(), landed->blocks.end(),
+                                         [](const BlockRef& b) { return !b; });
+        stats_.bytes_landed += static_cast<uint64_t>(taken) * kBlockSize;
+      }
       if (!view) kernel_state_.RecordWriteLocked(*inode, target_offset, target_size);
       break;
     }

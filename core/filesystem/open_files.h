@@ -116,6 +116,9 @@ class OpenFiles {
   // waiting for memory as long as it takes; EINTR when `c` is killed meanwhile.
   Result<size_t> Write(FileHandle& h, uint64_t offset, const char* data, size_t size,
                        const Caller& c);
+  // The same with bytes read straight into blocks, which the file takes where it can
+  // (FileContent::Land).
+  Result<size_t> Write(FileHandle& h, uint64_t offset, LandedBytes& landed, const Caller& c);
   // Extends the file to offset + length (mode 0 only).
   Status Fallocate(FileHandle& h, int mode, uint64_t offset, uint64_t length);
   // Truncation of `inode` to `size` at time `now`, by path (`handle` 0) or through open file
@@ -134,6 +137,9 @@ class OpenFiles {
   void ReleaseLocked(FileHandle& h) REQUIRES(ns_lock);
 
  private:
+  // Write: the bytes are `data`, or `landed` when not null.
+  Result<size_t> WriteBytes(FileHandle& h, uint64_t offset, const char* data, size_t size,
+                            LandedBytes* landed, const Caller& c);
   // Direct reads: the range of the backing file to have the kernel read ahead of a sequential
   // reader (none: no file), asked for outside the lock.
   struct ReadAhead {

@@ -24,6 +24,7 @@ constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
     {"read_files_unrecorded", &Stats::read_files_unrecorded},
     {"bytes_verified_for_reads", &Stats::bytes_verified_for_reads},
     {"forked_writer_opens", &Stats::forked_writer_opens},
+    {"bytes_landed", &Stats::bytes_landed},
     {"versions_skipped", &Stats::versions_skipped},
     {"flush_batches", &Stats::flush_batches},
     {"flush_errors", &Stats::flush_errors},

@@ -133,6 +133,49 @@ Status FileContent::Splice(uint64_t offset, const FileContent& src, uint64_t len
   return Status::Ok();
 }
 
+void LandedBytes::CopyTo(char* out) const {
+  for (size_t done = 0; done < size;) {
+    const size_t at = skip + done;
+    const size_t n = std::min(kBlockSize - at % kBlockSize, size - done);
+    std::memcpy(out + done, blocks[at / kBlockSize].data() + at % kBlockSize, n);
+    done += n;
+  }
+}
+
+size_t FileContent::BlocksNeededForLand(uint64_t offset, const LandedBytes& landed) const {
+  if (landed.skip != offset % kBlockSize) return BlocksNeededForWrite(offset, landed.size);
+  size_t needed = 0;
+  for (uint64_t pos = offset, end = offset + landed.size; pos < end;) {
+    const size_t n =
+        static_cast<size_t>(std::min<uint64_t>(kBlockSize - pos % kBlockSize, end - pos));
+    if (n != kBlockSize) needed += BlocksNeededForWrite(pos, n);
+    pos += n;
+  }
+  return needed;
+}
+
+Status FileContent::Land(uint64_t offset, LandedBytes& landed, Reservation& reservation) {
+  const bool in_line = landed.skip == offset % kBlockSize;
+  // Pieces that end at a landed block's end or at the write's, and (in line) at a file block's.
+  for (size_t done = 0; done < landed.size;) {
+    const size_t at = landed.skip + done;
+    const size_t n = std::min(kBlockSize - at % kBlockSize, landed.size - done);
+    BlockRef& block = landed.blocks[at / kBlockSize];
+    const uint64_t pos = offset + done;
+    if (in_line && n == kBlockSize) {
+      sums_.Written(pos, block.data(), n);
+      blocks_.Put(pos / kBlockSize, std::move(block));
+      size_ = std::max(size_, pos + n);
+    } else {
+      Status st = Write(pos, block.data() + at % kBlockSize, n, reservation);
+      if (!st.ok()) return st;
+    }
+    done += n;
+  }
+  CatchUpSums();
+  return Status::Ok();
+}
+
 std::vector<ReadSegment> FileContent::Read(uint64_t offset, size_t length) const {
   std::vector<ReadSegment> out;
   if (offset >= size_) return out;

@@ -86,6 +86,16 @@ struct ReadData {
   std::string owned;  // Served from a string (control files, generated text, fill values).
 };
 
+// The bytes of a write read straight into blocks: byte i is at landed.skip + i of `blocks` laid
+// end to end (skip < kBlockSize).
+struct LandedBytes {
+  std::vector<BlockRef> blocks;
+  size_t skip = 0;
+  size_t size = 0;
+  // Copies the bytes to `out` (size bytes).
+  void CopyTo(char* out) const;
+};
+
 class FileContent {
  public:
   FileContent() = default;
@@ -121,6 +131,14 @@ class FileContent {
   // hold at least BlocksNeededForSplice. Fails only when a base file cannot be read.
   Status Splice(uint64_t offset, const FileContent& src, uint64_t length, Reservation& reservation);
   size_t BlocksNeededForSplice(uint64_t offset, const FileContent& src, uint64_t length) const;
+
+  // Puts the bytes of `landed` at `offset`. When they were read in line with the file's blocks
+  // (landed.skip == offset % kBlockSize), each block the write covers whole is taken from
+  // landed.blocks (no copy; null there after); the rest is copied into blocks from
+  // `reservation`, which must hold at least BlocksNeededForLand(offset, landed). Fails only when
+  // a base file cannot be read.
+  Status Land(uint64_t offset, LandedBytes& landed, Reservation& reservation);
+  size_t BlocksNeededForLand(uint64_t offset, const LandedBytes& landed) const;
 
   // Changes the size. Shrinking drops blocks and zeroes a partial tail, which may need one
   // block from `reservation` (when the tail block is shared); growing exposes zeros.

@@ -48,6 +48,8 @@ const Field kFields[] = {
      "Bytes of file versions summed (CRC32C) before they were flushed."},
     {"bytes_summed_at_flush", "ckptfs_summed_at_flush_bytes_total", Kind::kCounter,
      "Of the bytes summed, those read again at flush rather than summed as they were written."},
+    {"bytes_landed", "ckptfs_landed_bytes_total", Kind::kCounter,
+     "Bytes of writes their files took in the blocks they were read into (not copied)."},
     {"forked_writer_opens", "ckptfs_forked_writer_opens_total", Kind::kCounter,
      "Write-only opens served through the page cache: their writer's memory is forked."},
     {"bytes_read_back", "ckptfs_read_back_bytes_total", Kind::kCounter,

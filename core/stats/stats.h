@@ -30,6 +30,7 @@ struct Stats {
   // Write-only opens served through the page cache because their writer writes from memory it
   // shares copy-on-write with its parent (policy::WritesFromForkedMemory).
   std::atomic<uint64_t> forked_writer_opens{0};
+  std::atomic<uint64_t> bytes_landed{0};  // Written in blocks the file took as read (no copy).
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.

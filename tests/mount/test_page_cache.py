@@ -413,6 +413,39 @@ def smaps_anon_kib(pid):
     return int(fields["Anonymous"].split()[0]), int(fields["Pss_Anon"].split()[0])
 
 
+class WriteLandingTest(unittest.TestCase):
+    """The daemon reads each write request with its data landing in free blocks of its cache,
+    placed where the last write ended: the file takes the blocks a sequential writer's records
+    cover whole as they were read, without a copy (stats: bytes_landed)."""
+
+    def setUp(self):
+        require_fuse()
+
+    def test_a_sequential_writers_unaligned_records_land_in_the_blocks_its_file_keeps(self):
+        # Records at offsets out of line with the 16 KiB blocks, from page-aligned memory (as
+        # tensors' storage is): the kernel splits each into requests of whole pages.
+        sizes = (5673, 3 * MiB + 17, 100, 8 * MiB, 28 * 1024 + 3) * 4
+        memory = mmap.mmap(-1, max(sizes))
+        memory.write(os.urandom(max(sizes)))
+        data = b"".join(memory[:n] for n in sizes)
+        with CkptfsMount() as m:  # The default options.
+            before = m.stats()["bytes_landed"]
+            fd = os.open(m.path("shard"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            for n in sizes:
+                self.assertEqual(os.write(fd, memoryview(memory)[:n]), n)
+            os.close(fd)
+            landed = m.stats()["bytes_landed"] - before
+            # Threads already waiting for a request placed their blocks for an earlier write's
+            # end: the first requests after a change of phase are copied (60-80% landed here).
+            self.assertGreater(landed, len(data) // 3, "the records' blocks were copied")
+            self.assertLessEqual(landed, len(data))
+            with open(m.path("shard"), "rb") as f:
+                self.assertTrue(f.read() == data, "the file differs from what was written")
+            m.sync()
+            with open(m.bpath("shard"), "rb") as f:
+                self.assertTrue(f.read() == data, "the durable file differs")
+
+
 class ForkedWriterTest(unittest.TestCase):
     """A process forked from a parent that holds its memory (Megatron-core's torch_dist writer
     processes) writes pages it shares copy-on-write: a direct write would have the kernel unshare

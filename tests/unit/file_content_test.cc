@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "core_test_util.h"
 
@@ -26,6 +29,42 @@ class FileContentTest : public ::testing::Test {
     Reservation r = arena_.Reserve(needed);
     ASSERT_TRUE(c.Write(offset, bytes.data(), bytes.size(), r).ok());
     EXPECT_EQ(r.count(), 0u) << "BlocksNeededForWrite overestimated";
+  }
+  // Lands `bytes` at `offset` as a request read into fresh blocks `skip` bytes in would (in
+  // line with the file's blocks unless told), garbage around them. Returns how many of the
+  // landed blocks the content took.
+  size_t Land(FileContent& c, uint64_t offset, const std::string& bytes,
+              std::optional<size_t> skip = std::nullopt) {
+    LandedBytes landed;
+    landed.skip = skip.value_or(offset % kBlockSize);
+    landed.size = bytes.size();
+    const size_t count = (landed.skip + bytes.size() + kBlockSize - 1) / kBlockSize;
+    Reservation taken = arena_.Reserve(count);
+    std::vector<const char*> memory;
+    for (size_t i = 0; i < count; ++i) {
+      landed.blocks.push_back(taken.Take());
+      std::memset(landed.blocks.back().data(), '\xee', kBlockSize);
+      memory.push_back(landed.blocks.back().data());
+    }
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      const size_t at = landed.skip + i;
+      landed.blocks[at / kBlockSize].data()[at % kBlockSize] = bytes[i];
+    }
+    std::string copied(bytes.size(), '\0');
+    landed.CopyTo(copied.data());
+    EXPECT_EQ(copied, bytes) << "CopyTo";
+    size_t needed = c.BlocksNeededForLand(offset, landed);
+    Reservation r = arena_.Reserve(needed);
+    EXPECT_TRUE(c.Land(offset, landed, r).ok());
+    EXPECT_EQ(r.count(), 0u) << "BlocksNeededForLand overestimated";
+    size_t took = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (landed.blocks[i]) continue;
+      ++took;
+      const BlockRef* kept = c.blocks().Find(offset / kBlockSize + i);
+      EXPECT_TRUE(kept && kept->data() == memory[i]) << "a taken block is not where it belongs";
+    }
+    return took;
   }
   void Truncate(FileContent& c, uint64_t size) {
     Reservation r = arena_.Reserve(c.BlocksNeededForTruncate(size));
@@ -256,6 +295,37 @@ TEST_F(FileContentTest, SpliceSharesAlignedBlocksAndCopiesTheRest) {
   EXPECT_GT(dst.BlocksNeededForSplice(1, src, 2 * kBlockSize), 0u) << "unaligned: copied";
 }
 
+TEST_F(FileContentTest, LandedBlocksCoveredWholeAreTakenAndTheEdgesCopied) {
+  std::string base_bytes = Pattern(3, 5 * kBlockSize + 11);
+  FileContent c(Base(base_bytes), base_bytes.size());
+  std::string image = base_bytes;
+  const FileContent before = c;
+  // Aligned: every block taken.
+  std::string bytes = Pattern(4, 3 * kBlockSize);
+  EXPECT_EQ(Land(c, kBlockSize, bytes), 3u);
+  Put(image, kBlockSize, bytes);
+  ASSERT_TRUE(SameBytes(All(c), image));
+  // Unaligned, past the end: the whole blocks between the edges taken, the edges copied over
+  // the base and the garbage around the bytes never shown.
+  bytes = Pattern(5, 4 * kBlockSize + 300);
+  EXPECT_EQ(Land(c, 3 * kBlockSize + 100, bytes), 3u);
+  Put(image, 3 * kBlockSize + 100, bytes);
+  ASSERT_TRUE(SameBytes(All(c), image));
+  Truncate(c, c.size() + kBlockSize);
+  image.resize(image.size() + kBlockSize, '\0');
+  ASSERT_TRUE(SameBytes(All(c), image)) << "bytes past the end were not zero";
+  // Within one block: copied.
+  EXPECT_EQ(Land(c, 10, "small"), 0u);
+  Put(image, 10, "small");
+  ASSERT_TRUE(SameBytes(All(c), image));
+  // Read out of line with the file's blocks: all copied.
+  bytes = Pattern(6, 3 * kBlockSize + 5);
+  EXPECT_EQ(Land(c, 2 * kBlockSize + 7, bytes, /*skip=*/9), 0u);
+  Put(image, 2 * kBlockSize + 7, bytes);
+  ASSERT_TRUE(SameBytes(All(c), image));
+  ASSERT_TRUE(SameBytes(All(before), base_bytes)) << "a copy taken before changed";
+}
+
 TEST_F(FileContentTest, RandomOperationsMatchImage) {
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -268,8 +338,14 @@ TEST_F(FileContentTest, RandomOperationsMatchImage) {
       int op = rng() % 10;
       if (op < 6) {
         uint64_t off = rng() % (5 * kBlockSize);
-        std::string bytes = Pattern(seed * 1000 + step, 1 + rng() % (kBlockSize + 100));
-        Write(c, off, bytes);
+        std::string bytes = Pattern(seed * 1000 + step, 1 + rng() % (3 * kBlockSize + 100));
+        if (op < 2) {
+          Write(c, off, bytes);
+        } else if (op < 4) {
+          Land(c, off, bytes, rng() % kBlockSize);
+        } else {
+          Land(c, off, bytes);
+        }
         Put(image, off, bytes);
       } else if (op < 8) {
         uint64_t size = rng() % (5 * kBlockSize);

@@ -54,9 +54,10 @@ _TYPES = {
 }
 
 
-def differences(stats, keys=None, where=""):
+def differences(stats, keys=None, where="", older=False):
     """Every difference between `stats` and the schema's `keys` (the whole schema when None):
-    keys it lacks, keys the schema lacks, values of another type."""
+    keys it lacks (unless `older`: stats of an older build lack the keys added since), keys the
+    schema lacks, values of another type."""
     if keys is None:
         keys = load_schema()["keys"]
     out = []
@@ -69,26 +70,27 @@ def differences(stats, keys=None, where=""):
         if check is None or not check(value):
             out.append(f"{where}{key} is not of type {spec['type']}: {value!r}")
         elif spec["type"] == "object":
-            out += differences(value, spec["keys"], f"{where}{key}.")
+            out += differences(value, spec["keys"], f"{where}{key}.", older)
         elif spec["type"] == "objects":
             for item in value:
-                out += differences(item, spec["keys"], f"{where}{key}[].")
+                out += differences(item, spec["keys"], f"{where}{key}[].", older)
     for key, spec in keys.items():
-        if key not in stats and "when" not in spec:
+        if key not in stats and "when" not in spec and not older:
             out.append(f"{where}{key} is missing")
     return out
 
 
-def check_stats(stats):
+def check_stats(stats, older=False):
     """Returns `stats`; raises StatsMismatch naming every difference from the schema."""
-    found = differences(stats)
+    found = differences(stats, older=older)
     if found:
         raise StatsMismatch("the stats do not match core/stats/stats_schema.json: " + "; ".join(found))
     return stats
 
 
-def read_stats(path):
-    """The stats file at `path` (MOUNT/.ckptfs/stats), parsed and checked against the schema.
-    Read in one request: pieces read across an upgrade would come from two workers' texts."""
+def read_stats(path, older=False):
+    """The stats file at `path` (MOUNT/.ckptfs/stats), parsed and checked against the schema
+    (`older`: of an older build, which may lack keys). Read in one request: pieces read across an
+    upgrade would come from two workers' texts."""
     with open(path, "rb", buffering=0) as f:
-        return check_stats(json.loads(f.read(16 << 20)))
+        return check_stats(json.loads(f.read(16 << 20)), older)
