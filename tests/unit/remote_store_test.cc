@@ -439,6 +439,16 @@ void RecordStoredVersion(const std::string& path, const std::string& etag) {
   ASSERT_EQ(setxattr(path.c_str(), kStoredVersionAttr, record.data(), record.size(), 0), 0);
 }
 
+// Moves ckpt.tmp/ to ckpt/ through an uploader whose store copies objects of up to 5 MiB: what
+// its Stop (after `idle` without progress) leaves.
+Status MoveCopyingUpTo5MiB(UploaderSettings settings, Stats& stats, std::chrono::seconds idle) {
+  settings.max_copy_size = 5 << 20;
+  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
+  if (!uploader.ok()) return uploader.status();
+  (*uploader)->Move("ckpt.tmp", "ckpt");
+  return (*uploader)->Stop(idle);
+}
+
 TEST_F(UploadResumeTest, AnObjectOfARenamedDirectoryLargerThanTheStoreCopiesIsSentFromItsFile) {
   const std::string big = Pattern(12 << 20, 'g'), small = Pattern(4000, 's');
   Result<std::string> big_etag =
@@ -450,13 +460,8 @@ TEST_F(UploadResumeTest, AnObjectOfARenamedDirectoryLargerThanTheStoreCopiesIsSe
   Write("ckpt/big", big);
   Write("ckpt/small", small);
   RecordStoredVersion(root_ + "/ckpt/big", *big_etag);
-  UploaderSettings settings = Settings();
-  settings.max_copy_size = 5 << 20;
   Stats stats;
-  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
-  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
-  (*uploader)->Move("ckpt.tmp", "ckpt");
-  Status left = (*uploader)->Stop(std::chrono::seconds(30));
+  Status left = MoveCopyingUpTo5MiB(Settings(), stats, std::chrono::seconds(30));
   ASSERT_TRUE(left.ok()) << left.ToString();
   EXPECT_TRUE(OnStore("ckpt/big", big));
   EXPECT_TRUE(OnStore("ckpt/small", small));
@@ -486,14 +491,9 @@ TEST_F(UploadResumeTest, ALargeObjectOfARenamedDirectoryWhoseFileIsNotItsVersion
   ASSERT_EQ(setxattr((root_ + "/ckpt/big").c_str(), kRemotePlaceholderAttr, mark.data(),
                      mark.size(), 0),
             0);
-  UploaderSettings settings = Settings();
-  settings.max_copy_size = 5 << 20;
   Stats stats;
-  Result<std::unique_ptr<Uploader>> uploader = Uploader::Start(settings, stats);
-  ASSERT_TRUE(uploader.ok()) << uploader.status().ToString();
-  (*uploader)->Move("ckpt.tmp", "ckpt");
-  Status left = (*uploader)->Stop(std::chrono::seconds(3));
-  EXPECT_FALSE(left.ok()) << "the move was said done";
+  EXPECT_FALSE(MoveCopyingUpTo5MiB(Settings(), stats, std::chrono::seconds(3)).ok())
+      << "the move was said done";
   EXPECT_TRUE(OnStore("ckpt.tmp/big", big)) << "the only copy of the object was removed";
   EXPECT_TRUE(Absent("ckpt/big")) << "the placeholder's zeros were sent";
   EXPECT_EQ(stats.remote_bytes_uploaded.load(), 0u);
