@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -15,7 +14,7 @@
 namespace ckptfs {
 namespace {
 
-// What a WRITE carries before its payload.
+// What a WRITE carries before its payload (FUSE 7.9 and later).
 constexpr size_t kHeadBytes = sizeof(fuse_in_header) + sizeof(fuse_write_in);
 // Requests are landed when libfuse reads them with a buffer up to this large (its buffer is
 // max_write and a page): a thread holds at most this much ahead.
@@ -30,6 +29,7 @@ struct ThreadBlocks {
   LandedBytes landed;           // The last WRITE read, when `fresh`.
   const char* payload = nullptr;
   bool fresh = false;
+  size_t counted = 0;  // Counted as held ahead by the arena (all of `spare` at the last read).
 
   // Everything back to `spare`.
   void Recycle() {
@@ -50,26 +50,39 @@ struct Landing {
   std::atomic<size_t> next_skip{0};
 };
 
-Landing& L() {
+Landing& TheLanding() {
   static Landing* landing = new Landing();  // Never destroyed: threads may outlive statics.
   return *landing;
+}
+
+// Gives `t`'s blocks back (to the arena landing uses; none when there is none).
+void DropLocked(Landing& landing, ThreadBlocks& t) REQUIRES(landing.mu) {
+  if (landing.arena) landing.arena->CountHeldAhead(-static_cast<int64_t>(t.counted));
+  t.counted = 0;
+  t.landed.blocks.clear();
+  t.spare.clear();
+  t.fresh = false;
+}
+
+// Gives back every thread's blocks.
+void DropHeldBlocks(Landing& landing) REQUIRES(landing.mu) {
+  for (ThreadBlocks* t : landing.threads) DropLocked(landing, *t);
 }
 
 // The calling thread's blocks, registered at first use and given back when the thread ends.
 class ThreadSlot {
  public:
   ThreadSlot() {
-    Landing& landing = L();
+    Landing& landing = TheLanding();
     MutexLock lock(landing.mu);
     landing.threads.push_back(&blocks_);
   }
   ~ThreadSlot() {
-    Landing& landing = L();
+    Landing& landing = TheLanding();
     MutexLock lock(landing.mu);
     auto& all = landing.threads;
     all.erase(std::remove(all.begin(), all.end(), &blocks_), all.end());
-    blocks_.landed.blocks.clear();
-    blocks_.spare.clear();
+    DropLocked(landing, blocks_);
   }
   ThreadBlocks& blocks() { return blocks_; }
 
@@ -84,36 +97,23 @@ ThreadBlocks& Mine() {
 
 // Tops `spare` up to `count` blocks, if the arena has them free now.
 bool HoldBlocks(ThreadBlocks& mine, size_t count) {
-  if (mine.spare.size() >= count) return true;
+  Landing& landing = TheLanding();
+  MutexLock lock(landing.mu);
+  if (!landing.arena) return false;
   Reservation more;
-  {
-    Landing& landing = L();
-    MutexLock lock(landing.mu);
-    if (!landing.arena || !landing.arena->TryReserve(count - mine.spare.size(), &more, false)) {
-      return false;
-    }
-  }
+  const bool held = mine.spare.size() >= count ||
+                    landing.arena->TryReserve(count - mine.spare.size(), &more, false);
   while (more.count() > 0) mine.spare.push_back(more.Take());
-  return true;
-}
-
-}  // namespace
-
-namespace {
-
-// Gives back every thread's blocks.
-void DropHeldBlocks(Landing& landing) REQUIRES(landing.mu) {
-  for (ThreadBlocks* t : landing.threads) {
-    t->landed.blocks.clear();
-    t->spare.clear();
-    t->fresh = false;
-  }
+  landing.arena->CountHeldAhead(static_cast<int64_t>(mine.spare.size()) -
+                                static_cast<int64_t>(mine.counted));
+  mine.counted = mine.spare.size();
+  return held;
 }
 
 }  // namespace
 
 void StartWriteLanding(Arena& arena) {
-  Landing& landing = L();
+  Landing& landing = TheLanding();
   MutexLock lock(landing.mu);
   DropHeldBlocks(landing);
   landing.arena = &arena;
@@ -121,7 +121,7 @@ void StartWriteLanding(Arena& arena) {
 }
 
 void StopWriteLanding() {
-  Landing& landing = L();
+  Landing& landing = TheLanding();
   MutexLock lock(landing.mu);
   landing.on.store(false, std::memory_order_release);
   DropHeldBlocks(landing);
@@ -129,12 +129,12 @@ void StopWriteLanding() {
 }
 
 ssize_t ReadLandingWrites(int fd, void* buf, size_t len) {
-  if (!L().on.load(std::memory_order_acquire) || len <= kHeadBytes || len > kMaxLandedRead) {
+  if (!TheLanding().on.load(std::memory_order_acquire) || len <= kHeadBytes || len > kMaxLandedRead) {
     return ::read(fd, buf, len);
   }
   ThreadBlocks& mine = Mine();
   mine.Recycle();
-  const size_t skip = L().next_skip.load(std::memory_order_relaxed);
+  const size_t skip = TheLanding().next_skip.load(std::memory_order_relaxed);
   const size_t count = (skip + len - kHeadBytes + kBlockSize - 1) / kBlockSize;
   if (!HoldBlocks(mine, count)) return ::read(fd, buf, len);
   iovec pieces[kMaxPieces];
@@ -157,7 +157,7 @@ ssize_t ReadLandingWrites(int fd, void* buf, size_t len) {
     mine.spare.erase(mine.spare.begin(), mine.spare.begin() + used);
     mine.payload = static_cast<const char*>(buf) + kHeadBytes;
     mine.fresh = true;
-    L().next_skip.store((write->offset + write->size) % kBlockSize, std::memory_order_relaxed);
+    TheLanding().next_skip.store((write->offset + write->size) % kBlockSize, std::memory_order_relaxed);
     return n;
   }
   // Not a write that landed: its bytes go behind its head, as one read would have put them.
@@ -171,7 +171,7 @@ ssize_t ReadLandingWrites(int fd, void* buf, size_t len) {
 }
 
 LandedBytes* LandedPayload(const char* payload) {
-  if (!L().on.load(std::memory_order_acquire)) return nullptr;
+  if (!TheLanding().on.load(std::memory_order_acquire)) return nullptr;
   ThreadBlocks& mine = Mine();
   if (!mine.fresh || mine.payload != payload) return nullptr;
   mine.fresh = false;

@@ -56,7 +56,9 @@ std::string StatsReport::Json() const {
   double busy_s = static_cast<double>(stats.flush_busy_ns.load()) / 1e9;
   j["backend"] = flusher.backend_name();
   j["cache_size"] = config.cache_size;
-  j["memory_used"] = arena.used_blocks() * kBlockSize;
+  // What files hold: blocks held ahead to land writes in are free memory to them.
+  const size_t used = arena.used_blocks();
+  j["memory_used"] = (used - std::min(used, arena.held_ahead_blocks())) * kBlockSize;
   j["memory_mapped"] = arena.mapped_blocks() * kBlockSize;
   j["memory_prefaulted"] = arena.prefaulted_bytes();
   j["prefault_running"] = config.prefault && !arena.prefault_done();

@@ -151,6 +151,13 @@ class Arena {
 
   size_t capacity_blocks() const { return capacity_blocks_; }
   size_t used_blocks() const;      // Blocks held by files and reservations.
+  // Blocks taken ahead of use (the blocks serving threads land writes in, fs/write_landing.h):
+  // in used_blocks, but free memory as far as the files are concerned. Their holders count
+  // them here.
+  void CountHeldAhead(int64_t change) { held_ahead_.fetch_add(change, std::memory_order_relaxed); }
+  size_t held_ahead_blocks() const {
+    return static_cast<size_t>(std::max<int64_t>(0, held_ahead_.load(std::memory_order_relaxed)));
+  }
   size_t mapped_blocks() const;    // Blocks mapped so far (all of them after Prefault).
   size_t waiting_writers() const;  // Writers blocked in Reserve right now.
 
@@ -188,6 +195,7 @@ class Arena {
   std::atomic<bool> prefault_done_{false};
   std::atomic<uint64_t> prefaulted_{0};
   std::atomic<uint64_t> given_back_{0};
+  std::atomic<int64_t> held_ahead_{0};
 };
 
 }  // namespace ckptfs

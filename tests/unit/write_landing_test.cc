@@ -48,6 +48,7 @@ class WriteLandingTest : public ::testing::Test {
     close(fds_[0]);
     close(fds_[1]);
     EXPECT_EQ(arena_.used_blocks(), 0u) << "blocks held after the landing stopped";
+    EXPECT_EQ(arena_.held_ahead_blocks(), 0u);
   }
   // Queues `request` and reads it as the session would; the bytes read.
   ssize_t Serve(const std::string& request) {
@@ -74,6 +75,8 @@ TEST_F(WriteLandingTest, AWritesPayloadLandsInBlocksPlacedWhereTheLastWriteEnded
   ASSERT_EQ(Serve(request), static_cast<ssize_t>(request.size()));
   EXPECT_EQ(std::memcmp(buffer_.data(), request.data(), sizeof(fuse_in_header) + sizeof(fuse_write_in)), 0)
       << "the head is not where libfuse reads it";
+  EXPECT_EQ(arena_.held_ahead_blocks(), arena_.used_blocks())
+      << "the blocks held ahead are not counted as such";
   LandedBytes* landed = LandedPayload(Payload());
   ASSERT_NE(landed, nullptr);
   EXPECT_EQ(landed->skip, 0u);
