@@ -13,8 +13,8 @@
 #include "core/filesystem/filesystem.h"
 #include "fs/fatal_signal.h"
 #include "fs/forked_writer.h"
-#include "fs/write_landing.h"
 #include "fs/session_hooks.h"
+#include "fs/write_landing.h"
 
 namespace ckptfs {
 namespace {
@@ -355,8 +355,9 @@ void Write(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off,
   Guard(req, "write", [&] {
     Caller caller = CallerOf(req);
     caller.lock_owner = fi->lock_owner;
+    // A landed payload is not in `buf`; its size is the request's (ReadLandingWrites checks).
     LandedBytes* landed = LandedPayload(buf);
-    Result<size_t> r = landed && landed->size == size
+    Result<size_t> r = landed
                            ? Fs(req).Write(fi->fh, static_cast<uint64_t>(off), *landed, caller)
                            : Fs(req).Write(fi->fh, static_cast<uint64_t>(off), buf, size, caller);
     if (!r.ok()) {
