@@ -6,7 +6,9 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include "core/base/serve_policy.h"
 
@@ -89,19 +91,38 @@ inline bool WroteInSmallPieces(uint64_t requests, uint64_t bytes) {
 struct WriterProcess {
   // It was forked and did not exec since: its executable and command line are its parent's.
   bool forked_without_exec = false;
+  // Its parent is a fork server (IsForkServer): the writer built its state after the fork, and
+  // what it shares with the server is the server's modules, not the bytes it writes.
+  bool parent_is_fork_server = false;
   uint64_t anon_bytes = 0;         // Its anonymous memory mapped (RssAnon), shared or not.
   uint64_t parent_anon_bytes = 0;  // Its parent's.
 };
+
+// Whether a process is a fork server, from its command line (/proc/PID/cmdline: NUL-separated
+// arguments) and its parent's: Python multiprocessing's forkserver (which torch.multiprocessing
+// and launchers use to start workers), exec'd by its parent (its children carry the same command
+// line, and are not servers).
+inline bool IsForkServer(std::string_view cmdline, std::string_view parent_cmdline) {
+  constexpr std::string_view kServerMain = "from multiprocessing.forkserver import main;";
+  if (cmdline == parent_cmdline) return false;
+  for (size_t at = 0; at < cmdline.size();) {
+    const size_t end = std::min(cmdline.find('\0', at), cmdline.size());
+    if (cmdline.substr(at, end - at).starts_with(kServerMain)) return true;
+    at = end + 1;
+  }
+  return false;
+}
 
 // A writer this small writes from memory of its own whatever it shares.
 inline constexpr uint64_t kForkedWriterMinAnonBytes = 64ull << 20;
 
 // Whether the writer most likely writes from pages it shares copy-on-write with its parent, as
 // the processes Megatron-core's torch_dist writer forks for each save do: forked without exec
-// from a parent that holds at least half as much anonymous memory as it maps. A child of a
-// small fork server (multiprocessing's forkserver) that built its own state fails the test.
+// from a parent that holds at least half as much anonymous memory as it maps, and is no fork
+// server (a fork server's children, such as ranks started by one, write what they built).
 inline bool WritesFromForkedMemory(const WriterProcess& p) {
-  return p.forked_without_exec && p.anon_bytes >= kForkedWriterMinAnonBytes &&
+  return p.forked_without_exec && !p.parent_is_fork_server &&
+         p.anon_bytes >= kForkedWriterMinAnonBytes &&
          p.parent_anon_bytes * 2 >= p.anon_bytes;
 }
 

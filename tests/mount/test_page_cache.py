@@ -19,6 +19,7 @@ import time
 import unittest
 
 from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root
+from ckptfs_testing.workloads.ranks import rank_main, run_ranks
 
 PAGE = 4096
 MiB = 1 << 20
@@ -26,6 +27,23 @@ MiB = 1 << 20
 
 def pread_all(fd, size):
     return os.pread(fd, size, 0)
+
+
+def own_state(nbytes):
+    return bytes(range(256)) * (nbytes // 256)
+
+
+@rank_main
+def _write_own_state(rank, start_line, path, nbytes):
+    data = bytearray(own_state(nbytes))  # Built after the fork: this process's own memory.
+    start_line.wait()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        for at in range(0, len(data), 8 * MiB):
+            os.write(fd, view[at:at + 8 * MiB])
+    finally:
+        os.close(fd)
 
 
 class PageCacheTest(unittest.TestCase):
@@ -490,6 +508,16 @@ class ForkedWriterTest(unittest.TestCase):
             with open(m.bpath("shard"), "rb") as f:
                 self.assertTrue(f.read() == data, "the durable shard differs")
 
+
+    def test_a_rank_a_fork_server_started_writes_the_state_it_built_direct(self):
+        # The fork server holds torch (as the bench's and the tests' does): its child maps about
+        # as much anonymous memory as it, the sizes alone would call it a forked writer.
+        with CkptfsMount() as m:
+            before = m.stats()["forked_writer_opens"]
+            run_ranks(_write_own_state, 1, (m.path("rank0"), 128 * MiB))
+            self.assertEqual(m.stats()["forked_writer_opens"], before)
+            with open(m.path("rank0"), "rb") as f:
+                self.assertTrue(f.read() == own_state(128 * MiB), "the file differs")
 
     def test_a_forked_writer_of_a_name_last_written_in_small_pieces_writes_it_direct(self):
         data = bytearray(os.urandom(MiB)) * 128  # The parent's state, touched: its child is forked.

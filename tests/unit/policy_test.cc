@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -233,6 +234,24 @@ TEST(OpenModeTest, AWriterForkedFromAParentAsLargeAsItWritesFromForkedMemory) {
   p = {.forked_without_exec = true, .anon_bytes = kForkedWriterMinAnonBytes - 1,
        .parent_anon_bytes = kGiB};
   EXPECT_FALSE(WritesFromForkedMemory(p)) << "too small to matter";
+  p = megatron_writer;
+  p.parent_is_fork_server = true;
+  EXPECT_FALSE(WritesFromForkedMemory(p)) << "a fork server's child writes what it built";
+}
+
+TEST(OpenModeTest, AForkServerIsPythonsExecdByAnotherProgramNotItsChildren) {
+  using namespace std::string_view_literals;
+  const std::string_view server =
+      "/venv/bin/python\0-B\0-c\0from multiprocessing.forkserver import main; main(5, 7, "
+      "['__main__'], **{'sys_path': ['/tmp']})\0"sv;
+  const std::string_view launcher = "/venv/bin/python\0train.py\0--steps\0100\0"sv;
+  EXPECT_TRUE(IsForkServer(server, launcher));
+  EXPECT_FALSE(IsForkServer(server, server)) << "a rank the server forked, or its own child";
+  EXPECT_FALSE(IsForkServer(launcher, ""sv));
+  EXPECT_FALSE(IsForkServer("/venv/bin/python\0-c\0print('from multiprocessing.forkserver "
+                            "import main;')\0"sv, launcher))
+      << "the server's code must be the argument, not inside it";
+  EXPECT_FALSE(IsForkServer(""sv, launcher));
 }
 
 TEST(OpenModeTest, LargeReadsAreDirectOnlyWithDirectReadsAndTheFileWhole) {
