@@ -162,6 +162,7 @@ def targets(results, cache_size_bytes):
     """Issue 3's targets, measured in this run: [(name, measured, limit, op)], op one of "<=",
     ">=" and "ref" (a reference row that bounds what ckptfs can reach after a miss)."""
     t = (seq_targets(results) + first_save_targets(results) + small_writes_targets(results)
+         + forked_writer_targets(results)
          + zarr_dist_targets(results)
          + distopt_targets(results)
          + async_targets(results) + cold_load_targets(results)
@@ -201,6 +202,15 @@ def small_writes_targets(results):
     if not m:
         return []
     return [("dcp_small: ckptfs save <= 1.2x shm",
+             ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
+
+
+def forked_writer_targets(results):
+    """Megatron-core's torch_dist writers, forked from the ranks, write through the page cache."""
+    m = results.get("mcore_torch_dist", {}).get("median")
+    if not m:
+        return []
+    return [("mcore_torch_dist: ckptfs save <= 1.2x shm (forked writers)",
              ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
 
 
