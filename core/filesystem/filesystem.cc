@@ -648,11 +648,7 @@ Result<size_t> Filesystem::Write(uint64_t handle, uint64_t offset, LandedBytes& 
                                  const Caller& c) {
   Handle* found = handles_.Find(handle);
   if (!found) return UnknownHandle(handle);
-  if (SpecialFile* special = found->special()) {
-    std::string bytes(landed.size, '\0');
-    landed.CopyTo(bytes.data());
-    return special->Write(bytes);
-  }
+  if (SpecialFile* special = found->special()) return special->Write(landed.Copied());
   return files_.Write(*found->file(), offset, landed, c);
 }
 

@@ -400,8 +400,7 @@ Result<size_t> OpenFiles::WriteBytes(FileHandle& h, uint64_t offset, const char*
   // A virtual chunk's bytes land in the real chunk's blocks out of line: copied as they are.
   std::string copied;
   if (landed && view) {
-    copied.resize(landed->size);
-    landed->CopyTo(copied.data());
+    copied = landed->Copied();
     data = copied.data();
     landed = nullptr;
   }
@@ -414,13 +413,13 @@ Result<size_t> OpenFiles::WriteBytes(FileHandle& h, uint64_t offset, const char*
                            : inode->content.BlocksNeededForWrite(target_offset, target_size);
     if (reservation.count() >= needed ||
         arena_.TryReserve(needed, &reservation, /*reclaim=*/false)) {
-      Status st = landed ? inode->content.Land(target_offset, *landed, reservation)
-                         : inode->content.Write(target_offset, data, target_size, reservation);
-      if (!st.ok()) return st;
       if (landed) {
-        const auto taken = std::count_if(landed->blocks.begin(), landed->blocks.end(),
-                                         [](const BlockRef& b) { return !b; });
-        stats_.bytes_landed += static_cast<uint64_t>(taken) * kBlockSize;
+        Result<size_t> taken = inode->content.Land(target_offset, *landed, reservation);
+        if (!taken.ok()) return taken.status();
+        stats_.bytes_landed += uint64_t{*taken} * kBlockSize;
+      } else if (Status st = inode->content.Write(target_offset, data, target_size, reservation);
+                 !st.ok()) {
+        return st;
       }
       if (!view) kernel_state_.RecordWriteLocked(*inode, target_offset, target_size);
       break;

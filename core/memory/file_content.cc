@@ -142,6 +142,12 @@ void LandedBytes::CopyTo(char* out) const {
   }
 }
 
+std::string LandedBytes::Copied() const {
+  std::string bytes(size, '\0');
+  CopyTo(bytes.data());
+  return bytes;
+}
+
 size_t FileContent::BlocksNeededForLand(uint64_t offset, const LandedBytes& landed) const {
   if (landed.skip != offset % kBlockSize) return BlocksNeededForWrite(offset, landed.size);
   size_t needed = 0;
@@ -154,8 +160,10 @@ size_t FileContent::BlocksNeededForLand(uint64_t offset, const LandedBytes& land
   return needed;
 }
 
-Status FileContent::Land(uint64_t offset, LandedBytes& landed, Reservation& reservation) {
+Result<size_t> FileContent::Land(uint64_t offset, LandedBytes& landed,
+                                 Reservation& reservation) {
   const bool in_line = landed.skip == offset % kBlockSize;
+  size_t taken = 0;
   // Pieces that end at a landed block's end or at the write's, and (in line) at a file block's.
   for (size_t done = 0; done < landed.size;) {
     const size_t at = landed.skip + done;
@@ -166,6 +174,7 @@ Status FileContent::Land(uint64_t offset, LandedBytes& landed, Reservation& rese
       sums_.Written(pos, block.data(), n);
       blocks_.Put(pos / kBlockSize, std::move(block));
       size_ = std::max(size_, pos + n);
+      ++taken;
     } else {
       Status st = Write(pos, block.data() + at % kBlockSize, n, reservation);
       if (!st.ok()) return st;
@@ -173,7 +182,7 @@ Status FileContent::Land(uint64_t offset, LandedBytes& landed, Reservation& rese
     done += n;
   }
   CatchUpSums();
-  return Status::Ok();
+  return taken;
 }
 
 std::vector<ReadSegment> FileContent::Read(uint64_t offset, size_t length) const {

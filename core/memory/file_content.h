@@ -94,6 +94,8 @@ struct LandedBytes {
   size_t size = 0;
   // Copies the bytes to `out` (size bytes).
   void CopyTo(char* out) const;
+  // The bytes, copied out (for those written out of line: a special file, a virtual chunk).
+  std::string Copied() const;
 };
 
 class FileContent {
@@ -135,9 +137,9 @@ class FileContent {
   // Puts the bytes of `landed` at `offset`. When they were read in line with the file's blocks
   // (landed.skip == offset % kBlockSize), each block the write covers whole is taken from
   // landed.blocks (no copy; null there after); the rest is copied into blocks from
-  // `reservation`, which must hold at least BlocksNeededForLand(offset, landed). Fails only when
-  // a base file cannot be read.
-  Status Land(uint64_t offset, LandedBytes& landed, Reservation& reservation);
+  // `reservation`, which must hold at least BlocksNeededForLand(offset, landed). Returns how many
+  // blocks it took. Fails only when a base file cannot be read.
+  Result<size_t> Land(uint64_t offset, LandedBytes& landed, Reservation& reservation);
   size_t BlocksNeededForLand(uint64_t offset, const LandedBytes& landed) const;
 
   // Changes the size. Shrinking drops blocks and zeroes a partial tail, which may need one

@@ -50,12 +50,11 @@ class FileContentTest : public ::testing::Test {
       const size_t at = landed.skip + i;
       landed.blocks[at / kBlockSize].data()[at % kBlockSize] = bytes[i];
     }
-    std::string copied(bytes.size(), '\0');
-    landed.CopyTo(copied.data());
-    EXPECT_EQ(copied, bytes) << "CopyTo";
+    EXPECT_EQ(landed.Copied(), bytes) << "Copied";
     size_t needed = c.BlocksNeededForLand(offset, landed);
     Reservation r = arena_.Reserve(needed);
-    EXPECT_TRUE(c.Land(offset, landed, r).ok());
+    Result<size_t> reported = c.Land(offset, landed, r);
+    EXPECT_TRUE(reported.ok());
     EXPECT_EQ(r.count(), 0u) << "BlocksNeededForLand overestimated";
     size_t took = 0;
     for (size_t i = 0; i < count; ++i) {
@@ -64,6 +63,7 @@ class FileContentTest : public ::testing::Test {
       const BlockRef* kept = c.blocks().Find(offset / kBlockSize + i);
       EXPECT_TRUE(kept && kept->data() == memory[i]) << "a taken block is not where it belongs";
     }
+    EXPECT_EQ(reported.ok() ? *reported : 0, took) << "Land's count";
     return took;
   }
   void Truncate(FileContent& c, uint64_t size) {

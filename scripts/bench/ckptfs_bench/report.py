@@ -162,7 +162,7 @@ def targets(results, cache_size_bytes):
     """Issue 3's targets, measured in this run: [(name, measured, limit, op)], op one of "<=",
     ">=" and "ref" (a reference row that bounds what ckptfs can reach after a miss)."""
     t = (seq_targets(results) + first_save_targets(results) + small_writes_targets(results)
-         + forked_writer_targets(results)
+         + forked_writer_targets(results) + small_load_targets(results)
          + zarr_dist_targets(results)
          + distopt_targets(results)
          + async_targets(results) + cold_load_targets(results)
@@ -212,6 +212,15 @@ def forked_writer_targets(results):
         return []
     return [("mcore_torch_dist: ckptfs save <= 1.2x shm (forked writers)",
              ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
+
+
+def small_load_targets(results):
+    """Many small files loaded again (the kernel's caches warm) against the plain directory."""
+    m = results.get("small", {}).get("median")
+    if not m:
+        return []
+    return [("small: warm load <= 3x plain's",
+             ratio(m.get("ckptfs", {}).get("load_warm"), m.get("plain", {}).get("load_warm")), 3.0)]
 
 
 def first_save_targets(results):
