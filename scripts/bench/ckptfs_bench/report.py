@@ -161,8 +161,7 @@ def distopt_section(results):
 def targets(results, cache_size_bytes):
     """Issue 3's targets, measured in this run: [(name, measured, limit, op)], op one of "<=",
     ">=" and "ref" (a reference row that bounds what ckptfs can reach after a miss)."""
-    t = (seq_targets(results) + first_save_targets(results) + small_writes_targets(results)
-         + forked_writer_targets(results) + small_load_targets(results)
+    t = (seq_targets(results) + first_save_targets(results) + ratio_targets(results)
          + zarr_dist_targets(results)
          + distopt_targets(results)
          + async_targets(results) + cold_load_targets(results)
@@ -197,30 +196,24 @@ def replication_targets(results):
              ratio(m["ckptfs3r"].get("save"), m.get("ckptfs3", {}).get("save")), 1.1)]
 
 
-def small_writes_targets(results):
-    m = results.get("dcp_small", {}).get("median")
-    if not m:
-        return []
-    return [("dcp_small: ckptfs save <= 1.2x shm",
-             ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
+# Issue 39's single ratios: (workload, what, ckptfs's measure, contender, its measure, limit).
+RATIO_TARGETS = (
+    ("dcp_small", "ckptfs save <= 1.2x shm", "save", "shm", "save", 1.2),
+    # Megatron-core's torch_dist writers, forked from the ranks, write through the page cache.
+    ("mcore_torch_dist", "ckptfs save <= 1.2x shm (forked writers)", "save", "shm", "save", 1.2),
+    # Many small files loaded again, the kernel's caches warm.
+    ("small", "warm load <= 3x plain's", "load_warm", "plain", "load_warm", 3.0),
+)
 
 
-def forked_writer_targets(results):
-    """Megatron-core's torch_dist writers, forked from the ranks, write through the page cache."""
-    m = results.get("mcore_torch_dist", {}).get("median")
-    if not m:
-        return []
-    return [("mcore_torch_dist: ckptfs save <= 1.2x shm (forked writers)",
-             ratio(m.get("ckptfs", {}).get("save"), m.get("shm", {}).get("save")), 1.2)]
-
-
-def small_load_targets(results):
-    """Many small files loaded again (the kernel's caches warm) against the plain directory."""
-    m = results.get("small", {}).get("median")
-    if not m:
-        return []
-    return [("small: warm load <= 3x plain's",
-             ratio(m.get("ckptfs", {}).get("load_warm"), m.get("plain", {}).get("load_warm")), 3.0)]
+def ratio_targets(results):
+    t = []
+    for name, what, measure, contender, theirs, limit in RATIO_TARGETS:
+        m = results.get(name, {}).get("median")
+        if m:
+            t.append((f"{name}: {what}",
+                      ratio(m.get("ckptfs", {}).get(measure), m.get(contender, {}).get(theirs)), limit))
+    return t
 
 
 def first_save_targets(results):
