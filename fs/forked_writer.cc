@@ -30,16 +30,20 @@ std::optional<policy::WriterProcess> ReadWriterProcess(pid_t tid) {
   const std::optional<std::string> parent_exe = ProcExecutable(parent);
   const std::optional<std::string> cmdline = ReadProcFile(process, "cmdline");
   const std::optional<std::string> parent_cmdline = ReadProcFile(parent, "cmdline");
-  const std::optional<uint64_t> grandparent =
-      parent_status ? ProcStatusField(*parent_status, "PPid") : std::nullopt;
-  const std::optional<std::string> grandparent_cmdline =
-      grandparent && *grandparent > 0 ? ReadProcFile(static_cast<pid_t>(*grandparent), "cmdline")
-                                      : std::nullopt;
+  const bool forked = exe && parent_exe && *exe == *parent_exe && cmdline && parent_cmdline &&
+                      *cmdline == *parent_cmdline;
+  // Whether the parent is a fork server matters, and is read, only for a forked writer.
+  bool parent_is_fork_server = false;
+  if (forked) {
+    const std::optional<uint64_t> grandparent = ProcStatusField(*parent_status, "PPid");
+    const std::optional<std::string> grandparent_cmdline =
+        grandparent && *grandparent > 0 ? ReadProcFile(static_cast<pid_t>(*grandparent), "cmdline")
+                                        : std::nullopt;
+    parent_is_fork_server = policy::IsForkServer(*parent_cmdline, grandparent_cmdline.value_or(""));
+  }
   return policy::WriterProcess{
-      .forked_without_exec = exe && parent_exe && *exe == *parent_exe && cmdline &&
-                             parent_cmdline && *cmdline == *parent_cmdline,
-      .parent_is_fork_server = parent_cmdline && policy::IsForkServer(*parent_cmdline,
-                                                                      grandparent_cmdline.value_or("")),
+      .forked_without_exec = forked,
+      .parent_is_fork_server = parent_is_fork_server,
       .anon_bytes = *anon_kib << 10,
       .parent_anon_bytes = *parent_anon_kib << 10,
   };
