@@ -49,7 +49,8 @@ OpenFiles::OpenFiles(const Parts& parts)
       handles_(parts.handles),
       kernel_state_(parts.kernel_state),
       reclaimer_(parts.reclaimer),
-      verify_reads_(parts.verify_reads) {}
+      verify_reads_(parts.verify_reads),
+      sibling_read_ahead_(parts.env, parts.stats.files_read_ahead, policy::kBackingReadMinBytes) {}
 
 void OpenFiles::WaitPassthroughReleased(uint64_t ino) {
   if (!open_backing_) return;  // Passthrough is off: no handle to wait for.
@@ -223,10 +224,19 @@ OpenFile OpenFiles::OpenHandleLocked(std::unique_ptr<Handle> h, bool may_bypass,
   }
   inode->open_handles++;
   ilock.Unlock();
+  if (choice.fill_page_cache || choice.prefetch) ReadAheadSiblingsLocked(*inode);
   Handle& opened = *h;
   out.handle = handles_.AddLocked(std::move(h));
   kernel_state_.RecordHandleLocked(opened);
   return out;
+}
+
+void OpenFiles::ReadAheadSiblingsLocked(const Inode& inode) {
+  if (inode.names.empty()) return;
+  const Inode::Name& name = *inode.names.begin();
+  if (std::shared_ptr<BackingFile> dir = name.parent->BackingDir()) {
+    sibling_read_ahead_.Opened(std::move(dir), name.name);
+  }
 }
 
 OpenFiles::ReadAhead OpenFiles::ReadAheadLocked(FileHandle& h, uint64_t offset, size_t size) {

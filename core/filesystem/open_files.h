@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/backing/sibling_read_ahead.h"
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/filesystem/handle_table.h"
@@ -165,6 +166,9 @@ class OpenFiles {
   void CloseOneLocked(const InodeRef& inode) REQUIRES(ns_lock);
   // Whether the last file named as `inode` is closed on this mount was written in small pieces.
   bool SmallWritesBeforeLocked(const Inode& inode) REQUIRES(ns_lock);
+  // Hands the name of `inode` (a small file an open reads whole from its backing file) to the
+  // sibling read-ahead.
+  void ReadAheadSiblingsLocked(const Inode& inode) REQUIRES(ns_lock);
   // Remembers, by its name, whether handle `h` wrote its file in small pieces (when it sent
   // enough write requests to tell).
   void RememberWritePiecesLocked(FileHandle& h) REQUIRES(ns_lock);
@@ -191,6 +195,9 @@ class OpenFiles {
   // whether the last file of that name closed was written in small pieces. At most
   // kMaxRememberedNames, forgotten all at once.
   std::unordered_map<std::string, bool> written_in_small_pieces_ GUARDED_BY(ns_lock);
+  // Small files read whole from the backing store: the next ones of their directory are read
+  // ahead (declared last: its thread stops first).
+  SiblingReadAhead sibling_read_ahead_;
 };
 
 }  // namespace ckptfs

@@ -25,6 +25,7 @@ constexpr std::pair<const char*, std::atomic<uint64_t> Stats::*> kCounters[] = {
     {"bytes_verified_for_reads", &Stats::bytes_verified_for_reads},
     {"forked_writer_opens", &Stats::forked_writer_opens},
     {"bytes_landed", &Stats::bytes_landed},
+    {"files_read_ahead", &Stats::files_read_ahead},
     {"versions_skipped", &Stats::versions_skipped},
     {"flush_batches", &Stats::flush_batches},
     {"flush_errors", &Stats::flush_errors},

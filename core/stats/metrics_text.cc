@@ -52,6 +52,8 @@ const Field kFields[] = {
      "Bytes of writes their files took in the blocks they were read into (not copied)."},
     {"forked_writer_opens", "ckptfs_forked_writer_opens_total", Kind::kCounter,
      "Write-only opens served through the page cache: their writer's memory is forked."},
+    {"files_read_ahead", "ckptfs_read_ahead_files_total", Kind::kCounter,
+     "Small backing files read ahead of a loader going through their directory in order."},
     {"bytes_read_back", "ckptfs_read_back_bytes_total", Kind::kCounter,
      "Bytes read back from the backing store and checked before publication (verify=markers)."},
     {"checksum_mismatches", "ckptfs_checksum_mismatches_total", Kind::kCounter,

@@ -31,6 +31,9 @@ struct Stats {
   // shares copy-on-write with its parent (policy::WritesFromForkedMemory).
   std::atomic<uint64_t> forked_writer_opens{0};
   std::atomic<uint64_t> bytes_landed{0};  // Written in blocks the file took as read (no copy).
+  // Small backing files read ahead of a loader going through their directory
+  // (core/backing/sibling_read_ahead.h).
+  std::atomic<uint64_t> files_read_ahead{0};
   std::atomic<uint64_t> commits_published{0};  // Shared mode: markers published after a commit.
   std::atomic<uint64_t> commits_failed{0};     // Markers whose commit failed: never published.
   std::atomic<uint64_t> versions_skipped{0};  // Superseded before they were flushed.

@@ -18,6 +18,7 @@ import os
 import time
 import unittest
 
+from ckptfs_testing.ckptfs_daemon import wait_for
 from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root
 from ckptfs_testing.workloads.ranks import rank_main, run_ranks
 
@@ -338,6 +339,47 @@ class SmallFileRequestsTest(unittest.TestCase):
             self.assertEqual(load(paths), {m.path(n): data for n, data in files.items()})
             again = counter.since()
             self.assertGreaterEqual(again["lookup"], self.COUNT, again)
+
+
+class SiblingReadAheadTest(unittest.TestCase):
+    """A loader that opens a directory's small durable files in name order has the next ones read
+    from the device ahead of it (core/backing/sibling_read_ahead.h); opened out of order, none
+    are. Under the default options."""
+
+    COUNT = 60
+
+    def setUp(self):
+        require_fuse()
+
+    def cold(self, m, files):
+        """Drops the backing files' pages, as after a restart."""
+        for name in files:
+            evict(os.path.join(m.backing, name))
+
+    def test_files_opened_in_name_order_have_the_next_ones_read_ahead(self):
+        files = {f"f{i:03d}.bin": os.urandom(3000 + 101 * i) for i in range(self.COUNT)}
+        with remounted(files) as m:
+            self.cold(m, files)
+            names = sorted(files)
+            self.assertEqual(load([m.path(n) for n in names]),
+                             {m.path(n): files[n] for n in names})
+            # The first open places the loader; the second reads a window ahead; each later one
+            # the next file after the window.
+            wait_for(lambda: m.stats()["files_read_ahead"] == self.COUNT - 2, 20,
+                     f"{self.COUNT - 2} files read ahead")
+
+    def test_files_opened_out_of_order_have_none_read_ahead(self):
+        files = {f"f{i:03d}.bin": os.urandom(3000 + 101 * i) for i in range(self.COUNT)}
+        with remounted(files) as m:
+            self.cold(m, files)
+            names = sorted(files, reverse=True)
+            self.assertEqual(load([m.path(n) for n in names]),
+                             {m.path(n): files[n] for n in names})
+            self.assertEqual(load([m.path("f005.bin"), m.path("f030.bin")]),
+                             {m.path("f005.bin"): files["f005.bin"],
+                              m.path("f030.bin"): files["f030.bin"]})
+            time.sleep(0.5)  # The read-ahead's thread acts on each open after it returned.
+            self.assertEqual(m.stats()["files_read_ahead"], 0)
 
 
 class SmallFileFillTest(unittest.TestCase):
