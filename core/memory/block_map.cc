@@ -5,9 +5,8 @@ namespace ckptfs {
 const BlockRef* BlockMap::Find(uint64_t index) const {
   auto it = segments_.find(index / kSegmentBlocks);
   if (it == segments_.end()) return nullptr;
-  const std::vector<BlockRef>& slots = it->second.get()->slots;
-  const uint64_t slot = index % kSegmentBlocks;
-  return slot < slots.size() && slots[slot] ? &slots[slot] : nullptr;
+  const BlockRef& block = it->second.get()->slots[index % kSegmentBlocks];
+  return block ? &block : nullptr;
 }
 
 BlockRef* BlockMap::FindMutable(uint64_t index) {
@@ -18,15 +17,13 @@ BlockRef* BlockMap::FindMutable(uint64_t index) {
 bool BlockMap::WritableInPlace(uint64_t index) const {
   auto it = segments_.find(index / kSegmentBlocks);
   if (it == segments_.end() || it->second.shared()) return false;
-  const BlockRef* block = Find(index);
-  return block && !block->shared();
+  const BlockRef& block = it->second.get()->slots[index % kSegmentBlocks];
+  return block && !block.shared();
 }
 
 BlockRef& BlockMap::Put(uint64_t index, BlockRef block) {
   Segment& seg = MutableSegment(index / kSegmentBlocks);
-  const uint64_t at = index % kSegmentBlocks;
-  if (at >= seg.slots.size()) seg.slots.resize(at + 1);
-  BlockRef& slot = seg.slots[at];
+  BlockRef& slot = seg.slots[index % kSegmentBlocks];
   if (!slot) {
     ++seg.count;
     ++size_;
@@ -57,10 +54,7 @@ void BlockMap::EraseFrom(uint64_t first) {
     }
     return;
   }
-  auto it = segments_.find(key);
-  if (it == segments_.end()) return;
-  const uint64_t end = key * kSegmentBlocks + it->second.get()->slots.size();
-  for (uint64_t index = first; index < end; ++index) Erase(index);
+  for (uint64_t index = first; index < (key + 1) * kSegmentBlocks; ++index) Erase(index);
 }
 
 void BlockMap::Clear() {

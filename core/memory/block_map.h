@@ -2,19 +2,17 @@
 // segments of kSegmentBlocks that copies of the map share until one of them changes: copying the
 // map of an n-block file costs about n / kSegmentBlocks, and the first change to a segment after
 // a copy clones that segment alone. Snapshots of a large file that is changed and sealed over
-// and over (a zarr chunk filled piece by piece) stay cheap that way. A segment holds slots up to
-// the last it was given (growing as a vector does): a small file's map costs a few words, not
-// kSegmentBlocks slots.
+// and over (a zarr chunk filled piece by piece) stay cheap that way.
 //
 // A block held by a segment that is shared must not be written in place: WritableInPlace says
 // whether one may be.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <utility>
-#include <vector>
 
 #include "core/memory/arena.h"
 
@@ -26,7 +24,7 @@ class BlockMap {
 
  private:
   struct Segment {
-    std::vector<BlockRef> slots;    // At most kSegmentBlocks.
+    std::array<BlockRef, kSegmentBlocks> slots;
     size_t count = 0;               // Slots holding a block.
     std::atomic<uint32_t> refs{1};  // Maps holding this segment.
   };
@@ -63,12 +61,6 @@ class BlockMap {
   void EraseFrom(uint64_t first);
   void Clear();
   size_t size() const { return size_; }
-  // Slots the segments of this map hold, with a block or empty (what the map's memory grows with).
-  size_t SlotsHeld() const {
-    size_t held = 0;
-    for (const auto& [key, seg] : segments_) held += seg.get()->slots.size();
-    return held;
-  }
 
   // Visits (index, block) in index order.
   class Iterator {
@@ -94,9 +86,8 @@ class BlockMap {
     }
     void SkipEmpty() {
       for (; seg_ != end_; ++seg_, slot_ = 0) {
-        const std::vector<BlockRef>& slots = seg_->second.get()->slots;
-        while (slot_ < slots.size() && !slots[slot_]) ++slot_;
-        if (slot_ < slots.size()) return;
+        while (slot_ < kSegmentBlocks && !seg_->second.get()->slots[slot_]) ++slot_;
+        if (slot_ < kSegmentBlocks) return;
       }
     }
     Segments::const_iterator seg_, end_;

@@ -99,26 +99,5 @@ TEST_F(BlockMapTest, ClearAndEraseOfMissingBlocks) {
   EXPECT_EQ(m.Find(1), nullptr);
 }
 
-TEST_F(BlockMapTest, ASmallFilesMapHoldsOnlyTheSlotsItUses) {
-  BlockMap m;
-  m.Put(0, Block('a'));
-  EXPECT_EQ(m.SlotsHeld(), 1u);
-  m.Put(5, Block('b'));
-  EXPECT_EQ(m.SlotsHeld(), 6u);
-  EXPECT_EQ(m.Find(6), nullptr);
-  EXPECT_EQ(m.Find(kSeg - 1), nullptr);
-  EXPECT_EQ(m.FindMutable(kSeg - 1), nullptr);
-  EXPECT_FALSE(m.WritableInPlace(kSeg - 1));
-  m.Erase(kSeg - 1);
-  m.EraseFrom(7);
-  EXPECT_EQ(Contents(m), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {5, 'b'}}));
-  BlockMap snapshot = m;
-  m.Put(2, Block('c'));  // Clones the shared segment: the snapshot keeps its two blocks.
-  EXPECT_EQ(Contents(snapshot), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {5, 'b'}}));
-  m.EraseFrom(3);
-  EXPECT_EQ(Contents(m), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {2, 'c'}}));
-  EXPECT_EQ(m.size(), 2u);
-}
-
 }  // namespace
 }  // namespace ckptfs
