@@ -10,15 +10,15 @@ namespace ckptfs {
 namespace {
 
 constexpr size_t kMaxQueuedOpens = 1024;  // More are dropped: a hint may be lost.
-// Names held in all listings together; one directory may hold a quarter of them.
-constexpr size_t kMaxListedNames = 1u << 20;
-constexpr size_t kMaxDirectoryNames = kMaxListedNames / 4;
 
 }  // namespace
 
 SiblingReadAhead::SiblingReadAhead(Env& env, std::atomic<uint64_t>& files_read_ahead,
-                                   uint64_t max_file_bytes)
-    : env_(env), files_read_ahead_(files_read_ahead), max_file_bytes_(max_file_bytes) {}
+                                   uint64_t max_file_bytes, SiblingListingLimits limits)
+    : env_(env),
+      files_read_ahead_(files_read_ahead),
+      max_file_bytes_(max_file_bytes),
+      limits_(limits) {}
 
 SiblingReadAhead::~SiblingReadAhead() {
   {
@@ -81,6 +81,7 @@ SiblingReadAhead::Listing* SiblingReadAhead::ListingOf(const std::shared_ptr<Bac
   auto found = listings_.find(dir.get());
   if (found != listings_.end()) {
     Listing& held = found->second;
+    if (held.too_many_names) return nullptr;
     if (std::binary_search(held.names.begin(), held.names.end(), name) ||
         now - held.listed_at < policy::kSiblingListAgainAfter) {
       return &held;
@@ -105,8 +106,11 @@ SiblingReadAhead::Listing* SiblingReadAhead::ListingOf(const std::shared_ptr<Bac
     listed_names_ -= held.names.size();
     listings_.erase(found);
   }
-  if (!names.ok() || names->size() > kMaxDirectoryNames) return nullptr;
-  while (!listings_.empty() && listed_names_ + names->size() > kMaxListedNames) {
+  if (!names.ok()) return nullptr;
+  const bool too_many_names = names->size() > limits_.directory_names;
+  if (too_many_names) names->clear();
+  while (!listings_.empty() && (listings_.size() >= limits_.directories ||
+                                listed_names_ + names->size() > limits_.names)) {
     auto oldest = std::min_element(listings_.begin(), listings_.end(), [](const auto& a,
                                                                           const auto& b) {
       return a.second.used < b.second.used;
@@ -120,6 +124,9 @@ SiblingReadAhead::Listing* SiblingReadAhead::ListingOf(const std::shared_ptr<Bac
   made.dir = dir;
   made.names = std::move(*names);
   made.listed_at = now;
+  made.used = acted_;
+  made.too_many_names = too_many_names;
+  if (too_many_names) return nullptr;
   const auto index_of = [&](const std::string& at) {
     return static_cast<size_t>(std::lower_bound(made.names.begin(), made.names.end(), at) -
                                made.names.begin());

@@ -8,7 +8,8 @@
 //
 // Only a hint: names that are gone, not regular files, or larger than a page-cache fill are
 // skipped; nothing the mount shows depends on it. Bounded: a window of files per directory,
-// a queue of opens, and a number of directory listings held.
+// a queue of opens, and the directory listings held (their number and names in all; a
+// directory too large is never read ahead).
 //
 // Thread-safe: any thread may call Opened.
 #pragma once
@@ -69,11 +70,21 @@ inline std::pair<size_t, size_t> SiblingsToReadAhead(SiblingCursor& cursor, size
 
 }  // namespace policy
 
+// The directory listings a SiblingReadAhead holds: their number (each keeps its directory's
+// descriptor open) and their names in all; a directory of more than `directory_names` is never
+// read ahead (nor listed again).
+struct SiblingListingLimits {
+  size_t directories = 256;
+  size_t names = 1u << 20;
+  size_t directory_names = 1u << 18;
+};
+
 class SiblingReadAhead {
  public:
   // Reads ahead files of up to `max_file_bytes` through `env`, counting them in `files_read_ahead`.
   // Both must outlive it.
-  SiblingReadAhead(Env& env, std::atomic<uint64_t>& files_read_ahead, uint64_t max_file_bytes);
+  SiblingReadAhead(Env& env, std::atomic<uint64_t>& files_read_ahead, uint64_t max_file_bytes,
+                   SiblingListingLimits limits = {});
   ~SiblingReadAhead();  // Stops the thread; what is queued is dropped.
   SiblingReadAhead(const SiblingReadAhead&) = delete;
   SiblingReadAhead& operator=(const SiblingReadAhead&) = delete;
@@ -95,6 +106,7 @@ class SiblingReadAhead {
     policy::SiblingCursor cursor;
     uint64_t used = 0;                 // When it was last used (a count of opens acted on).
     std::chrono::steady_clock::time_point listed_at;
+    bool too_many_names = false;  // Not read ahead; `names` is empty.
   };
   void Run() EXCLUDES(mu_);
   void ActOn(const Open& open);
@@ -108,6 +120,7 @@ class SiblingReadAhead {
   Env& env_;
   std::atomic<uint64_t>& files_read_ahead_;
   const uint64_t max_file_bytes_;
+  const SiblingListingLimits limits_;
   // Used by the thread only.
   std::map<const BackingFile*, Listing> listings_;
   size_t listed_names_ = 0;

@@ -198,6 +198,43 @@ TEST_F(SiblingReadAheadTest, ListingsAndFilesThatFailAreSkippedAndLaterOpensStil
   EXPECT_TRUE(BecomesResident(Name(18)));
 }
 
+TEST_F(SiblingReadAheadTest, ADirectoryOfTooManyNamesIsNeverReadAheadNorListedAgain) {
+  read_ahead_ = std::make_unique<SiblingReadAhead>(
+      env_, files_read_ahead_, 64 << 10, SiblingListingLimits{.directory_names = 8});
+  for (int i = 0; i < 9; ++i) WriteCold(Name(i), 8192);
+  const uint64_t listed_before = env_.calls(Env::Op::kListDir);
+  Opened(Name(0));
+  Opened(Name(1));
+  std::this_thread::sleep_for(policy::kSiblingListAgainAfter);
+  Opened(Name(2));
+  EXPECT_EQ(files_read_ahead_.load(), 0u);
+  EXPECT_EQ(env_.calls(Env::Op::kListDir) - listed_before, 1u);
+}
+
+TEST_F(SiblingReadAheadTest, ListingsBeyondTheLimitDropTheLeastRecentlyUsed) {
+  read_ahead_ = std::make_unique<SiblingReadAhead>(
+      env_, files_read_ahead_, 64 << 10, SiblingListingLimits{.directories = 2});
+  std::vector<std::shared_ptr<BackingFile>> dirs;
+  for (const char* sub : {"a", "b", "c"}) {
+    ASSERT_EQ(mkdirat(dir_fd_, sub, 0755), 0);
+    const int fd = openat(dir_fd_, sub, O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(fd, 0);
+    for (int i = 0; i < 3; ++i) {
+      const int file = openat(fd, Name(i).c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_EQ(write(file, "x", 1), 1);
+      close(file);
+    }
+    dirs.push_back(std::make_shared<BackingFile>(env_, fd));
+  }
+  const uint64_t listed_before = env_.calls(Env::Op::kListDir);
+  for (const auto& dir : dirs) read_ahead_->Opened(dir, Name(0));  // Lists a, b, c; drops a.
+  read_ahead_->Opened(dirs[1], Name(1));  // b is held: read ahead from its listing.
+  read_ahead_->Opened(dirs[0], Name(1));  // a was dropped: listed again, its cursor anew.
+  read_ahead_->Drain();
+  EXPECT_EQ(env_.calls(Env::Op::kListDir) - listed_before, 4u);
+  EXPECT_EQ(files_read_ahead_.load(), 1u);  // b's f002.
+}
+
 TEST_F(SiblingReadAheadTest, AFileGoneBeforeItsTurnIsSkipped) {
   for (int i = 0; i < 4; ++i) WriteCold(Name(i), 8192);
   Opened(Name(0));
