@@ -30,13 +30,16 @@ SiblingReadAhead::~SiblingReadAhead() {
 }
 
 void SiblingReadAhead::Opened(std::shared_ptr<BackingFile> dir, std::string name) {
+  bool was_empty;
   {
     MutexLock lock(mu_);
     if (stop_ || queue_.size() >= kMaxQueuedOpens) return;
+    was_empty = queue_.empty();
     queue_.push_back({std::move(dir), std::move(name)});
     if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
   }
-  wake_.notify_one();
+  // The thread waits only for an empty queue: a queue that held opens already has it awake.
+  if (was_empty) wake_.notify_one();
 }
 
 void SiblingReadAhead::Drain() {

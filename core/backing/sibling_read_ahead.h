@@ -14,8 +14,6 @@
 // Thread-safe: any thread may call Opened.
 #pragma once
 
-#include <sys/types.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>

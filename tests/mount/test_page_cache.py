@@ -351,13 +351,16 @@ class SiblingReadAheadTest(unittest.TestCase):
     def setUp(self):
         require_fuse()
 
+    def files(self):
+        return {f"f{i:03d}.bin": os.urandom(3000 + 101 * i) for i in range(self.COUNT)}
+
     def cold(self, m, files):
         """Drops the backing files' pages, as after a restart."""
         for name in files:
             evict(os.path.join(m.backing, name))
 
     def test_files_opened_in_name_order_have_the_next_ones_read_ahead(self):
-        files = {f"f{i:03d}.bin": os.urandom(3000 + 101 * i) for i in range(self.COUNT)}
+        files = self.files()
         with remounted(files) as m:
             self.cold(m, files)
             names = sorted(files)
@@ -369,7 +372,7 @@ class SiblingReadAheadTest(unittest.TestCase):
                      f"{self.COUNT - 2} files read ahead")
 
     def test_files_opened_out_of_order_have_none_read_ahead(self):
-        files = {f"f{i:03d}.bin": os.urandom(3000 + 101 * i) for i in range(self.COUNT)}
+        files = self.files()
         with remounted(files) as m:
             self.cold(m, files)
             names = sorted(files, reverse=True)
