@@ -21,6 +21,7 @@
 namespace ckptfs {
 namespace {
 constexpr size_t kSlabBytes = 64ull << 20;
+constexpr size_t kSlabBlocks = kSlabBytes / kBlockSize;
 constexpr size_t kPrefaultStep = 2ull << 20;  // One huge page: the unit between stop checks.
 constexpr auto kPrefaultPoll = std::chrono::milliseconds(100);  // While it may not run.
 
@@ -85,9 +86,10 @@ BlockRef Reservation::Take() {
 Arena::Arena(uint64_t capacity_bytes, int memory_fd)
     : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)), memory_fd_(memory_fd) {}
 
-Arena::~Arena() {
-  StopBackground();
-  for (Block* b : headers_) delete b;
+Arena::~Arena() { StopBackground(); }
+
+Block* Arena::HeaderLocked(uint64_t slot) {
+  return &headers_[slot / kSlabBlocks][slot % kSlabBlocks];
 }
 
 bool Arena::TryReserveLocked(size_t count) {
@@ -133,7 +135,7 @@ Result<Reservation> Arena::Reserve(size_t count, const Interrupted& interrupted)
 }
 
 void Arena::MapSlabLocked() {
-  size_t blocks = std::min(kSlabBytes / kBlockSize, capacity_blocks_ - mapped_);
+  size_t blocks = std::min(kSlabBlocks, capacity_blocks_ - mapped_);
   size_t len = blocks * kBlockSize;
   Result<SharedMapping> slab =
       shared() ? SharedMapping::OfFile(memory_fd_, mapped_ * kBlockSize, len,
@@ -143,15 +145,15 @@ void Arena::MapSlabLocked() {
   char* base = slab->data();
   madvise(base, len, MADV_HUGEPAGE);
   slabs_.push_back(std::move(*slab));
+  headers_.push_back(std::make_unique<Block[]>(blocks));
   for (size_t i = 0; i < blocks; ++i) {
-    auto* b = new Block;
-    b->data = base + i * kBlockSize;
-    b->arena = this;
-    b->slot = mapped_ + i;
-    headers_.push_back(b);
+    Block& b = headers_.back()[i];
+    b.data = base + i * kBlockSize;
+    b.arena = this;
+    b.slot = mapped_ + i;
   }
   // Lowest address on top: handed out first.
-  for (size_t i = blocks; i-- > 0;) free_.push_back(headers_[mapped_ + i]);
+  for (size_t i = blocks; i-- > 0;) free_.push_back(&headers_.back()[i]);
   mapped_ += blocks;
 }
 
@@ -170,7 +172,7 @@ Result<std::vector<BlockRef>> Arena::Adopt(const std::vector<uint64_t>& slots) {
     }
     std::erase_if(free_, [&](Block* b) { return taken[b->slot]; });
     used_ += slots.size();
-    for (uint64_t slot : slots) adopted.push_back(headers_[slot]);
+    for (uint64_t slot : slots) adopted.push_back(HeaderLocked(slot));
   }
   std::vector<BlockRef> out;
   out.reserve(adopted.size());
@@ -212,14 +214,14 @@ uint64_t Arena::GiveBackIdle(uint64_t wanted) {
                      [](bool b) { return b; })) {
       continue;
     }
-    char* data = headers_[first]->data;
-    if (headers_[first + kRunBlocks - 1]->data != data + kRunBytes - kBlockSize) continue;
+    char* data = HeaderLocked(first)->data;
+    if (HeaderLocked(first + kRunBlocks - 1)->data != data + kRunBytes - kBlockSize) continue;
     // MADV_REMOVE frees the shared memory file's pages; MADV_DONTNEED private memory's.
     if (madvise(data, kRunBytes, shared() ? MADV_REMOVE : MADV_DONTNEED) != 0) {
       spdlog::warn("giving idle cache memory back failed: madvise: {}", std::strerror(errno));
       break;
     }
-    for (size_t i = first; i < first + kRunBlocks; ++i) headers_[i]->given_back = true;
+    for (size_t i = first; i < first + kRunBlocks; ++i) HeaderLocked(i)->given_back = true;
     given += kRunBytes;
   }
   given_back_.fetch_add(given, std::memory_order_relaxed);

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -170,6 +171,7 @@ class Arena {
   void ReturnBlock(Block* block) EXCLUDES(mu_);  // Last reference dropped.
   void Unreserve(size_t count) EXCLUDES(mu_);
   void MapSlabLocked() REQUIRES(mu_);
+  Block* HeaderLocked(uint64_t slot) REQUIRES(mu_);
   void PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
                      const std::function<bool()>& may_run);
 
@@ -185,7 +187,8 @@ class Arena {
   size_t waiting_ GUARDED_BY(mu_) = 0;
   std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
   std::vector<SharedMapping> slabs_ GUARDED_BY(mu_);
-  std::vector<Block*> headers_ GUARDED_BY(mu_);  // Owns every Block header, by slot.
+  // Every block's header, a slab's in one array: block `slot` is HeaderLocked(slot).
+  std::vector<std::unique_ptr<Block[]>> headers_ GUARDED_BY(mu_);
 
   std::thread prefaulter_;
   std::thread memory_watcher_;

@@ -1,29 +1,56 @@
 #include "core/memory/block_map.h"
 
+#include <algorithm>
+#include <bit>
+#include <memory>
+#include <new>
+
 namespace ckptfs {
 
-const BlockRef* BlockMap::Find(uint64_t index) const {
+BlockMap::Segment* BlockMap::Segment::Make(uint32_t capacity) {
+  void* memory = ::operator new(sizeof(Segment) + capacity * sizeof(BlockRef));
+  auto* seg = new (memory) Segment(capacity);
+  std::uninitialized_value_construct_n(seg->slots(), capacity);
+  return seg;
+}
+
+void BlockMap::Segment::Destroy(Segment* seg) {
+  std::destroy_n(seg->slots(), seg->capacity);
+  seg->~Segment();
+  ::operator delete(seg);
+}
+
+const BlockRef* BlockMap::SlotOf(uint64_t index) const {
   auto it = segments_.find(index / kSegmentBlocks);
   if (it == segments_.end()) return nullptr;
-  const BlockRef& block = it->second.get()->slots[index % kSegmentBlocks];
-  return block ? &block : nullptr;
+  const Segment& seg = *it->second.get();
+  const uint64_t slot = index % kSegmentBlocks;
+  return slot < seg.capacity ? &seg.slots()[slot] : nullptr;
+}
+
+const BlockRef* BlockMap::Find(uint64_t index) const {
+  const BlockRef* block = SlotOf(index);
+  return block && *block ? block : nullptr;
 }
 
 BlockRef* BlockMap::FindMutable(uint64_t index) {
   if (!Find(index)) return nullptr;
-  return &MutableSegment(index / kSegmentBlocks).slots[index % kSegmentBlocks];
+  const uint64_t slot = index % kSegmentBlocks;
+  return &MutableSegment(index / kSegmentBlocks, slot).slots()[slot];
 }
 
 bool BlockMap::WritableInPlace(uint64_t index) const {
   auto it = segments_.find(index / kSegmentBlocks);
   if (it == segments_.end() || it->second.shared()) return false;
-  const BlockRef& block = it->second.get()->slots[index % kSegmentBlocks];
-  return block && !block.shared();
+  const Segment& seg = *it->second.get();
+  const uint64_t slot = index % kSegmentBlocks;
+  return slot < seg.capacity && seg.slots()[slot] && !seg.slots()[slot].shared();
 }
 
 BlockRef& BlockMap::Put(uint64_t index, BlockRef block) {
-  Segment& seg = MutableSegment(index / kSegmentBlocks);
-  BlockRef& slot = seg.slots[index % kSegmentBlocks];
+  const uint64_t at = index % kSegmentBlocks;
+  Segment& seg = MutableSegment(index / kSegmentBlocks, at);
+  BlockRef& slot = seg.slots()[at];
   if (!slot) {
     ++seg.count;
     ++size_;
@@ -35,8 +62,9 @@ BlockRef& BlockMap::Put(uint64_t index, BlockRef block) {
 void BlockMap::Erase(uint64_t index) {
   if (!Find(index)) return;
   const uint64_t key = index / kSegmentBlocks;
-  Segment& seg = MutableSegment(key);
-  seg.slots[index % kSegmentBlocks] = BlockRef();
+  const uint64_t at = index % kSegmentBlocks;
+  Segment& seg = MutableSegment(key, at);
+  seg.slots()[at] = BlockRef();
   --size_;
   if (--seg.count == 0) segments_.erase(key);
 }
@@ -47,14 +75,15 @@ void BlockMap::EraseFrom(uint64_t first) {
     size_ -= it->second.get()->count;
     it = segments_.erase(it);
   }
+  auto it = segments_.find(key);
+  if (it == segments_.end()) return;
   if (first % kSegmentBlocks == 0) {
-    if (auto it = segments_.find(key); it != segments_.end()) {
-      size_ -= it->second.get()->count;
-      segments_.erase(it);
-    }
+    size_ -= it->second.get()->count;
+    segments_.erase(it);
     return;
   }
-  for (uint64_t index = first; index < (key + 1) * kSegmentBlocks; ++index) Erase(index);
+  const uint64_t end = key * kSegmentBlocks + it->second.get()->capacity;
+  for (uint64_t index = first; index < end; ++index) Erase(index);
 }
 
 void BlockMap::Clear() {
@@ -62,19 +91,29 @@ void BlockMap::Clear() {
   size_ = 0;
 }
 
-BlockMap::Segment& BlockMap::MutableSegment(uint64_t key) {
+BlockMap::Segment& BlockMap::MutableSegment(uint64_t key, uint64_t slot) {
   auto it = segments_.find(key);
   if (it == segments_.end()) {
-    return *segments_.emplace(key, SegmentRef(new Segment)).first->second.get();
+    const uint64_t capacity =
+        key == 0 ? std::max<uint64_t>(kFirstSegmentMinBlocks, std::bit_ceil(slot + 1))
+                 : kSegmentBlocks;
+    return *segments_.emplace(key, SegmentRef(Segment::Make(static_cast<uint32_t>(capacity))))
+                .first->second.get();
   }
+  const Segment& old = *it->second.get();
+  if (!it->second.shared() && slot < old.capacity) return *it->second.get();
+  const uint64_t capacity =
+      slot < old.capacity ? old.capacity
+                          : std::min<uint64_t>(kSegmentBlocks, std::bit_ceil(slot + 1));
+  Segment* copy = Segment::Make(static_cast<uint32_t>(capacity));
   if (it->second.shared()) {
-    const Segment& old = *it->second.get();
-    auto* copy = new Segment;
-    copy->slots = old.slots;
-    copy->count = old.count;
-    it = segments_.erase(it);
-    it = segments_.emplace_hint(it, key, SegmentRef(copy));
+    std::copy_n(old.slots(), old.capacity, copy->slots());
+  } else {
+    std::move(it->second.get()->slots(), it->second.get()->slots() + old.capacity, copy->slots());
   }
+  copy->count = old.count;
+  it = segments_.erase(it);
+  it = segments_.emplace_hint(it, key, SegmentRef(copy));
   return *it->second.get();
 }
 

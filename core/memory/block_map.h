@@ -2,13 +2,15 @@
 // segments of kSegmentBlocks that copies of the map share until one of them changes: copying the
 // map of an n-block file costs about n / kSegmentBlocks, and the first change to a segment after
 // a copy clones that segment alone. Snapshots of a large file that is changed and sealed over
-// and over (a zarr chunk filled piece by piece) stay cheap that way.
+// and over (a zarr chunk filled piece by piece) stay cheap that way. A map's first segment starts
+// with room for the blocks it is given (at least kFirstSegmentMinBlocks) and doubles as it needs:
+// the map of a small file costs a few words, not kSegmentBlocks slots; every other segment is
+// whole from the start.
 //
 // A block held by a segment that is shared must not be written in place: WritableInPlace says
 // whether one may be.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -21,11 +23,19 @@ namespace ckptfs {
 class BlockMap {
  public:
   static constexpr uint64_t kSegmentBlocks = (4ull << 20) / kBlockSize;  // 4 MiB of file.
+  static constexpr uint32_t kFirstSegmentMinBlocks = 4;
 
  private:
-  struct Segment {
-    std::array<BlockRef, kSegmentBlocks> slots;
-    size_t count = 0;               // Slots holding a block.
+  // A segment's slots follow it in the same allocation (Make), `capacity` of them.
+  struct alignas(BlockRef) Segment {
+    explicit Segment(uint32_t capacity_in) : capacity(capacity_in) {}
+    static Segment* Make(uint32_t capacity);
+    static void Destroy(Segment* seg);
+    BlockRef* slots() { return reinterpret_cast<BlockRef*>(this + 1); }
+    const BlockRef* slots() const { return reinterpret_cast<const BlockRef*>(this + 1); }
+
+    const uint32_t capacity;
+    uint32_t count = 0;             // Slots holding a block.
     std::atomic<uint32_t> refs{1};  // Maps holding this segment.
   };
   // A counted reference to a segment. shared() acquires, as BlockRef::shared() does: a map that
@@ -38,7 +48,7 @@ class BlockMap {
     }
     SegmentRef& operator=(const SegmentRef&) = delete;
     ~SegmentRef() {
-      if (seg_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete seg_;
+      if (seg_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Segment::Destroy(seg_);
     }
     Segment* get() const { return seg_; }
     bool shared() const { return seg_->refs.load(std::memory_order_acquire) > 1; }
@@ -61,12 +71,18 @@ class BlockMap {
   void EraseFrom(uint64_t first);
   void Clear();
   size_t size() const { return size_; }
+  // Slots the map's segments hold, filled or not: what its memory grows with.
+  size_t SlotsHeld() const {
+    size_t held = 0;
+    for (const auto& [key, seg] : segments_) held += seg.get()->capacity;
+    return held;
+  }
 
   // Visits (index, block) in index order.
   class Iterator {
    public:
     std::pair<uint64_t, const BlockRef&> operator*() const {
-      return {seg_->first * kSegmentBlocks + slot_, seg_->second.get()->slots[slot_]};
+      return {seg_->first * kSegmentBlocks + slot_, seg_->second.get()->slots()[slot_]};
     }
     Iterator& operator++() {
       ++slot_;
@@ -86,8 +102,9 @@ class BlockMap {
     }
     void SkipEmpty() {
       for (; seg_ != end_; ++seg_, slot_ = 0) {
-        while (slot_ < kSegmentBlocks && !seg_->second.get()->slots[slot_]) ++slot_;
-        if (slot_ < kSegmentBlocks) return;
+        const Segment& seg = *seg_->second.get();
+        while (slot_ < seg.capacity && !seg.slots()[slot_]) ++slot_;
+        if (slot_ < seg.capacity) return;
       }
     }
     Segments::const_iterator seg_, end_;
@@ -97,8 +114,11 @@ class BlockMap {
   Iterator end() const { return Iterator(segments_.end(), segments_.end()); }
 
  private:
-  // The segment `key` for changing it: created if missing, cloned if shared.
-  Segment& MutableSegment(uint64_t key);
+  // The segment `key` for changing its slot `slot`: created if missing, cloned if shared, grown
+  // if too small.
+  Segment& MutableSegment(uint64_t key, uint64_t slot);
+  // The slot of `index`, or null where no segment has room for it.
+  const BlockRef* SlotOf(uint64_t index) const;
 
   Segments segments_;
   size_t size_ = 0;

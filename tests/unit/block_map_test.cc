@@ -82,6 +82,38 @@ TEST_F(BlockMapTest, EraseFromDropsEverythingAtAndBeyondAnIndex) {
   }
 }
 
+TEST_F(BlockMapTest, ASmallFilesMapHoldsRoomForItsBlocksOnlyAndGrowsKeepingThem) {
+  BlockMap m;
+  m.Put(0, Block('a'));
+  m.Put(2, Block('b'));
+  EXPECT_EQ(m.SlotsHeld(), BlockMap::kFirstSegmentMinBlocks);
+  m.Put(9, Block('c'));
+  EXPECT_EQ(m.SlotsHeld(), 16u);
+  EXPECT_EQ(Contents(m), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {2, 'b'}, {9, 'c'}}));
+  EXPECT_TRUE(m.WritableInPlace(0)) << "growing moved the blocks, it did not share them";
+  m.Put(kSeg - 1, Block('d'));
+  EXPECT_EQ(m.SlotsHeld(), kSeg);
+  m.Put(kSeg, Block('e'));
+  EXPECT_EQ(m.SlotsHeld(), 2 * kSeg) << "every segment after the first is whole from the start";
+  m.EraseFrom(1);
+  EXPECT_EQ(Contents(m), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}}));
+}
+
+TEST_F(BlockMapTest, GrowingTheFirstSegmentOfACopyLeavesTheOtherCopyAlone) {
+  BlockMap live;
+  live.Put(0, Block('a'));
+  live.Put(1, Block('b'));
+  BlockMap snapshot = live;
+  live.Put(40, Block('c'));
+  EXPECT_EQ(snapshot.SlotsHeld(), BlockMap::kFirstSegmentMinBlocks);
+  EXPECT_EQ(snapshot.Find(40), nullptr);
+  EXPECT_EQ(Contents(snapshot), (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {1, 'b'}}));
+  EXPECT_EQ(live.SlotsHeld(), 64u);
+  EXPECT_FALSE(live.WritableInPlace(1)) << "the snapshot still holds block 1";
+  EXPECT_EQ(Contents(live),
+            (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {1, 'b'}, {40, 'c'}}));
+}
+
 TEST_F(BlockMapTest, ClearAndEraseOfMissingBlocks) {
   BlockMap m;
   m.Erase(7);
