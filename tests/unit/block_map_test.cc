@@ -114,6 +114,23 @@ TEST_F(BlockMapTest, GrowingTheFirstSegmentOfACopyLeavesTheOtherCopyAlone) {
             (std::vector<std::pair<uint64_t, char>>{{0, 'a'}, {1, 'b'}, {40, 'c'}}));
 }
 
+TEST_F(BlockMapTest, ADroppedMapsBlocksAreHandedOutAgainInAscendingOrder) {
+  for (uint64_t count : {uint64_t{3}, kSeg}) {
+    Arena arena(2 * kSeg * kBlockSize);
+    {
+      BlockMap m;
+      Reservation r = arena.Reserve(count);
+      for (uint64_t i = 0; i < count; ++i) m.Put(i, r.Take());
+    }
+    Reservation again = arena.Reserve(count);
+    std::vector<BlockRef> taken;
+    for (uint64_t i = 0; i < count; ++i) taken.push_back(again.Take());
+    for (uint64_t i = 1; i < count; ++i) {
+      EXPECT_GT(taken[i].data(), taken[i - 1].data()) << "large writes land in ascending memory";
+    }
+  }
+}
+
 TEST_F(BlockMapTest, ClearAndEraseOfMissingBlocks) {
   BlockMap m;
   m.Erase(7);
