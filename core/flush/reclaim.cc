@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/backing/backing_store.h"
@@ -23,6 +25,17 @@ size_t Reclaimer::UnloadLocked(const InodeRef& inode) {
   inode->origin_dir = std::move(parent_dir);
   inode->origin_name = name.name;
   return blocks;
+}
+
+void Reclaimer::AddCandidateLocked(const InodeRef& inode) {
+  candidates_.push_back(inode);
+  if (candidates_.size() < prune_at_) return;
+  std::unordered_set<const Inode*> listed;
+  std::erase_if(candidates_, [&](const std::weak_ptr<Inode>& weak) {
+    InodeRef candidate = weak.lock();
+    return !candidate || !listed.insert(candidate.get()).second;
+  });
+  prune_at_ = std::max(kPruneMinCandidates, 2 * candidates_.size());
 }
 
 size_t Reclaimer::Reclaim(size_t wanted) {

@@ -71,6 +71,32 @@ TEST_F(ReclaimTest, ADurableUnchangedClosedFileIsEvictedAndReadAgainFromTheBacki
   EXPECT_TRUE(SameBytes(Content(file), bytes));
 }
 
+TEST_F(ReclaimTest, TheCandidateListForgetsDeletedFilesAndListsEachFileOnce) {
+  constexpr size_t kMin = Reclaimer::kPruneMinCandidates;
+  InodeRef kept = FileInMemory("kept", Pattern(3, kBlockSize), 1);
+  std::weak_ptr<Inode> deleted;
+  {
+    NamespaceLock lock(ns_->mutex());
+    for (size_t i = 0; i < kMin; ++i) {
+      auto gone = std::make_shared<Inode>(1'000'000 + i, FileType::kRegular);
+      if (i == 0) deleted = gone;
+      reclaimer_->AddCandidateLocked(gone);  // Deleted right after it became durable.
+    }
+    EXPECT_LE(reclaimer_->CandidatesLocked(), 1u) << "files gone are dropped once the list grew";
+    for (size_t i = 0; i < 10 * kMin; ++i) reclaimer_->AddCandidateLocked(kept);
+    EXPECT_LT(reclaimer_->CandidatesLocked(), kMin) << "a file made durable again and again";
+  }
+  EXPECT_TRUE(deleted.expired());
+  {
+    NamespaceLock lock(ns_->mutex());
+    kept->on_backing = true;
+    MutexLock ilock(kept->mu);
+    kept->sealed_version = kept->durable_version = 1;
+  }
+  testing_util::WriteHostFile(backing_ / "kept", Pattern(3, kBlockSize));
+  EXPECT_EQ(reclaimer_->Reclaim(100), 1u) << "the file listed stays a candidate";
+}
+
 TEST_F(ReclaimTest, AFileWithAChangeNotYetDurableIsNotEvicted) {
   InodeRef file = FileInMemory("f", Pattern(2, kBlockSize), 2);
   {
