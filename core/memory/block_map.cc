@@ -23,17 +23,12 @@ void BlockMap::Segment::Destroy(Segment* seg) {
   ::operator delete(seg);
 }
 
-const BlockRef* BlockMap::SlotOf(uint64_t index) const {
+const BlockRef* BlockMap::Find(uint64_t index) const {
   auto it = segments_.find(index / kSegmentBlocks);
   if (it == segments_.end()) return nullptr;
   const Segment& seg = *it->second.get();
   const uint64_t slot = index % kSegmentBlocks;
-  return slot < seg.capacity ? &seg.slots()[slot] : nullptr;
-}
-
-const BlockRef* BlockMap::Find(uint64_t index) const {
-  const BlockRef* block = SlotOf(index);
-  return block && *block ? block : nullptr;
+  return slot < seg.capacity && seg.slots()[slot] ? &seg.slots()[slot] : nullptr;
 }
 
 BlockRef* BlockMap::FindMutable(uint64_t index) {
@@ -95,26 +90,26 @@ void BlockMap::Clear() {
 }
 
 BlockMap::Segment& BlockMap::MutableSegment(uint64_t key, uint64_t slot) {
+  // A first segment's room for `slot`: the next power of two (at most kSegmentBlocks).
+  const auto room = [slot] {
+    return static_cast<uint32_t>(
+        std::max<uint64_t>(kFirstSegmentMinBlocks, std::bit_ceil(slot + 1)));
+  };
   auto it = segments_.find(key);
   if (it == segments_.end()) {
-    const uint64_t capacity =
-        key == 0 ? std::max<uint64_t>(kFirstSegmentMinBlocks, std::bit_ceil(slot + 1))
-                 : kSegmentBlocks;
-    return *segments_.emplace(key, SegmentRef(Segment::Make(static_cast<uint32_t>(capacity))))
-                .first->second.get();
+    Segment* made = Segment::Make(key == 0 ? room() : static_cast<uint32_t>(kSegmentBlocks));
+    return *segments_.emplace(key, SegmentRef(made)).first->second.get();
   }
-  const Segment& old = *it->second.get();
-  if (!it->second.shared() && slot < old.capacity) return *it->second.get();
-  const uint64_t capacity =
-      slot < old.capacity ? old.capacity
-                          : std::min<uint64_t>(kSegmentBlocks, std::bit_ceil(slot + 1));
-  Segment* copy = Segment::Make(static_cast<uint32_t>(capacity));
-  if (it->second.shared()) {
-    std::copy_n(old.slots(), old.capacity, copy->slots());
+  Segment* old = it->second.get();
+  const bool shared = it->second.shared();
+  if (!shared && slot < old->capacity) return *old;
+  Segment* copy = Segment::Make(std::max(old->capacity, room()));
+  if (shared) {
+    std::copy_n(old->slots(), old->capacity, copy->slots());
   } else {
-    std::move(it->second.get()->slots(), it->second.get()->slots() + old.capacity, copy->slots());
+    std::move(old->slots(), old->slots() + old->capacity, copy->slots());
   }
-  copy->count = old.count;
+  copy->count = old->count;
   it = segments_.erase(it);
   it = segments_.emplace_hint(it, key, SegmentRef(copy));
   return *it->second.get();

@@ -117,8 +117,6 @@ class BlockMap {
   // The segment `key` for changing its slot `slot`: created if missing, cloned if shared, grown
   // if too small.
   Segment& MutableSegment(uint64_t key, uint64_t slot);
-  // The slot of `index`, or null where no segment has room for it.
-  const BlockRef* SlotOf(uint64_t index) const;
 
   Segments segments_;
   size_t size_ = 0;
