@@ -84,12 +84,29 @@ BlockRef Reservation::Take() {
 }
 
 Arena::Arena(uint64_t capacity_bytes, int memory_fd)
-    : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)), memory_fd_(memory_fd) {}
+    : capacity_blocks_(std::max<uint64_t>(1, capacity_bytes / kBlockSize)),
+      memory_fd_(memory_fd),
+      returned_to_system_(capacity_blocks_) {}
 
 Arena::~Arena() { StopBackground(); }
 
+char* Arena::DataLocked(uint64_t slot) {
+  return slabs_[slot / kSlabBlocks].data() + (slot % kSlabBlocks) * kBlockSize;
+}
+
 Block* Arena::HeaderLocked(uint64_t slot) {
-  return &headers_[slot / kSlabBlocks][slot % kSlabBlocks];
+  std::unique_ptr<Block[]>& slab = headers_[slot / kSlabBlocks];
+  if (!slab) {
+    uint64_t first = slot - slot % kSlabBlocks;
+    size_t blocks = std::min<size_t>(kSlabBlocks, mapped_ - first);
+    slab = std::make_unique<Block[]>(blocks);
+    for (size_t i = 0; i < blocks; ++i) {
+      slab[i].data = DataLocked(first + i);
+      slab[i].arena = this;
+      slab[i].slot = static_cast<uint32_t>(first + i);
+    }
+  }
+  return &slab[slot % kSlabBlocks];
 }
 
 bool Arena::TryReserveLocked(size_t count) {
@@ -142,18 +159,9 @@ void Arena::MapSlabLocked() {
                                        SharedMapping::Access::kReadWrite, "cache memory")
                : SharedMapping::Anonymous(len, "cache memory");
   if (!slab.ok()) throw std::bad_alloc();
-  char* base = slab->data();
-  madvise(base, len, MADV_HUGEPAGE);
+  madvise(slab->data(), len, MADV_HUGEPAGE);
   slabs_.push_back(std::move(*slab));
-  headers_.push_back(std::make_unique<Block[]>(blocks));
-  for (size_t i = 0; i < blocks; ++i) {
-    Block& b = headers_.back()[i];
-    b.data = base + i * kBlockSize;
-    b.arena = this;
-    b.slot = mapped_ + i;
-  }
-  // Lowest address on top: handed out first.
-  for (size_t i = blocks; i-- > 0;) free_.push_back(&headers_.back()[i]);
+  headers_.emplace_back();
   mapped_ += blocks;
 }
 
@@ -170,7 +178,12 @@ Result<std::vector<BlockRef>> Arena::Adopt(const std::vector<uint64_t>& slots) {
       taken[slot] = true;
       while (mapped_ <= slot) MapSlabLocked();
     }
-    std::erase_if(free_, [&](Block* b) { return taken[b->slot]; });
+    // The blocks not adopted become free ones, lowest slot on top.
+    free_.clear();
+    for (size_t slot = mapped_; slot-- > 0;) {
+      if (!taken[slot]) free_.push_back(static_cast<uint32_t>(slot));
+    }
+    fresh_ = mapped_;
     used_ += slots.size();
     for (uint64_t slot : slots) adopted.push_back(HeaderLocked(slot));
   }
@@ -207,21 +220,22 @@ uint64_t Arena::GiveBackIdle(uint64_t wanted) {
   constexpr size_t kRunBytes = kRunBlocks * kBlockSize;
   uint64_t given = 0;
   MutexLock lock(mu_);
+  static_assert(kSlabBlocks % kRunBlocks == 0, "a run lies within one slab");
   std::vector<bool> idle(mapped_, false);
-  for (const Block* b : free_) idle[b->slot] = !b->given_back;
+  for (uint32_t slot : free_) idle[slot] = true;
+  for (size_t slot = fresh_; slot < mapped_; ++slot) idle[slot] = true;
   for (size_t first = 0; first + kRunBlocks <= mapped_ && given < wanted; first += kRunBlocks) {
-    if (!std::all_of(idle.begin() + first, idle.begin() + first + kRunBlocks,
-                     [](bool b) { return b; })) {
-      continue;
+    bool run_idle = true;
+    for (size_t i = first; i < first + kRunBlocks && run_idle; ++i) {
+      run_idle = idle[i] && !returned_to_system_[i];
     }
-    char* data = HeaderLocked(first)->data;
-    if (HeaderLocked(first + kRunBlocks - 1)->data != data + kRunBytes - kBlockSize) continue;
+    if (!run_idle) continue;
     // MADV_REMOVE frees the shared memory file's pages; MADV_DONTNEED private memory's.
-    if (madvise(data, kRunBytes, shared() ? MADV_REMOVE : MADV_DONTNEED) != 0) {
+    if (madvise(DataLocked(first), kRunBytes, shared() ? MADV_REMOVE : MADV_DONTNEED) != 0) {
       spdlog::warn("giving idle cache memory back failed: madvise: {}", std::strerror(errno));
       break;
     }
-    for (size_t i = first; i < first + kRunBlocks; ++i) HeaderLocked(i)->given_back = true;
+    for (size_t i = first; i < first + kRunBlocks; ++i) returned_to_system_[i] = true;
     given += kRunBytes;
   }
   given_back_.fetch_add(given, std::memory_order_relaxed);
@@ -251,8 +265,8 @@ void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   auto started = std::chrono::steady_clock::now();
   std::string stopped_by;
-  // The free list hands out the last slab mapped first, each slab from its lowest address.
-  for (auto it = slabs.rbegin(); it != slabs.rend() && stopped_by.empty(); ++it) {
+  // In the order never used blocks are handed out: ascending.
+  for (auto it = slabs.begin(); it != slabs.end() && stopped_by.empty(); ++it) {
     char* base = static_cast<char*>(it->first);
     for (size_t off = 0; off < it->second; off += kPrefaultStep) {
       while (!stop_background_ && !may_run()) std::this_thread::sleep_for(kPrefaultPoll);
@@ -287,17 +301,22 @@ void Arena::PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
 
 Block* Arena::TakeBlock() {
   MutexLock lock(mu_);
-  if (free_.empty()) MapSlabLocked();
-  Block* b = free_.back();
-  free_.pop_back();
-  b->given_back = false;
-  return b;
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    if (fresh_ == mapped_) MapSlabLocked();
+    slot = static_cast<uint32_t>(fresh_++);
+  }
+  returned_to_system_[slot] = false;
+  return HeaderLocked(slot);
 }
 
 void Arena::ReturnBlock(Block* block) {
   {
     MutexLock lock(mu_);
-    free_.push_back(block);
+    free_.push_back(block->slot);
     --used_;
   }
   freed_.notify_all();
@@ -319,6 +338,15 @@ size_t Arena::used_blocks() const {
 size_t Arena::mapped_blocks() const {
   MutexLock lock(mu_);
   return mapped_;
+}
+
+size_t Arena::blocks_with_headers() const {
+  MutexLock lock(mu_);
+  size_t blocks = 0;
+  for (size_t i = 0; i < headers_.size(); ++i) {
+    if (headers_[i]) blocks += std::min(kSlabBlocks, mapped_ - i * kSlabBlocks);
+  }
+  return blocks;
 }
 
 size_t Arena::waiting_writers() const {

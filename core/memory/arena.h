@@ -1,8 +1,10 @@
 // Arena: the bounded store of file-data blocks.
 //
 // Memory is carved into fixed-size, page-aligned blocks from large mappings made on demand (all
-// at once by Prefault): a freed block goes to a LIFO free list and is handed out again already
-// faulted in. The memory of free blocks goes back to the system only when the system runs short
+// at once by Prefault). Blocks never used yet are handed out in ascending order; a freed block
+// goes to a LIFO free list, taken first, and is handed out again already faulted in. A block's
+// header exists once its slab's first block has been handed out, so that memory no file has
+// used costs 4 bytes of free list at most. The memory of free blocks goes back to the system only when the system runs short
 // of it (GiveBackIdle, WatchSystemMemory). At most `capacity` bytes of blocks are ever in use.
 //
 // The memory is private to the process, or a shared memory file (a memfd the supervisor holds,
@@ -43,9 +45,8 @@ class Arena;
 struct Block {
   char* data = nullptr;
   Arena* arena = nullptr;
-  uint64_t slot = 0;  // Its place in the arena's memory.
+  uint32_t slot = 0;  // Its place in the arena's memory.
   std::atomic<int> refs{0};
-  bool given_back = false;  // Free, its memory returned to the system. Under the arena's lock.
 };
 
 // Owning reference to a Block; returns the block to its arena when the last reference goes.
@@ -160,6 +161,8 @@ class Arena {
     return static_cast<size_t>(std::max<int64_t>(0, held_ahead_.load(std::memory_order_relaxed)));
   }
   size_t mapped_blocks() const;    // Blocks mapped so far (all of them after Prefault).
+  // Blocks that have a header: those of slabs (64 MiB) of which some block was ever handed out.
+  size_t blocks_with_headers() const;
   size_t waiting_writers() const;  // Writers blocked in Reserve right now.
 
  private:
@@ -172,6 +175,7 @@ class Arena {
   void Unreserve(size_t count) EXCLUDES(mu_);
   void MapSlabLocked() REQUIRES(mu_);
   Block* HeaderLocked(uint64_t slot) REQUIRES(mu_);
+  char* DataLocked(uint64_t slot) REQUIRES(mu_);
   void PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
                      const std::function<bool()>& may_run);
 
@@ -185,9 +189,14 @@ class Arena {
   size_t used_ GUARDED_BY(mu_) = 0;
   size_t mapped_ GUARDED_BY(mu_) = 0;
   size_t waiting_ GUARDED_BY(mu_) = 0;
-  std::vector<Block*> free_ GUARDED_BY(mu_);  // LIFO: hot blocks first.
+  // Slots of freed blocks, LIFO (hot blocks first), then the never used ones: [fresh_, mapped_).
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  size_t fresh_ GUARDED_BY(mu_) = 0;
+  // Free blocks whose memory went back to the system (GiveBackIdle), by slot.
+  std::vector<bool> returned_to_system_ GUARDED_BY(mu_);
   std::vector<SharedMapping> slabs_ GUARDED_BY(mu_);
-  // Every block's header, a slab's in one array: block `slot` is HeaderLocked(slot).
+  // Block headers, a slab's in one array made when its first block is handed out: block `slot`
+  // is HeaderLocked(slot).
   std::vector<std::unique_ptr<Block[]>> headers_ GUARDED_BY(mu_);
 
   std::thread prefaulter_;

@@ -136,6 +136,22 @@ TEST(ArenaTest, MappedBlocksDoNotGrowWhenFreedBlocksAreReused) {
   EXPECT_EQ(distinct.size(), n);
 }
 
+// A mounted cache of many GiB costs header memory only for the slabs its files have used.
+TEST(ArenaTest, BlocksNeverUsedHaveNoHeaderAndAreHandedOutInAscendingOrder) {
+  Arena arena(256ull << 20);
+  arena.Prefault([] { return false; });
+  EXPECT_EQ(arena.blocks_with_headers(), 0u);
+  Reservation r = arena.Reserve(3);
+  BlockRef a = r.Take(), b = r.Take(), c = r.Take();
+  EXPECT_EQ(a.slot(), 0u);
+  EXPECT_EQ(b.slot(), 1u);
+  EXPECT_EQ(c.slot(), 2u);
+  EXPECT_EQ(b.data(), a.data() + kBlockSize);
+  EXPECT_EQ(c.data(), b.data() + kBlockSize);
+  EXPECT_EQ(arena.blocks_with_headers(), (64ull << 20) / kBlockSize);
+  arena.StopBackground();
+}
+
 TEST(ArenaTest, BlocksAreWritableAndDistinct) {
   Arena arena(8 * kBlockSize);
   Reservation r = arena.Reserve(8);
