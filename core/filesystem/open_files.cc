@@ -294,8 +294,8 @@ Result<std::shared_ptr<BackingFile>> OpenFiles::BackingToCheckLocked(
   for (const ReadSegment& seg : segments) {
     // A spill file holds ckptfs' own bytes of a version not sealed yet: nothing to check.
     if (seg.kind != ReadSegment::Kind::kBacking || seg.file->spill()) continue;
-    if (inode.read_checked_base.lock() != seg.file) return seg.file;
-    if (inode.read_check_failed) return ReadCheckFailed();
+    if (!inode.read_check || inode.read_check->base.lock() != seg.file) return seg.file;
+    if (inode.read_check->failed) return ReadCheckFailed();
     return std::shared_ptr<BackingFile>();
   }
   return std::shared_ptr<BackingFile>();
@@ -318,8 +318,8 @@ Status OpenFiles::CheckSource(Inode& inode, const std::shared_ptr<BackingFile>& 
   if (file->spill()) return Status::Ok();
   {
     MutexLock lock(inode.mu);
-    if (inode.read_checked_base.lock() == file) {
-      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
+    if (inode.read_check && inode.read_check->base.lock() == file) {
+      return inode.read_check->failed ? ReadCheckFailed() : Status::Ok();
     }
   }
   return CheckBacking(inode, file);
@@ -330,9 +330,9 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
   if (!as_it_is.ok()) return as_it_is.status();
   {
     MutexLock lock(inode.mu);
-    if (inode.read_checked_file == *as_it_is) {  // Checked through an earlier descriptor.
-      inode.read_checked_base = file;
-      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
+    if (inode.read_check && inode.read_check->file == *as_it_is) {  // Through another descriptor.
+      inode.read_check->base = file;
+      return inode.read_check->failed ? ReadCheckFailed() : Status::Ok();
     }
   }
   const Verification v = VerifyFile(env_, file->fd(), file->fd());
@@ -343,14 +343,14 @@ Status OpenFiles::CheckBacking(Inode& inode, const std::shared_ptr<BackingFile>&
   const bool failed = v.verdict == Verification::Verdict::kMismatch;
   {
     MutexLock lock(inode.mu);
-    if (inode.read_checked_file == *as_it_is) {  // Checked meanwhile by another read.
-      return inode.read_check_failed ? ReadCheckFailed() : Status::Ok();
+    if (inode.read_check && inode.read_check->file == *as_it_is) {  // Meanwhile by another read.
+      return inode.read_check->failed ? ReadCheckFailed() : Status::Ok();
     }
-    inode.read_checked_base = file;
-    inode.read_checked_file = *as_it_is;
-    inode.read_check_failed = failed;
+    inode.read_check =
+        std::make_unique<Inode::ReadCheck>(Inode::ReadCheck{file, *as_it_is, failed});
     if (v.verdict != Verification::Verdict::kNoChecksum) {
-      inode.last_check = Inode::StoredCheck::Now(inode.version, !failed, "reads");
+      inode.last_check = std::make_unique<Inode::StoredCheck>(
+          Inode::StoredCheck::Now(inode.version, !failed, "reads"));
     }
   }
   if (v.verdict == Verification::Verdict::kNoChecksum) {

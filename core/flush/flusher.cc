@@ -444,8 +444,8 @@ Status Flusher::CheckReadBack(const EntryRef& entry, const ReadBackOutcome& outc
   }
   if (v.verdict == Verification::Verdict::kOk || v.verdict == Verification::Verdict::kMismatch) {
     MutexLock lock(entry->inode->mu);
-    entry->inode->last_check = Inode::StoredCheck::Now(
-        entry->version, v.verdict == Verification::Verdict::kOk, "markers");
+    entry->inode->last_check = std::make_unique<Inode::StoredCheck>(Inode::StoredCheck::Now(
+        entry->version, v.verdict == Verification::Verdict::kOk, "markers"));
   }
   switch (v.verdict) {
     case Verification::Verdict::kOk:

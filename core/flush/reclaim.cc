@@ -28,12 +28,11 @@ size_t Reclaimer::UnloadLocked(const InodeRef& inode) {
 }
 
 void Reclaimer::AddCandidateLocked(const InodeRef& inode) {
-  candidates_.push_back(inode);
+  candidates_.push_back(inode->ino);
   if (candidates_.size() < prune_at_) return;
-  std::unordered_set<const Inode*> listed;
-  std::erase_if(candidates_, [&](const std::weak_ptr<Inode>& weak) {
-    InodeRef candidate = weak.lock();
-    return !candidate || !listed.insert(candidate.get()).second;
+  std::unordered_set<uint64_t> listed;
+  std::erase_if(candidates_, [&](uint64_t ino) {
+    return !ns_.FindLocked(ino) || !listed.insert(ino).second;
   });
   prune_at_ = std::max(kPruneMinCandidates, 2 * candidates_.size());
 }
@@ -42,11 +41,11 @@ size_t Reclaimer::Reclaim(size_t wanted) {
   NamespaceLock lock(ns_.mutex());
   size_t freed = 0;
   while (freed < wanted && !candidates_.empty()) {
-    InodeRef inode = candidates_.front().lock();
+    InodeRef inode = ns_.FindLocked(candidates_.front());
     candidates_.pop_front();
     if (!inode) continue;
     if (!inode->mu.try_lock()) {
-      candidates_.push_back(inode);
+      candidates_.push_back(inode->ino);
       break;
     }
     size_t blocks = UnloadLocked(inode);

@@ -20,11 +20,11 @@ class Reclaimer {
   Reclaimer(Namespace& ns, Stats& stats, int staging_fd, uint32_t worker)
       : ns_(ns), stats_(stats), staging_fd_(staging_fd), worker_(worker) {}
 
-  // `inode`'s newest version is durable: it may be evicted once closed. Candidates are kept in
-  // the order they first became durable; each time the list has doubled since it was last
-  // pruned (and holds at least kPruneMinCandidates), files gone since and files listed twice are
-  // dropped from it, so that it stays within about twice the files alive (a deleted file's
-  // entry would otherwise keep its inode's memory until the next Reclaim).
+  // `inode`'s newest version is durable: it may be evicted once closed. Candidates are kept, by
+  // inode number (inode numbers are never reused), in the order they first became durable; each
+  // time the list has doubled since it was last pruned (and holds at least kPruneMinCandidates),
+  // files gone since and files listed twice are dropped from it, so that it stays within about
+  // twice the files alive.
   void AddCandidateLocked(const InodeRef& inode) REQUIRES(ns_lock);
   void ClearLocked() REQUIRES(ns_lock) { candidates_.clear(); }
   size_t CandidatesLocked() const REQUIRES(ns_lock) { return candidates_.size(); }
@@ -50,7 +50,7 @@ class Reclaimer {
   const uint32_t worker_;
   uint64_t spill_files_ = 0;  // Made so far; the flusher's thread only.
   std::function<void(Inode&)> spilled_;
-  std::deque<std::weak_ptr<Inode>> candidates_ GUARDED_BY(ns_lock);
+  std::deque<uint64_t> candidates_ GUARDED_BY(ns_lock);
   size_t prune_at_ GUARDED_BY(ns_lock) = kPruneMinCandidates;
 };
 

@@ -37,8 +37,8 @@ void WrittenSums::RollBack(uint64_t offset) {
   if (offset >= last_piece_start) {
     const size_t step = static_cast<size_t>((offset - last_piece_start) / kStep);
     const uint64_t was_summed = summed_;
-    partial_ = steps_[step];
-    steps_.resize(step + 1);
+    partial_ = step == 0 ? Crc32c() : steps_[step - 1];
+    steps_.resize(step);
     summed_ = last_piece_start + step * kStep;
     AddPending(summed_, was_summed);
     return;
@@ -46,7 +46,7 @@ void WrittenSums::RollBack(uint64_t offset) {
   piece_sums_.resize(offset / kPiece);
   summed_ = piece_sums_.size() * kPiece;
   partial_ = Crc32c();
-  steps_.assign(1, Crc32c());
+  steps_.clear();
 }
 
 void WrittenSums::AddPending(uint64_t begin, uint64_t end) {
@@ -79,7 +79,7 @@ void WrittenSums::Sum(const char* data, size_t length) {
     if (summed_ % kPiece == 0) {
       piece_sums_.push_back(partial_.value());
       partial_ = Crc32c();
-      steps_.assign(1, Crc32c());
+      steps_.clear();
     } else if (summed_ % kStep == 0) {
       steps_.push_back(partial_);
     }

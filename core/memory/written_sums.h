@@ -55,8 +55,9 @@ class WrittenSums {
   uint64_t summed_ = 0;
   std::vector<uint32_t> piece_sums_;
   Crc32c partial_;
-  // The sum of the last piece's first k steps, for each step the prefix has reached in it.
-  std::vector<Crc32c> steps_{Crc32c()};
+  // The sum of the last piece's first k steps (k >= 1; none is the empty sum), for each step the
+  // prefix has reached in it: small files never allocate it.
+  std::vector<Crc32c> steps_;
   std::vector<std::pair<uint64_t, uint64_t>> pending_;  // Sorted, disjoint, beyond summed_.
 };
 

@@ -2,7 +2,7 @@
 //
 // Lock order: the namespace lock (core/tree/namespace.h) before Inode::mu. The namespace fields
 // (children, names, nlink, lookups, open counts, journal links) are guarded by the namespace lock;
-// attributes and content by Inode::mu; the backing directory by a leaf lock of its own. Inode
+// attributes and content by Inode::mu; the backing directory is an atomic of its own. Inode
 // numbers are never reused (64-bit counter), so the generation is always 0.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <chrono>
 #include <map>
@@ -130,9 +131,13 @@ struct Inode {
   // -o verify=reads: the backing file last checked against its checksum record before its bytes
   // were served (the descriptor, and the file as fstat saw it before the check, which a later
   // descriptor of the unchanged file matches), and whether it failed (its reads fail with EIO).
-  std::weak_ptr<BackingFile> read_checked_base GUARDED_BY(mu);
-  std::optional<std::array<int64_t, 5>> read_checked_file GUARDED_BY(mu);
-  bool read_check_failed GUARDED_BY(mu) = false;
+  // Null before the first check.
+  struct ReadCheck {
+    std::weak_ptr<BackingFile> base;
+    std::array<int64_t, 5> file{};
+    bool failed = false;
+  };
+  std::unique_ptr<ReadCheck> read_check GUARDED_BY(mu);
 
   // --- Integrity (core/integrity): what tensor views' info.json show of its checksum ---
   // The checksum record of one version of its content (core/integrity/checksum_record.h, as
@@ -160,7 +165,7 @@ struct Inode {
                   .count()};
     }
   };
-  std::optional<StoredCheck> last_check GUARDED_BY(mu);
+  std::unique_ptr<StoredCheck> last_check GUARDED_BY(mu);  // Null before the first check.
   // The version whose bytes an open put in the kernel's page cache whole (policy::ChooseOpen's
   // fill_page_cache), since the kernel last looked the inode up (reset at its last FORGET).
   std::optional<uint64_t> page_cache_filled_version GUARDED_BY(mu);
@@ -197,14 +202,8 @@ struct Inode {
 
   // Directory: its backing directory once it exists (null before). Set by lookup, or by the
   // flusher when it creates the directory; any thread, with or without other locks.
-  std::shared_ptr<BackingFile> BackingDir() const EXCLUDES(backing_dir_mu_) {
-    MutexLock lock(backing_dir_mu_);
-    return backing_dir_;
-  }
-  void SetBackingDir(std::shared_ptr<BackingFile> dir) EXCLUDES(backing_dir_mu_) {
-    MutexLock lock(backing_dir_mu_);
-    backing_dir_ = std::move(dir);
-  }
+  std::shared_ptr<BackingFile> BackingDir() const { return backing_dir_.load(); }
+  void SetBackingDir(std::shared_ptr<BackingFile> dir) { backing_dir_.store(std::move(dir)); }
 
   uint32_t TypeBits() const {
     switch (type) {
@@ -216,9 +215,7 @@ struct Inode {
   }
 
  private:
-  // A leaf lock: nothing else is locked while it is held.
-  mutable Mutex backing_dir_mu_;
-  std::shared_ptr<BackingFile> backing_dir_ GUARDED_BY(backing_dir_mu_);
+  std::atomic<std::shared_ptr<BackingFile>> backing_dir_;
 };
 
 using InodeRef = std::shared_ptr<Inode>;

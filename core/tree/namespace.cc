@@ -127,9 +127,7 @@ Namespace::~Namespace() {
 }
 
 InodeRef Namespace::MakeInodeLocked(FileType type, uint64_t ino) {
-  // Not make_shared: a weak reference that outlives the inode (a reclaim candidate) holds its
-  // control block only, not the inode's kilobyte.
-  InodeRef inode(new Inode(ino != 0 ? ino : next_ino_++, type));
+  InodeRef inode = std::make_shared<Inode>(ino != 0 ? ino : next_ino_++, type);
   inodes_[inode->ino] = inode;
   return inode;
 }

@@ -118,7 +118,7 @@ class TensorViews::View {
         }
       }
       if (current && inode.last_check && inode.last_check->version == version) {
-        check = inode.last_check;
+        check = *inode.last_check;
       }
     }
     if (to_read) {
