@@ -31,7 +31,7 @@ void Reclaimer::AddCandidateLocked(const InodeRef& inode) {
   candidates_.push_back(inode->ino);
   if (candidates_.size() < prune_at_) return;
   std::unordered_set<uint64_t> listed;
-  std::erase_if(candidates_, [&](uint64_t ino) {
+  std::erase_if(candidates_, [&](uint64_t ino) REQUIRES(ns_lock) {
     return !ns_.FindLocked(ino) || !listed.insert(ino).second;
   });
   prune_at_ = std::max(kPruneMinCandidates, 2 * candidates_.size());
