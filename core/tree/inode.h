@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/lazy_map.h"
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
 #include "core/memory/file_content.h"
@@ -86,8 +87,8 @@ struct Inode {
   // Directory: children by name; names removed here that may still exist on the backing store,
   // each with the journal seq through which its removals are journaled; and whether every
   // backing entry has been loaded.
-  std::map<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
-  std::map<std::string, uint64_t> whiteouts GUARDED_BY(ns_lock);
+  LazyMap<std::string, std::shared_ptr<Inode>> children GUARDED_BY(ns_lock);
+  LazyMap<std::string, uint64_t> whiteouts GUARDED_BY(ns_lock);
   bool complete GUARDED_BY(ns_lock) = false;
   // Shared mode: when this inode last took what the backing store holds (a directory its
   // listing, a regular file its attributes).

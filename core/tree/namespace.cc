@@ -312,7 +312,7 @@ void Namespace::LoadDirLocked(const InodeRef& dir) {
   dir->backing_read_at = clock_.Now();
   if (config_.shared) {
     const uint64_t durable = journal_.settled_seq();
-    std::erase_if(dir->whiteouts, [&](const auto& whiteout) { return whiteout.second <= durable; });
+    dir->whiteouts.erase_if([&](const auto& whiteout) { return whiteout.second <= durable; });
   } else {
     dir->whiteouts.clear();
   }
