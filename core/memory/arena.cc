@@ -94,11 +94,15 @@ char* Arena::DataLocked(uint64_t slot) {
   return slabs_[slot / kSlabBlocks].data() + (slot % kSlabBlocks) * kBlockSize;
 }
 
+size_t Arena::SlabBlocksLocked(size_t slab) const {
+  return std::min(kSlabBlocks, mapped_ - slab * kSlabBlocks);
+}
+
 Block* Arena::HeaderLocked(uint64_t slot) {
   std::unique_ptr<Block[]>& slab = headers_[slot / kSlabBlocks];
   if (!slab) {
     uint64_t first = slot - slot % kSlabBlocks;
-    size_t blocks = std::min<size_t>(kSlabBlocks, mapped_ - first);
+    size_t blocks = SlabBlocksLocked(slot / kSlabBlocks);
     slab = std::make_unique<Block[]>(blocks);
     for (size_t i = 0; i < blocks; ++i) {
       slab[i].data = DataLocked(first + i);
@@ -222,14 +226,13 @@ uint64_t Arena::GiveBackIdle(uint64_t wanted) {
   MutexLock lock(mu_);
   static_assert(kSlabBlocks % kRunBlocks == 0, "a run lies within one slab");
   std::vector<bool> idle(mapped_, false);
-  for (uint32_t slot : free_) idle[slot] = true;
-  for (size_t slot = fresh_; slot < mapped_; ++slot) idle[slot] = true;
+  for (uint32_t slot : free_) idle[slot] = !returned_to_system_[slot];
+  for (size_t slot = fresh_; slot < mapped_; ++slot) idle[slot] = !returned_to_system_[slot];
   for (size_t first = 0; first + kRunBlocks <= mapped_ && given < wanted; first += kRunBlocks) {
-    bool run_idle = true;
-    for (size_t i = first; i < first + kRunBlocks && run_idle; ++i) {
-      run_idle = idle[i] && !returned_to_system_[i];
+    if (!std::all_of(idle.begin() + first, idle.begin() + first + kRunBlocks,
+                     [](bool b) { return b; })) {
+      continue;
     }
-    if (!run_idle) continue;
     // MADV_REMOVE frees the shared memory file's pages; MADV_DONTNEED private memory's.
     if (madvise(DataLocked(first), kRunBytes, shared() ? MADV_REMOVE : MADV_DONTNEED) != 0) {
       spdlog::warn("giving idle cache memory back failed: madvise: {}", std::strerror(errno));
@@ -344,7 +347,7 @@ size_t Arena::blocks_with_headers() const {
   MutexLock lock(mu_);
   size_t blocks = 0;
   for (size_t i = 0; i < headers_.size(); ++i) {
-    if (headers_[i]) blocks += std::min(kSlabBlocks, mapped_ - i * kSlabBlocks);
+    if (headers_[i]) blocks += SlabBlocksLocked(i);
   }
   return blocks;
 }

@@ -4,8 +4,9 @@
 // at once by Prefault). Blocks never used yet are handed out in ascending order; a freed block
 // goes to a LIFO free list, taken first, and is handed out again already faulted in. A block's
 // header exists once its slab's first block has been handed out, so that memory no file has
-// used costs 4 bytes of free list at most. The memory of free blocks goes back to the system only when the system runs short
-// of it (GiveBackIdle, WatchSystemMemory). At most `capacity` bytes of blocks are ever in use.
+// used costs no header (a freed block costs 4 bytes of free list). The memory of free blocks
+// goes back to the system only when the system runs short of it (GiveBackIdle,
+// WatchSystemMemory). At most `capacity` bytes of blocks are ever in use.
 //
 // The memory is private to the process, or a shared memory file (a memfd the supervisor holds,
 // core/recovery/cache_memory_layout.h): then block i is bytes [i * kBlockSize, (i + 1) *
@@ -176,6 +177,7 @@ class Arena {
   void MapSlabLocked() REQUIRES(mu_);
   Block* HeaderLocked(uint64_t slot) REQUIRES(mu_);
   char* DataLocked(uint64_t slot) REQUIRES(mu_);
+  size_t SlabBlocksLocked(size_t slab) const REQUIRES(mu_);  // Blocks of mapped slab `slab`.
   void PrefaultSlabs(const std::vector<std::pair<void*, size_t>>& slabs,
                      const std::function<bool()>& may_run);
 
