@@ -1,5 +1,8 @@
 #include "core/recovery/recovery_log.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -40,6 +43,8 @@ constexpr size_t kMaxRecord = 32ull << 20;
 // A path of any depth (openat reaches past PATH_MAX): only the record's size bounds it.
 constexpr size_t kMaxString = kMaxRecord;
 constexpr size_t kMaxNames = 4096;
+// Bytes at the start of a half that stay resident when it is emptied (EmptyLocked).
+constexpr uint64_t kKeptResidentBytes = 2ull << 20;
 
 class Writer {
  public:
@@ -276,9 +281,21 @@ Result<LoggedState> RecoveryLog::Pending() const {
 }
 
 void RecoveryLog::EmptyLocked(Half& half) {
+  const uint64_t tail = std::min(half.tail.load(), half_bytes_);
   half.tail.store(0, std::memory_order_release);
   half.drop_from.store(0);
   last_seq_ = 0;
+  if (tail <= kKeptResidentBytes) return;
+  // The pages past the first kKeptResidentBytes go back to the system: a burst of pending
+  // entries must not stay in the daemon's memory for the rest of the mount. Nothing reads past
+  // the tail, and the memory reads as zeros until appends touch it again. Not shared memory (a
+  // test's buffer): nothing is given back.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(halves_[&half == &header_->halves[0] ? 0 : 1]);
+  const uintptr_t from = (start + kKeptResidentBytes + page - 1) & ~(page - 1);
+  const uintptr_t to = std::min((start + tail + page - 1) & ~(page - 1),
+                                (start + half_bytes_) & ~(page - 1));
+  if (from < to) (void)madvise(reinterpret_cast<void*>(from), to - from, MADV_REMOVE);
 }
 
 void RecoveryLog::BeginRecovery() {

@@ -89,6 +89,7 @@ class RecoveryLog final : public EntryLog {
   struct Header;
   Half& Writing() const REQUIRES(mu_);
   void AppendRecordLocked(const std::string& record) REQUIRES(mu_);
+  // Empties `half`; in shared memory, its pages past the first 2 MiB go back to the system.
   void EmptyLocked(Half& half) REQUIRES(mu_);
 
   SharedMapping mapping_;  // When made by Map.

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,6 +104,56 @@ TEST_F(RecoveryLogTest, AFullHalfKeepsTheRecordsBeforeTheFirstDroppedOne) {
   EXPECT_LT(state->entries.size(), 20u);
   log.Durable(20);
   EXPECT_FALSE(log.dropped()) << "emptied once all is durable";
+}
+
+// How many of the `length` bytes at `at` (page aligned) are resident.
+size_t ResidentBytes(char* at, size_t length) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((length + page - 1) / page);
+  EXPECT_EQ(mincore(at, length, in.data()), 0) << std::strerror(errno);
+  size_t resident = 0;
+  for (unsigned char p : in) resident += (p & 1) ? page : 0;
+  return resident;
+}
+
+TEST_F(RecoveryLogTest, AnEmptiedHalfGivesItsMemoryPastTwoMiBBackToTheSystem) {
+  const size_t half = 8 << 20;
+  const size_t length = 4096 + 2 * half;
+  const int fd = memfd_create("recovery-log-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(length)), 0);
+  auto* memory =
+      static_cast<char*>(mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(memory, MAP_FAILED);
+  close(fd);
+  char* first_half = memory + 4096;
+  // 320 directories of 200-byte names: a record of about 64 KiB.
+  std::string deep;
+  for (int level = 0; level < 320; ++level) deep += std::string(200, 'a' + level % 26) + "/";
+  {
+    RecoveryLog log(memory, length);
+    uint64_t seq = 0;
+    while (log.used_bytes() < (6u << 20)) {
+      ++seq;
+      log.Append(Publish(seq, deep + "p" + std::to_string(seq), 1, {}));
+    }
+    ASSERT_FALSE(log.dropped());
+    EXPECT_GE(ResidentBytes(first_half + (2 << 20), 4 << 20), 4u << 20);
+    log.Durable(seq);  // Nothing pending: the half is emptied.
+    EXPECT_EQ(log.used_bytes(), 0u);
+    EXPECT_EQ(ResidentBytes(first_half + (2 << 20), half - (2 << 20)), 0u);
+    EXPECT_EQ(ResidentBytes(first_half, 2 << 20), 2u << 20);
+    // The half serves on: later entries are logged and read back as before.
+    for (uint64_t later = seq + 1; later <= seq + 60; ++later) {
+      log.Append(Publish(later, deep + "q" + std::to_string(later), 1, {}));
+    }
+    Result<LoggedState> pending = log.Pending();
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    ASSERT_EQ(pending->entries.size(), 60u);
+    EXPECT_EQ(pending->entries.front().seq, seq + 1);
+    EXPECT_EQ(pending->entries.back().names[0], deep + "q" + std::to_string(seq + 60));
+  }
+  munmap(memory, length);
 }
 
 TEST_F(RecoveryLogTest, EntriesAtPathsLongerThan64KiBAreReadBack) {
