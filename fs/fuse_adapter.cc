@@ -214,11 +214,12 @@ void ReplyOpen(fuse_req_t req, fuse_file_info* fi, const Result<OpenFile>& r, bo
   // The close of a file opened (not created) for reading changes nothing (Filesystem::Flush):
   // spare that request.
   fi->noflush = !create && (fi->flags & O_ACCMODE) == O_RDONLY;
+  Filesystem& fs = Fs(req);  // A reply frees `req`, whether or not it reached the kernel.
   if (create) {
     fuse_entry_param e = ToEntry(r->attr);
-    if (fuse_reply_create(req, &e, fi) != 0) (void)Fs(req).Release(r->handle);
+    if (fuse_reply_create(req, &e, fi) != 0) (void)fs.Release(r->handle);
   } else if (fuse_reply_open(req, fi) != 0) {
-    (void)Fs(req).Release(r->handle);
+    (void)fs.Release(r->handle);
   }
 }
 
@@ -396,7 +397,8 @@ void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       return;
     }
     fi->fh = *r;
-    if (fuse_reply_open(req, fi) != 0) Fs(req).ReleaseDir(*r);
+    Filesystem& fs = Fs(req);  // A reply frees `req`, whether or not it reached the kernel.
+    if (fuse_reply_open(req, fi) != 0) fs.ReleaseDir(*r);
   });
 }
 

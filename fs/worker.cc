@@ -254,10 +254,12 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
     fuse_lowlevel_notify_inval_inode(se, ino, static_cast<off_t>(offset),
                                      static_cast<off_t>(length));
   });
+  // Written, never spliced: the session hooks take a spliced message for the reply to the
+  // request being served (a ring request's reply goes to its ring entry).
   fs.SetPageCacheFiller([se](uint64_t ino, const char* data, size_t size) {
     fuse_bufvec bytes = FUSE_BUFVEC_INIT(size);
     bytes.buf[0].mem = const_cast<char*>(data);
-    return fuse_lowlevel_notify_store(se, ino, 0, &bytes, fuse_buf_copy_flags{}) == 0;
+    return fuse_lowlevel_notify_store(se, ino, 0, &bytes, FUSE_BUF_NO_SPLICE) == 0;
   });
   fs.Start();
   if (takeover) {

@@ -6,12 +6,21 @@ after (root only)."""
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
 from ckptfs_testing.harness import CkptfsMount, require_fuse, require_root, run_ckptfs
 
 ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def reap(proc):
+    """Kills and waits for `proc`, a process the test started."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 class FuseRingTest(unittest.TestCase):
@@ -81,6 +90,41 @@ class FuseRingTest(unittest.TestCase):
                 self.assertEqual(f.read(), small["f0.bin"])
             self.assertGreater(self.ring_requests(m2) - served, len(big) >> 20)
 
+
+    def test_small_files_loaded_over_the_ring_come_whole_from_the_page_cache_filled_at_open(self):
+        # Default options otherwise: opening a small file the backing store holds fills the
+        # kernel's page cache (a notification written to /dev/fuse) before the open's reply goes
+        # to its ring entry. The worker once took the notification for that reply and crashed.
+        self.set_enable_uring("Y")
+        files = {f"f{i}.bin": os.urandom(4096 * (i + 2) + i) for i in range(8)}
+        backing = os.path.realpath(tempfile.mkdtemp(prefix="ckptfs-ring-backing-"))
+        self.addCleanup(shutil.rmtree, backing, ignore_errors=True)
+        with CkptfsMount(options=["io_uring=on"], backing=backing) as m:
+            for name, data in files.items():
+                with open(m.path(name), "wb") as f:
+                    f.write(data)
+            m.sync()
+        with CkptfsMount(options=["io_uring=on"], backing=backing) as m:
+            worker = m.worker_pid()
+            reads = m.stats()["fuse_request_seconds"].get("read", {"counts": [0]})["counts"][-1]
+            reader = ("import hashlib, sys\n"
+                      "for p in sys.argv[1:]:\n"
+                      "    print(hashlib.sha256(open(p, 'rb').read()).hexdigest())\n")
+            proc = subprocess.Popen([sys.executable, "-c", reader] + [m.path(n) for n in files],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(reap, proc)  # After the mount is gone: an unanswered open ends.
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.fail("the reader's open was never answered (the worker died: see its log)")
+            self.assertEqual(proc.returncode, 0, err)
+            self.assertEqual(out.split(), [hashlib.sha256(d).hexdigest() for d in files.values()])
+            self.assertEqual(m.worker_pid(), worker)
+            # Only reading the stats themselves costs READs (one or two), not the files.
+            self.assertLessEqual(
+                m.stats()["fuse_request_seconds"].get("read", {"counts": [0]})["counts"][-1] - reads,
+                2)
+            self.assertGreater(self.ring_requests(m), 2 * len(files))
 
     def test_an_upgrade_is_refused_and_the_worker_serves_on_over_the_ring(self):
         self.set_enable_uring("Y")
