@@ -40,6 +40,10 @@ class FuseRingTest(unittest.TestCase):
     def ring_requests(self, m):
         return m.stats()["worker"]["io_uring_requests"]
 
+    def read_requests(self, m):
+        """READ requests the mount has answered (cumulative: the histogram's last count)."""
+        return m.stats()["fuse_request_seconds"].get("read", {"counts": [0]})["counts"][-1]
+
     def test_a_mount_without_the_kernels_offer_is_refused_naming_enable_uring(self):
         self.set_enable_uring("N")
         work = os.path.realpath(tempfile.mkdtemp(prefix="ckptfs-ring-"))
@@ -90,7 +94,6 @@ class FuseRingTest(unittest.TestCase):
                 self.assertEqual(f.read(), small["f0.bin"])
             self.assertGreater(self.ring_requests(m2) - served, len(big) >> 20)
 
-
     def test_small_files_loaded_over_the_ring_come_whole_from_the_page_cache_filled_at_open(self):
         # Default options otherwise: opening a small file the backing store holds fills the
         # kernel's page cache (a notification written to /dev/fuse) before the open's reply goes
@@ -106,7 +109,7 @@ class FuseRingTest(unittest.TestCase):
             m.sync()
         with CkptfsMount(options=["io_uring=on"], backing=backing) as m:
             worker = m.worker_pid()
-            reads = m.stats()["fuse_request_seconds"].get("read", {"counts": [0]})["counts"][-1]
+            reads = self.read_requests(m)
             reader = ("import hashlib, sys\n"
                       "for p in sys.argv[1:]:\n"
                       "    print(hashlib.sha256(open(p, 'rb').read()).hexdigest())\n")
@@ -121,9 +124,7 @@ class FuseRingTest(unittest.TestCase):
             self.assertEqual(out.split(), [hashlib.sha256(d).hexdigest() for d in files.values()])
             self.assertEqual(m.worker_pid(), worker)
             # Only reading the stats themselves costs READs (one or two), not the files.
-            self.assertLessEqual(
-                m.stats()["fuse_request_seconds"].get("read", {"counts": [0]})["counts"][-1] - reads,
-                2)
+            self.assertLessEqual(self.read_requests(m) - reads, 2)
             self.assertGreater(self.ring_requests(m), 2 * len(files))
 
     def test_an_upgrade_is_refused_and_the_worker_serves_on_over_the_ring(self):
