@@ -26,6 +26,7 @@
 #include "core/base/thread_annotations.h"
 #include "core/stats/histogram.h"
 #include "fs/control_block.h"
+#include "fs/request_poller.h"
 #include "fs/write_landing.h"
 
 namespace ckptfs {
@@ -173,7 +174,7 @@ void NoteRequest(const void* buf, size_t n) {
 }
 
 ssize_t ReadRequest(int fd, void* buf, size_t len, void*) {
-  ssize_t n = ReadLandingWrites(fd, buf, len);
+  ssize_t n = ReadAfterPolling(fd, buf, len, ReadLandingWrites);
   RequestRead();
   if (n >= static_cast<ssize_t>(sizeof(fuse_in_header))) NoteRequest(buf, static_cast<size_t>(n));
   return n;

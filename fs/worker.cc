@@ -22,6 +22,7 @@
 #include "fs/control_block.h"
 #include "fs/fuse_adapter.h"
 #include "fs/fuse_ring.h"
+#include "fs/request_poller.h"
 #include "fs/session_hooks.h"
 #include "fs/write_landing.h"
 #include "iouring/env.h"
@@ -136,6 +137,7 @@ std::string WorkerInfo(const ControlBlock& b, int64_t started_ns) {
   j["crashes"] = b.crashes;
   j["resent_requests"] = ResentRequests();
   j["io_uring_requests"] = fuse_ring ? fuse_ring->Served() : 0;
+  AddRequestPollStats(&j);
   // From when the previous worker stopped answering to the first request this one answered
   // (this one, being answered, when it is the first).
   const int64_t first_reply = FirstReplyNanos() > 0 ? FirstReplyNanos() : MonotonicNanos();
@@ -284,6 +286,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
 
   fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, 16);
+  SetRequestPollMax(o.request_poll);
   std::thread retry;
   int tries = 0;
   int status = 0;

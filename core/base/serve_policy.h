@@ -1,8 +1,10 @@
 // How files are served: which reads skip the page cache, how far ahead the backing store is read,
-// how long opens wait for passthrough readers, when the cache is prefaulted. Constants of the
-// read path, in one place so that their tests and users agree.
+// how long opens wait for passthrough readers, when the cache is prefaulted, how long a serving
+// thread polls for the next request. Constants of the read path, in one place so that their
+// tests and users agree.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
@@ -49,6 +51,27 @@ struct AttrFacts {
 // a LOOKUP more (4 requests instead of 3).
 inline bool AttrSettled(const AttrFacts& f) {
   return !f.shared && f.regular && !f.zarr && f.durable;
+}
+
+// With the `request_poll` option, a serving thread polls /dev/fuse for the next request for a
+// window before it reads (fs/request_poller.h): waking a sleeping thread on an idle CPU costs more
+// than answering a small request, and small requests come in bursts (a loader's open, ioctl and
+// release per file). The window is the option's maximum once a small request comes within that
+// long of the one before; it halves (to nothing below kRequestPollMinWindow) for each that comes
+// later, and is nothing after a large request (kRequestPollMaxBytes or more: a large write's
+// copy costs more than a wakeup, and large writes are read by many threads at once).
+inline constexpr std::chrono::nanoseconds kRequestPollMinWindow{10'000};
+inline constexpr uint64_t kRequestPollMaxBytes = 64u << 10;
+
+// The window after a request of `bytes` read `gap` after the one before, polling with `window`.
+inline std::chrono::nanoseconds NextRequestPollWindow(std::chrono::nanoseconds window,
+                                                      std::chrono::nanoseconds gap,
+                                                      uint64_t bytes,
+                                                      std::chrono::nanoseconds max) {
+  if (max < kRequestPollMinWindow || bytes >= kRequestPollMaxBytes) return {};
+  if (gap <= max) return max;
+  const std::chrono::nanoseconds half = window / 2;
+  return half < kRequestPollMinWindow ? std::chrono::nanoseconds{} : half;
 }
 
 }  // namespace ckptfs::policy

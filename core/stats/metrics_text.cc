@@ -7,11 +7,14 @@
 namespace ckptfs {
 namespace {
 
-enum class Kind { kCounter, kGauge, kFlag, kCount, kMilliseconds, kHistogram, kLabel, kNone };
+enum class Kind {
+  kCounter, kGauge, kFlag, kCount, kMilliseconds, kMicroseconds, kHistogram, kLabel, kNone
+};
 
 // One field of the stats: where it is ("shared.held_markers"), the metric it becomes and how.
 //   kCounter, kGauge: a number as it is;  kFlag: 1 when true or a non-empty string (an error);
-//   kCount: the length of an array;  kMilliseconds: a gauge in seconds;  kHistogram: a histogram
+//   kCount: the length of an array;  kMilliseconds, kMicroseconds: a gauge in seconds;
+//   kHistogram: a histogram
 //   object;  kLabel: a label of ckptfs_info;  kNone: shown otherwise (below) or not a figure.
 struct Field {
   const char* key;
@@ -208,6 +211,16 @@ const Field kFields[] = {
      "Requests the kernel sent this worker again after its predecessor died."},
     {"worker.io_uring_requests", "ckptfs_worker_io_uring_requests", Kind::kGauge,
      "Requests this worker served over FUSE over io_uring (-o io_uring=on)."},
+    {"worker.request_poll_us", "ckptfs_worker_request_poll_max_seconds", Kind::kMicroseconds,
+     "The longest window this worker's threads poll for the next small request (-o request_poll)."},
+    {"worker.request_poll_window_us", "ckptfs_worker_request_poll_window_seconds",
+     Kind::kMicroseconds, "The polling window now."},
+    {"worker.request_polls", "ckptfs_worker_request_polls", Kind::kGauge,
+     "Windows this worker polled for a request."},
+    {"worker.requests_caught_polling", "ckptfs_worker_requests_caught_polling", Kind::kGauge,
+     "Requests this worker found while polling."},
+    {"worker.request_polling_seconds", "ckptfs_worker_request_polling_seconds", Kind::kGauge,
+     "Time this worker spent polling for requests."},
     {"worker.takeover_ms", "ckptfs_worker_takeover_seconds", Kind::kMilliseconds,
      "How long the requests waited while this worker took over."},
     {"worker.uptime_s", "ckptfs_worker_uptime_seconds", Kind::kGauge,
@@ -305,10 +318,13 @@ bool Render(const Field& f, const nlohmann::json& value, Writer* w) {
     case Kind::kCounter:
     case Kind::kGauge:
     case Kind::kMilliseconds:
+    case Kind::kMicroseconds:
       if (!value.is_number()) return false;
       w->Header(f.metric, f.kind == Kind::kCounter ? "counter" : "gauge", f.help);
       w->Sample(f.metric, "",
-                value.get<double>() / (f.kind == Kind::kMilliseconds ? 1000.0 : 1.0));
+                value.get<double>() / (f.kind == Kind::kMilliseconds   ? 1e3
+                                       : f.kind == Kind::kMicroseconds ? 1e6
+                                                                       : 1.0));
       return true;
     case Kind::kFlag:
       if (!value.is_boolean() && !value.is_string()) return false;

@@ -234,6 +234,22 @@ TEST(MountOptionsTest, TheManPageShowsEveryOptionWithItsValues) {
   }
 }
 
+TEST(MountOptionsTest, RequestPollingIsOffUnlessAskedForUpTo2000Microseconds) {
+  MountOptions o;
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
+  ASSERT_TRUE(ApplyMountOptions("request_poll=400", &o).ok());
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(400));
+  ASSERT_TRUE(ApplyMountOptions("request_poll=2000us", &o).ok());
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(2000));
+  ASSERT_TRUE(ApplyMountOptions("request_poll=0", &o).ok());
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
+  for (const char* bad : {"request_poll=2001", "request_poll=-1", "request_poll=1ms",
+                          "request_poll=", "request_poll=us", "request_poll=99999999999"}) {
+    EXPECT_EQ(ApplyMountOptions(bad, &o).err(), EINVAL) << bad;
+  }
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
+}
+
 TEST(MountOptionsTest, TheCacheIsInSharedMemoryWithHugePagesUnlessAskedOtherwise) {
   MountOptions o;
   EXPECT_EQ(o.cache_memory, CacheMemory::kShared);

@@ -173,6 +173,46 @@ TEST(PolicyTest, OnlyDurableRegularFilesOutsideZarrArraysAreSettledAndNoneInShar
   EXPECT_GT(kSettledAttrTimeout, std::chrono::seconds(60));
 }
 
+TEST(PolicyTest, TheRequestPollWindowIsTheMaximumOnceASmallRequestComesSoonAndHalvesForLateOnes) {
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  const nanoseconds max = microseconds(400);
+  const uint64_t small = 80;
+  EXPECT_EQ(NextRequestPollWindow({}, microseconds(300), small, max), max)
+      << "a request soon after the one before: the next is polled for";
+  EXPECT_EQ(NextRequestPollWindow(max, microseconds(5), small, max), max);
+  EXPECT_EQ(NextRequestPollWindow(max, max, small, max), max);
+  EXPECT_EQ(NextRequestPollWindow(max, max + microseconds(1), small, max), max / 2)
+      << "later than the maximum: halved";
+  nanoseconds idle = max;
+  for (int i = 0; i < 5; ++i) {
+    idle = NextRequestPollWindow(idle, std::chrono::seconds(1), small, max);
+  }
+  EXPECT_EQ(idle, microseconds(12) + nanoseconds(500));
+  idle = NextRequestPollWindow(idle, std::chrono::seconds(1), small, max);
+  EXPECT_EQ(idle, nanoseconds{}) << "below the least window: no polling";
+  EXPECT_EQ(NextRequestPollWindow(idle, std::chrono::seconds(1), small, max), nanoseconds{});
+}
+
+TEST(PolicyTest, NoRequestIsPolledForAfterALargeOne) {
+  using std::chrono::microseconds;
+  const std::chrono::nanoseconds max = microseconds(400);
+  EXPECT_EQ(NextRequestPollWindow(max, microseconds(5), kRequestPollMaxBytes, max),
+            std::chrono::nanoseconds{});
+  EXPECT_EQ(NextRequestPollWindow(max, microseconds(5), kRequestPollMaxBytes - 1, max), max);
+  EXPECT_EQ(NextRequestPollWindow({}, microseconds(5), (1u << 20) + 80, max),
+            std::chrono::nanoseconds{});
+}
+
+TEST(PolicyTest, ARequestPollMaximumBelowTheLeastWindowTurnsPollingOff) {
+  using std::chrono::microseconds;
+  for (auto max : {microseconds(0), microseconds(9)}) {
+    EXPECT_EQ(NextRequestPollWindow(kRequestPollMinWindow, microseconds(1), 80, max),
+              std::chrono::nanoseconds{});
+    EXPECT_EQ(NextRequestPollWindow({}, microseconds(1), 80, max), std::chrono::nanoseconds{});
+  }
+}
+
 TEST(OpenModeTest, WriteOnlyOpensAreDirectUnlessACachedHandleHasTheFile) {
   OpenFacts f{.may_bypass = true, .access = O_WRONLY, .size = 0, .whole_on_backing = false,
               .prefetched = false, .passthrough_on = true, .passthrough_readers = false,

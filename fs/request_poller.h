@@ -1,0 +1,26 @@
+// Polling /dev/fuse for the next request before sleeping in read(2), so that a request which
+// comes soon (the next of a burst of small ones) is read by a running thread instead of waking a
+// sleeping one on an idle CPU. The window adapts (policy::NextRequestPollWindow,
+// core/base/serve_policy.h); one serving thread polls at a time, the others read at once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <nlohmann/json.hpp>
+
+namespace ckptfs {
+
+// The longest window, the `request_poll` option (0: never poll). Set before the loop runs.
+void SetRequestPollMax(std::chrono::microseconds max);
+
+// Reads one request with `read` (as read(2) would read `fd`), after polling `fd` for the current
+// window when no other thread is polling.
+ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, void*, size_t));
+
+// Adds the poller's figures to the worker's stats (core/stats/stats_schema.json: request_poll_us,
+// request_poll_window_us, request_polls, requests_caught_polling, request_polling_seconds).
+void AddRequestPollStats(nlohmann::json* worker);
+
+}  // namespace ckptfs
