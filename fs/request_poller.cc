@@ -7,9 +7,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 
 #include "core/base/serve_policy.h"
+#include "core/base/thread_annotations.h"
 #include "fs/control_block.h"
 
 namespace ckptfs {
@@ -19,9 +19,9 @@ struct Poller {
   std::atomic<int64_t> max_ns{0};
   std::atomic<int64_t> window_ns{0};
   std::atomic<int64_t> last_request_ns{0};  // When the latest request was read.
-  std::mutex mu;
-  std::condition_variable turn_free;
-  bool reading = false;  // A thread polls or reads.
+  Mutex mu;
+  std::condition_variable_any turn_free;  // With mu: no thread polls or reads.
+  bool reading GUARDED_BY(mu) = false;    // A thread polls or reads.
   std::atomic<uint64_t> polls{0};
   std::atomic<uint64_t> caught{0};
   std::atomic<int64_t> polling_ns{0};
@@ -38,20 +38,21 @@ Poller& ThePoller() {
 class ReaderTurn {
  public:
   explicit ReaderTurn(Poller& p) : p_(p) {
-    // Not cancelled while waiting (condition_variable::wait may not unwind): a cancelled holder
-    // gives the turn back, and the cancel then takes effect in this thread's poll(2) or read(2).
+    // Not cancelled while waiting (condition_variable_any::wait may not unwind): a cancelled
+    // holder gives the turn back, and the cancel then takes effect in this thread's poll(2) or
+    // read(2).
     int cancel_state = 0;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel_state);
     {
-      std::unique_lock<std::mutex> lock(p_.mu);
-      p_.turn_free.wait(lock, [this] { return !p_.reading; });
+      MutexLock lock(p_.mu);
+      p_.turn_free.wait(lock, [this]() REQUIRES(p_.mu) { return !p_.reading; });
       p_.reading = true;
     }
     pthread_setcancelstate(cancel_state, nullptr);
   }
   ~ReaderTurn() {
     {
-      std::lock_guard<std::mutex> lock(p_.mu);
+      MutexLock lock(p_.mu);
       p_.reading = false;
     }
     p_.turn_free.notify_one();
@@ -65,13 +66,14 @@ class ReaderTurn {
 
 void SetRequestPollMax(std::chrono::microseconds max) {
   ThePoller().max_ns.store(std::chrono::nanoseconds(max).count(), std::memory_order_relaxed);
+  ThePoller().window_ns.store(0, std::memory_order_relaxed);
 }
 
 ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, void*, size_t)) {
   Poller& p = ThePoller();
   const int64_t max = p.max_ns.load(std::memory_order_relaxed);
   ssize_t n;
-  if (p.window_ns.load(std::memory_order_relaxed) == 0) {
+  if (max == 0 || p.window_ns.load(std::memory_order_relaxed) == 0) {
     n = read(fd, buf, len);
   } else {
     ReaderTurn turn(p);

@@ -12,7 +12,8 @@
 
 namespace ckptfs {
 
-// The longest window, the `request_poll` option (0: never poll). Set before the loop runs.
+// The longest window, the `request_poll` option (0: never poll); polling starts over. Set
+// before the loop runs.
 void SetRequestPollMax(std::chrono::microseconds max);
 
 // Reads one request with `read` (as read(2) would read `fd`), after polling `fd` for the current
