@@ -1,7 +1,9 @@
 // Polling /dev/fuse for the next request before sleeping in read(2), so that a request which
 // comes soon (the next of a burst of small ones) is read by a running thread instead of waking a
 // sleeping one on an idle CPU. The window adapts (policy::NextRequestPollWindow,
-// core/base/serve_policy.h); one serving thread polls at a time, the others read at once.
+// core/base/serve_policy.h). While it is open, one serving thread polls and reads at a time and
+// the others wait for their turn, not in read(2), where the kernel would wake one of them for
+// each request; while it is shut, every thread reads at once.
 #pragma once
 
 #include <sys/types.h>
@@ -16,8 +18,8 @@ namespace ckptfs {
 // before the loop runs.
 void SetRequestPollMax(std::chrono::microseconds max);
 
-// Reads one request with `read` (as read(2) would read `fd`), after polling `fd` for the current
-// window when no other thread is polling.
+// Reads one request with `read` (as read(2) would read `fd`), after waiting for the turn and
+// polling `fd` for the current window when it is open.
 ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, void*, size_t));
 
 // Adds the poller's figures to the worker's stats (core/stats/stats_schema.json: request_poll_us,

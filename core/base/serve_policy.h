@@ -4,7 +4,6 @@
 // tests and users agree.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
