@@ -253,7 +253,9 @@ const MountOption kMountOptions[] = {
      "that comes later, and is nothing after a request of 64 KiB or more (`stats`: `worker` "
      "`requests_caught_polling`). Measured here (3,000 small files, warm, a Python open and read "
      "each; alternated, 3 runs) with `400`: 90 us a file against 139 us without (the plain "
-     "directory 24 us), after `drop_caches` 228 against 302 us. Off by default: on this 2-CPU VM "
+     "directory 24 us), after `drop_caches` 228 against 302 us. It polls only on a CPU no other "
+     "thread wants: not while the flusher applies a batch, and not for 10 ms after a poll gave "
+     "its CPU to another thread (`request_polls_contended`). Off by default: on this 2-CPU VM "
      "the bench's save of 20,000 small files took 1.28x as long with it, and the daemon used "
      "more CPU. `0`: never polls",
      [](const std::string& v, MountOptions* o) {

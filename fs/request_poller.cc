@@ -25,6 +25,11 @@ struct Poller {
   std::atomic<uint64_t> polls{0};
   std::atomic<uint64_t> caught{0};
   std::atomic<int64_t> polling_ns{0};
+  std::atomic<int64_t> contended_until_ns{0};  // No polling before then.
+  std::atomic<uint64_t> contended{0};
+  bool (*busy)(const void*) = nullptr;
+  const void* busy_arg = nullptr;
+  bool Paused() const { return busy != nullptr && busy(busy_arg); }
 };
 
 Poller& ThePoller() {
@@ -67,13 +72,20 @@ class ReaderTurn {
 void SetRequestPollMax(std::chrono::microseconds max) {
   ThePoller().max_ns.store(std::chrono::nanoseconds(max).count(), std::memory_order_relaxed);
   ThePoller().window_ns.store(0, std::memory_order_relaxed);
+  ThePoller().contended_until_ns.store(0, std::memory_order_relaxed);
+}
+
+void SetRequestPollPause(bool (*busy)(const void* arg), const void* arg) {
+  ThePoller().busy = busy;
+  ThePoller().busy_arg = arg;
 }
 
 ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, void*, size_t)) {
   Poller& p = ThePoller();
   const int64_t max = p.max_ns.load(std::memory_order_relaxed);
   ssize_t n;
-  if (max == 0 || p.window_ns.load(std::memory_order_relaxed) == 0) {
+  if (max == 0 || p.window_ns.load(std::memory_order_relaxed) == 0 || p.Paused() ||
+      MonotonicNanos() < p.contended_until_ns.load(std::memory_order_relaxed)) {
     n = read(fd, buf, len);
   } else {
     ReaderTurn turn(p);
@@ -82,13 +94,21 @@ ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, voi
     const int64_t start = MonotonicNanos();
     int64_t now = start;
     pollfd device{fd, POLLIN, 0};
-    while (now - start < window) {
+    while (now - start < window && !p.Paused()) {
       if (::poll(&device, 1, 0) != 0) {
         p.caught.fetch_add(1, std::memory_order_relaxed);
         break;
       }
+      const int64_t yielded = MonotonicNanos();
       sched_yield();  // The CPU goes to any other thread that wants it.
       now = MonotonicNanos();
+      if (policy::RequestPollContended(std::chrono::nanoseconds(now - yielded),
+                                       std::chrono::nanoseconds(max))) {
+        p.contended_until_ns.store(now + policy::kRequestPollContendedPause.count(),
+                                   std::memory_order_relaxed);
+        p.contended.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
     }
     p.polling_ns.fetch_add(now - start, std::memory_order_relaxed);
     n = read(fd, buf, len);
@@ -111,6 +131,7 @@ void AddRequestPollStats(nlohmann::json* worker) {
   j["request_poll_window_us"] = p.window_ns.load(std::memory_order_relaxed) / 1000;
   j["request_polls"] = p.polls.load(std::memory_order_relaxed);
   j["requests_caught_polling"] = p.caught.load(std::memory_order_relaxed);
+  j["request_polls_contended"] = p.contended.load(std::memory_order_relaxed);
   j["request_polling_seconds"] =
       static_cast<double>(p.polling_ns.load(std::memory_order_relaxed)) / 1e9;
 }

@@ -73,4 +73,13 @@ inline std::chrono::nanoseconds NextRequestPollWindow(std::chrono::nanoseconds w
   return half < kRequestPollMinWindow ? std::chrono::nanoseconds{} : half;
 }
 
+// A poller's sched_yield that took longer than the window's maximum gave the CPU to another
+// thread that wanted it (a rank, the flusher): polling there slows both, so nothing is polled for
+// kRequestPollContendedPause after.
+inline constexpr std::chrono::nanoseconds kRequestPollContendedPause{10'000'000};
+inline bool RequestPollContended(std::chrono::nanoseconds yield_took,
+                                 std::chrono::nanoseconds max) {
+  return yield_took > max;
+}
+
 }  // namespace ckptfs::policy

@@ -226,6 +226,8 @@ class Filesystem final : private ControlFiles::Source {
   // Bytes of sealed versions not durable yet.
   uint64_t UnflushedBytes() const { return journal_.pending_bytes(); }
   std::string backend_name() const { return durability_.flusher().backend_name(); }
+  // Whether the flusher is applying a batch now (lock-free).
+  bool flushing() const { return durability_.flusher().applying(); }
   // JSON figures for .ckptfs/stats.
   std::string StatsJson() override EXCLUDES(ns_lock);
 

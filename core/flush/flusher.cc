@@ -215,7 +215,9 @@ void Flusher::Run() {
     }
     lock.Unlock();
     auto started = std::chrono::steady_clock::now();
+    applying_.store(true, std::memory_order_relaxed);
     BatchResult result = ApplyBatch(batch);
+    applying_.store(false, std::memory_order_relaxed);
     const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::steady_clock::now() - started);
     stats_.flush_busy_ns += took.count();

@@ -14,6 +14,7 @@
 // the flusher's lock, then the journal's lock.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -119,6 +120,8 @@ class Flusher {
   // succeeds, or once no writer waits). Spills are retried with the back-off of batches.
   Status spill_error() const EXCLUDES(mu_);
   std::string backend_name() const { return backend_name_; }
+  // Whether a batch is being applied now (any thread, lock-free).
+  bool applying() const { return applying_.load(std::memory_order_relaxed); }
 
  private:
   void Run() EXCLUDES(mu_);
@@ -221,6 +224,7 @@ class Flusher {
   bool draining_ GUARDED_BY(mu_) = false;
   bool stop_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
+  std::atomic<bool> applying_{false};
   Status last_error_ GUARDED_BY(mu_);
   PostCommitFn post_commit_;  // Set before Start; empty: markers are not held.
   // Set before Start; not empty: markers over taken names are dropped.

@@ -219,6 +219,8 @@ const Field kFields[] = {
      "Windows this worker polled for a request."},
     {"worker.requests_caught_polling", "ckptfs_worker_requests_caught_polling", Kind::kGauge,
      "Requests this worker found while polling."},
+    {"worker.request_polls_contended", "ckptfs_worker_request_polls_contended", Kind::kGauge,
+     "Polling windows this worker ended because another thread wanted the CPU."},
     {"worker.request_polling_seconds", "ckptfs_worker_request_polling_seconds", Kind::kGauge,
      "Time this worker spent polling for requests."},
     {"worker.takeover_ms", "ckptfs_worker_takeover_seconds", Kind::kMilliseconds,

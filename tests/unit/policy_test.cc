@@ -204,6 +204,16 @@ TEST(PolicyTest, NoRequestIsPolledForAfterALargeOne) {
             std::chrono::nanoseconds{});
 }
 
+TEST(PolicyTest, APollersYieldLongerThanTheMaximumMeansAnotherThreadWantedItsCpu) {
+  using std::chrono::microseconds;
+  const std::chrono::nanoseconds max = microseconds(400);
+  EXPECT_FALSE(RequestPollContended(microseconds(1), max)) << "nothing else was runnable";
+  EXPECT_FALSE(RequestPollContended(max, max)) << "a caller that ran its turn and asked again";
+  EXPECT_TRUE(RequestPollContended(max + microseconds(1), max));
+  EXPECT_TRUE(RequestPollContended(std::chrono::milliseconds(3), max)) << "a scheduler slice";
+  EXPECT_GT(kRequestPollContendedPause, std::chrono::milliseconds(1));
+}
+
 TEST(PolicyTest, ARequestPollMaximumBelowTheLeastWindowTurnsPollingOff) {
   using std::chrono::microseconds;
   for (auto max : {microseconds(0), microseconds(9)}) {

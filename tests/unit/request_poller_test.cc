@@ -4,10 +4,12 @@
 #include "fs/request_poller.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,6 +28,7 @@ class RequestPollerTest : public ::testing::Test {
   void SetUp() override { ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_), 0); }
   void TearDown() override {
     SetRequestPollMax(microseconds(0));
+    SetRequestPollPause(nullptr, nullptr);
     close(fds_[0]);
     close(fds_[1]);
   }
@@ -81,6 +84,62 @@ TEST_F(RequestPollerTest, ASmallRequestSoonAfterAnotherIsPolledForAndCaught) {
   EXPECT_EQ(after["request_polls"].get<uint64_t>(), before["request_polls"].get<uint64_t>() + 1);
   EXPECT_EQ(after["requests_caught_polling"].get<uint64_t>(),
             before["requests_caught_polling"].get<uint64_t>() + 1);
+}
+
+TEST_F(RequestPollerTest, NothingIsPolledWhileTheFlusherIsBusy) {
+  SetRequestPollMax(microseconds(2000));
+  std::atomic<bool> flushing{false};
+  SetRequestPollPause(
+      [](const void* arg) { return static_cast<const std::atomic<bool>*>(arg)->load(); },
+      &flushing);
+  ReachWindow(2000);
+  flushing = true;
+  const nlohmann::json before = Figures();
+  for (const char* m : {"create", "write", "flush"}) {
+    Send(m);
+    EXPECT_EQ(Receive(), m);
+  }
+  EXPECT_EQ(Figures()["request_polls"], before["request_polls"]);
+  flushing = false;
+  Send("release");
+  EXPECT_EQ(Receive(), "release");
+  EXPECT_EQ(Figures()["request_polls"].get<uint64_t>(),
+            before["request_polls"].get<uint64_t>() + 1);
+}
+
+TEST_F(RequestPollerTest, AnotherThreadWantingThePollersCpuEndsItsPolling) {
+  cpu_set_t one_cpu;
+  CPU_ZERO(&one_cpu);
+  CPU_SET(sched_getcpu(), &one_cpu);
+  cpu_set_t was;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(was), &was), 0);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one_cpu), &one_cpu), 0);
+  SetRequestPollMax(microseconds(100));
+  ReachWindow(100);
+  const uint64_t before = Figures()["request_polls_contended"].get<uint64_t>();
+  std::atomic<bool> spin{true};
+  std::atomic<bool> spinning{false};
+  std::thread spinner([&] {
+    sched_setaffinity(0, sizeof(one_cpu), &one_cpu);
+    spinning = true;
+    while (spin.load(std::memory_order_relaxed)) {
+    }
+  });
+  while (!spinning) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Nothing comes during the window: the poller yields to the spinner, which keeps the CPU for a
+  // scheduler slice, far longer than the 100 us window. The request comes once that was seen.
+  std::thread late([&] {
+    for (int i = 0; i < 5000 && Figures()["request_polls_contended"] == before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    spin = false;
+    Send("late");
+  });
+  EXPECT_EQ(Receive(), "late");
+  late.join();
+  spinner.join();
+  EXPECT_GT(Figures()["request_polls_contended"].get<uint64_t>(), before);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(was), &was), 0);
 }
 
 TEST_F(RequestPollerTest, ALargeRequestEndsPolling) {
