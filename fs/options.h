@@ -40,7 +40,7 @@ struct MountOptions {
   Passthrough passthrough = Passthrough::kAuto;
   IoUring io_uring = IoUring::kOff;
   // The longest a serving thread polls /dev/fuse for the next request (fs/request_poller.h).
-  std::chrono::microseconds request_poll{0};
+  std::chrono::microseconds request_poll{400};
   CacheMemory cache_memory = CacheMemory::kShared;
   bool set_huge_pages = true;  // Turn the kernel's setting to advise (fs/huge_pages.h).
   unsigned max_read = kDefaultMaxRead;

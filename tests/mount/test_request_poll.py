@@ -1,7 +1,7 @@
-"""-o request_poll (fs/request_poller.h): serving threads poll /dev/fuse for the next small request
-before they sleep, one at a time. Files written and read by many threads at once come out whole,
-small requests are caught while polling, an idle mount stops polling, and a worker replaced
-(an upgrade, a kill) while polling leaves the next one serving."""
+"""-o request_poll (fs/request_poller.h, 400 us by default): serving threads poll /dev/fuse for the
+next small request before they sleep, one at a time. Files written and read by many threads at once
+come out whole, small requests are caught while polling, an idle mount stops polling, `0` turns it
+off, and a worker replaced (an upgrade, a kill) while polling leaves the next one serving."""
 
 import concurrent.futures
 import hashlib
@@ -39,7 +39,7 @@ class RequestPollTest(unittest.TestCase):
     def test_files_written_and_read_by_many_threads_while_polling_come_out_whole(self):
         names = [f"d{t}/f{i:03d}.bin" for t in range(4) for i in range(150)]
         big = os.urandom((3 << 20) + 123)
-        with CkptfsMount(["request_poll=400"]) as m:
+        with CkptfsMount([]) as m:
             self.assertEqual(polling(m)["max_us"], 400)
             for t in range(4):
                 os.mkdir(m.path(f"d{t}"))
@@ -80,8 +80,8 @@ class RequestPollTest(unittest.TestCase):
             self.assertLess(after["polling_seconds"] - before["polling_seconds"], 0.05,
                             (before, after))
 
-    def test_polling_is_off_by_default(self):
-        with CkptfsMount([]) as m:
+    def test_request_poll_0_turns_polling_off(self):
+        with CkptfsMount(["request_poll=0"]) as m:
             write_files(m, [f"f{i}" for i in range(50)], "c")
             for i in range(50):
                 with open(m.path(f"f{i}"), "rb") as f:
@@ -91,7 +91,7 @@ class RequestPollTest(unittest.TestCase):
 
     def test_a_worker_upgraded_or_killed_while_polling_leaves_the_next_one_serving(self):
         names = [f"f{i:03d}" for i in range(300)]
-        with CkptfsMount(["request_poll=400"], expect_errors=(CRASH,)) as m:
+        with CkptfsMount([], expect_errors=(CRASH,)) as m:
             write_files(m, names, "d")
             for how in ("upgrade", "kill"):
                 before = m.stats()["worker"]

@@ -234,11 +234,11 @@ TEST(MountOptionsTest, TheManPageShowsEveryOptionWithItsValues) {
   }
 }
 
-TEST(MountOptionsTest, RequestPollingIsOffUnlessAskedForUpTo2000Microseconds) {
+TEST(MountOptionsTest, RequestPollingIs400MicrosecondsUnlessAskedOtherwiseUpTo2000) {
   MountOptions o;
-  EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
-  ASSERT_TRUE(ApplyMountOptions("request_poll=400", &o).ok());
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(400));
+  ASSERT_TRUE(ApplyMountOptions("request_poll=100", &o).ok());
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(100));
   ASSERT_TRUE(ApplyMountOptions("request_poll=2000us", &o).ok());
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(2000));
   ASSERT_TRUE(ApplyMountOptions("request_poll=0", &o).ok());
