@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <type_traits>
 
 #include "core/remote/s3_location.h"
 #include "core/replication/replication_policy.h"
@@ -53,17 +54,26 @@ Status SizeIn(const std::string& value, uint64_t min, uint64_t max, T* field) {
   return Status::Ok();
 }
 
-Status Duration(const std::string& value, std::chrono::milliseconds* field) {
-  Result<std::chrono::milliseconds> d = ParseDuration(value);
-  if (!d.ok()) return Status::Error(EINVAL, "expected milliseconds, or a number with ms or s");
-  *field = *d;
+// Parses a duration into *field, which must hold it whole; digits alone count in its unit
+// (milliseconds or microseconds).
+template <typename D>
+Status Duration(const std::string& value, D* field) {
+  constexpr bool kMicroseconds = std::is_same_v<D, std::chrono::microseconds>;
+  Result<std::chrono::microseconds> d = ParseDuration(value, D(1));
+  if (!d.ok() || *d % D(1) != D::zero()) {
+    return Status::Error(EINVAL, kMicroseconds
+                                     ? "expected microseconds, or a number with us, ms or s"
+                                     : "expected milliseconds, or a number with ms or s");
+  }
+  *field = std::chrono::duration_cast<D>(*d);
   return Status::Ok();
 }
 
 // Parses a duration within [min, max] into *field.
-Status DurationIn(const std::string& value, std::chrono::milliseconds min,
-                  std::chrono::milliseconds max, std::chrono::milliseconds* field) {
-  std::chrono::milliseconds d{};
+template <typename D>
+Status DurationIn(const std::string& value, std::type_identity_t<D> min,
+                  std::type_identity_t<D> max, D* field) {
+  D d{};
   if (Status st = Duration(value, &d); !st.ok()) return st;
   if (d < min || d > max) return Status::Error(EINVAL, "out of range");
   *field = d;
@@ -257,14 +267,8 @@ const MountOption kMountOptions[] = {
      "without): `small`'s load 0.76x as long warm, 0.81x after `drop_caches`, `dcp_small`'s save "
      "0.93x; `small`'s save 1.10x as long. `0`: never polls",
      [](const std::string& v, MountOptions* o) {
-       std::string digits = v.size() > 2 && v.ends_with("us") ? v.substr(0, v.size() - 2) : v;
-       if (digits.empty() || digits.size() > 4 ||
-           digits.find_first_not_of("0123456789") != std::string::npos ||
-           std::stoul(digits) > 2000) {
-         return Status::Error(EINVAL, "expected 0 to 2000 (microseconds)");
-       }
-       o->request_poll = std::chrono::microseconds(std::stoul(digits));
-       return Status::Ok();
+       return DurationIn(v, std::chrono::microseconds(0), std::chrono::microseconds(2000),
+                         &o->request_poll);
      }},
     {"max_read", "SIZE", "512K",
      "largest read request the kernel sends (4K–1M). Up to 512K, data read from the backing "
@@ -509,15 +513,18 @@ Result<uint64_t> ParseSize(const std::string& text) {
   return value << shift;
 }
 
-Result<std::chrono::milliseconds> ParseDuration(const std::string& text) {
+Result<std::chrono::microseconds> ParseDuration(const std::string& text,
+                                                std::chrono::microseconds bare_unit) {
   size_t pos = 0;
   while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
   if (pos == 0 || pos > 9) return Status::Error(EINVAL, "not a duration");
-  uint64_t value = std::stoull(text.substr(0, pos));
-  std::string unit = text.substr(pos);
-  if (unit.empty() || unit == "ms") return std::chrono::milliseconds(value);
-  if (unit == "s") return std::chrono::milliseconds(value * 1000);
-  return Status::Error(EINVAL, "unknown unit (use ms or s)");
+  const int64_t value = std::stoll(text.substr(0, pos));
+  const std::string unit = text.substr(pos);
+  if (unit.empty()) return value * bare_unit;
+  if (unit == "us") return std::chrono::microseconds(value);
+  if (unit == "ms") return std::chrono::microseconds(std::chrono::milliseconds(value));
+  if (unit == "s") return std::chrono::microseconds(std::chrono::seconds(value));
+  return Status::Error(EINVAL, "unknown unit (use us, ms or s)");
 }
 
 uint64_t PhysicalMemory() {

@@ -87,8 +87,9 @@ std::string MountOptionsMarkdown();
 
 // "8G", "512M", "1048576", "64KiB" -> bytes.
 Result<uint64_t> ParseSize(const std::string& text);
-// "300ms", "2s", "500" (milliseconds) -> milliseconds.
-Result<std::chrono::milliseconds> ParseDuration(const std::string& text);
+// "400us", "300ms", "2s", or digits alone counted in `bare_unit` -> microseconds.
+Result<std::chrono::microseconds> ParseDuration(const std::string& text,
+                                                std::chrono::microseconds bare_unit);
 
 // The machine's physical memory in bytes; 0 when unknown.
 uint64_t PhysicalMemory();

@@ -27,9 +27,8 @@ struct Poller {
   std::atomic<int64_t> polling_ns{0};
   std::atomic<int64_t> contended_until_ns{0};  // No polling before then.
   std::atomic<uint64_t> contended{0};
-  bool (*busy)(const void*) = nullptr;
-  const void* busy_arg = nullptr;
-  bool Paused() const { return busy != nullptr && busy(busy_arg); }
+  const std::atomic<bool>* busy = nullptr;
+  bool Paused() const { return busy != nullptr && busy->load(std::memory_order_relaxed); }
 };
 
 Poller& ThePoller() {
@@ -75,10 +74,7 @@ void SetRequestPollMax(std::chrono::microseconds max) {
   ThePoller().contended_until_ns.store(0, std::memory_order_relaxed);
 }
 
-void SetRequestPollPause(bool (*busy)(const void* arg), const void* arg) {
-  ThePoller().busy = busy;
-  ThePoller().busy_arg = arg;
-}
+void SetRequestPollPause(const std::atomic<bool>* busy) { ThePoller().busy = busy; }
 
 ssize_t ReadAfterPolling(int fd, void* buf, size_t len, ssize_t (*read)(int, void*, size_t)) {
   Poller& p = ThePoller();

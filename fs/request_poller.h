@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <nlohmann/json.hpp>
@@ -20,9 +21,10 @@ namespace ckptfs {
 // before the loop runs.
 void SetRequestPollMax(std::chrono::microseconds max);
 
-// While `busy` says true (the flusher applies a batch, wanting a CPU of its own), threads read
-// without polling. Set before the loop runs; `busy` is called for each request, from any thread.
-void SetRequestPollPause(bool (*busy)(const void* arg), const void* arg);
+// While `*busy` is true (the flusher applies a batch, wanting a CPU of its own), threads read
+// without polling; nullptr: never. Set before the loop runs; read for each request, from any
+// thread, so `*busy` outlives the loop.
+void SetRequestPollPause(const std::atomic<bool>* busy);
 
 // Reads one request with `read` (as read(2) would read `fd`), after waiting for the turn and
 // polling `fd` for the current window when it is open.

@@ -287,8 +287,7 @@ int RunWorker(const MountOptions& o, const WorkerDescriptors& fds) {
   fuse_loop_config* loop = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(loop, 16);
   SetRequestPollMax(o.request_poll);
-  SetRequestPollPause(
-      [](const void* arg) { return static_cast<const Filesystem*>(arg)->flushing(); }, &fs);
+  SetRequestPollPause(&fs.flushing());
   std::thread retry;
   int tries = 0;
   int status = 0;

@@ -22,6 +22,7 @@
 
 #include <sys/statvfs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -226,8 +227,8 @@ class Filesystem final : private ControlFiles::Source {
   // Bytes of sealed versions not durable yet.
   uint64_t UnflushedBytes() const { return journal_.pending_bytes(); }
   std::string backend_name() const { return durability_.flusher().backend_name(); }
-  // Whether the flusher is applying a batch now (lock-free).
-  bool flushing() const { return durability_.flusher().applying(); }
+  // True while the flusher applies a batch (lock-free; lives as long as this Filesystem).
+  const std::atomic<bool>& flushing() const { return durability_.flusher().applying(); }
   // JSON figures for .ckptfs/stats.
   std::string StatsJson() override EXCLUDES(ns_lock);
 

@@ -120,8 +120,8 @@ class Flusher {
   // succeeds, or once no writer waits). Spills are retried with the back-off of batches.
   Status spill_error() const EXCLUDES(mu_);
   std::string backend_name() const { return backend_name_; }
-  // Whether a batch is being applied now (any thread, lock-free).
-  bool applying() const { return applying_.load(std::memory_order_relaxed); }
+  // True while a batch is being applied (any thread may read it, lock-free).
+  const std::atomic<bool>& applying() const { return applying_; }
 
  private:
   void Run() EXCLUDES(mu_);

@@ -241,13 +241,30 @@ TEST(MountOptionsTest, RequestPollingIs400MicrosecondsUnlessAskedOtherwiseUpTo20
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(100));
   ASSERT_TRUE(ApplyMountOptions("request_poll=2000us", &o).ok());
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(2000));
+  ASSERT_TRUE(ApplyMountOptions("request_poll=1ms", &o).ok());
+  EXPECT_EQ(o.request_poll, std::chrono::microseconds(1000));
   ASSERT_TRUE(ApplyMountOptions("request_poll=0", &o).ok());
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
-  for (const char* bad : {"request_poll=2001", "request_poll=-1", "request_poll=1ms",
-                          "request_poll=", "request_poll=us", "request_poll=99999999999"}) {
+  for (const char* bad : {"request_poll=2001", "request_poll=-1", "request_poll=3ms",
+                          "request_poll=1s", "request_poll=", "request_poll=us",
+                          "request_poll=99999999999"}) {
     EXPECT_EQ(ApplyMountOptions(bad, &o).err(), EINVAL) << bad;
   }
   EXPECT_EQ(o.request_poll, std::chrono::microseconds(0));
+}
+
+TEST(MountOptionsTest, DurationsInMillisecondsTakeAnyUnitThatGivesWholeMilliseconds) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOptions("flush_delay=250", &o).ok());
+  EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(250));
+  ASSERT_TRUE(ApplyMountOptions("flush_delay=2s", &o).ok());
+  EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(2000));
+  ASSERT_TRUE(ApplyMountOptions("flush_delay=3000us", &o).ok());
+  EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(3));
+  for (const char* bad : {"flush_delay=1500us", "flush_delay=2m", "flush_delay=1.5s"}) {
+    EXPECT_EQ(ApplyMountOptions(bad, &o).err(), EINVAL) << bad;
+  }
+  EXPECT_EQ(o.config.flush_delay, std::chrono::milliseconds(3));
 }
 
 TEST(MountOptionsTest, TheCacheIsInSharedMemoryWithHugePagesUnlessAskedOtherwise) {

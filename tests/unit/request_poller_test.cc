@@ -28,7 +28,7 @@ class RequestPollerTest : public ::testing::Test {
   void SetUp() override { ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_), 0); }
   void TearDown() override {
     SetRequestPollMax(microseconds(0));
-    SetRequestPollPause(nullptr, nullptr);
+    SetRequestPollPause(nullptr);
     close(fds_[0]);
     close(fds_[1]);
   }
@@ -89,9 +89,7 @@ TEST_F(RequestPollerTest, ASmallRequestSoonAfterAnotherIsPolledForAndCaught) {
 TEST_F(RequestPollerTest, NothingIsPolledWhileTheFlusherIsBusy) {
   SetRequestPollMax(microseconds(2000));
   std::atomic<bool> flushing{false};
-  SetRequestPollPause(
-      [](const void* arg) { return static_cast<const std::atomic<bool>*>(arg)->load(); },
-      &flushing);
+  SetRequestPollPause(&flushing);
   ReachWindow(2000);
   flushing = true;
   const nlohmann::json before = Figures();
