@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (packages, build with warnings as errors), checks the lock annotations with Clang, runs
 # the tests of the parsers of untrusted input under ASan+UBSan, and runs every test: unit, mount
-# and end-to-end. Extra arguments go to ctest (e.g. -R mount), whose JUnit report is
-# ctest-junit.xml in the build directory (.ci/run reads it).
+# and end-to-end (the unit tests side by side, the others one at a time). Extra arguments go to
+# ctest (e.g. -R mount), whose JUnit report is ctest-junit.xml in the build directory (.ci/run
+# reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh -DCKPTFS_WERROR=ON
@@ -28,4 +29,4 @@ for t in "${asan_tests[@]}"; do
 done
 echo "test: the parsers' tests pass under ASan+UBSan"
 cd "${CKPTFS_BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 900 --output-junit "$PWD/ctest-junit.xml" "$@"
+ctest -j"$(nproc)" --output-on-failure --timeout 900 --output-junit "$PWD/ctest-junit.xml" "$@"
