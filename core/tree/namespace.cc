@@ -223,6 +223,15 @@ void Namespace::FollowBackingFileLocked(const InodeRef& inode, const struct stat
   TakeAttributes(*inode, st);
 }
 
+void Namespace::RememberBackingLinkLocked(std::pair<uint64_t, uint64_t> backing_id,
+                                          const InodeRef& inode) {
+  if (backing_links_.size() >= backing_links_sweep_at_) {
+    std::erase_if(backing_links_, [](const auto& link) { return link.second.expired(); });
+    backing_links_sweep_at_ = std::max(kBackingLinksSwept, 2 * backing_links_.size());
+  }
+  backing_links_[backing_id] = inode;
+}
+
 Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::string& name,
                                                uint64_t ino) {
   int dfd = dir->BackingDir()->fd();
@@ -261,7 +270,7 @@ Result<InodeRef> Namespace::BackingInodeLocked(const InodeRef& dir, const std::s
   inode->nlink = type == FileType::kSymlink ? 1 : static_cast<uint32_t>(st.st_nlink);
   inode->on_backing = true;
   inode->backing_read_at = clock_.Now();
-  if (linkable && st.st_nlink > 1) backing_links_[backing_id] = inode;
+  if (linkable && st.st_nlink > 1) RememberBackingLinkLocked(backing_id, inode);
   if (type == FileType::kDirectory) {
     Result<int> fd = env_.Open(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (!fd.ok()) return fd.status();

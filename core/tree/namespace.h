@@ -280,7 +280,15 @@ class Namespace {
   // Cancels what is still unsent about `inode`, whose last name is gone.
   void CancelUnsentLocked(const InodeRef& inode) REQUIRES(ns_lock);
 
+  // The hard-linked backing files remembered, some of them perhaps gone (at most twice the live
+  // ones, or kBackingLinksSwept).
+  size_t BackingLinksLocked() const REQUIRES(ns_lock) { return backing_links_.size(); }
+
  private:
+  static constexpr size_t kBackingLinksSwept = 64;
+  // Remembers a hard-linked backing file's inode, sweeping out those gone first when due.
+  void RememberBackingLinkLocked(std::pair<uint64_t, uint64_t> backing_id, const InodeRef& inode)
+      REQUIRES(ns_lock);
   // Logs `e`, just appended or changed, with the paths it names; not when it is under a removed
   // directory (it is cancelled or never reaches the backing store).
   void LogLocked(const JournalEntry& e) REQUIRES(ns_lock);
@@ -320,8 +328,10 @@ class Namespace {
   std::unordered_map<uint64_t, InodeRef> inodes_ GUARDED_BY(ns_lock);
   std::unordered_map<uint64_t, InodeRef> aliases_ GUARDED_BY(ns_lock);
   uint64_t next_ino_ GUARDED_BY(ns_lock);
-  // Hard-linked backing files by (st_dev, st_ino), to give all names one inode.
+  // Hard-linked backing files by (st_dev, st_ino), to give all names one inode. Entries of
+  // inodes gone since are swept when it reaches backing_links_sweep_at_ entries.
   std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<Inode>> backing_links_ GUARDED_BY(ns_lock);
+  size_t backing_links_sweep_at_ GUARDED_BY(ns_lock) = kBackingLinksSwept;
 };
 
 }  // namespace ckptfs

@@ -50,6 +50,34 @@ TEST_F(NamespaceTest, AllNamesOfAHardLinkedBackingFileShareOneInode) {
   EXPECT_EQ(ns_->AttrOf(*a).nlink, 2u);
 }
 
+TEST_F(NamespaceTest, HardLinkedBackingFilesDeletedThroughTheMountAreNotRememberedForever) {
+  constexpr int kFiles = 1000;
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string a = "a" + std::to_string(i);
+    WriteHostFile(backing_ / a, "x");
+    ASSERT_EQ(link((backing_ / a).c_str(), (backing_ / ("b" + std::to_string(i))).c_str()), 0);
+  }
+  NamespaceLock lock(ns_->mutex());
+  InodeRef root = RootLocked();
+  for (int i = 0; i < kFiles; ++i) {
+    for (const std::string& name : {"a" + std::to_string(i), "b" + std::to_string(i)}) {
+      Result<InodeRef> f = ns_->ChildLocked(root, name);
+      ASSERT_TRUE(f.ok()) << f.status().ToString();
+      ASSERT_TRUE(ns_->UnlinkLocked(root, name, *f).ok());
+    }
+    // The flusher applies the removals, and the journal lets go of the inode.
+    std::vector<EntryRef> batch = journal_.TakeBatch(clock_.Now(), {}, journal_.last_seq(),
+                                                     SIZE_MAX, UINT64_MAX);
+    journal_.Complete(batch, batch.size(), batch.size());
+  }
+  EXPECT_EQ(journal_.pending_entries(), 0u);
+  EXPECT_LE(ns_->BackingLinksLocked(), 64u);
+  WriteHostFile(backing_ / "kept", "y");
+  ASSERT_EQ(link((backing_ / "kept").c_str(), (backing_ / "kept2").c_str()), 0);
+  InodeRef kept = *ns_->ChildLocked(root, "kept");
+  EXPECT_EQ(*ns_->ChildLocked(root, "kept2"), kept) << "a live link is still remembered";
+}
+
 TEST_F(NamespaceTest, ANameRemovedThroughTheMountStaysGoneWhileTheBackingStoreStillHasIt) {
   WriteHostFile(backing_ / "old", "x");
   WriteHostFile(backing_ / "other", "y");
