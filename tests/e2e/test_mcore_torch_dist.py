@@ -21,9 +21,9 @@ class MCoreTorchDistTest(unittest.TestCase):
         d, backing, mnt = fresh_mount(self, "ckptfs-e2e-mcore-async-")
         # One-letter directories: .metadata records its directory, so equal lengths give equal sizes.
         self.w.save(os.path.join(mnt, "s"))
-        for when_scheduled, when_finalized in self.w.save_async(os.path.join(mnt, "a")):
-            self.assertEqual(when_scheduled, [], "markers of the save before it was finalized")
-            self.assertEqual(when_finalized, [".metadata", "metadata.json"])
+        for rank in self.w.save_async(os.path.join(mnt, "a")):
+            self.assertEqual(rank["when_scheduled"], [], "markers of the save before it was finalized")
+            self.assertEqual(rank["when_finalized"], [".metadata", "metadata.json"])
         self.assertEqual(self.w.load(os.path.join(mnt, "a")), self.w.expected_digest(),
                          "the async save read back different data")
         d.sync()

@@ -9,7 +9,7 @@ from ckptfs_testing.ckptfs_daemon import kernel_without_huge_pages
 
 # Mounts of ckptfs and the options that make each (--memory adds the last two).
 CKPTFS_VARIANTS = {"ckptfs": (), "ck_small": ("huge_pages=leave",),
-                   "ck_private": ("cache_memory=private",), "base": ()}
+                   "ck_private": ("cache_memory=private",), "base": (), "ck_async": ()}
 MEMORY_CONTENDERS = ["ck_small", "ck_private"]
 BASELINE = "base"
 

@@ -11,7 +11,8 @@ from ckptfs_testing import workloads
 from ckptfs_testing.workloads import ranks
 from ckptfs_testing.ckptfs_daemon import CkptfsDaemon, ckptfs_bin, mounted, proc_io
 
-from .contenders import ALL_WORKLOADS, ON_SHM, SLOW_CONTENDERS, SLOW_WORKLOADS, contenders_of
+from .contenders import (ALL_WORKLOADS, ASYNC_CONTENDERS, ON_SHM, SLOW_CONTENDERS, SLOW_WORKLOADS,
+                         contenders_of)
 from .measure import (MiB, block_device, drop_caches, empty_dir, fs_type, medians, parse_size,
                       saver_cpu_seconds, sectors_written, timed, written)
 from .memory import CKPTFS_VARIANTS, binary_for, kernel_for
@@ -35,6 +36,7 @@ class Bench:
         a = self.args
         rec = {"contender": contender}
         is_ck = contender in CKPTFS_VARIANTS
+        is_async = contender in ASYNC_CONTENDERS
         if contender in ON_SHM:
             root = os.path.join(self.shmdir, w.name + ("-floor" if contender == "floor" else ""))
         elif contender in ("plain", "async"):
@@ -59,7 +61,7 @@ class Bench:
             if self._warm_up(contender, w):
                 # The checkpoint before: saved, made durable, then deleted, as a trainer that
                 # keeps the latest checkpoints deletes older ones.
-                rec["save_first"] = w.save_async(root)[0] if contender == "async" else w.save(root)
+                rec["save_first"] = w.async_save_seconds(root)[0] if is_async else w.save(root)
                 if contender == "plain":
                     subprocess.run(["sync", "-f", root], check=True)
                 elif is_ck:
@@ -73,18 +75,23 @@ class Bench:
             io0, dev0 = proc_io("self"), sectors_written(self.dev)
             ranks0 = ranks.ranks_written
             saver0 = saver_cpu_seconds()
-            if contender == "async":
-                rec["save"], rec["durable"] = w.save_async(root)
+            if is_async:
+                rec["save"], completed = w.async_save_seconds(root)
             else:
-                rec["save"] = w.save(root)
-            if contender == "plain":
+                rec["save"] = completed = w.save(root)
+            if contender == "async":
+                rec["durable"] = completed
+            elif contender == "plain":
                 t, _ = timed(subprocess.run, ["sync", "-f", root])
                 rec["durable"] = rec["save"] + t
             elif is_ck:
                 t, _ = timed(d.sync)
-                rec["durable"] = rec["save"] + t
+                rec["durable"] = completed + t
                 rec["daemon_cpu"] = d.cpu_seconds() - cpu0
             rec["saver_cpu"] = saver_cpu_seconds() - saver0
+            for key in ("save_first", "save", "durable"):
+                if key in rec and type(rec[key]) is not float:
+                    raise TypeError(f"{w.name} {contender}: {key} is {rec[key]!r}, not seconds")
             io1, dev1 = proc_io("self"), sectors_written(self.dev)
             by_workload = written(io0, io1) + ranks.ranks_written - ranks0
             rec["logical_bytes"] = w.logical_bytes()
@@ -99,7 +106,8 @@ class Bench:
                 rec["dev_wa"] = (dev1 - dev0) / rec["logical_bytes"]
             # Loads: cold (after the durable point, caches dropped, ckptfs remounted), then warm;
             # for each of the workload's loaders (load; load_whole: zarr_distopt's whole-region).
-            loads = [] if contender == "async" else [("load", w.load_seconds)]  # Files as plain's.
+            # The async saves' files are those of plain and ckptfs.
+            loads = [] if is_async else [("load", w.load_seconds)]
             if hasattr(w, "load_whole_region") and first_run:
                 loads.append(("load_whole", lambda root: timed(
                     w.load_whole_region, root, False, a.whole_region_every)[0]))

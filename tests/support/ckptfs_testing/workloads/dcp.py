@@ -137,6 +137,12 @@ class DCP(wl.Workload):
         that: _WritesAfterReturn)."""
         return wl.run_distributed(_save_async_rank, self.ranks, (root, self, executor))[1]
 
+    def async_save_seconds(self, root):
+        """dcp.async_save with the thread executor, as a trainer calls it: (seconds until it
+        returned, seconds until its save completed), the slowest rank's."""
+        ranks = wl.run_distributed(_timed_async_save_rank, self.ranks, (root, self))[1]
+        return max(r[0] for r in ranks), max(r[1] for r in ranks)
+
     def load(self, root, check=True, ranks=1):
         return wl.run_distributed(_load_rank, ranks, (root, self, check))[1][0]
 
@@ -265,6 +271,19 @@ def _save_async_rank(rank, barrier, root, w, executor):
         from torch.distributed.checkpoint import _async_process_executor
         _async_process_executor._CHECKPOINT_PROCESS = None
     return running
+
+
+@wl.distributed_rank
+def _timed_async_save_rank(rank, barrier, root, w):
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+    state = state_dict(*build(w.dims, _mesh(), fill=True))
+    barrier.wait()
+    start = time.monotonic()
+    future = dcp.async_save(state, storage_writer=_writer(root),
+                            async_checkpointer_type=AsyncCheckpointerType.THREAD)
+    returned = time.monotonic() - start
+    getattr(future, "upload_completion", future).result()
+    return returned, time.monotonic() - start
 
 
 @wl.distributed_rank

@@ -25,6 +25,7 @@ exactly those, each as one module sees it. Nothing on the I/O path is replaced.
 """
 
 import os
+import time
 
 import torch
 
@@ -197,11 +198,18 @@ class MCoreTorchDist(wl.Workload):
                                   node_loss=node_loss)[0]
 
     def save_async(self, root):
-        """Saves through AsyncCallsQueue; per rank, the markers of a finished save (.metadata,
-        metadata.json) that were in the checkpoint when the save was scheduled and when it was
-        finalized."""
+        """Saves through AsyncCallsQueue; per rank, a dict: the markers of a finished save
+        (.metadata, metadata.json) in the checkpoint when the save was scheduled
+        (`when_scheduled`) and when it was finalized (`when_finalized`), and the seconds from the
+        start until then (`scheduled_s`, `finalized_s`)."""
         _make_checkpoint_dirs(root, None)
         return wl.run_distributed(_save_rank, self.ranks, (root, self, True, None))[1]
+
+    def async_save_seconds(self, root):
+        """save_async's (seconds until the save was scheduled, until it was finalized), the
+        slowest rank's."""
+        ranks = self.save_async(root)
+        return max(r["scheduled_s"] for r in ranks), max(r["finalized_s"] for r in ranks)
 
     def load(self, root, check=True):
         return wl.run_distributed(_load_rank, 1, (root, self, check))[1][0]
@@ -255,15 +263,19 @@ def _save_rank(rank, barrier, root, w, asynchronous, iteration):
         return [name for name in (".metadata", "metadata.json")
                 if os.path.exists(os.path.join(ckpt, name))]
     calls = AsyncCallsQueue()
+    start = time.monotonic()
     request = dist_checkpointing.save(state, ckpt, sharded_strategy=_strategy(),
                                       async_sharded_save=True)
     calls.schedule_async_request(request)
+    scheduled_s = time.monotonic() - start
     # No rank has finalized yet: finalizing takes every rank (a gather, then a barrier).
     when_scheduled = markers()
     finalized = calls.maybe_finalize_async_calls(blocking=True)
+    finalized_s = time.monotonic() - start
     calls.close()
     assert finalized == [0], f"finalized async calls: {finalized}"
-    return when_scheduled, markers()
+    return {"when_scheduled": when_scheduled, "when_finalized": markers(),
+            "scheduled_s": scheduled_s, "finalized_s": finalized_s}
 
 
 @wl.distributed_rank
