@@ -7,7 +7,8 @@ import contextlib
 
 from ckptfs_testing.ckptfs_daemon import kernel_without_huge_pages
 
-# Mounts of ckptfs and the options that make each (--memory adds the last two).
+# Mounts of ckptfs and the options that make each: --memory adds ck_small and ck_private,
+# --baseline base; ck_async runs the async saves (contenders.ASYNC_CONTENDERS).
 CKPTFS_VARIANTS = {"ckptfs": (), "ck_small": ("huge_pages=leave",),
                    "ck_private": ("cache_memory=private",), "base": (), "ck_async": ()}
 MEMORY_CONTENDERS = ["ck_small", "ck_private"]
